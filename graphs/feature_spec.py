@@ -1,0 +1,115 @@
+"""The feature spec: what the transform produces and the model consumes, as one typed object.
+
+Written by the transform stage as `feature_spec.json` beside the transform graph, read by model
+builders, the input pipeline, evaluation and export. Keeping it typed (rather than a dict passed
+around) is what lets a model builder refuse a feature it cannot handle with a clear message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+Kind = Literal["numeric", "categorical"]
+Task = Literal["classification", "regression"]
+FILENAME = "feature_spec.json"
+
+
+@dataclasses.dataclass(frozen=True)
+class RawFeature:
+    """A column as it arrives from data or a serving request (before the transform)."""
+
+    name: str
+    dtype: Literal["float32", "int64", "string"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Feature:
+    """A transformed feature as the model sees it.
+
+    numeric: float32 per example (already scaled). categorical: int64 id in [0, vocab_size),
+    out-of-vocabulary and missing values mapped to dedicated ids inside that range.
+    """
+
+    name: str
+    kind: Kind
+    vocab_size: int = 0
+
+    def __post_init__(self) -> None:
+        if self.kind not in ("numeric", "categorical"):
+            raise ValueError(f"feature {self.name!r}: kind must be numeric or categorical. "
+                             f"Received: kind={self.kind!r}")
+        if self.kind == "categorical" and self.vocab_size < 1:
+            raise ValueError(f"categorical feature {self.name!r} needs vocab_size >= 1. "
+                             f"Received: vocab_size={self.vocab_size}")
+
+    @property
+    def dtype(self) -> str:
+        return "float32" if self.kind == "numeric" else "int64"
+
+
+@dataclasses.dataclass(frozen=True)
+class Label:
+    """The target. Classification labels are ids into `vocabulary` (raw strings or ints)."""
+
+    name: str
+    task: Task = "classification"
+    vocabulary: tuple[str, ...] = ()
+
+    @property
+    def num_classes(self) -> int:
+        return len(self.vocabulary) if self.task == "classification" else 1
+
+
+@dataclasses.dataclass(frozen=True)
+class FeatureSpec:
+    raw_features: tuple[RawFeature, ...]
+    features: tuple[Feature, ...]
+    label: Label
+
+    @property
+    def numeric(self) -> list[Feature]:
+        return [f for f in self.features if f.kind == "numeric"]
+
+    @property
+    def categorical(self) -> list[Feature]:
+        return [f for f in self.features if f.kind == "categorical"]
+
+    def feature(self, name: str) -> Feature:
+        for f in self.features:
+            if f.name == name:
+                return f
+        raise KeyError(f"no feature named {name!r}; features are {[f.name for f in self.features]}")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "raw_features": [dataclasses.asdict(f) for f in self.raw_features],
+            "features": [dataclasses.asdict(f) for f in self.features],
+            "label": {**dataclasses.asdict(self.label), "vocabulary": list(self.label.vocabulary)},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> FeatureSpec:
+        label = dict(data["label"])
+        label["vocabulary"] = tuple(label.get("vocabulary", ()))
+        return cls(
+            raw_features=tuple(RawFeature(**f) for f in data["raw_features"]),
+            features=tuple(Feature(**f) for f in data["features"]),
+            label=Label(**label),
+        )
+
+    def save(self, directory: str | Path) -> Path:
+        path = Path(directory) / FILENAME
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, path: str | Path) -> FeatureSpec:
+        """Load from a feature_spec.json file or a directory that holds one."""
+        p = Path(path)
+        if p.is_dir():
+            p = p / FILENAME
+        return cls.from_dict(json.loads(p.read_text()))

@@ -1,0 +1,72 @@
+"""`baton`: the command line. Subcommands are modules imported only when used.
+
+Keeping this module free of TensorFlow, Beam and even YAML is what makes `baton --help` answer
+instantly; each subcommand module parses its own flags.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+
+COMMANDS: list[tuple[str, str, str]] = [
+    ("run", "pipeline.commands.run", "run a pipeline (no SPEC: the embedded penguins pipeline)"),
+    ("inspect", "pipeline.commands.inspect", "show a run: stages, metrics, lineage, statistics"),
+    ("serve", "pipeline.commands.serve", "TensorFlow Serving-compatible model server (REST+gRPC)"),
+    ("rollback", "pipeline.commands.rollback", "point serving back at an earlier model version"),
+    ("k8s", "pipeline.commands.k8s", "TFJob/serving manifests: generate, validate, emulate, submit"),
+    ("task", "pipeline.commands.task", "run one task of a distributed stage (TF_CONFIG from env)"),
+]
+
+USAGE = """usage: baton <command> [options]
+
+Baton: a TensorFlow production pipeline framework. One declarative spec runs the path from raw
+data to a served model, on a laptop or on Kubernetes.
+
+commands:
+{commands}
+
+Run `baton <command> --help` for a command's options.
+exit codes: 0 success, 1 a stage or job failed, 2 bad usage or a bad spec.
+"""
+
+
+def _usage() -> str:
+    width = max(len(name) for name, _, _ in COMMANDS)
+    lines = "\n".join(f"  {name.ljust(width)}  {doc}" for name, _, doc in COMMANDS)
+    return USAGE.format(commands=lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else list(argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        sys.stdout.write(_usage())
+        return 0 if args else 2
+    if args[0] == "--version":
+        from importlib.metadata import version
+
+        print(f"baton {version('baton')}")
+        return 0
+    by_name = {name: module for name, module, _ in COMMANDS}
+    if args[0] not in by_name:
+        import difflib
+
+        match = difflib.get_close_matches(args[0], list(by_name), n=1)
+        hint = f" (did you mean {match[0]!r}?)" if match else ""
+        sys.stderr.write(f"baton: unknown command {args[0]!r}{hint}\n\n{_usage()}")
+        return 2
+    module = importlib.import_module(by_name[args[0]])
+    from pipeline.errors import BatonError
+
+    try:
+        return int(module.main(args[1:]) or 0)
+    except BatonError as exc:
+        sys.stderr.write(f"baton {args[0]}: error: {exc}\n")
+        return exc.exit_code
+    except KeyboardInterrupt:
+        sys.stderr.write(f"baton {args[0]}: interrupted\n")
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,97 @@
+"""`baton inspect RUN_DIR`: what a run did, from its records alone (no TensorFlow import)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from pipeline import lineage
+from pipeline.errors import UsageError
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="baton inspect", description="Show a run's stages, metrics "
+                                "and lineage. RUN_DIR is runs/<pipeline>/<run id> (or a pipeline "
+                                "directory: its newest run).")
+    p.add_argument("run_dir")
+    p.add_argument("--stage", help="show one stage's full lineage record")
+    p.add_argument("--json", action="store_true", help="print the run record as JSON")
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    run_dir = resolve_run_dir(Path(args.run_dir))
+    run = json.loads((run_dir / "run.json").read_text())
+    if args.json:
+        print(json.dumps(run, indent=2))
+        return 0
+    if args.stage:
+        rec = lineage.read(run_dir / args.stage)
+        if rec is None:
+            raise UsageError(f"--stage: no finished stage {args.stage!r} in {run_dir}")
+        print(json.dumps(rec, indent=2))
+        return 0
+    print(render_run(run_dir, run))
+    return 0
+
+
+def resolve_run_dir(path: Path) -> Path:
+    if (path / "run.json").is_file():
+        return path
+    if path.is_dir():
+        runs = sorted(p for p in path.iterdir() if (p / "run.json").is_file())
+        if runs:
+            return runs[-1]
+    raise UsageError(f"RUN_DIR: {path} is not a run directory (no run.json). "
+                     "Expected runs/<pipeline>/<run id>")
+
+
+def render_run(run_dir: Path, run: dict[str, Any]) -> str:
+    from pipeline.accounting import Usage
+    from pipeline.runner import StageResult, summary_table
+
+    results = [
+        StageResult(s["name"], s["type"], s["status"],
+                    Usage(**{k: s["usage"][k] for k in ("wall_s", "cpu_s", "peak_rss_mb")}),
+                    s.get("metrics", {}), s.get("error", ""))
+        for s in run["stages"]
+    ]
+    out = [f"pipeline {run['pipeline']}  run {run['run_id']}  status {run['status']}",
+           f"started {run['started']}  finished {run.get('finished')}", "", summary_table(results), ""]
+    out.append("lineage:")
+    for s in run["stages"]:
+        rec = lineage.read(run_dir / s["name"])
+        if rec is None:
+            continue
+        ins = ", ".join(f"{k}<-{v['ref']} {v['hash'][7:19]}" for k, v in rec.get("inputs", {}).items())
+        outs = ", ".join(f"{k} {v['hash'][7:19]}" for k, v in rec.get("outputs", {}).items())
+        cache = rec.get("cache", {})
+        note = f" (cached from {cache['from']})" if cache.get("hit") else ""
+        out.append(f"  {s['name']}: code {rec['code_version'][7:19]}{note}")
+        if ins:
+            out.append(f"    in:  {ins}")
+        if outs:
+            out.append(f"    out: {outs}")
+        for k, v in rec.get("external_inputs", {}).items():
+            out.append(f"    data: {k} {v[7:19]}")
+    out.extend(_extras(run_dir, run))
+    return "\n".join(out)
+
+
+def _extras(run_dir: Path, run: dict[str, Any]) -> list[str]:
+    """Statistics tables and report links contributed by stages, when present."""
+    out: list[str] = []
+    for s in run["stages"]:
+        stage_dir = run_dir / s["name"]
+        if s["type"] == "statistics" and (stage_dir / "statistics").is_dir():
+            try:
+                from pipeline.dataplane.render import statistics_table
+            except ImportError:
+                continue
+            out += ["", f"statistics ({s['name']}):", statistics_table(stage_dir / "statistics")]
+        for html in sorted(stage_dir.glob("*/*.html")):
+            out.append(f"report ({s['name']}): {html}")
+    return out

@@ -1,0 +1,148 @@
+"""Typed, frozen stage configs from plain YAML mappings, with errors a person can act on.
+
+A stage declares `Config`, a frozen dataclass. `build_config` checks every key and value against
+the annotations before anything runs: an unknown key gets a "did you mean" hint, a wrong type
+names the field and what was received. Supported annotations: str, int, float, bool, Path,
+Literal[...], X | None, list[X], tuple[X, ...], dict[str, X], and nested frozen dataclasses.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+
+class ConfigError(ValueError):
+    """A config value that does not fit its field. `path` is the dotted key, e.g. `gate.min`."""
+
+    def __init__(self, path: str, message: str) -> None:
+        self.path = path
+        super().__init__(f"{path}: {message}" if path else message)
+
+
+def did_you_mean(name: str, choices: typing.Iterable[str]) -> str:
+    """A hint like " (did you mean 'epochs'?)", or "" when nothing is close."""
+    match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
+    return f" (did you mean {match[0]!r}?)" if match else ""
+
+
+def build_config(cls: type, data: Mapping[str, Any] | None, path: str = "") -> Any:
+    """An instance of dataclass `cls` from `data`, or ConfigError naming the first bad key."""
+    data = {} if data is None else data
+    if not isinstance(data, Mapping):
+        raise ConfigError(path, f"must be a mapping of settings. Received: {_show(data)}")
+    hints = typing.get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    for key in data:
+        if key not in fields:
+            raise ConfigError(
+                _join(path, str(key)),
+                f"unknown setting {str(key)!r}{did_you_mean(str(key), fields)}; "
+                f"known settings: {', '.join(sorted(fields))}",
+            )
+    kwargs = {}
+    for name, field in fields.items():
+        if name in data:
+            kwargs[name] = _convert(hints[name], data[name], _join(path, name))
+        elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
+            raise ConfigError(_join(path, name), "required setting is missing")
+    try:
+        return cls(**kwargs)
+    except ConfigError:
+        raise
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(path, str(exc)) from None
+
+
+def config_to_dict(config: Any) -> Any:
+    """A JSON-able form of a config (for lineage records and cache keys)."""
+    if dataclasses.is_dataclass(config) and not isinstance(config, type):
+        return {f.name: config_to_dict(getattr(config, f.name)) for f in dataclasses.fields(config)}
+    if isinstance(config, Mapping):
+        return {str(k): config_to_dict(v) for k, v in config.items()}
+    if isinstance(config, list | tuple):
+        return [config_to_dict(v) for v in config]
+    if isinstance(config, Path):
+        return str(config)
+    return config
+
+
+def _convert(tp: Any, value: Any, path: str) -> Any:
+    origin = typing.get_origin(tp)
+    args = typing.get_args(tp)
+    if tp is Any:
+        return value
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for arg in args:
+            if arg is type(None):
+                continue
+            try:
+                return _convert(arg, value, path)
+            except ConfigError as exc:
+                errors.append(exc)
+        raise ConfigError(path, f"expected {_name(tp)}. Received: {_show(value)}")
+    if origin is typing.Literal:
+        if value in args:
+            return value
+        hint = did_you_mean(str(value), [str(a) for a in args])
+        raise ConfigError(
+            path, f"must be one of {', '.join(repr(a) for a in args)}{hint}. Received: {_show(value)}"
+        )
+    if origin in (list, tuple) or tp in (list, tuple):
+        if not isinstance(value, list | tuple):
+            raise ConfigError(path, f"expected a list. Received: {_show(value)}")
+        item = args[0] if args else Any
+        items = [_convert(item, v, f"{path}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if (origin or tp) is tuple else items
+    if origin in (dict, Mapping) or tp is dict:
+        if not isinstance(value, Mapping):
+            raise ConfigError(path, f"expected a mapping. Received: {_show(value)}")
+        vt = args[1] if len(args) == 2 else Any
+        return {str(k): _convert(vt, v, _join(path, str(k))) for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        return build_config(tp, value, path)
+    if tp is bool:
+        if isinstance(value, bool):
+            return value
+        raise ConfigError(path, f"expected true or false. Received: {_show(value)}")
+    if tp is int:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+        raise ConfigError(path, f"expected an integer. Received: {_show(value)}")
+    if tp is float:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return float(value)
+        raise ConfigError(path, f"expected a number. Received: {_show(value)}")
+    if tp is str:
+        if isinstance(value, str):
+            return value
+        raise ConfigError(path, f"expected a string. Received: {_show(value)}")
+    if tp is Path:
+        if isinstance(value, str):
+            return Path(value)
+        raise ConfigError(path, f"expected a path string. Received: {_show(value)}")
+    return value
+
+
+def _name(tp: Any) -> str:
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    names = [getattr(a, "__name__", str(a)) for a in args]
+    return " or ".join(names) + (" or null" if len(args) < len(typing.get_args(tp)) else "")
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _show(value: Any) -> str:
+    text = repr(value)
+    kind = type(value).__name__
+    return f"{text if len(text) < 80 else text[:77] + '...'} ({kind})"

@@ -1,0 +1,287 @@
+"""The local runner: executes a plan's DAG in order, with caching, lineage and accounting.
+
+Each stage runs in this process inside a temporary directory (`.tmp-<stage>-<pid>`) that is
+renamed to `runs/<pipeline>/<run id>/<stage>` only after the stage returned and its lineage
+record was written, so a killed run leaves nothing that looks complete. A stage whose cache key
+(type, code version, config, input content hashes) matches an earlier success is materialised
+from that execution by hard links instead of being run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import os
+import shutil
+import sys
+import traceback
+from collections.abc import Collection
+from pathlib import Path
+from typing import Any, TextIO
+
+from pipeline import cache as cache_mod
+from pipeline import lineage, store
+from pipeline.accounting import Meter, Usage
+from pipeline.configs import config_to_dict
+from pipeline.context import RunOptions, StageContext
+from pipeline.errors import BatonError, StageError, UsageError
+from pipeline.plan import Plan
+
+
+@dataclasses.dataclass
+class StageResult:
+    name: str
+    type: str
+    status: str  # succeeded | cached | failed | skipped
+    usage: Usage = dataclasses.field(default_factory=Usage)
+    metrics: dict[str, Any] = dataclasses.field(default_factory=dict)
+    error: str = ""
+
+
+@dataclasses.dataclass
+class RunResult:
+    run_id: str
+    run_dir: Path
+    stages: list[StageResult]
+
+    @property
+    def ok(self) -> bool:
+        return all(s.status in ("succeeded", "cached", "skipped") for s in self.stages)
+
+    @property
+    def error(self) -> str:
+        return next((f"stage {s.name!r} failed: {s.error}" for s in self.stages if s.error), "")
+
+
+def _now() -> str:
+    return _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")
+
+
+def runs_root_for(plan: Plan, runs_dir: str | Path | None) -> Path:
+    base = Path(runs_dir) if runs_dir else Path(plan.spec.runs_dir)
+    return (base / plan.spec.name).resolve()
+
+
+def run_pipeline(
+    plan: Plan,
+    options: RunOptions | None = None,
+    *,
+    runs_dir: str | Path | None = None,
+    run_id: str | None = None,
+    only: Collection[str] | None = None,
+    stream: TextIO | None = None,
+) -> RunResult:
+    """Run every stage of `plan` (or only those in `only`, reusing the others' outputs)."""
+    options = options or RunOptions()
+    stream = stream or sys.stderr
+    spec = plan.spec
+    runs_root = runs_root_for(plan, runs_dir)
+    run_id = run_id or store.new_run_id()
+    run_dir = runs_root / run_id
+    if only:
+        unknown = sorted(set(only) - set(plan.order))
+        if unknown:
+            raise UsageError(f"--only names unknown stage(s) {unknown}; stages: {list(plan.order)}")
+    needed = plan.upstream_closure(only) if only else set()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    store.clean_stale_tmp(run_dir)
+    (run_dir / "spec.yaml").write_text(spec.to_yaml())
+    cache = cache_mod.Cache(runs_root)
+    started = _now()
+    results: list[StageResult] = []
+    _say(stream, options, f"baton: pipeline {spec.name!r}, run {run_id} -> {run_dir}")
+    _write_run_record(run_dir, spec.name, run_id, started, "running", results, options)
+    try:
+        for i, name in enumerate(plan.order, 1):
+            label = f"[{i}/{len(plan.order)}] {name}"
+            if only and name not in only:
+                if name in needed:
+                    _require_outputs(plan, run_dir, name)
+                results.append(StageResult(name, plan.spec.stage(name).type, "skipped"))
+                _say(stream, options, f"- {label}: skipped (outputs already in {run_dir.name})")
+                continue
+            res = _run_stage(plan, name, run_dir, runs_root, cache, options, stream, label)
+            results.append(res)
+            if res.status == "failed":
+                break
+    except KeyboardInterrupt:
+        store.clean_stale_tmp(run_dir)
+        _write_run_record(run_dir, spec.name, run_id, started, "interrupted", results, options)
+        raise
+    result = RunResult(run_id, run_dir, results)
+    status = "succeeded" if result.ok else "failed"
+    _write_run_record(run_dir, spec.name, run_id, started, status, results, options)
+    if not options.quiet:
+        stream.write(summary_table(results) + "\n")
+    return result
+
+
+def _run_stage(
+    plan: Plan, name: str, run_dir: Path, runs_root: Path, cache: cache_mod.Cache,
+    options: RunOptions, stream: TextIO, label: str,
+) -> StageResult:
+    spec, st, config = plan.spec, plan.types[name], plan.configs[name]
+    stage_spec = spec.stage(name)
+    inputs: dict[str, Path] = {}
+    input_records: dict[str, dict[str, str]] = {}
+    for key, (src, output) in plan.upstream(name).items():
+        rec = lineage.read(run_dir / src) or {}
+        out = rec.get("outputs", {}).get(output)
+        if out is None:
+            raise StageError(f"stage {name!r}: input {key!r} ({src}.{output}) is missing in {run_dir}")
+        inputs[key] = run_dir / src / output
+        input_records[key] = {"ref": f"{src}.{output}", "path": str(inputs[key]), "hash": out["hash"]}
+    spec_dir = spec.spec_dir
+    external = {}
+    hook = st.hook("external_inputs")
+    if hook is not None:
+        for p in hook(config, spec_dir) or ():
+            external[str(p)] = store.hash_path(p) if Path(p).exists() else "missing"
+    code = cache_mod.code_version(st.code_files())
+    cfg_dict = config_to_dict(config)
+    key = cache_mod.cache_key(
+        st.name, code, cfg_dict, {k: v["hash"] for k, v in input_records.items()}, external
+    )
+    record: dict[str, Any] = {
+        "pipeline": spec.name, "run_id": run_dir.name, "stage": name, "type": stage_spec.type,
+        "config": cfg_dict, "code_version": code, "inputs": input_records,
+        "external_inputs": external, "started": _now(),
+    }
+    final = run_dir / name
+    if final.exists():
+        shutil.rmtree(final)
+    if st.cacheable and not options.no_cache:
+        hit = cache.lookup(key)
+        if hit is not None:
+            return _reuse(cache, hit, record, key, final, stream, options, label)
+
+    _say(stream, options, f"> {label} ({stage_spec.type})")
+    work = run_dir / f"{store.TMP_PREFIX}{name}-{os.getpid()}"
+    work.mkdir(parents=True)
+    ctx = StageContext(
+        pipeline=spec.name, run_id=run_dir.name, stage=name, stage_type=stage_spec.type,
+        run_dir=run_dir, runs_root=runs_root, work_dir=work, inputs=inputs, options=options,
+        spec_dir=spec_dir, spec_path=spec.path, stream=stream,
+    )
+    meter = Meter()
+    error = ""
+    try:
+        with meter:
+            st.run(ctx, config)
+        missing = [o for o in st.outputs if not (work / o).is_dir()]
+        if missing:
+            raise StageError(f"stage wrote no output {missing} (declared outputs: {list(st.outputs)})")
+    except BatonError as exc:
+        error = str(exc)
+    except KeyboardInterrupt:
+        shutil.rmtree(work, ignore_errors=True)
+        raise
+    except Exception as exc:  # a bug in a stage: keep the traceback for the user, next to the run
+        error = f"{type(exc).__name__}: {exc}"
+        (run_dir / f"{name}.traceback.txt").write_text(traceback.format_exc())
+        error += f" (traceback in {run_dir / (name + '.traceback.txt')})"
+    usage = meter.usage
+    if error:
+        shutil.rmtree(work, ignore_errors=True)
+        _say(stream, options, f"x {label} failed after {usage.wall_s:.1f}s: {error}")
+        store.write_json_atomic(run_dir / f"{name}.failed.json",
+                                {**record, "status": "failed", "error": error, "usage": usage.as_dict()})
+        return StageResult(name, stage_spec.type, "failed", usage, dict(ctx.metrics), error)
+
+    outputs = {}
+    for out in st.outputs:
+        p = work / out
+        outputs[out] = {"path": str(final / out), "hash": store.hash_path(p)}
+    record.update(status="succeeded", finished=_now(), outputs=outputs, usage=usage.as_dict(),
+                  metrics=dict(ctx.metrics), cache={"key": key, "hit": False})
+    store.write_json_atomic(work / lineage.FILENAME, record)
+    os.replace(work, final)
+    for out in outputs.values():
+        out["fingerprint"] = store.fingerprint(out["path"])
+    if st.cacheable:
+        cache.store(key, record)
+    _say(stream, options, f"+ {label} done in {usage.wall_s:.1f}s (cpu {usage.cpu_s:.1f}s, "
+                          f"peak {usage.peak_rss_mb:.0f} MB)")
+    return StageResult(name, stage_spec.type, "succeeded", usage, dict(ctx.metrics))
+
+
+def _reuse(
+    cache: cache_mod.Cache, hit: dict[str, Any], record: dict[str, Any], key: str, final: Path,
+    stream: TextIO,
+    options: RunOptions, label: str,
+) -> StageResult:
+    tmp = final.with_name(f"{store.TMP_PREFIX}{final.name}-{os.getpid()}")
+    tmp.mkdir(parents=True)
+    outputs = {}
+    for out, info in hit["outputs"].items():
+        store.link_tree(Path(info["path"]), tmp / out)
+        outputs[out] = {"path": str(final / out), "hash": info["hash"]}
+    source = f"{hit.get('run_id')}/{hit.get('stage')}"
+    record.update(status="succeeded", finished=_now(), outputs=outputs,
+                  usage=Usage().as_dict(), metrics=hit.get("metrics", {}),
+                  original_usage=hit.get("usage", {}),
+                  cache={"key": key, "hit": True, "from": source})
+    store.write_json_atomic(tmp / lineage.FILENAME, record)
+    os.replace(tmp, final)
+    # Point the cache at the newest copy, so pruning old runs never loses reusable work.
+    fresh = {k: {**v, "fingerprint": store.fingerprint(v["path"])} for k, v in outputs.items()}
+    cache.store(key, {**hit, "run_id": record["run_id"], "stage": record["stage"], "outputs": fresh})
+    _say(stream, options, f"= {label}: cached (reused {source})")
+    return StageResult(record["stage"], record["type"], "cached", Usage(), dict(record["metrics"]))
+
+
+def _require_outputs(plan: Plan, run_dir: Path, name: str) -> None:
+    rec = lineage.read(run_dir / name)
+    if rec is None or rec.get("status") != "succeeded":
+        raise UsageError(
+            f"stage {name!r} is not selected by --only and has no finished outputs in {run_dir}; "
+            "run it first or include it"
+        )
+
+
+def _say(stream: TextIO, options: RunOptions, text: str) -> None:
+    if not options.quiet:
+        stream.write(text + "\n")
+        stream.flush()
+
+
+def _write_run_record(
+    run_dir: Path, pipeline: str, run_id: str, started: str, status: str,
+    results: list[StageResult], options: RunOptions,
+) -> None:
+    total = Usage(
+        wall_s=sum(r.usage.wall_s for r in results), cpu_s=sum(r.usage.cpu_s for r in results),
+        peak_rss_mb=max((r.usage.peak_rss_mb for r in results), default=0.0),
+    )
+    store.write_json_atomic(run_dir / "run.json", {
+        "pipeline": pipeline, "run_id": run_id, "status": status, "started": started,
+        "finished": _now() if status != "running" else None,
+        "options": config_to_dict({k: v for k, v in dataclasses.asdict(options).items()}),
+        "stages": [{"name": r.name, "type": r.type, "status": r.status, "usage": r.usage.as_dict(),
+                    "metrics": r.metrics, "error": r.error} for r in results],
+        "totals": {**total.as_dict(), "energy_j": round(sum(r.usage.energy_j for r in results), 1)},
+    })
+
+
+def summary_table(results: list[StageResult]) -> str:
+    """The end-of-run table: one row per stage with time, CPU, memory, energy and key metrics."""
+    head = ("stage", "status", "wall s", "cpu s", "peak MB", "energy J", "metrics")
+    rows = [head]
+    for r in results:
+        u = r.usage
+        shown = [f"{k}={_fmt(v)}" for k, v in r.metrics.items() if isinstance(v, int | float | str)]
+        rows.append((r.name, r.status, f"{u.wall_s:.1f}", f"{u.cpu_s:.1f}", f"{u.peak_rss_mb:.0f}",
+                     f"{u.energy_j:.0f}", " ".join(shown[:3]) or (r.error[:60] if r.error else "")))
+    rows.append(("total", "", f"{sum(r.usage.wall_s for r in results):.1f}",
+                 f"{sum(r.usage.cpu_s for r in results):.1f}",
+                 f"{max((r.usage.peak_rss_mb for r in results), default=0):.0f}",
+                 f"{sum(r.usage.energy_j for r in results):.0f}", ""))
+    widths = [max(len(str(row[i])) for row in rows) for i in range(len(head))]
+    lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+             for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+def _fmt(v: Any) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)

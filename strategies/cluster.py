@@ -1,0 +1,246 @@
+"""Cluster topology and TF_CONFIG, in the exact format the Kubeflow training operator injects.
+
+One ClusterSpec describes who plays in the orchestra (chief, workers, parameter servers,
+evaluator) and where they listen. The same object becomes the TF_CONFIG of every local process
+(`strategies.launcher`) and of every pod in a TFJob (`k8s`), so a job behaves the same on a laptop
+and on a cluster. TF_CONFIG is read once, at the edge (`ClusterSpec.from_env`), and passed down.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+TASK_TYPES = ("chief", "worker", "ps", "evaluator")
+STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "parameter_server")
+
+
+class ClusterSpecError(ValueError):
+    """A topology or TF_CONFIG that cannot describe a runnable cluster."""
+
+
+@dataclasses.dataclass(frozen=True)
+class TaskId:
+    """Which task this process is: the `task` half of TF_CONFIG."""
+
+    type: str
+    index: int
+
+    def __post_init__(self) -> None:
+        if self.type not in TASK_TYPES:
+            raise ClusterSpecError(
+                f"task.type must be one of {', '.join(TASK_TYPES)}. Received: type={self.type!r}"
+            )
+        if not isinstance(self.index, int) or self.index < 0:
+            raise ClusterSpecError(
+                f"task.index must be a non-negative integer. Received: index={self.index!r}"
+            )
+
+    @property
+    def name(self) -> str:
+        return f"{self.type}:{self.index}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ClusterSpec:
+    """Addresses of every task, by type. Frozen: a topology is decided once per job.
+
+    `worker` is a tuple of `host:port` strings; `chief`, `ps` and `evaluator` likewise.
+    An empty tuple means the type is absent.
+    """
+
+    chief: tuple[str, ...] = ()
+    worker: tuple[str, ...] = ()
+    ps: tuple[str, ...] = ()
+    evaluator: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        for kind in TASK_TYPES:
+            addrs = getattr(self, kind)
+            if isinstance(addrs, str) or not isinstance(addrs, Sequence):
+                raise ClusterSpecError(
+                    f"cluster.{kind} must be a list of 'host:port' strings. Received: {addrs!r}"
+                )
+            object.__setattr__(self, kind, tuple(addrs))
+            for addr in getattr(self, kind):
+                _check_address(kind, addr)
+        if len(self.chief) > 1:
+            raise ClusterSpecError(
+                f"at most one chief is allowed. Received: chief={list(self.chief)}"
+            )
+        if len(self.evaluator) > 1:
+            raise ClusterSpecError(
+                f"at most one evaluator is allowed. Received: evaluator={list(self.evaluator)}"
+            )
+        seen: dict[str, str] = {}
+        for task in self.tasks():
+            addr = self.address(task)
+            if addr in seen:
+                raise ClusterSpecError(
+                    f"two tasks share the address {addr}: {seen[addr]} and {task.name}"
+                )
+            seen[addr] = task.name
+
+    # ----------------------------------------------------------------- queries
+    def tasks(self) -> list[TaskId]:
+        """Every task in a stable order: chief, workers, ps, evaluator."""
+        return [TaskId(kind, i) for kind in TASK_TYPES for i in range(len(getattr(self, kind)))]
+
+    def address(self, task: TaskId) -> str:
+        addrs = getattr(self, task.type)
+        if task.index >= len(addrs):
+            raise ClusterSpecError(
+                f"{task.name} is not in the cluster ({task.type} has {len(addrs)} tasks)"
+            )
+        return str(addrs[task.index])
+
+    def num_workers(self) -> int:
+        """Tasks that compute gradients: the chief counts as a worker under tf.distribute."""
+        return len(self.chief) + len(self.worker)
+
+    def is_chief(self, task: TaskId) -> bool:
+        """The task that alone writes checkpoints, summaries and exports.
+
+        With a chief, the chief; without one, worker 0 (the Kubeflow success policy agrees).
+        """
+        if self.chief:
+            return task.type == "chief"
+        return task.type == "worker" and task.index == 0
+
+    def as_dict(self) -> dict[str, list[str]]:
+        """The `cluster` half of TF_CONFIG: only present task types, as lists."""
+        return {kind: list(getattr(self, kind)) for kind in TASK_TYPES if getattr(self, kind)}
+
+    # ----------------------------------------------------------------- builders
+    @classmethod
+    def from_dict(cls, cluster: Mapping[str, Any]) -> ClusterSpec:
+        unknown = sorted(set(cluster) - set(TASK_TYPES) - {"master"})
+        if unknown:
+            raise ClusterSpecError(
+                f"unknown task type(s) in cluster: {unknown}; expected {list(TASK_TYPES)}"
+            )
+        kwargs: dict[str, Any] = {}
+        for kind, addrs in cluster.items():
+            key = "chief" if kind == "master" else kind
+            if isinstance(addrs, Mapping):
+                # enableDynamicWorker: the operator writes {index: address} for this task only.
+                addrs = [addrs[k] for k in sorted(addrs, key=int)]
+            kwargs[key] = tuple(addrs)
+        return cls(**kwargs)
+
+    @classmethod
+    def local(
+        cls, workers: int, ps: int = 0, chief: bool = False, evaluator: bool = False,
+        host: str = "127.0.0.1",
+    ) -> ClusterSpec:
+        """A cluster of local tasks on free ports of `host` (ports picked by binding to 0)."""
+        if workers < 0 or ps < 0:
+            raise ClusterSpecError(
+                f"workers and ps must be >= 0. Received: workers={workers}, ps={ps}"
+            )
+        if workers + int(chief) == 0:
+            raise ClusterSpecError("a cluster needs at least one worker or a chief. Received: workers=0")
+        n = int(chief) + workers + ps + int(evaluator)
+        ports = free_ports(n, host)
+        addrs = [f"{host}:{p}" for p in ports]
+        i = 0
+
+        def take(k: int) -> tuple[str, ...]:
+            nonlocal i
+            out = tuple(addrs[i : i + k])
+            i += k
+            return out
+
+        return cls(
+            chief=take(int(chief)), worker=take(workers), ps=take(ps),
+            evaluator=take(int(evaluator)),
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class TFConfig:
+    """A parsed TF_CONFIG: the cluster, this process's task and the environment tag."""
+
+    cluster: ClusterSpec
+    task: TaskId
+    environment: str = "cloud"
+
+    def __post_init__(self) -> None:
+        self.cluster.address(self.task)  # raises when the task is not in the cluster
+
+    def to_json(self) -> str:
+        """The exact JSON the Kubeflow operator injects (key order as the operator writes it)."""
+        return json.dumps(
+            {
+                "cluster": self.cluster.as_dict(),
+                "task": {"type": self.task.type, "index": self.task.index},
+                "environment": self.environment,
+            }
+        )
+
+    def to_env(self) -> dict[str, str]:
+        return {"TF_CONFIG": self.to_json()}
+
+    @property
+    def is_chief(self) -> bool:
+        return self.cluster.is_chief(self.task)
+
+    @classmethod
+    def from_json(cls, text: str) -> TFConfig:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as exc:
+            raise ClusterSpecError(f"TF_CONFIG is not valid JSON: {exc}. Received: {text[:200]!r}") from exc
+        if not isinstance(data, dict):
+            raise ClusterSpecError(f"TF_CONFIG must be a JSON object. Received: {text[:200]!r}")
+        if "cluster" not in data or "task" not in data:
+            raise ClusterSpecError(
+                f"TF_CONFIG needs 'cluster' and 'task'. Received keys: {sorted(data)}"
+            )
+        task = data["task"]
+        if not isinstance(task, dict) or "type" not in task:
+            raise ClusterSpecError(f"TF_CONFIG task needs 'type' and 'index'. Received: {task!r}")
+        kind = "chief" if task["type"] == "master" else task["type"]
+        return cls(
+            cluster=ClusterSpec.from_dict(data["cluster"]),
+            task=TaskId(kind, int(task.get("index", 0))),
+            environment=str(data.get("environment", "cloud")),
+        )
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> TFConfig | None:
+        """TF_CONFIG from the environment, or None when the process runs alone."""
+        env = os.environ if environ is None else environ
+        text = env.get("TF_CONFIG", "").strip()
+        return cls.from_json(text) if text else None
+
+
+def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
+    """`n` distinct free ports, found by binding to port 0 and reading the port back.
+
+    All sockets are held open until every port is chosen so the kernel cannot hand out the same
+    port twice; a small race with other processes remains, as with any port-0 scheme.
+    """
+    socks = []
+    try:
+        for _ in range(n):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind((host, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _check_address(kind: str, addr: object) -> None:
+    if not isinstance(addr, str) or ":" not in addr:
+        raise ClusterSpecError(f"cluster.{kind} addresses must be 'host:port'. Received: {addr!r}")
+    host, _, port = addr.rpartition(":")
+    if not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ClusterSpecError(f"cluster.{kind} address has a bad host or port. Received: {addr!r}")

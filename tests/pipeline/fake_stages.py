@@ -1,0 +1,75 @@
+"""Small pure-Python stages for testing the framework without TensorFlow."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+from pipeline.registry import stage
+
+CALLS: list[str] = []
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceConfig:
+    path: str = "data.txt"
+    repeat: int = 1
+
+    def __post_init__(self) -> None:
+        if self.repeat < 1:
+            raise ValueError(f"repeat must be >= 1. Received: repeat={self.repeat}")
+
+
+def _source_files(config: SourceConfig, spec_dir: Path) -> list[Path]:
+    return [spec_dir / config.path]
+
+
+@stage(outputs=("lines",), config=SourceConfig)
+def source(ctx, config: SourceConfig) -> None:
+    CALLS.append(ctx.stage)
+    text = ctx.resolve(config.path).read_text()
+    (ctx.output("lines") / "data.txt").write_text(text * config.repeat)
+
+
+source.external_inputs = _source_files  # type: ignore[attr-defined]
+
+
+@dataclasses.dataclass(frozen=True)
+class UpperConfig:
+    suffix: str = ""
+
+
+@stage(inputs={"lines": True}, outputs=("upper",), config=UpperConfig)
+def upper(ctx, config: UpperConfig) -> None:
+    CALLS.append(ctx.stage)
+    text = (ctx.inputs["lines"] / "data.txt").read_text()
+    (ctx.output("upper") / "data.txt").write_text(text.upper() + config.suffix)
+    ctx.record(chars=len(text))
+
+
+@stage(inputs={"lines": True}, outputs=("count",))
+def count(ctx, config: dict) -> None:
+    CALLS.append(ctx.stage)
+    n = len((ctx.inputs["lines"] / "data.txt").read_text().splitlines())
+    (ctx.output("count") / "n.txt").write_text(str(n))
+    ctx.record(lines=n)
+
+
+@stage(inputs={"lines": True}, outputs=("slow",))
+def slow_writer(ctx, config: dict) -> None:
+    """Writes half its artifact, signals readiness through a file, then waits to be killed."""
+    out = ctx.output("slow")
+    (out / "part-0").write_text("half")
+    Path(config["ready_file"]).write_text(str(os.getpid()))
+    time.sleep(60)
+    (out / "part-1").write_text("other half")
+
+
+@stage(inputs={"lines": True}, outputs=("never",))
+def failing(ctx, config: dict) -> None:
+    from pipeline.errors import StageError
+
+    (ctx.output("never") / "junk").write_text("x")
+    raise StageError("the data was bad: 3 rows could not be parsed")
