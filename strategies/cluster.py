@@ -57,6 +57,8 @@ class ClusterSpec:
     worker: tuple[str, ...] = ()
     ps: tuple[str, ...] = ()
     evaluator: tuple[str, ...] = ()
+    # enableDynamicWorker: `worker` holds only some addresses ("" for the unknown ones).
+    sparse: bool = False
 
     def __post_init__(self) -> None:
         for kind in TASK_TYPES:
@@ -67,7 +69,8 @@ class ClusterSpec:
                 )
             object.__setattr__(self, kind, tuple(addrs))
             for addr in getattr(self, kind):
-                _check_address(kind, addr)
+                if not (self.sparse and kind == "worker" and addr == ""):
+                    _check_address(kind, addr)
         if len(self.chief) > 1:
             raise ClusterSpecError(
                 f"at most one chief is allowed. Received: chief={list(self.chief)}"
@@ -79,6 +82,8 @@ class ClusterSpec:
         seen: dict[str, str] = {}
         for task in self.tasks():
             addr = self.address(task)
+            if not addr:
+                continue
             if addr in seen:
                 raise ClusterSpecError(
                     f"two tasks share the address {addr}: {seen[addr]} and {task.name}"
@@ -111,9 +116,14 @@ class ClusterSpec:
             return task.type == "chief"
         return task.type == "worker" and task.index == 0
 
-    def as_dict(self) -> dict[str, list[str]]:
+    def as_dict(self) -> dict[str, Any]:
         """The `cluster` half of TF_CONFIG: only present task types, as lists."""
-        return {kind: list(getattr(self, kind)) for kind in TASK_TYPES if getattr(self, kind)}
+        out: dict[str, Any] = {
+            kind: list(getattr(self, kind)) for kind in TASK_TYPES if getattr(self, kind)
+        }
+        if self.sparse:
+            out["worker"] = {str(i): a for i, a in enumerate(self.worker) if a}
+        return out
 
     # ----------------------------------------------------------------- builders
     @classmethod
@@ -128,7 +138,15 @@ class ClusterSpec:
             key = "chief" if kind == "master" else kind
             if isinstance(addrs, Mapping):
                 # enableDynamicWorker: the operator writes {index: address} for this task only.
-                addrs = [addrs[k] for k in sorted(addrs, key=int)]
+                try:
+                    by_index = {int(k): v for k, v in addrs.items()}
+                except ValueError:
+                    raise ClusterSpecError(
+                        f"cluster.{kind} map keys must be task indices. Received: {dict(addrs)}"
+                    ) from None
+                size = max(by_index, default=-1) + 1
+                addrs = [by_index.get(i, "") for i in range(size)]
+                kwargs["sparse"] = True
             kwargs[key] = tuple(addrs)
         return cls(**kwargs)
 

@@ -1,0 +1,82 @@
+"""ClusterSpec and TF_CONFIG in the exact format the Kubeflow training operator injects."""
+
+from __future__ import annotations
+
+import json
+import socket
+
+import pytest
+
+from strategies.cluster import ClusterSpec, ClusterSpecError, TaskId, TFConfig, free_ports
+
+OPERATOR_TF_CONFIG = (
+    '{"cluster": {"chief": ["job-chief-0.ns.svc:2222"], "worker": ["job-worker-0.ns.svc:2222", '
+    '"job-worker-1.ns.svc:2222"], "ps": ["job-ps-0.ns.svc:2222"]}, '
+    '"task": {"type": "worker", "index": 1}, "environment": "cloud"}'
+)
+
+
+def test_round_trips_the_operator_format_exactly():
+    cfg = TFConfig.from_json(OPERATOR_TF_CONFIG)
+    assert cfg.task == TaskId("worker", 1)
+    assert cfg.cluster.num_workers() == 3
+    assert cfg.to_json() == OPERATOR_TF_CONFIG
+    assert not cfg.is_chief
+
+
+def test_chief_rule_without_a_chief_is_worker_zero():
+    spec = ClusterSpec(worker=("h:1", "h:2"))
+    assert spec.is_chief(TaskId("worker", 0)) and not spec.is_chief(TaskId("worker", 1))
+
+
+def test_dynamic_worker_sparse_form_is_accepted():
+    text = json.dumps({"cluster": {"worker": {"1": "w1:2222"}, "ps": ["p0:2222"]},
+                       "task": {"type": "worker", "index": 1}})
+    cfg = TFConfig.from_json(text)
+    assert cfg.cluster.ps == ("p0:2222",)
+
+
+def test_master_is_read_as_chief():
+    cfg = TFConfig.from_json(json.dumps({"cluster": {"master": ["m:1"], "worker": ["w:1"]},
+                                         "task": {"type": "master", "index": 0}}))
+    assert cfg.task.type == "chief" and cfg.is_chief
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("not json", "not valid JSON"),
+    ("[]", "must be a JSON object"),
+    ('{"cluster": {}}', "needs 'cluster' and 'task'"),
+    ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "boss", "index": 0}}', "type='boss'"),
+    ('{"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 3}}', "worker:3 is not in"),
+    ('{"cluster": {"worker": ["a"]}, "task": {"type": "worker", "index": 0}}', "'host:port'"),
+    ('{"cluster": {"chief": ["a:1", "b:1"]}, "task": {"type": "chief", "index": 0}}', "at most one chief"),
+    ('{"cluster": {"worker": ["a:1", "a:1"]}, "task": {"type": "worker", "index": 0}}', "share the address"),
+    ('{"cluster": {"gpu": ["a:1"]}, "task": {"type": "worker", "index": 0}}', "unknown task type"),
+])
+def test_bad_tf_config_names_the_problem(text, needle):
+    with pytest.raises(ClusterSpecError, match=needle.replace("(", r"\(")):
+        TFConfig.from_json(text)
+
+
+def test_local_cluster_uses_distinct_free_loopback_ports():
+    spec = ClusterSpec.local(workers=2, ps=1, chief=True)
+    addrs = [spec.address(t) for t in spec.tasks()]
+    assert len(set(addrs)) == 4 and all(a.startswith("127.0.0.1:") for a in addrs)
+    for a in addrs:  # each port is bindable again right now
+        with socket.socket() as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            s.bind(("127.0.0.1", int(a.rsplit(":", 1)[1])))
+    assert len(set(free_ports(5))) == 5
+    with pytest.raises(ClusterSpecError, match="Received: workers=0"):
+        ClusterSpec.local(workers=0)
+
+
+def test_from_env_is_none_when_alone():
+    assert TFConfig.from_env({}) is None
+    assert TFConfig.from_env({"TF_CONFIG": OPERATOR_TF_CONFIG}).task.index == 1
+
+
+def test_sparse_form_round_trips():
+    text = json.dumps({"cluster": {"worker": {"1": "w1:2222"}, "ps": ["p0:2222"]},
+                       "task": {"type": "worker", "index": 1}, "environment": "cloud"})
+    assert TFConfig.from_json(text).to_json() == text
