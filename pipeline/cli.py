@@ -7,6 +7,7 @@ instantly; each subcommand module parses its own flags.
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 
 COMMANDS: list[tuple[str, str, str]] = [
@@ -55,6 +56,8 @@ def main(argv: list[str] | None = None) -> int:
         hint = f" (did you mean {match[0]!r}?)" if match else ""
         sys.stderr.write(f"baton: unknown command {args[0]!r}{hint}\n\n{_usage()}")
         return 2
+    # TensorFlow's C++ INFO/WARNING lines drown the progress output; users can still opt in.
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     module = importlib.import_module(by_name[args[0]])
     from pipeline.errors import BatonError
 

@@ -107,7 +107,7 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
             raise ConfigError(path, f"expected a mapping. Received: {_show(value)}")
         vt = args[1] if len(args) == 2 else Any
         return {str(k): _convert(vt, v, _join(path, str(k))) for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         return build_config(tp, value, path)
     if tp is bool:
         if isinstance(value, bool):

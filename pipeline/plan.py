@@ -35,7 +35,8 @@ class Plan:
 
     def upstream_closure(self, names: Iterable[str]) -> set[str]:
         """Every stage whose outputs `names` (transitively) consume, excluding `names`."""
-        wanted, result = set(names), set()
+        wanted: set[str] = set(names)
+        result: set[str] = set()
         for name in reversed(self.order):
             if name in wanted or name in result:
                 result.update(src for src, _ in self.upstream(name).values())
@@ -77,9 +78,10 @@ def plan(spec: PipelineSpec) -> Plan:
             configs[stage.name] = dict(stage.config)
 
     for stage in spec.stages:
-        st = types.get(stage.name)
-        if st is None:
+        resolved = types.get(stage.name)
+        if resolved is None:
             continue
+        st = resolved
         for key, ref in stage.inputs.items():
             where = spec.where(f"inputs.{key}", stage)
             if st.inputs and key not in st.inputs:

@@ -188,7 +188,7 @@ def _run_stage(
                                 {**record, "status": "failed", "error": error, "usage": usage.as_dict()})
         return StageResult(name, stage_spec.type, "failed", usage, dict(ctx.metrics), error)
 
-    outputs = {}
+    outputs: dict[str, dict[str, Any]] = {}
     for out in st.outputs:
         p = work / out
         outputs[out] = {"path": str(final / out), "hash": store.hash_path(p)}
@@ -269,7 +269,8 @@ def summary_table(results: list[StageResult]) -> str:
     rows = [head]
     for r in results:
         u = r.usage
-        shown = [f"{k}={_fmt(v)}" for k, v in r.metrics.items() if isinstance(v, int | float | str)]
+        shown = [f"{k}={_fmt(v)}" for k, v in r.metrics.items()
+                 if isinstance(v, int | float) or (isinstance(v, str) and len(v) <= 24)]
         rows.append((r.name, r.status, f"{u.wall_s:.1f}", f"{u.cpu_s:.1f}", f"{u.peak_rss_mb:.0f}",
                      f"{u.energy_j:.0f}", " ".join(shown[:3]) or (r.error[:60] if r.error else "")))
     rows.append(("total", "", f"{sum(r.usage.wall_s for r in results):.1f}",

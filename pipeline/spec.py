@@ -98,7 +98,11 @@ class PipelineSpec:
 
     @property
     def spec_dir(self) -> Path:
-        return self.path.parent if self.path else Path.cwd()
+        """Where relative paths in configs resolve: the spec's directory; for the embedded
+        default spec (which lives inside the package) the working directory."""
+        if self.path is None or self.path == DEFAULT_SPEC.resolve():
+            return Path.cwd()
+        return self.path.parent
 
     def stage(self, name: str) -> StageSpec:
         for s in self.stages:
@@ -219,6 +223,7 @@ def spec_from_dict(data: Any, path: Path | None = None) -> PipelineSpec:
             stages.append(stage)
     if problems:
         raise SpecError(problems)
+    assert isinstance(name, str)
     return PipelineSpec(
         name=name, stages=tuple(stages), cluster=cluster,
         description=str(data.get("description", "")), runs_dir=str(data.get("runs_dir", "runs")),
@@ -267,5 +272,6 @@ def _stage_from_dict(raw: Any, i: int, src: str) -> tuple[StageSpec | None, list
             all_lines[f"{sub}.{k}"] = v
     if problems:
         return None, problems
+    assert isinstance(name, str) and isinstance(kind, str)
     return StageSpec(name=name, type=kind, config=dict(config),
                      inputs={str(k): str(v) for k, v in inputs.items()}, lines=all_lines), []
