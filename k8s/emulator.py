@@ -1,0 +1,345 @@
+"""Run a TFJob on this machine, one local process per replica, as the training operator would.
+
+The controller loop mirrors the operator's: create every pod, restart a replica according to its
+`restartPolicy` (ExitCode: 128 and above is retryable, 1-127 permanent), count restarts against
+`runPolicy.backoffLimit`, enforce `activeDeadlineSeconds`, decide success by the success policy
+(the Chief/Master succeeded; without one, worker 0; or all workers with `AllWorkers`), then stop
+what is left (`cleanPodPolicy`) and report the job's conditions with the operator's types and
+reasons. One difference: v1.9.0 does not count ExitCode pod re-creations toward backoffLimit;
+the emulator does, so a crash-looping replica ends a local run instead of looping forever.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any, TextIO
+
+from k8s import tfconfig
+from k8s.emulator_pods import EmulationError, PodPlan, find_configmaps, plan_pod
+
+ORDER = ("Chief", "Master", "Worker", "PS", "Evaluator")
+
+
+@dataclasses.dataclass
+class EmulatorOptions:
+    """How to map the cluster onto this machine.
+
+    Attributes:
+        volume_dir: local directory standing in for every PersistentVolumeClaim.
+        work_dir: logs (`logs/<pod>.log`), `status.json`, `tf_config.json`, pod directories.
+        manifests_dir: where ConfigMaps mounted by the pods are found (default: the TFJob's dir).
+        command: replaces the `tensorflow` container's command+args (a hook for tests and for
+            trying a job before its image exists); None runs the container as written.
+        env: extra environment for every container.
+        grace_seconds: cap on terminationGracePeriodSeconds when stopping pods locally.
+        on_event: called with (event, pod name, details) for pod starts/exits and conditions.
+    """
+
+    volume_dir: Path
+    work_dir: Path
+    manifests_dir: Path | None = None
+    command: list[str] | None = None
+    env: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    grace_seconds: float = 10.0
+    poll_seconds: float = 0.05
+    stream: TextIO | None = None
+    on_event: Callable[[str, str, dict], None] | None = None
+
+
+@dataclasses.dataclass
+class _Pod:
+    plan: PodPlan
+    step: int = 0
+    proc: subprocess.Popen | None = None
+    log: Any = None
+    phase: str = "Pending"  # Pending, Running, Succeeded, Failed
+    restarts: int = 0
+    exit_codes: list[int] = dataclasses.field(default_factory=list)
+
+
+def exit_code(returncode: int) -> int:
+    """Popen's -N for "killed by signal N" becomes the kubelet's 128+N (SIGKILL -> 137)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def is_retryable(code: int) -> bool:
+    """The operator's IsRetryableExitCode: 128 and above (signals, e.g. preemption) are retried."""
+    return code >= 128
+
+
+class Emulator:
+    """One TFJob's local run. `run()` returns 0 when the job succeeds, 1 when it fails."""
+
+    def __init__(self, tfjob: Mapping[str, Any], options: EmulatorOptions) -> None:
+        self.job = tfjob
+        self.opts = options
+        meta = tfjob["metadata"]
+        self.name, self.namespace = meta["name"], meta.get("namespace") or "default"
+        spec = tfjob["spec"]
+        self.replica_specs: dict[str, Any] = spec["tfReplicaSpecs"]
+        policy = spec.get("runPolicy") or {}
+        self.backoff_limit = policy.get("backoffLimit")
+        self.deadline = policy.get("activeDeadlineSeconds")
+        self.clean_pod_policy = policy.get("cleanPodPolicy", "None")
+        self.success_policy = spec.get("successPolicy", "")
+        self.conditions: list[dict[str, str]] = []
+        self.history: list[str] = []  # every condition type set, in order (for reports and tests)
+        self.pods: dict[str, _Pod] = {}
+        self.total_restarts = 0
+        self.started = time.monotonic()
+        self.start_time = ""
+
+    # ------------------------------------------------------------------ setup
+    def _plan(self) -> None:
+        cluster = tfconfig.operator_cluster(self.job)
+        tfconfig.as_cluster_spec(cluster)  # one chief, distinct addresses
+        flat = [(k, i) for k in cluster for i in range(len(cluster[k]))]
+        from strategies.cluster import free_ports
+
+        ports = dict(zip(flat, free_ports(len(flat)), strict=True))
+        local = {k: [f"127.0.0.1:{ports[(k, i)]}" for i in range(len(v))] for k, v in cluster.items()}
+        configmaps = find_configmaps(self.opts.manifests_dir)
+        mapping = {}
+        for rtype in sorted(self.replica_specs, key=lambda r: ORDER.index(r) if r in ORDER else 9):
+            for i in range(int(self.replica_specs[rtype].get("replicas", 1))):
+                op = tfconfig.tf_config_json(cluster, rtype, i)
+                lo = tfconfig.tf_config_json(local, rtype, i)
+                plan = plan_pod(self.job, rtype, i, op, lo, self.opts.volume_dir, self.opts.work_dir,
+                                configmaps, self.opts.command, self.opts.env)
+                self.pods[plan.name] = _Pod(plan)
+                mapping[plan.name] = {
+                    "operator_address": cluster[rtype.lower()][i],
+                    "local_address": local[rtype.lower()][i],
+                    "operator_tf_config": op,
+                    "local_tf_config": lo,
+                }
+        (self.opts.work_dir / "tf_config.json").write_text(json.dumps(mapping, indent=2))
+        for pod, m in mapping.items():
+            self._say(f"{pod}: {m['operator_address']} -> {m['local_address']}")
+
+    # ------------------------------------------------------------------ reporting
+    def _say(self, text: str) -> None:
+        if self.opts.stream is not None:
+            self.opts.stream.write(f"[{time.monotonic() - self.started:6.1f}s] {text}\n")
+            self.opts.stream.flush()
+
+    def _event(self, kind: str, pod: str, **details: Any) -> None:
+        if self.opts.on_event:
+            self.opts.on_event(kind, pod, details)
+
+    def set_condition(self, ctype: str, message: str, reason: str | None = None) -> None:
+        """The operator's setCondition: Running and Restarting replace each other; a terminal
+        condition turns Running to False."""
+        now = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        kept = []
+        for c in self.conditions:
+            if c["type"] == ctype or {c["type"], ctype} == {"Running", "Restarting"}:
+                continue
+            if ctype in ("Succeeded", "Failed") and c["type"] == "Running":
+                c = {**c, "status": "False", "lastUpdateTime": now}
+            kept.append(c)
+        kept.append({"type": ctype, "status": "True", "reason": reason or f"TFJob{ctype}",
+                     "message": message, "lastUpdateTime": now, "lastTransitionTime": now})
+        self.conditions = kept
+        self.history.append(ctype)
+        self._say(f"condition {ctype}: {message}")
+        self._event("condition", "", type=ctype, message=message)
+        self._write_status()
+
+    def status(self) -> dict[str, Any]:
+        replica_statuses: dict[str, dict[str, int]] = {}
+        for pod in self.pods.values():
+            rs = replica_statuses.setdefault(pod.plan.rtype, {"active": 0, "succeeded": 0, "failed": 0})
+            key = {"Running": "active", "Pending": "active", "Succeeded": "succeeded"}.get(pod.phase, "failed")
+            rs[key] += 1
+        return {"conditions": self.conditions, "replicaStatuses": replica_statuses,
+                "startTime": self.start_time, "restarts": self.total_restarts,
+                "pods": {n: {"phase": p.phase, "restarts": p.restarts, "exitCodes": p.exit_codes}
+                         for n, p in self.pods.items()}}
+
+    def _write_status(self) -> None:
+        (self.opts.work_dir / "status.json").write_text(json.dumps(self.status(), indent=2))
+
+    # ------------------------------------------------------------------ processes
+    def _start_step(self, pod: _Pod) -> None:
+        step = pod.plan.steps[pod.step]
+        log_path = self.opts.work_dir / "logs" / f"{pod.plan.name}.log"
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        pod.log = open(log_path, "a")  # noqa: SIM115 (closed when the step exits)
+        pod.log.write(f"===== {pod.plan.name} container {step.name} (attempt {pod.restarts}) =====\n")
+        pod.log.flush()
+        try:
+            pod.proc = subprocess.Popen(step.argv, env=step.env, cwd=step.cwd, stdout=pod.log,
+                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        start_new_session=True)
+        except OSError as exc:  # the kubelet's "executable not found": exit code 127
+            pod.log.write(f"cannot start {step.argv[0]!r}: {exc}\n")
+            pod.proc = None
+            pod.exit_codes.append(127)
+            return
+        pod.phase = "Running"
+        self._event("started", pod.plan.name, pid=pod.proc.pid, container=step.name,
+                    attempt=pod.restarts)
+        if step.name == "tensorflow" or pod.step == len(pod.plan.steps) - 1:
+            self._say(f"{pod.plan.name}: started pid {pod.proc.pid} (attempt {pod.restarts})")
+
+    def _start_pod(self, pod: _Pod) -> None:
+        pod.step = 0
+        self._start_step(pod)
+
+    def _stop(self, pod: _Pod) -> None:
+        """SIGTERM the pod's process group, SIGKILL after the grace period (as the kubelet)."""
+        if pod.proc is None or pod.proc.poll() is not None:
+            return
+        try:
+            os.killpg(pod.proc.pid, signal.SIGTERM)
+            pod.proc.wait(timeout=min(pod.plan.grace_seconds, self.opts.grace_seconds))
+        except subprocess.TimeoutExpired:
+            os.killpg(pod.proc.pid, signal.SIGKILL)
+            pod.proc.wait()
+        except ProcessLookupError:
+            pass
+        if pod.log:
+            pod.log.close()
+
+    def _poll(self, pod: _Pod) -> int | None:
+        """Advance a pod; returns the main container's exit code when the pod finished."""
+        if pod.phase not in ("Running", "Pending"):
+            return None
+        if pod.proc is None:  # could not start
+            return pod.exit_codes[-1] if pod.exit_codes else 127
+        rc = pod.proc.poll()
+        if rc is None:
+            return None
+        code = exit_code(rc)
+        pod.log.close()
+        if code == 0 and pod.step < len(pod.plan.steps) - 1:  # init container done
+            pod.step += 1
+            self._start_step(pod)
+            return None
+        pod.exit_codes.append(code)
+        return code
+
+    # ------------------------------------------------------------------ controller
+    def _succeeded(self) -> bool:
+        chief = [p for p in self.pods.values() if p.plan.rtype in ("Chief", "Master")]
+        if chief:
+            return chief[0].phase == "Succeeded"
+        workers = [p for p in self.pods.values() if p.plan.rtype == "Worker"]
+        if self.success_policy == "AllWorkers":
+            return bool(workers) and all(p.phase == "Succeeded" for p in workers)
+        return any(p.plan.index == 0 and p.phase == "Succeeded" for p in workers)
+
+    def _handle_exit(self, pod: _Pod, code: int) -> str | None:
+        """Apply the restart policy; returns "Failed" when the job fails."""
+        rtype = pod.plan.rtype
+        if code == 0:
+            pod.phase = "Succeeded"
+            self._say(f"{pod.plan.name}: exited 0")
+            self._event("exited", pod.plan.name, code=0)
+            return None
+        policy = self.replica_specs[rtype].get("restartPolicy", "Never")
+        retry = (policy == "ExitCode" and is_retryable(code)) or policy in ("OnFailure", "Always")
+        self._event("exited", pod.plan.name, code=code)
+        why = "retryable" if retry else "permanent"
+        self._say(f"{pod.plan.name}: exited {code} ({why} under restartPolicy {policy})")
+        if retry and (self.backoff_limit is None or self.total_restarts < self.backoff_limit):
+            self.total_restarts += 1
+            pod.restarts += 1
+            self.set_condition(
+                "Restarting",
+                f"TFJob {self.namespace}/{self.name} is restarting because 1 {rtype} replica(s) failed.",
+            )
+            self._start_pod(pod)
+            if pod.phase == "Running":
+                self.set_condition("Running", f"TFJob {self.namespace}/{self.name} is running.")
+            return None
+        pod.phase = "Failed"
+        self._tail(pod)
+        if retry:
+            self.set_condition(
+                "Failed",
+                f"TFJob {self.namespace}/{self.name} has failed because it has reached the "
+                f"specified backoff limit ({self.backoff_limit}).",
+                reason="BackoffLimitExceeded",
+            )
+        else:
+            self.set_condition(
+                "Failed",
+                f"TFJob {self.namespace}/{self.name} has failed because 1 {rtype} replica(s) "
+                f"failed (exit code {code}).",
+            )
+        return "Failed"
+
+    def _tail(self, pod: _Pod, lines: int = 15) -> None:
+        path = self.opts.work_dir / "logs" / f"{pod.plan.name}.log"
+        if path.exists():
+            tail = path.read_text(errors="replace").splitlines()[-lines:]
+            self._say(f"{pod.plan.name}: last log lines ({path}):\n    " + "\n    ".join(tail))
+
+    def run(self) -> int:
+        self.opts.work_dir.mkdir(parents=True, exist_ok=True)
+        self.opts.volume_dir.mkdir(parents=True, exist_ok=True)
+        self.started = time.monotonic()
+        self.start_time = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        self._plan()
+        self.set_condition("Created", f"TFJob {self.name} is created.")
+        result = "Failed"
+        try:
+            for pod in self.pods.values():
+                self._start_pod(pod)
+            if any(p.phase == "Running" for p in self.pods.values()):
+                self.set_condition("Running", f"TFJob {self.namespace}/{self.name} is running.")
+            result = self._loop()
+        finally:
+            for pod in self.pods.values():
+                self._stop(pod)
+            if self.clean_pod_policy in ("Running", "All"):
+                self._say(f"cleanPodPolicy {self.clean_pod_policy}: stopped the remaining pods")
+            else:  # the operator would leave them running; locally nothing outlives the run
+                self._say("cleanPodPolicy None: the operator would leave running pods; stopped locally")
+            self._write_status()
+        return 0 if result == "Succeeded" else 1
+
+    def _loop(self) -> str:
+        while True:
+            for pod in list(self.pods.values()):
+                code = self._poll(pod)
+                if code is not None and self._handle_exit(pod, code) == "Failed":
+                    return "Failed"
+            if self._succeeded():
+                self.set_condition("Succeeded", f"TFJob {self.namespace}/{self.name} successfully completed.")
+                return "Succeeded"
+            if self.deadline and time.monotonic() - self.started > self.deadline:
+                self.set_condition("Failed", f"TFJob {self.namespace}/{self.name} has failed because it "
+                                   f"exceeded activeDeadlineSeconds={self.deadline}.",
+                                   reason="DeadlineExceeded")
+                return "Failed"
+            time.sleep(self.opts.poll_seconds)
+
+
+def emulate_file(path: str | Path, options: EmulatorOptions) -> int:
+    """Validate and emulate the TFJob in `path` (the first TFJob document in the file)."""
+    import yaml
+
+    from k8s.validate import check
+
+    docs = [d for d in yaml.safe_load_all(Path(path).read_text()) if isinstance(d, dict)]
+    jobs = [d for d in docs if d.get("kind") == "TFJob"]
+    if not jobs:
+        raise EmulationError(f"{path}: no TFJob document. Received kinds: {[d.get('kind') for d in docs]}")
+    check(jobs[:1])
+    if options.manifests_dir is None:
+        options.manifests_dir = Path(path).parent
+    if options.stream is None:
+        options.stream = sys.stdout
+    return Emulator(jobs[0], options).run()

@@ -1,0 +1,274 @@
+"""Plain dataclasses that describe a Kubernetes deployment of one pipeline run.
+
+`k8s` never imports `pipeline` (a checked layer rule): the CLI glue turns a PipelineSpec into a
+`JobOptions`, and every builder here takes only these values. Everything that the cluster would
+reject later is refused here first, with the option named, because a TFJob that fails in the
+admission webhook after a 20-minute image build is a bad way to learn about a typo.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+
+from k8s.errors import ManifestError
+
+STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "parameter_server")
+CLEAN_POD_POLICIES = ("None", "Running", "All")
+DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# Kubernetes resource.Quantity, as the CRD's own `pattern` spells it.
+QUANTITY = re.compile(
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+# The longest pod name suffix the operator appends: `-evaluator-0`; pod names are DNS labels.
+_LONGEST_SUFFIX = len("-evaluator-0")
+
+
+def check_dns1035(field: str, value: object) -> str:
+    """A DNS-1035 label (what the operator's webhook requires of a job name)."""
+    if not isinstance(value, str) or not DNS1035.match(value) or len(value) > 63:
+        raise ManifestError(
+            field,
+            "must be a DNS-1035 label: lower-case letters, digits and '-', starting with a "
+            f"letter, ending with a letter or digit, at most 63 characters. Received: {value!r}",
+        )
+    return value
+
+
+def check_quantity(field: str, value: object, allow_zero: bool = False) -> str:
+    """A positive Kubernetes quantity such as `500m`, `2`, `4Gi`."""
+    text = str(value)
+    if not QUANTITY.match(text) or text.startswith("-"):
+        raise ManifestError(
+            field, f"must be a non-negative Kubernetes quantity like '2', '500m' or '4Gi'. Received: {value!r}"
+        )
+    number = re.match(r"^\+?([0-9.]+)", text)
+    if number and float(number.group(1) or 0) == 0 and not allow_zero:
+        raise ManifestError(field, f"must be greater than zero. Received: {value!r}")
+    return text
+
+
+@dataclasses.dataclass(frozen=True)
+class Resources:
+    """Requests (and limits) of one pod: CPUs, memory, GPUs (`nvidia.com/gpu`)."""
+
+    cpu: str = "1"
+    memory: str = "2Gi"
+    gpu: int = 0
+
+    def __post_init__(self) -> None:
+        check_quantity("resources.cpu", self.cpu)
+        check_quantity("resources.memory", self.memory)
+        if not isinstance(self.gpu, int) or isinstance(self.gpu, bool) or self.gpu < 0:
+            raise ManifestError("resources.gpu", f"must be an integer >= 0. Received: {self.gpu!r}")
+
+    def to_k8s(self) -> dict:
+        """Requests = limits for memory and GPU (a training pod must not be OOM-surprised)."""
+        requests: dict[str, str] = {"cpu": str(self.cpu), "memory": str(self.memory)}
+        limits: dict[str, str] = {"memory": str(self.memory)}
+        if self.gpu:
+            limits["nvidia.com/gpu"] = str(self.gpu)
+        return {"requests": requests, "limits": limits}
+
+
+@dataclasses.dataclass(frozen=True)
+class Topology:
+    """Who trains. `workers` counts training tasks exactly as `baton run --workers` does.
+
+    * `multi_worker_mirrored`: one Chief plus `workers - 1` Workers (the chief trains too, so
+      the all-reduce ring has `workers` members, the same as locally). With `chief=0`, `workers`
+      Workers and worker 0 decides success.
+    * `parameter_server`: one Chief (the coordinator), `workers` Workers and `ps` PS.
+    * `one_device` / `mirrored`: a single Chief pod using every device it is given.
+    """
+
+    strategy: str = "multi_worker_mirrored"
+    workers: int = 2
+    ps: int = 0
+    chief: int = 1
+    evaluator: bool = False
+
+    def __post_init__(self) -> None:
+        if self.strategy not in STRATEGIES:
+            raise ManifestError(
+                "cluster.strategy", f"must be one of {', '.join(STRATEGIES)}. Received: {self.strategy!r}"
+            )
+        for name in ("workers", "ps", "chief"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool):
+                raise ManifestError(f"cluster.{name}", f"must be an integer. Received: {value!r}")
+        if self.chief not in (0, 1):
+            raise ManifestError(
+                "cluster.chief", f"a TFJob has at most one Chief. Received: chief={self.chief}"
+            )
+        if self.workers < 1:
+            raise ManifestError(
+                "cluster.workers", f"at least one training task is needed. Received: workers={self.workers}"
+            )
+        if self.ps < 0:
+            raise ManifestError("cluster.ps", f"must be >= 0. Received: ps={self.ps}")
+        if self.strategy == "parameter_server":
+            if self.ps < 1:
+                raise ManifestError(
+                    "cluster.ps", f"parameter_server needs at least one PS. Received: ps={self.ps}"
+                )
+            if self.chief != 1:
+                raise ManifestError(
+                    "cluster.chief",
+                    f"parameter_server needs a Chief to coordinate. Received: chief={self.chief}",
+                )
+        elif self.ps:
+            raise ManifestError(
+                "cluster.ps",
+                f"only parameter_server uses parameter servers; strategy {self.strategy} "
+                f"does not. Received: ps={self.ps}",
+            )
+        if self.strategy in ("one_device", "mirrored") and self.workers != 1:
+            raise ManifestError(
+                "cluster.workers",
+                f"strategy {self.strategy} trains in one pod; use multi_worker_mirrored for "
+                f"more. Received: workers={self.workers}",
+            )
+
+    def replica_counts(self) -> dict[str, int]:
+        """TFJob replica types (operator spelling) and their counts, in operator order."""
+        counts: dict[str, int] = {}
+        if self.strategy == "parameter_server":
+            counts = {"Chief": 1, "Worker": self.workers, "PS": self.ps}
+        elif self.strategy == "multi_worker_mirrored" and self.chief:
+            counts = {"Chief": 1, "Worker": self.workers - 1}
+        elif self.strategy == "multi_worker_mirrored":
+            counts = {"Worker": self.workers}
+        else:
+            counts = {"Chief": 1}
+        if self.evaluator:
+            counts["Evaluator"] = 1
+        return {k: v for k, v in counts.items() if v > 0}
+
+
+@dataclasses.dataclass(frozen=True)
+class RunPolicy:
+    """The TFJob runPolicy. cleanPodPolicy `Running` because PS pods never exit by themselves."""
+
+    backoff_limit: int = 3
+    clean_pod_policy: str = "Running"
+    ttl_seconds_after_finished: int = 7 * 24 * 3600
+    active_deadline_seconds: int = 24 * 3600
+
+    def __post_init__(self) -> None:
+        if self.clean_pod_policy not in CLEAN_POD_POLICIES:
+            raise ManifestError(
+                "run_policy.clean_pod_policy",
+                f"must be one of {', '.join(CLEAN_POD_POLICIES)}. Received: {self.clean_pod_policy!r}",
+            )
+        for name in ("backoff_limit", "ttl_seconds_after_finished"):
+            if getattr(self, name) < 0:
+                raise ManifestError(f"run_policy.{name}", f"must be >= 0. Received: {getattr(self, name)}")
+        if self.active_deadline_seconds <= 0:
+            raise ManifestError(
+                "run_policy.active_deadline_seconds",
+                f"must be a positive number of seconds. Received: {self.active_deadline_seconds}",
+            )
+
+    def to_k8s(self) -> dict:
+        return {
+            "backoffLimit": self.backoff_limit,
+            "cleanPodPolicy": self.clean_pod_policy,
+            "ttlSecondsAfterFinished": self.ttl_seconds_after_finished,
+            "activeDeadlineSeconds": self.active_deadline_seconds,
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class JobOptions:
+    """Everything the manifest builders need for one pipeline run on a cluster.
+
+    Attributes:
+        pipeline: pipeline name (labels, resource names, `/artifacts/models/<pipeline>`).
+        run_id: shared by the data Job, the TFJob and the release Job so they agree on the run dir.
+        spec_text: the pipeline YAML, shipped as a ConfigMap; None = the image's embedded default.
+        data_stages / train_stage / release_stages: which stage runs where.
+        train_inputs / release_inputs: `<stage>/<output>` paths (relative to the run dir) that
+            must exist before the TFJob / release Job starts; init containers wait for them, so
+            one `kubectl apply -k` is enough.
+    """
+
+    pipeline: str
+    run_id: str
+    image: str = "baton:latest"
+    namespace: str = "default"
+    topology: Topology = dataclasses.field(default_factory=Topology)
+    resources: Resources = dataclasses.field(default_factory=Resources)
+    ps_resources: Resources | None = None
+    run_policy: RunPolicy = dataclasses.field(default_factory=RunPolicy)
+    name: str | None = None
+    spec_text: str | None = None
+    data_stages: tuple[str, ...] = ()
+    train_stage: str = "train"
+    release_stages: tuple[str, ...] = ()
+    train_inputs: tuple[str, ...] = ()
+    release_inputs: tuple[str, ...] = ()
+    port: int = 2222
+    pvc_size: str = "20Gi"
+    storage_class: str | None = None
+    mount_path: str = "/artifacts"
+    serving_image: str = "tensorflow/serving:2.18.0"
+    serving_replicas: int = 1
+    termination_grace_seconds: int = 120
+
+    def __post_init__(self) -> None:
+        check_dns1035("pipeline", self.pipeline)
+        if not isinstance(self.run_id, str) or not DNS1123_LABEL.match(self.run_id):
+            raise ManifestError(
+                "run_id", f"must be lower-case letters, digits and '-' (it names resources). Received: {self.run_id!r}"
+            )
+        check_dns1035("name", self.job_name)
+        if len(self.job_name) + _LONGEST_SUFFIX > 63:
+            raise ManifestError(
+                "name",
+                f"pod names '<job>-<type>-<i>' must stay within 63 characters, so the job name "
+                f"may have at most {63 - _LONGEST_SUFFIX}. Received: {self.job_name!r} "
+                f"({len(self.job_name)} characters)",
+            )
+        if not DNS1123_LABEL.match(self.namespace or "") or len(self.namespace) > 63:
+            raise ManifestError("namespace", f"must be a DNS-1123 label. Received: {self.namespace!r}")
+        for field in ("image", "serving_image"):
+            value = getattr(self, field)
+            if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value):
+                raise ManifestError(field, f"must be a container image reference. Received: {value!r}")
+        if not isinstance(self.port, int) or not 0 < self.port < 65536:
+            raise ManifestError("port", f"must be a TCP port 1-65535. Received: {self.port!r}")
+        check_quantity("pvc_size", self.pvc_size)
+        if not self.mount_path.startswith("/"):
+            raise ManifestError("mount_path", f"must be an absolute path. Received: {self.mount_path!r}")
+        if self.serving_replicas < 1:
+            raise ManifestError("serving_replicas", f"must be >= 1. Received: {self.serving_replicas}")
+
+    @property
+    def job_name(self) -> str:
+        return self.name or f"{self.pipeline}-{self.run_id}"
+
+    @property
+    def run_dir(self) -> str:
+        return f"{self.mount_path}/runs/{self.pipeline}/{self.run_id}"
+
+    @property
+    def runs_dir(self) -> str:
+        return f"{self.mount_path}/runs"
+
+    @property
+    def models_dir(self) -> str:
+        return f"{self.mount_path}/models/{self.pipeline}"
+
+    @property
+    def pvc_name(self) -> str:
+        return f"{self.pipeline}-artifacts"
+
+    def labels(self, component: str) -> dict[str, str]:
+        return {
+            "app.kubernetes.io/name": "baton",
+            "app.kubernetes.io/part-of": self.pipeline,
+            "app.kubernetes.io/component": component,
+            "baton.dev/run-id": self.run_id,
+        }

@@ -1,0 +1,104 @@
+"""Pod pieces every Baton workload shares: the artifacts volume, the spec ConfigMap, input gates.
+
+All pods of one run mount the same PersistentVolumeClaim at `/artifacts`, so the data Job, the
+TFJob replicas, the release Job and the model server agree on paths without copying anything:
+`/artifacts/runs/<pipeline>/<run-id>/<stage>/<output>` and `/artifacts/models/<pipeline>`.
+"""
+
+from __future__ import annotations
+
+import shlex
+
+from k8s.options import JobOptions
+
+SPEC_DIR = "/etc/baton"
+SPEC_FILE = f"{SPEC_DIR}/pipeline.yaml"
+ISTIO_OFF = {"sidecar.istio.io/inject": "false"}
+# The project image runs as uid 1000 (see Dockerfile); fsGroup makes the PVC writable for it.
+SECURITY_CONTEXT = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000}
+
+
+def spec_configmap_name(opts: JobOptions) -> str:
+    return f"{opts.job_name}-spec"
+
+
+def spec_args(opts: JobOptions) -> list[str]:
+    """The SPEC argument of `baton run/task`: the mounted ConfigMap, or nothing (embedded default)."""
+    return [SPEC_FILE] if opts.spec_text is not None else []
+
+
+def volumes(opts: JobOptions, read_only: bool = False) -> tuple[list[dict], list[dict]]:
+    """(pod volumes, container volumeMounts) for the artifacts PVC and the spec ConfigMap."""
+    vols: list[dict] = [
+        {
+            "name": "artifacts",
+            "persistentVolumeClaim": {"claimName": opts.pvc_name, **({"readOnly": True} if read_only else {})},
+        }
+    ]
+    mounts: list[dict] = [
+        {"name": "artifacts", "mountPath": opts.mount_path, **({"readOnly": True} if read_only else {})}
+    ]
+    if opts.spec_text is not None:
+        vols.append({"name": "pipeline-spec", "configMap": {"name": spec_configmap_name(opts)}})
+        mounts.append({"name": "pipeline-spec", "mountPath": SPEC_DIR, "readOnly": True})
+    return vols, mounts
+
+
+def env(opts: JobOptions) -> list[dict]:
+    return [
+        {"name": "PYTHONUNBUFFERED", "value": "1"},
+        {"name": "TF_CPP_MIN_LOG_LEVEL", "value": "1"},
+        {"name": "BATON_RUN_ID", "value": opts.run_id},
+    ]
+
+
+def gate_container(opts: JobOptions, inputs: tuple[str, ...], mounts: list[dict]) -> dict | None:
+    """An init container that waits until the upstream outputs exist on the shared volume.
+
+    Kubernetes has no "start after that Job" ordering; waiting for the artifacts themselves is
+    the ordering that survives retries and partial re-runs. The artifact store writes outputs
+    by rename, so an existing path is a complete one.
+    """
+    if not inputs:
+        return None
+    paths = [f"{opts.run_dir}/{p}" for p in inputs]
+    test = " && ".join(f"[ -e {shlex.quote(p)} ]" for p in paths)
+    script = f"until {test}; do echo 'waiting for inputs: {' '.join(inputs)}'; sleep 10; done"
+    return {
+        "name": "wait-for-inputs",
+        "image": opts.image,
+        "command": ["sh", "-c", script],
+        "volumeMounts": [m for m in mounts if m["name"] == "artifacts"],
+        "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
+    }
+
+
+def pvc(opts: JobOptions) -> dict:
+    """ReadWriteMany: TFJob pods on different nodes write checkpoints into the same directory."""
+    spec: dict = {
+        "accessModes": ["ReadWriteMany"],
+        "resources": {"requests": {"storage": opts.pvc_size}},
+    }
+    if opts.storage_class:
+        spec["storageClassName"] = opts.storage_class
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": opts.pvc_name, "namespace": opts.namespace, "labels": opts.labels("storage")},
+        "spec": spec,
+    }
+
+
+def spec_configmap(opts: JobOptions) -> dict | None:
+    if opts.spec_text is None:
+        return None
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {
+            "name": spec_configmap_name(opts),
+            "namespace": opts.namespace,
+            "labels": opts.labels("spec"),
+        },
+        "data": {"pipeline.yaml": opts.spec_text},
+    }

@@ -1,0 +1,83 @@
+"""The TFJob (kubeflow.org/v1) for the train stage of a pipeline.
+
+Each replica runs ONE task of the train stage: `baton task SPEC --stage train --run-dir DIR`.
+The operator injects TF_CONFIG naming the task; the task reads it once at the edge. The replica
+restart policy is `ExitCode`, so the task's own exit code decides retries: 143 (SIGTERM,
+checkpoint saved) and 137 (SIGKILL) restart the pod, 1 (a permanent error) fails the job.
+"""
+
+from __future__ import annotations
+
+from k8s import pods
+from k8s.options import JobOptions
+
+API_VERSION = "kubeflow.org/v1"
+KIND = "TFJob"
+CONTAINER = "tensorflow"  # the operator's webhook requires a container of this name
+PORT_NAME = "tfjob-port"  # the operator reads the TF_CONFIG port from this container port
+
+
+def task_command(opts: JobOptions) -> tuple[list[str], list[str]]:
+    """(command, args) of a training replica. Change here to change what every replica runs."""
+    return ["baton"], [
+        "task", *pods.spec_args(opts), "--stage", opts.train_stage, "--run-dir", opts.run_dir,
+    ]
+
+
+def _replica(opts: JobOptions, rtype: str, replicas: int) -> dict:
+    vols, mounts = pods.volumes(opts)
+    command, args = task_command(opts)
+    res = opts.ps_resources if (rtype == "PS" and opts.ps_resources) else opts.resources
+    container = {
+        "name": CONTAINER,
+        "image": opts.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command,
+        "args": args,
+        "env": pods.env(opts),
+        "ports": [{"name": PORT_NAME, "containerPort": opts.port, "protocol": "TCP"}],
+        "resources": res.to_k8s(),
+        "volumeMounts": mounts,
+    }
+    spec: dict = {
+        # time for the SIGTERM handler to write a checkpoint before SIGKILL
+        "terminationGracePeriodSeconds": opts.termination_grace_seconds,
+        "securityContext": dict(pods.SECURITY_CONTEXT),
+        "containers": [container],
+        "volumes": vols,
+    }
+    gate = pods.gate_container(opts, opts.train_inputs, mounts)
+    if gate:
+        spec["initContainers"] = [gate]
+    return {
+        "replicas": replicas,
+        "restartPolicy": "ExitCode",
+        "template": {
+            "metadata": {
+                "labels": {**opts.labels("train"), "baton.dev/replica-type": rtype.lower()},
+                "annotations": dict(pods.ISTIO_OFF),
+            },
+            "spec": spec,
+        },
+    }
+
+
+def build_tfjob(opts: JobOptions) -> dict:
+    """The TFJob manifest as a plain dict (YAML-ready)."""
+    replica_specs = {
+        rtype: _replica(opts, rtype, n) for rtype, n in opts.topology.replica_counts().items()
+    }
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": {
+            "name": opts.job_name,
+            "namespace": opts.namespace,
+            "labels": opts.labels("train"),
+            "annotations": {"baton.dev/strategy": opts.topology.strategy},
+        },
+        "spec": {
+            "runPolicy": opts.run_policy.to_k8s(),
+            "tfReplicaSpecs": replica_specs,
+        },
+    }

@@ -1,0 +1,242 @@
+"""`baton k8s`: Kubernetes manifests from a pipeline spec; validate, emulate and submit them.
+
+    baton k8s [SPEC] --out DIR [--workers N] [--ps M] [--strategy S] [--image I] [--namespace NS]
+    baton k8s validate FILE_OR_DIR...
+    baton k8s emulate TFJOB.yaml [--volume-dir DIR] [--work-dir DIR] [--command "CMD ..."]
+    baton k8s submit DIR_OR_FILE... [--kubeconfig F] [--context C] [--namespace NS] [--dry-run]
+
+This module is the only place that knows both a PipelineSpec and the `k8s` package: it splits
+the stages into data Job / TFJob / release Job and hands `k8s` plain dataclasses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from pipeline.errors import BatonError, UsageError
+
+STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "parameter_server")
+SUBCOMMANDS = ("validate", "emulate", "submit")
+_FLAG_FOR_FIELD = {
+    "cluster.workers": "--workers", "cluster.ps": "--ps", "cluster.strategy": "--strategy",
+    "image": "--image", "namespace": "--namespace", "run_id": "--run-id", "name": "--name",
+    "cluster.chief": "--no-chief",
+}
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that raises UsageError (exit 2, flag and value named) instead of exiting."""
+
+    def error(self, message: str) -> None:  # type: ignore[override]
+        raise UsageError(f"{self.prog}: {message}")
+
+
+def _generate_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="baton k8s", description="Write Kubernetes manifests (TFJob, data and release "
+                "Jobs, TF Serving Deployment/Service, KServe alternative, kustomization.yaml) for a "
+                f"pipeline. Other subcommands: {', '.join(SUBCOMMANDS)} (`baton k8s validate -h`).")
+    p.add_argument("spec", nargs="?", help="pipeline YAML (default: the embedded penguins pipeline)")
+    p.add_argument("--out", required=True, help="directory to write the manifests into")
+    p.add_argument("--workers", type=int, help="training tasks (as for `baton run`)")
+    p.add_argument("--ps", type=int, help="parameter servers (with --strategy parameter_server)")
+    p.add_argument("--strategy", choices=STRATEGIES, help="tf.distribute strategy")
+    p.add_argument("--image", help="project image the pods run (see the Dockerfile)")
+    p.add_argument("--namespace", help="Kubernetes namespace")
+    p.add_argument("--run-id", help="run id shared by the Jobs, TFJob and serving (default: new)")
+    p.add_argument("--name", help="TFJob name (default: <pipeline>-<run id>)")
+    p.add_argument("--no-chief", action="store_true",
+                   help="multi_worker_mirrored with Workers only (worker 0 decides success)")
+    p.add_argument("--evaluator", action="store_true", help="add an Evaluator replica")
+    return p
+
+
+def _split_stages(spec) -> tuple[tuple[str, ...], str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(data stages, train stage, release stages, train inputs, release inputs)."""
+    train = [s for s in spec.stages if s.type == "train"]
+    if not train:
+        raise UsageError(f"spec {spec.path or '<default>'}: no stage of type 'train'; a TFJob needs one")
+    train_name = train[0].name
+    by_name = {s.name: s for s in spec.stages}
+    after: set[str] = {train_name}
+    changed = True
+    while changed:  # descendants of the train stage run after it
+        changed = False
+        for s in spec.stages:
+            if s.name not in after and any(r.split(".")[0] in after for r in s.inputs.values()):
+                after.add(s.name)
+                changed = True
+    data = tuple(s.name for s in spec.stages if s.name not in after)
+    release = tuple(s.name for s in spec.stages if s.name in after and s.name != train_name)
+    train_inputs = tuple(sorted({r.replace(".", "/") for r in by_name[train_name].inputs.values()}))
+    release_inputs = tuple(sorted({
+        r.replace(".", "/") for n in release for r in by_name[n].inputs.values()
+        if r.split(".")[0] == train_name
+    }))
+    return data, train_name, release, train_inputs, release_inputs
+
+
+def cluster_spec_text(spec, models_dir: str) -> str:
+    """The spec YAML as shipped to the cluster: push stages publish to the shared volume.
+
+    Relative paths in a spec resolve against the spec's directory, which in a pod is the
+    read-only ConfigMap mount; the model servers read `/artifacts/models/<pipeline>`. So a push
+    stage without an absolute `serving_base` gets that one (the YAML is re-dumped only then).
+    """
+    import yaml
+
+    text = spec.path.read_text() if spec.path else spec.to_yaml()
+    data = yaml.safe_load(text)
+    changed = False
+    for stage in data.get("stages") or []:
+        if stage.get("type") == "push":
+            config = stage.setdefault("config", {}) or {}
+            stage["config"] = config
+            if not str(config.get("serving_base", "")).startswith("/"):
+                config["serving_base"] = models_dir
+                changed = True
+    return yaml.safe_dump(data, sort_keys=False) if changed else text
+
+
+def job_options(spec, args: argparse.Namespace):
+    """A PipelineSpec plus flags -> k8s.JobOptions (ManifestError names the field)."""
+    from k8s.options import JobOptions, Resources, Topology
+    from pipeline.store import new_run_id
+
+    cluster = spec.cluster
+    data, train, release, train_inputs, release_inputs = _split_stages(spec)
+    res = cluster.resources
+    probe = JobOptions(pipeline=spec.name, run_id="probe")
+    spec_text = cluster_spec_text(spec, probe.models_dir)
+    return JobOptions(
+        pipeline=spec.name,
+        run_id=args.run_id or new_run_id(),
+        image=args.image or cluster.image,
+        namespace=args.namespace or cluster.namespace,
+        topology=Topology(
+            strategy=args.strategy or cluster.strategy,
+            workers=args.workers if args.workers is not None else cluster.workers,
+            ps=args.ps if args.ps is not None else cluster.ps,
+            chief=0 if args.no_chief else 1,
+            evaluator=args.evaluator,
+        ),
+        resources=Resources(cpu=str(res.cpu), memory=str(res.memory), gpu=int(res.gpu)),
+        name=args.name,
+        spec_text=spec_text,
+        data_stages=data, train_stage=train, release_stages=release,
+        train_inputs=train_inputs, release_inputs=release_inputs,
+    )
+
+
+def generate(argv: list[str]) -> int:
+    from k8s.errors import ManifestError, ValidationFailed
+    from k8s.render import write_manifests
+    from pipeline.spec import load_spec
+
+    args = _generate_parser().parse_args(argv)
+    spec = load_spec(args.spec)
+    try:
+        opts = job_options(spec, args)
+    except ManifestError as exc:
+        flag = _FLAG_FOR_FIELD.get(exc.field)
+        value = getattr(args, flag.lstrip("-").replace("-", "_"), None) if flag else None
+        given = value is not None and value is not False
+        where = f"{flag}" if given else f"spec {spec.path or '<default penguins>'}: {exc.field}"
+        raise UsageError(f"{where}: {str(exc).split(': ', 1)[1]}") from exc
+    try:
+        written = write_manifests(opts, args.out)
+    except ValidationFailed as exc:
+        raise UsageError(f"generated manifests do not validate:\n{exc}") from exc
+    topo = opts.topology.replica_counts()
+    print(f"wrote {len(written)} files to {args.out}: TFJob {opts.job_name} "
+          f"({', '.join(f'{k} x{v}' for k, v in topo.items())}), run id {opts.run_id}")
+    return 0
+
+
+def validate(argv: list[str]) -> int:
+    from k8s.kube_schemas import source
+    from k8s.validate import validate_file
+
+    p = _Parser(prog="baton k8s validate", description="Validate manifests: TFJobs against the "
+                "training operator v1.9.0 CRD schema and webhook rules, built-in kinds against "
+                "Kubernetes' schemas. Exit 0 when valid, 1 with every violation listed.")
+    p.add_argument("files", nargs="+", help="YAML files or directories")
+    args = p.parse_args(argv)
+    missing = [f for f in args.files if not Path(f).exists()]
+    if missing:
+        raise UsageError(f"no such file: {', '.join(missing)}")
+    found = [v for f in args.files for v in validate_file(f)]
+    for v in found:
+        print(v)
+    if found:
+        print(f"{len(found)} violation(s)", file=sys.stderr)
+        return 1
+    print(f"ok: {', '.join(args.files)} (TFJob: kubeflow.org_tfjobs.v1.9.0 + webhook rules; "
+          f"built-in kinds: {source()})")
+    return 0
+
+
+def emulate(argv: list[str]) -> int:
+    from k8s.emulator import EmulatorOptions, emulate_file
+    from k8s.emulator_pods import EmulationError
+    from k8s.errors import ValidationFailed
+
+    p = _Parser(prog="baton k8s emulate", description="Run each replica of a TFJob as a local "
+                "process with the environment the operator would give it; exit 0 when the job "
+                "succeeds, 1 when it fails.")
+    p.add_argument("tfjob", help="TFJob YAML (e.g. OUT/tfjob.yaml)")
+    p.add_argument("--volume-dir", help="local directory for the PVC (default: WORK_DIR/volume)")
+    p.add_argument("--work-dir", help="logs, status.json, tf_config.json (default: ./.baton-emulator/<file stem>)")
+    p.add_argument("--manifests-dir", help="where mounted ConfigMaps are found (default: the TFJob's dir)")
+    p.add_argument("--command", help="replace the tensorflow container's command and args")
+    args = p.parse_args(argv)
+    if not Path(args.tfjob).is_file():
+        raise UsageError(f"no such file: {args.tfjob}")
+    work = Path(args.work_dir or Path(".baton-emulator") / Path(args.tfjob).resolve().parent.name)
+    opts = EmulatorOptions(
+        volume_dir=Path(args.volume_dir or work / "volume").resolve(),
+        work_dir=work.resolve(),
+        manifests_dir=Path(args.manifests_dir) if args.manifests_dir else None,
+        command=shlex.split(args.command) if args.command else None,
+    )
+    try:
+        return emulate_file(args.tfjob, opts)
+    except ValidationFailed as exc:
+        raise UsageError(f"{args.tfjob}: {exc}") from exc
+    except EmulationError as exc:
+        raise UsageError(str(exc)) from exc
+
+
+def submit(argv: list[str]) -> int:
+    from k8s import submit as sub
+    from k8s.validate import check, load_documents
+
+    p = _Parser(prog="baton k8s submit", description="Create the manifests on a cluster with the "
+                "official kubernetes client (your kubeconfig); TFJobs via CustomObjectsApi.")
+    p.add_argument("paths", nargs="+", help="manifest files or a directory written by `baton k8s`")
+    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
+    p.add_argument("--context", help="kubeconfig context")
+    p.add_argument("--namespace", help="override the manifests' namespace")
+    p.add_argument("--dry-run", action="store_true", help="server-side dry run (dryRun=All)")
+    args = p.parse_args(argv)
+    docs = []
+    for path in args.paths:
+        if not Path(path).exists():
+            raise UsageError(f"no such file: {path}")
+        docs += [d for src, d in load_documents(path) if "alternatives" not in src]
+    check(docs)
+    try:
+        requests = sub.plan(docs, namespace=args.namespace, dry_run=args.dry_run)
+        for line in sub.submit(requests, sub.load_client(args.kubeconfig, args.context)):
+            print(line)
+    except sub.SubmitError as exc:
+        raise BatonError(str(exc)) from exc
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    if argv and argv[0] in SUBCOMMANDS:
+        return {"validate": validate, "emulate": emulate, "submit": submit}[argv[0]](argv[1:])
+    return generate(argv)

@@ -1,0 +1,30 @@
+"""Shared builders for the k8s tests: plain JobOptions, no pipeline spec needed."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from k8s.options import JobOptions, Topology
+
+
+def make_options(strategy: str = "multi_worker_mirrored", workers: int = 2, ps: int = 0,
+                 **kwargs) -> JobOptions:
+    chief = kwargs.pop("chief", 1)
+    base = dict(
+        pipeline="penguins", run_id="20261129-221500-3fa2", spec_text="pipeline: penguins\n",
+        data_stages=("ingest", "transform"), release_stages=("evaluate", "export", "push"),
+        train_inputs=("transform/transformed",), release_inputs=("train/model",),
+        topology=Topology(strategy, workers, ps, chief=chief),
+    )
+    base.update(kwargs)
+    return JobOptions(**base)
+
+
+@pytest.fixture
+def tfjob() -> dict:
+    """A valid parameter-server TFJob (Chief, 2 Workers, 1 PS) to hand-edit."""
+    from k8s.tfjob import build_tfjob
+
+    return copy.deepcopy(build_tfjob(make_options("parameter_server", 2, 1)))

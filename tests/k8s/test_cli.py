@@ -1,0 +1,81 @@
+"""`baton k8s` end to end through the CLI glue (pipeline.commands.k8s)."""
+
+from __future__ import annotations
+
+import sys
+
+import pytest
+import yaml
+
+from pipeline.cli import main as baton
+from pipeline.commands.k8s import main
+
+
+def test_generate_default_pipeline_both_strategies(tmp_path, capsys):
+    for strategy, extra in (("multi_worker_mirrored", []), ("parameter_server", ["--ps", "1"])):
+        out = tmp_path / strategy
+        assert main(["--out", str(out), "--strategy", strategy, "--workers", "2",
+                     "--run-id", "r1", "--namespace", "ml", "--image", "reg.io/baton:1", *extra]) == 0
+        job = yaml.safe_load((out / "tfjob.yaml").read_text())
+        assert job["metadata"] == {**job["metadata"], "name": "penguins-r1", "namespace": "ml"}
+        c = job["spec"]["tfReplicaSpecs"]["Chief"]["template"]["spec"]["containers"][0]
+        assert c["image"] == "reg.io/baton:1"
+        assert main(["validate", str(out)]) == 0
+    assert "penguins-r1" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--workers", "0"], "--workers"),
+    (["--workers", "x"], "invalid int value: 'x'"),
+    (["--strategy", "horovod"], "'horovod'"),
+    (["--strategy", "parameter_server", "--workers", "2", "--ps", "0"], "--ps"),
+    (["--name", "Bad_Name"], "'Bad_Name'"),
+    (["--namespace", "Prod"], "'Prod'"),
+])
+def test_bad_flags_exit_2_naming_flag_and_value(tmp_path, capsys, argv, needle):
+    assert baton(["k8s", "--out", str(tmp_path / "o"), *argv]) == 2
+    err = capsys.readouterr().err
+    assert needle in err
+    assert not (tmp_path / "o").exists()
+
+
+def test_validate_reports_each_violation_and_exits_1(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert main(["--out", str(out), "--run-id", "r1"]) == 0
+    job = yaml.safe_load((out / "tfjob.yaml").read_text())
+    job["metadata"]["name"] = "Bad"
+    job["spec"]["tfReplicaSpecs"]["Chief"]["replicas"] = "1"
+    (out / "tfjob.yaml").write_text(yaml.safe_dump(job))
+    capsys.readouterr()
+    assert main(["validate", str(out / "tfjob.yaml")]) == 1
+    lines = capsys.readouterr().out.splitlines()
+    assert any("metadata.name" in line and "[webhook]" in line for line in lines)
+    assert any("spec.tfReplicaSpecs.Chief.replicas" in line and "[schema]" in line for line in lines)
+    assert baton(["k8s", "validate", str(tmp_path / "missing.yaml")]) == 2
+
+
+def test_emulate_cli_runs_the_generated_job(tmp_path, capsys):
+    out = tmp_path / "o"
+    assert main(["--out", str(out), "--run-id", "r1", "--strategy", "multi_worker_mirrored",
+                 "--workers", "2"]) == 0
+    job = yaml.safe_load((out / "tfjob.yaml").read_text())
+    for rspec in job["spec"]["tfReplicaSpecs"].values():  # no upstream data in this test
+        del rspec["template"]["spec"]["initContainers"]
+    (out / "tfjob.yaml").write_text(yaml.safe_dump(job))
+    cmd = f"{sys.executable} -c 'import os,sys; sys.exit(0 if os.path.exists(sys.argv[1]) else 1)' /etc/baton/pipeline.yaml"
+    rc = main(["emulate", str(out / "tfjob.yaml"), "--work-dir", str(tmp_path / "w"), "--command", cmd])
+    text = capsys.readouterr().out
+    assert rc == 0, text
+    assert "condition Succeeded" in text and "penguins-r1-worker-0.default.svc:2222 -> 127.0.0.1:" in text
+
+
+def test_shipped_spec_pushes_to_the_shared_volume(tmp_path):
+    from pipeline.spec import spec_from_dict
+
+    assert main(["--out", str(tmp_path), "--run-id", "r1"]) == 0
+    cm = yaml.safe_load((tmp_path / "pipeline-spec.yaml").read_text())
+    spec = spec_from_dict(yaml.safe_load(cm["data"]["pipeline.yaml"]))
+    push = [s for s in spec.stages if s.type == "push"]
+    assert push and all(s.config["serving_base"] == "/artifacts/models/penguins" for s in push)
+    deploy = yaml.safe_load((tmp_path / "serving-deployment.yaml").read_text())
+    assert "--model_base_path=/artifacts/models/penguins" in deploy["spec"]["template"]["spec"]["containers"][0]["args"]

@@ -1,0 +1,157 @@
+"""Emulator semantics with tiny Python replicas (fast): restarts, failures, success policy, env."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from k8s.emulator import Emulator, EmulatorOptions, exit_code
+from k8s.render import write_manifests
+from k8s.tfjob import build_tfjob
+
+from .conftest import make_options
+
+# A replica that exits with the code listed for its attempt: codes "137,0" = killed, then ok;
+# "0@worker-0:3" = exit 0 once worker-0 has started 3 times; -1 = run until stopped.
+# It records its env and argv so tests see what the "pod" got.
+REPLICA = r"""
+import json, os, sys, pathlib
+out = pathlib.Path(sys.argv[1]); out.mkdir(parents=True, exist_ok=True)
+task = json.loads(os.environ["TF_CONFIG"])["task"]
+me = f"{task['type']}-{task['index']}"
+attempts = out / f"{me}.attempts"
+n = int(attempts.read_text()) if attempts.exists() else 0
+attempts.write_text(str(n + 1))
+(out / f"{me}.env.json").write_text(json.dumps({"argv": sys.argv, "env": dict(os.environ)}))
+codes = os.environ.get("CODES_" + me.replace("-", "_"), "0").split(",")
+code, _, after = codes[min(n, len(codes) - 1)].partition("@")
+if after:
+    import time
+    other, _, count = after.partition(":")
+    f = out / f"{other}.attempts"
+    while not (f.exists() and f.read_text() and int(f.read_text()) >= int(count)):
+        time.sleep(0.02)
+    time.sleep(0.2)
+code = int(code)
+if code < 0:
+    import time; time.sleep(600)
+sys.exit(code)
+"""
+
+
+def _job(**kwargs) -> dict:
+    """A TFJob without the spec ConfigMap and input gate (nothing to mount or wait for)."""
+    return build_tfjob(make_options(train_inputs=(), spec_text=None, **kwargs))
+
+
+def _run(tmp_path: Path, job: dict, codes: dict[str, str], manifests: Path | None = None):
+    events = []
+    opts = EmulatorOptions(
+        volume_dir=tmp_path / "vol", work_dir=tmp_path / "work", manifests_dir=manifests,
+        command=[sys.executable, "-c", REPLICA, "/artifacts/out", "/etc/baton/pipeline.yaml"],
+        env={f"CODES_{k}": v for k, v in codes.items()},
+        on_event=lambda kind, pod, details: events.append((kind, pod, details)),
+    )
+    em = Emulator(job, opts)
+    rc = em.run()
+    return rc, em, events
+
+
+def _pids_gone(events) -> bool:
+    for kind, _pod, details in events:
+        if kind == "started":
+            try:
+                os.kill(details["pid"], 0)
+            except ProcessLookupError:
+                continue
+            return False
+    return True
+
+
+def test_sigkilled_worker_restarts_then_chief_success_ends_the_job(tmp_path):
+    job = _job(workers=3)
+    rc, em, events = _run(tmp_path, job, {"worker_0": "137,143,0", "worker_1": "-1", "chief_0": "0@worker-0:3"})
+    assert rc == 0
+    assert em.history[:2] == ["Created", "Running"] and "Restarting" in em.history
+    assert em.history[-1] == "Succeeded"
+    status = json.loads((tmp_path / "work" / "status.json").read_text())
+    assert status["conditions"][-1]["type"] == "Succeeded"
+    assert status["conditions"][-1]["reason"] == "TFJobSucceeded"
+    assert _pids_gone(events)  # worker-1 was still running: cleanPodPolicy stopped it
+
+
+def test_permanent_exit_code_fails_the_job(tmp_path):
+    job = _job()
+    rc, em, events = _run(tmp_path, job, {"worker_0": "1", "chief_0": "-1"})
+    assert rc == 1 and em.history[-1] == "Failed"
+    assert "exit code 1" in em.conditions[-1]["message"]
+    assert "Restarting" not in em.history
+    assert _pids_gone(events)
+
+
+def test_backoff_limit_ends_a_crash_loop(tmp_path):
+    job = _job()
+    job["spec"]["runPolicy"]["backoffLimit"] = 2
+    rc, em, _ = _run(tmp_path, job, {"worker_0": "137", "chief_0": "-1"})
+    assert rc == 1 and em.total_restarts == 2
+    assert em.conditions[-1]["reason"] == "BackoffLimitExceeded"
+
+
+def test_restart_policy_never_fails_on_a_signal(tmp_path):
+    job = _job()
+    job["spec"]["tfReplicaSpecs"]["Worker"]["restartPolicy"] = "Never"
+    rc, em, _ = _run(tmp_path, job, {"worker_0": "143", "chief_0": "-1"})
+    assert rc == 1 and "Restarting" not in em.history
+
+
+def test_without_a_chief_worker_0_decides_success(tmp_path):
+    job = _job(workers=2, chief=0)
+    rc, em, _ = _run(tmp_path, job, {"worker_0": "0", "worker_1": "-1"})
+    assert rc == 0 and em.history[-1] == "Succeeded"
+
+
+def test_all_workers_success_policy(tmp_path):
+    job = _job(workers=2, chief=0)
+    job["spec"]["successPolicy"] = "AllWorkers"
+    rc, em, _ = _run(tmp_path, job, {"worker_0": "0", "worker_1": "137,0"})
+    assert rc == 0
+    assert (tmp_path / "vol" / "out" / "worker-1.attempts").read_text() == "2"
+
+
+def test_replica_environment_is_the_operators(tmp_path):
+    opts = make_options("parameter_server", 2, 1)
+    write_manifests(opts, tmp_path / "m")
+    job = build_tfjob(opts)
+    gate = tmp_path / "vol" / "runs" / "penguins" / opts.run_id / "transform" / "transformed"
+    gate.mkdir(parents=True)
+    rc, em, _ = _run(tmp_path, job, {"chief_0": "0@worker-1:1", "worker_0": "-1", "worker_1": "-1", "ps_0": "-1"},
+                     manifests=tmp_path / "m")
+    assert rc == 0
+    seen = json.loads((tmp_path / "vol" / "out" / "worker-1.env.json").read_text())
+    env = seen["env"]
+    op = env["BATON_OPERATOR_TF_CONFIG"]
+    job_name = opts.job_name
+    j = job_name
+    assert op == (
+        f'{{"cluster":{{"chief":["{j}-chief-0.default.svc:2222"],"ps":["{j}-ps-0.default.svc:2222"],'
+        f'"worker":["{j}-worker-0.default.svc:2222","{j}-worker-1.default.svc:2222"]}},'
+        '"task":{"type":"worker","index":1},"environment":"cloud"}'
+    )
+    local = json.loads(env["TF_CONFIG"])
+    assert local["task"] == {"type": "worker", "index": 1}
+    addrs = [a for v in local["cluster"].values() for a in v]
+    assert all(a.startswith("127.0.0.1:") for a in addrs) and len(set(addrs)) == 4
+    mapping = json.loads((tmp_path / "work" / "tf_config.json").read_text())
+    assert mapping[f"{job_name}-worker-1"]["local_address"] == local["cluster"]["worker"][1]
+    # PVC and ConfigMap paths are rewritten; the project's environment is first on PATH
+    assert seen["argv"][1] == str(tmp_path / "vol" / "out")
+    spec_file = Path(seen["argv"][2])
+    assert spec_file.read_text() == "pipeline: penguins\n"
+    assert env["PATH"].split(os.pathsep)[0] == os.path.dirname(sys.executable)
+    assert env["BATON_RUN_ID"] == opts.run_id
+
+
+def test_exit_code_maps_signals_like_the_kubelet():
+    assert exit_code(-9) == 137 and exit_code(-15) == 143 and exit_code(1) == 1
