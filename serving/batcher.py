@@ -1,0 +1,247 @@
+"""Dynamic batching: many requests, one signature call.
+
+A shared scheduler (as TF Serving's SharedBatchScheduler) owns `num_batch_threads`
+worker threads and one queue per (signature, input layout). A worker takes the queue
+whose head waited longest, merges tasks up to the execution batch size, waits at most
+`batch_timeout_micros` for more, pads to `allowed_batch_sizes`, calls the signature once
+with numpy inputs, and slices the outputs back per task. While a batch runs (TF releases
+the GIL) new requests accumulate, so batches grow with load and a lone request waits for
+nobody. Completions are handed back to each asyncio loop once per batch, not per request.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import functools
+import threading
+import time
+from collections.abc import Callable
+
+import numpy as np
+
+from serving.config import BatchingOptions
+from serving.status import Code, ServingError, invalid, unavailable
+
+
+class Task:
+    """One request's inputs (already numpy, batch dimension first) and its completion."""
+
+    __slots__ = ("signature", "feeds", "size", "done", "loop", "enqueued", "key", "model")
+
+    def __init__(self, signature, feeds: dict[str, np.ndarray], done: Callable, loop=None,
+                 model: str = ""):
+        self.signature = signature
+        self.feeds = feeds
+        self.done = done  # done(outputs: dict | None, error: ServingError | None)
+        self.loop = loop  # asyncio loop to complete on, or None for the worker thread
+        self.model = model
+        sizes = {a.shape[0] if a.ndim else -1 for a in feeds.values()}
+        if len(sizes) != 1 or -1 in sizes:
+            shapes = {k: list(v.shape) for k, v in feeds.items()}
+            raise invalid("all inputs must have the same size in the 0th (batch) dimension. "
+                          f"Received shapes: {shapes}")
+        self.size = sizes.pop()
+        self.key = (id(signature),) + tuple(
+            (k, a.shape[1:], a.dtype.str) for k, a in sorted(feeds.items()))
+        self.enqueued = 0.0
+
+
+class _Queue:
+    __slots__ = ("tasks", "rows")
+
+    def __init__(self):
+        self.tasks: collections.deque[Task] = collections.deque()
+        self.rows = 0
+
+
+def _complete(batch: list[tuple[Task, dict | None, ServingError | None]]) -> None:
+    for task, out, err in batch:
+        # A broken client callback must not kill the worker.
+        with contextlib.suppress(Exception):
+            task.done(out, err)
+
+
+class BatchScheduler:
+    """Shared worker threads and per-signature queues.
+
+    Args:
+        options: batching knobs; `max_enqueued_batches * max_batch_size` bounds each queue.
+        batching: False runs each request as its own call (TF Serving without
+            --enable_batching) on the same bounded, measured machinery.
+        on_batch: metrics hook `on_batch(model, size, padded_size, seconds)`.
+    """
+
+    def __init__(self, options: BatchingOptions, batching: bool = True,
+                 on_batch: Callable | None = None):
+        self.options = options
+        self.batching = batching
+        self._on_batch = on_batch
+        self._cv = threading.Condition()
+        self._queues: dict[tuple, _Queue] = {}
+        self._closed = False
+        self._busy = 0
+        self._capacity = options.max_enqueued_batches * options.max_batch_size
+        self._threads = [
+            threading.Thread(target=self._run, name=f"batch-{i}", daemon=True)
+            for i in range(options.num_batch_threads)
+        ]
+        for t in self._threads:
+            t.start()
+
+    # -- producer side ---------------------------------------------------------------
+    def submit(self, task: Task) -> None:
+        """Enqueues a task or raises (400 too large, 503 queue full / shutting down)."""
+        limit = self.options.execution_size
+        if self.batching and task.size > limit:
+            if not self.options.enable_large_batch_splitting:
+                raise invalid(f"Task size {task.size} is larger than maximum input batch "
+                              f"size {limit}")
+            self._submit_split(task, limit)
+            return
+        with self._cv:
+            if self._closed:
+                raise unavailable("Server is shutting down")
+            q = self._queues.get(task.key)
+            if q is None:
+                q = self._queues[task.key] = _Queue()
+            if q.rows + task.size > self._capacity and q.rows > 0:
+                raise unavailable("The batch scheduling queue to which this task was "
+                                  "submitted is full")
+            task.enqueued = time.monotonic()
+            q.tasks.append(task)
+            q.rows += task.size
+            self._cv.notify()
+
+    def _submit_split(self, task: Task, limit: int) -> None:
+        parts: list = [None] * ((task.size + limit - 1) // limit)
+        state = {"left": len(parts), "error": None}
+        lock = threading.Lock()
+
+        def part_done(i, out, err):
+            with lock:
+                parts[i] = out
+                state["error"] = state["error"] or err
+                state["left"] -= 1
+                last = state["left"] == 0
+            if last:
+                if state["error"] is not None:
+                    task.done(None, state["error"])
+                else:
+                    task.done({k: np.concatenate([p[k] for p in parts]) for k in parts[0]}, None)
+
+        subs = []
+        for i, start in enumerate(range(0, task.size, limit)):
+            feeds = {k: v[start:start + limit] for k, v in task.feeds.items()}
+            subs.append(Task(task.signature, feeds, functools.partial(part_done, i), None,
+                             task.model))
+        for s in subs:
+            self.submit(s)  # a full queue part-way fails the remaining parts only
+
+    def depth(self) -> dict[str, int]:
+        """Queued rows per model (for the queue-depth gauge)."""
+        out: dict[str, int] = collections.Counter()
+        with self._cv:
+            for q in self._queues.values():
+                if q.tasks:
+                    out[q.tasks[0].model] += q.rows
+        return dict(out)
+
+    @property
+    def idle(self) -> bool:
+        with self._cv:
+            return self._busy == 0 and not any(q.tasks for q in self._queues.values())
+
+    def close(self, timeout: float = 10.0) -> None:
+        """Stops accepting work, lets queued batches finish, joins the workers."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+        for t in self._threads:
+            t.join(timeout)
+
+    # -- worker side -----------------------------------------------------------------
+    def _take(self) -> list[Task] | None:
+        opts = self.options
+        with self._cv:
+            while True:
+                heads = [(q.tasks[0].enqueued, k) for k, q in self._queues.items() if q.tasks]
+                if heads:
+                    break
+                if self._closed:
+                    return None
+                self._cv.wait()
+            key = min(heads)[1]
+            q = self._queues[key]
+            tasks = q.tasks
+            limit = opts.execution_size if self.batching else 1
+            deadline = tasks[0].enqueued + opts.batch_timeout_micros / 1e6
+            batch: list[Task] = []
+            size = 0
+            while True:
+                while tasks and (not batch or size + tasks[0].size <= limit):
+                    t = tasks.popleft()
+                    batch.append(t)
+                    size += t.size
+                    q.rows -= t.size
+                remaining = deadline - time.monotonic()
+                if (size >= limit or remaining <= 0 or self._closed or not self.batching
+                        or (tasks and batch)):
+                    break
+                self._cv.wait(remaining)
+            if not tasks and self._queues.get(key) is q:
+                del self._queues[key]
+            self._busy += 1
+            return batch
+
+    def _run(self) -> None:
+        while True:
+            batch = self._take()
+            if batch is None:
+                return
+            try:
+                results = self._execute(batch)
+            except Exception as e:  # noqa: BLE001
+                err = e if isinstance(e, ServingError) else ServingError(Code.INTERNAL, str(e))
+                results = [(t, None, err) for t in batch]
+            with self._cv:
+                self._busy -= 1
+            by_loop: dict = {}
+            for r in results:
+                by_loop.setdefault(r[0].loop, []).append(r)
+            for loop, items in by_loop.items():
+                if loop is None:
+                    _complete(items)
+                else:
+                    with contextlib.suppress(RuntimeError):  # loop closed: client is gone
+                        loop.call_soon_threadsafe(_complete, items)
+
+    def _execute(self, batch: list[Task]) -> list:
+        sig = batch[0].signature
+        size = sum(t.size for t in batch)
+        padded = size
+        if len(batch) == 1:
+            feeds = batch[0].feeds
+        else:
+            feeds = {k: np.concatenate([t.feeds[k] for t in batch]) for k in batch[0].feeds}
+        if self.batching and self.options.allowed_batch_sizes:
+            padded = next(s for s in self.options.allowed_batch_sizes if s >= size)
+            if padded > size:
+                feeds = {k: np.concatenate([v, np.repeat(v[:1], padded - size, axis=0)])
+                         for k, v in feeds.items()}
+        t0 = time.perf_counter()
+        out = sig(feeds)
+        if self._on_batch is not None:
+            self._on_batch(batch[0].model, size, padded, time.perf_counter() - t0)
+        if len(batch) == 1 and padded == size:
+            return [(batch[0], out, None)]
+        for k, v in out.items():
+            if v.ndim == 0 or v.shape[0] != padded:
+                raise invalid(f"output {k!r} has shape {list(v.shape)}: batching needs a "
+                              f"leading batch dimension of {padded}")
+        results, start = [], 0
+        for t in batch:
+            end = start + t.size
+            results.append((t, {k: v[start:end] for k, v in out.items()}, None))
+            start = end
+        return results

@@ -1,0 +1,162 @@
+"""Classify and Regress: tf.Example inputs in, TF Serving's result shapes out.
+
+The REST `examples`/`context` JSON and the gRPC `Input` proto both become serialized
+tf.Example strings fed to the signature's single string input. A context is merged into
+every example by concatenating serialized protos (protobuf merge semantics: an example's
+own feature wins), which is exactly what TF Serving does for ExampleListWithContext.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+
+import numpy as np
+
+from serving.servable import CLASSIFY, REGRESS, Servable, Signature
+from serving.status import invalid
+
+
+def _feature(name: str, value):
+    from tensorflow.core.example import feature_pb2
+
+    vals = value if isinstance(value, list) else [value]
+    f = feature_pb2.Feature()
+    if not vals:
+        f.float_list.SetInParent()
+        return f
+    kinds = set()
+    conv = []
+    for v in vals:
+        if isinstance(v, bool):
+            raise invalid(f"feature {name!r}: booleans are not tf.Example values. Received: {v}")
+        if isinstance(v, int):
+            kinds.add("int")
+            conv.append(v)
+        elif isinstance(v, float):
+            kinds.add("float")
+            conv.append(v)
+        elif isinstance(v, str):
+            kinds.add("bytes")
+            conv.append(v.encode())
+        elif isinstance(v, dict) and set(v) == {"b64"} and isinstance(v["b64"], str):
+            kinds.add("bytes")
+            try:
+                conv.append(base64.b64decode(v["b64"], validate=True))
+            except (binascii.Error, ValueError):
+                raise invalid(f"feature {name!r}: invalid base64 in 'b64'") from None
+        else:
+            raise invalid(f"feature {name!r}: values must be numbers, strings or "
+                          f"{{\"b64\": ...}}. Received: {str(v)[:80]}")
+    if "bytes" in kinds:
+        if len(kinds) > 1:
+            raise invalid(f"feature {name!r} mixes strings and numbers")
+        f.bytes_list.value.extend(conv)
+    elif "float" in kinds:
+        f.float_list.value.extend(float(v) for v in conv)
+    else:
+        try:
+            f.int64_list.value.extend(conv)
+        except ValueError:
+            raise invalid(f"feature {name!r}: integer out of int64 range") from None
+    return f
+
+
+def _example_bytes(obj, where: str) -> bytes:
+    from tensorflow.core.example import example_pb2
+
+    if not isinstance(obj, dict):
+        raise invalid(f"{where} must be a JSON object of features. Received: {str(obj)[:80]}")
+    ex = example_pb2.Example()
+    for k, v in obj.items():
+        ex.features.feature[k].CopyFrom(_feature(k, v))
+    return ex.SerializeToString()
+
+
+def examples_from_json(body: dict) -> np.ndarray:
+    """`{"examples": [...], "context": {...}}` -> serialized tf.Examples (object array)."""
+    exs = body.get("examples")
+    if not isinstance(exs, list) or not exs:
+        raise invalid("'examples' must be a non-empty list of objects. "
+                      f"Received: {str(exs)[:80]}")
+    ctx = body.get("context")
+    prefix = _example_bytes(ctx, "'context'") if ctx is not None else b""
+    arr = np.empty(len(exs), dtype=object)
+    for i, e in enumerate(exs):
+        arr[i] = prefix + _example_bytes(e, f"examples[{i}]")
+    return arr
+
+
+def examples_from_input_proto(inp) -> np.ndarray:
+    """A tensorflow.serving.Input (example_list or example_list_with_context)."""
+    kind = inp.WhichOneof("kind")
+    if kind == "example_list":
+        items = [e.SerializeToString() for e in inp.example_list.examples]
+    elif kind == "example_list_with_context":
+        ctx = inp.example_list_with_context.context.SerializeToString()
+        items = [ctx + e.SerializeToString() for e in inp.example_list_with_context.examples]
+    else:
+        raise invalid("Input is empty: set example_list or example_list_with_context")
+    if not items:
+        raise invalid("Input is empty: no examples")
+    arr = np.empty(len(items), dtype=object)
+    arr[:] = items
+    return arr
+
+
+def signature_for(servable: Servable, name: str, method: str) -> Signature:
+    """The classify/regress signature: the named one, else the only one of that method."""
+    if not name:
+        default = servable.signatures.get("serving_default")
+        if default is None or default.method_name != method:
+            matches = [s for s in servable.signatures.values() if s.method_name == method]
+            if len(matches) == 1:
+                return matches[0]
+    sig = servable.signature(name)
+    if sig.method_name != method:
+        kind = "classification" if method == CLASSIFY else "regression"
+        raise invalid(f"Expected {kind} signature method_name to be {method}. "
+                      f"Was: {sig.method_name}")
+    if len(sig.inputs) != 1:
+        raise invalid(f"Expected one input tensor for {sig.name}. Received: {list(sig.inputs)}")
+    return sig
+
+
+def classification_rows(sig: Signature, out: dict[str, np.ndarray]) -> list[list[tuple]]:
+    """[[(label, score), ...] per example]; labels empty when the model has no classes."""
+    scores = out.get("scores")
+    classes = out.get("classes")
+    if scores is None and classes is None:
+        raise invalid(f"signature {sig.name} has neither 'classes' nor 'scores' outputs")
+    ref = scores if scores is not None else classes
+    n = ref.shape[0]
+    ref = ref.reshape(n, -1)
+    rows = []
+    for i in range(n):
+        row = []
+        for j in range(ref.shape[1]):
+            label = classes.reshape(n, -1)[i, j] if classes is not None else b""
+            if isinstance(label, bytes):
+                label = label.decode("utf-8", "replace")
+            score = float(scores.reshape(n, -1)[i, j]) if scores is not None else 0.0
+            row.append((label, score))
+        rows.append(row)
+    return rows
+
+
+def regression_values(sig: Signature, out: dict[str, np.ndarray]) -> list[float]:
+    vals = out.get("outputs")
+    if vals is None:
+        if len(out) != 1:
+            raise invalid(f"signature {sig.name} has no 'outputs' output")
+        vals = next(iter(out.values()))
+    n = vals.shape[0] if vals.ndim else 1
+    flat = vals.reshape(n, -1)
+    if flat.shape[1] != 1:
+        raise invalid(f"regression output must be one value per example. "
+                      f"Received shape {list(vals.shape)}")
+    return [float(v) for v in flat[:, 0]]
+
+
+__all__ = ["CLASSIFY", "REGRESS", "examples_from_json", "examples_from_input_proto",
+           "signature_for", "classification_rows", "regression_values"]

@@ -1,0 +1,180 @@
+"""TF Serving's gRPC API (PredictionService, ModelService) on grpc.aio.
+
+Uses the official generated servicers from tensorflow-serving-api, so any TF Serving
+client stub works unchanged. Handlers run on the same asyncio loop as the REST server
+and await batch completions, so thousands of concurrent calls need no thread each.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import grpc
+from tensorflow_serving.apis import (
+    classification_pb2,
+    get_model_metadata_pb2,
+    get_model_status_pb2,
+    model_management_pb2,
+    model_service_pb2_grpc,
+    predict_pb2,
+    prediction_service_pb2_grpc,
+    regression_pb2,
+)
+
+from serving import examples as ex
+from serving.config import ConfigError, model_configs_from_proto
+from serving.servable import CLASSIFY, REGRESS
+from serving.service import ModelService, check_feeds
+from serving.status import Code, ServingError, invalid
+from serving.tensor_proto import from_ndarray, to_ndarray
+
+_GRPC_CODE = {c.value[0]: c for c in grpc.StatusCode}
+
+
+def _spec_args(spec) -> tuple[str, int | None, str | None]:
+    if not spec.name:
+        raise invalid("Missing ModelSpec name")
+    choice = spec.WhichOneof("version_choice")
+    if choice == "version":
+        return spec.name, spec.version.value, None
+    if choice == "version_label":
+        return spec.name, None, spec.version_label
+    return spec.name, None, None
+
+
+async def _abort(context, err: ServingError):
+    await context.abort(_GRPC_CODE.get(int(err.code), grpc.StatusCode.UNKNOWN), err.message)
+
+
+class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
+    def __init__(self, service: ModelService):
+        self.service = service
+        self.manager = service.manager
+
+    async def _call(self, api, request, context, body):
+        t0 = time.perf_counter()
+        name = request.model_spec.name
+        try:
+            resp = await body()
+        except ServingError as e:
+            self._record(name, api, e, t0)
+            await _abort(context, e)
+        except Exception as e:  # noqa: BLE001 - surface as INTERNAL, never crash the server
+            err = ServingError(Code.INTERNAL, str(e))
+            self._record(name, api, err, t0)
+            await _abort(context, err)
+        self._record(name, api, None, t0)
+        return resp
+
+    def _record(self, name, api, err, t0):
+        known = name if name in self.manager._models else "<unknown>"
+        self.service.record(known, api, "GRPC", err, t0)
+
+    async def Predict(self, request, context):
+        async def body():
+            servable = self.manager.resolve(*_spec_args(request.model_spec))
+            sig = servable.signature(request.model_spec.signature_name)
+            feeds = check_feeds(sig, {k: to_ndarray(v) for k, v in request.inputs.items()})
+            wanted = list(request.output_filter)
+            unknown = [k for k in wanted if k not in sig.outputs]
+            if unknown:
+                raise invalid(f"output tensor alias not found in signature: {unknown}. "
+                              f"Outputs: {sorted(sig.outputs)}")
+            out = await self.service.run(servable, sig, feeds)
+            resp = predict_pb2.PredictResponse()
+            resp.model_spec.name = servable.model_name
+            resp.model_spec.version.value = servable.version
+            resp.model_spec.signature_name = sig.name
+            for k in wanted or out:
+                from_ndarray(out[k], resp.outputs[k])
+            return resp
+
+        return await self._call("predict", request, context, body)
+
+    async def Classify(self, request, context):
+        async def body():
+            servable = self.manager.resolve(*_spec_args(request.model_spec))
+            sig = ex.signature_for(servable, request.model_spec.signature_name, CLASSIFY)
+            feeds = {next(iter(sig.inputs)): ex.examples_from_input_proto(request.input)}
+            out = await self.service.run(servable, sig, feeds)
+            resp = classification_pb2.ClassificationResponse()
+            resp.model_spec.name = servable.model_name
+            resp.model_spec.version.value = servable.version
+            resp.model_spec.signature_name = sig.name
+            for row in ex.classification_rows(sig, out):
+                c = resp.result.classifications.add()
+                for label, score in row:
+                    c.classes.add(label=label, score=score)
+            return resp
+
+        return await self._call("classify", request, context, body)
+
+    async def Regress(self, request, context):
+        async def body():
+            servable = self.manager.resolve(*_spec_args(request.model_spec))
+            sig = ex.signature_for(servable, request.model_spec.signature_name, REGRESS)
+            feeds = {next(iter(sig.inputs)): ex.examples_from_input_proto(request.input)}
+            out = await self.service.run(servable, sig, feeds)
+            resp = regression_pb2.RegressionResponse()
+            resp.model_spec.name = servable.model_name
+            resp.model_spec.version.value = servable.version
+            resp.model_spec.signature_name = sig.name
+            for v in ex.regression_values(sig, out):
+                resp.result.regressions.add(value=v)
+            return resp
+
+        return await self._call("regress", request, context, body)
+
+    async def GetModelMetadata(self, request, context):
+        async def body():
+            fields = list(request.metadata_field)
+            if fields != ["signature_def"]:
+                raise invalid(f"Metadata field must be ['signature_def']. Received: {fields}")
+            servable = self.manager.resolve(*_spec_args(request.model_spec))
+            resp = get_model_metadata_pb2.GetModelMetadataResponse()
+            resp.model_spec.name = servable.model_name
+            resp.model_spec.version.value = servable.version
+            resp.metadata["signature_def"].Pack(servable.signature_def_map())
+            return resp
+
+        return await self._call("metadata", request, context, body)
+
+
+class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
+    def __init__(self, service: ModelService):
+        self.manager = service.manager
+
+    async def GetModelStatus(self, request, context):
+        try:
+            recs = self.manager.status(*_spec_args(request.model_spec))
+        except ServingError as e:
+            await _abort(context, e)
+        resp = get_model_status_pb2.GetModelStatusResponse()
+        for rec in recs:
+            s = resp.model_version_status.add()
+            s.version = rec.version
+            s.state = get_model_status_pb2.ModelVersionStatus.State.Value(rec.state)
+            if rec.error is not None:
+                s.status.error_code = int(rec.error.code)
+                s.status.error_message = rec.error.message
+        return resp
+
+    async def HandleReloadConfigRequest(self, request, context):
+        resp = model_management_pb2.ReloadConfigResponse()
+        try:
+            configs = model_configs_from_proto(request.config)
+            await asyncio.to_thread(self.manager.reload_config, configs)
+        except ConfigError as e:
+            resp.status.error_code = int(Code.INVALID_ARGUMENT)
+            resp.status.error_message = str(e)
+        except ServingError as e:
+            resp.status.error_code = int(e.code)
+            resp.status.error_message = e.message
+        return resp
+
+
+def add_services(server, service: ModelService) -> None:
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
+        PredictionServicer(service), server)
+    model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(service), server)

@@ -1,0 +1,206 @@
+"""One loaded SavedModel version: its signatures, metadata, warmup and the call itself.
+
+Loading parses saved_model.pb ourselves first (cheap, and it is what TF Serving's
+metadata API returns verbatim), then restores with tf.saved_model.load. A directory
+that is half-copied fails one of these steps, and the manager keeps serving the old
+version: nothing here is visible to clients until `load_version` returns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import threading
+import time
+
+import numpy as np
+
+from serving.status import Code, ServingError, invalid
+
+WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
+WARMUP_ITERATIONS = 1
+
+PREDICT = "tensorflow/serving/predict"
+CLASSIFY = "tensorflow/serving/classify"
+REGRESS = "tensorflow/serving/regress"
+DEFAULT_SIGNATURE = "serving_default"
+
+
+@dataclasses.dataclass(frozen=True)
+class TensorSpec:
+    """What a signature input or output accepts: numpy dtype, TF dtype name, shape."""
+
+    name: str
+    dtype: np.dtype
+    tf_dtype: str  # e.g. "DT_FLOAT"
+    shape: tuple[int | None, ...] | None  # None: unknown rank
+
+    @property
+    def is_string(self) -> bool:
+        return self.tf_dtype == "DT_STRING"
+
+
+@dataclasses.dataclass
+class Signature:
+    """A callable signature; `fn` takes tf tensors by input name and returns a dict."""
+
+    name: str
+    method_name: str
+    inputs: dict[str, TensorSpec]
+    outputs: dict[str, TensorSpec]
+    fn: object
+    lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """Runs the signature on numpy arrays; TF errors become INVALID_ARGUMENT."""
+        import tensorflow as tf
+
+        try:
+            out = self.fn(**{k: tf.constant(v) for k, v in feeds.items()})
+            return {k: v.numpy() for k, v in out.items()}
+        except (tf.errors.InvalidArgumentError, ValueError, TypeError) as e:
+            raise invalid(_short(getattr(e, "message", None) or str(e)) or repr(e)) from None
+        except tf.errors.OpError as e:
+            raise ServingError(Code(e.error_code), _short(e.message)) from None
+
+
+def _short(message: str) -> str:
+    """The informative line of a TF error ("Graph execution error:" says nothing)."""
+    lines = [ln.strip() for ln in message.strip().splitlines() if ln.strip()]
+    if not lines:
+        return ""
+    if lines[0].startswith("Graph execution error") and len(lines) > 1:
+        useful = [ln for ln in lines[1:]
+                  if not ln.startswith(("Detected at node", "File ", "[[", "Stack trace"))]
+        return (useful[-1] if useful else lines[-1])[:500]
+    return lines[0][:500]
+
+
+def _spec(name: str, info) -> TensorSpec:
+    from tensorflow import as_dtype
+    from tensorflow.core.framework import types_pb2
+
+    dt = as_dtype(info.dtype)
+    shape = None
+    if not info.tensor_shape.unknown_rank:
+        shape = tuple(None if d.size < 0 else int(d.size) for d in info.tensor_shape.dim)
+    np_dtype = np.dtype(object) if dt.name == "string" else np.dtype(dt.as_numpy_dtype)
+    return TensorSpec(name, np_dtype, types_pb2.DataType.Name(info.dtype), shape)
+
+
+def read_saved_model_proto(export_dir: str):
+    """Parses <export_dir>/saved_model.pb; raises ServingError(DATA_LOSS) if unreadable."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    path = os.path.join(export_dir, "saved_model.pb")
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+        sm = saved_model_pb2.SavedModel()
+        sm.ParseFromString(data)
+    except Exception as e:  # noqa: BLE001 - any failure means "not a loadable model"
+        raise ServingError(Code.DATA_LOSS, f"cannot parse {path}: {e}") from None
+    if not sm.meta_graphs:
+        raise ServingError(Code.DATA_LOSS, f"{path} has no meta graph")
+    return sm
+
+
+class Servable:
+    """A loaded version of a model. Immutable once built; safe to share across threads."""
+
+    def __init__(self, model_name: str, version: int, export_dir: str, signature_defs, loaded):
+        self.model_name = model_name
+        self.version = version
+        self.export_dir = export_dir
+        self.signature_defs = signature_defs  # tensorflow SignatureDef map (for metadata)
+        self._loaded = loaded  # keep the restored object (and its variables) alive
+        self.signatures: dict[str, Signature] = {}
+        for name, sd in signature_defs.items():
+            if name not in loaded.signatures:
+                continue
+            self.signatures[name] = Signature(
+                name=name,
+                method_name=sd.method_name,
+                inputs={k: _spec(k, v) for k, v in sd.inputs.items()},
+                outputs={k: _spec(k, v) for k, v in sd.outputs.items()},
+                fn=loaded.signatures[name],
+            )
+
+    def signature(self, name: str | None) -> Signature:
+        name = name or DEFAULT_SIGNATURE
+        sig = self.signatures.get(name)
+        if sig is None:
+            raise invalid(f"Serving signature name: \"{name}\" not found in signature def. "
+                          f"Available: {sorted(self.signatures)}")
+        return sig
+
+    def signature_def_map(self):
+        """A tensorflow.serving.SignatureDefMap for GetModelMetadata."""
+        from tensorflow_serving.apis import get_model_metadata_pb2
+
+        m = get_model_metadata_pb2.SignatureDefMap()
+        for k, v in self.signature_defs.items():
+            m.signature_def[k].CopyFrom(v)
+        return m
+
+    def warmup(self, iterations: int = WARMUP_ITERATIONS) -> int:
+        """Replays assets.extra/tf_serving_warmup_requests; returns the records replayed.
+
+        Warmup runs before the version becomes visible, so the first real request does
+        not pay for graph tracing; any failure fails the load (as in TF Serving).
+        """
+        path = os.path.join(self.export_dir, WARMUP_FILE)
+        if not os.path.exists(path):
+            return 0
+        import tensorflow as tf
+        from tensorflow_serving.apis import prediction_log_pb2
+
+        from serving.tensor_proto import to_ndarray
+
+        n = 0
+        for raw in tf.data.TFRecordDataset(path).as_numpy_iterator():
+            log = prediction_log_pb2.PredictionLog.FromString(raw)
+            kind = log.WhichOneof("log_type")
+            if kind == "predict_log":
+                req = log.predict_log.request
+                sig = self.signature(req.model_spec.signature_name)
+                feeds = {k: to_ndarray(v) for k, v in req.inputs.items()}
+            elif kind in ("classify_log", "regress_log"):
+                from serving.examples import examples_from_input_proto
+
+                req = getattr(log, kind).request
+                sig = self.signature(req.model_spec.signature_name)
+                name = next(iter(sig.inputs))
+                feeds = {name: examples_from_input_proto(req.input)}
+            else:
+                raise ServingError(Code.INVALID_ARGUMENT,
+                                   f"unsupported warmup log type {kind!r} in {path}")
+            for _ in range(iterations):
+                sig(feeds)
+            n += 1
+        return n
+
+
+def load_servable(model_name: str, version: int, export_dir: str, warmup: bool = True) -> Servable:
+    """Loads (and warms up) one version; raises ServingError on any failure."""
+    import tensorflow as tf
+
+    t0 = time.monotonic()
+    sm = read_saved_model_proto(export_dir)
+    sig_defs = dict(sm.meta_graphs[0].signature_def)
+    try:
+        loaded = tf.saved_model.load(export_dir)
+    except Exception as e:  # noqa: BLE001 - TF raises many types for a corrupt model
+        msg = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
+        raise ServingError(Code.DATA_LOSS, f"failed to load {export_dir}: {msg}") from None
+    servable = Servable(model_name, version, export_dir, sig_defs, loaded)
+    if warmup:
+        try:
+            servable.warmup()
+        except ServingError as e:
+            raise ServingError(e.code, f"warmup of {export_dir} failed: {e.message}") from None
+        except Exception as e:  # noqa: BLE001
+            raise ServingError(Code.INVALID_ARGUMENT,
+                               f"warmup of {export_dir} failed: {e}") from None
+    servable.load_seconds = time.monotonic() - t0
+    return servable

@@ -1,0 +1,197 @@
+"""The model server: manager + batcher + REST + gRPC + metrics on one asyncio loop.
+
+`ModelServer(options).start()` loads the initial versions (blocking, as
+tensorflow_model_server does, so "started" means "serving"), then binds both APIs on a
+background event loop and returns; `stop()` shuts down gracefully: listeners close,
+requests on kept-alive connections get 503, in-flight requests and queued batches finish.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import os
+import threading
+import time
+
+from serving.batcher import BatchScheduler
+from serving.config import (
+    BatchingOptions,
+    ModelConfig,
+    load_batching_parameters,
+    load_model_config_file,
+    load_monitoring_config,
+)
+from serving.http import HttpProtocol, HttpServerState
+from serving.manager import ModelManager
+from serving.metrics import Metrics
+from serving.rest import RestApi
+from serving.service import ModelService
+
+log = logging.getLogger("serving")
+
+
+@dataclasses.dataclass(frozen=True)
+class ServerOptions:
+    """tensorflow_model_server's flags (and a few of ours, marked)."""
+
+    port: int = 8500
+    rest_api_port: int = 8501
+    host: str = "127.0.0.1"  # ours: TF Serving binds 0.0.0.0; we bind loopback by default
+    model_name: str = "default"
+    model_base_path: str = ""
+    model_config_file: str = ""
+    enable_batching: bool = False
+    batching_parameters_file: str = ""
+    file_system_poll_wait_seconds: float = 1.0
+    monitoring_config_file: str = ""
+    rest_api_timeout_in_ms: int = 30000
+    enable_model_warmup: bool = True
+    grpc_max_message_bytes: int = 64 * 1024 * 1024
+    rest_api_max_body_bytes: int = 32 * 1024 * 1024  # ours: larger bodies get 413
+    bind_free_ports: bool = False  # ours: both APIs on free ports (tests, demos)
+    ports_file: str = ""  # ours: write {"grpc": p, "rest": p} once bound
+
+
+class ModelServer:
+    """One server process' worth of serving. Thread-safe start/stop; not restartable."""
+
+    def __init__(self, options: ServerOptions, models: list[ModelConfig] | None = None):
+        self.options = options
+        self._models = models
+        self.grpc_port: int | None = None
+        self.rest_port: int | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stopped = threading.Event()
+
+    # -- start -----------------------------------------------------------------------
+    def _model_configs(self) -> list[ModelConfig]:
+        if self._models is not None:
+            return self._models
+        o = self.options
+        if o.model_config_file:
+            return load_model_config_file(o.model_config_file)
+        return [ModelConfig(o.model_name, os.path.abspath(o.model_base_path))]
+
+    def start(self) -> ModelServer:
+        o = self.options
+        configs = self._model_configs()
+        metrics_path = load_monitoring_config(o.monitoring_config_file or None)
+        if o.enable_batching:
+            batching = load_batching_parameters(o.batching_parameters_file or None)
+            if not o.batching_parameters_file:
+                batching = dataclasses.replace(batching,
+                                               num_batch_threads=min(4, os.cpu_count() or 1))
+        else:
+            batching = BatchingOptions(max_batch_size=1, max_enqueued_batches=4096,
+                                       num_batch_threads=4)
+        self.manager = ModelManager(configs, o.file_system_poll_wait_seconds,
+                                    warmup=o.enable_model_warmup)
+        self.scheduler = BatchScheduler(batching, batching=o.enable_batching)
+        self.metrics = Metrics(depth=self.scheduler.depth, loaded=self.manager.loaded_versions)
+        self.scheduler._on_batch = self.metrics.batch
+        self.service = ModelService(self.manager, self.scheduler, self.metrics)
+        self.manager.start()
+        self._http = HttpServerState(RestApi(self.service, metrics_path),
+                                     o.rest_api_max_body_bytes, o.rest_api_timeout_in_ms / 1e3)
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="serving-loop",
+                                        daemon=True)
+        self._thread.start()
+        try:
+            asyncio.run_coroutine_threadsafe(self._bind(), self._loop).result(timeout=60)
+        except BaseException:
+            self.stop(grace=0)
+            raise
+        self._write_ports()
+        return self
+
+    async def _bind(self) -> None:
+        import grpc
+
+        from serving.grpc_service import add_services
+
+        o = self.options
+        loop = asyncio.get_running_loop()
+        self._rest_server = None
+        if o.rest_api_port or o.bind_free_ports:
+            self._rest_server = await loop.create_server(
+                lambda: HttpProtocol(self._http), o.host,
+                0 if o.bind_free_ports else o.rest_api_port, backlog=2048, reuse_address=True)
+            self.rest_port = self._rest_server.sockets[0].getsockname()[1]
+        mb = o.grpc_max_message_bytes
+        self._grpc = grpc.aio.server(options=[("grpc.max_receive_message_length", mb),
+                                              ("grpc.max_send_message_length", mb),
+                                              ("grpc.so_reuseport", 0)])
+        add_services(self._grpc, self.service)
+        want = 0 if o.bind_free_ports else o.port
+        host = f"[{o.host}]" if ":" in o.host else o.host
+        self.grpc_port = self._grpc.add_insecure_port(f"{host}:{want}")
+        if not self.grpc_port:
+            raise OSError(f"cannot bind gRPC to {o.host}:{want}")
+        await self._grpc.start()
+        self._sweeper = loop.create_task(self._sweep())
+        log.info("Running gRPC ModelServer at %s:%s ...", o.host, self.grpc_port)
+        if self.rest_port:
+            log.info("Exporting HTTP/REST API at:%s:%s ...", o.host, self.rest_port)
+
+    async def _sweep(self) -> None:
+        while True:
+            await asyncio.sleep(0.05)
+            self._http.sweep()
+
+    def _write_ports(self) -> None:
+        if self.options.ports_file:
+            import json
+
+            tmp = self.options.ports_file + ".tmp"
+            with open(tmp, "w") as f:
+                json.dump({"grpc": self.grpc_port, "rest": self.rest_port, "pid": os.getpid()}, f)
+            os.replace(tmp, self.options.ports_file)
+
+    # -- stop ------------------------------------------------------------------------
+    def stop(self, grace: float = 10.0) -> None:
+        """Graceful: refuse new requests, finish in-flight ones (up to `grace` s)."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        loop = self._loop
+        if loop is not None and loop.is_running():
+            fut = asyncio.run_coroutine_threadsafe(self._shutdown(grace), loop)
+            try:
+                fut.result(timeout=grace + 10)
+            except Exception:  # noqa: BLE001 - shutting down regardless
+                log.exception("error during shutdown")
+            loop.call_soon_threadsafe(loop.stop)
+            self._thread.join(timeout=10)
+            loop.close()
+        if hasattr(self, "scheduler"):
+            self.scheduler.close(timeout=grace)
+        if hasattr(self, "manager"):
+            self.manager.stop()
+
+    async def _shutdown(self, grace: float) -> None:
+        self._http.closing = True
+        if getattr(self, "_rest_server", None) is not None:
+            self._rest_server.close()
+        stop_grpc = None
+        if getattr(self, "_grpc", None) is not None:
+            stop_grpc = asyncio.ensure_future(self._grpc.stop(grace))
+        deadline = time.monotonic() + grace
+        while time.monotonic() < deadline and (self._http.in_flight or not self.scheduler.idle):
+            await asyncio.sleep(0.01)
+        for c in list(self._http.connections):
+            if not c.busy and c.transport is not None:
+                c.transport.close()
+        if stop_grpc is not None:
+            await stop_grpc
+        if getattr(self, "_sweeper", None) is not None:
+            self._sweeper.cancel()
+
+    def __enter__(self) -> ModelServer:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        self.stop()

@@ -1,0 +1,79 @@
+"""The API-independent operations behind both REST and gRPC.
+
+Resolving a model, checking inputs against its signature and submitting a batching
+task happen here once, so the two front ends cannot drift apart in behaviour: the same
+request gets the same answer and the same status code on either.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import numpy as np
+
+from serving.batcher import BatchScheduler, Task
+from serving.manager import ModelManager
+from serving.metrics import Metrics
+from serving.servable import Servable, Signature
+from serving.status import ServingError, invalid
+
+
+class ModelService:
+    """Shared by the REST and gRPC front ends of one server."""
+
+    def __init__(self, manager: ModelManager, scheduler: BatchScheduler, metrics: Metrics):
+        self.manager = manager
+        self.scheduler = scheduler
+        self.metrics = metrics
+
+    def submit(self, servable: Servable, sig: Signature, feeds: dict[str, np.ndarray],
+               done, loop) -> None:
+        """Queues one signature call; `done(outputs, error)` runs on `loop`."""
+        self.scheduler.submit(Task(sig, feeds, done, loop, servable.model_name))
+
+    async def run(self, servable: Servable, sig: Signature, feeds: dict[str, np.ndarray]
+                  ) -> dict[str, np.ndarray]:
+        """Awaitable form of `submit` (gRPC)."""
+        loop = asyncio.get_running_loop()
+        fut = loop.create_future()
+
+        def done(out, err):
+            if not fut.done():
+                if err is not None:
+                    fut.set_exception(err)
+                else:
+                    fut.set_result(out)
+
+        self.submit(servable, sig, feeds, done, loop)
+        return await fut
+
+    def record(self, model: str, api: str, entrypoint: str, error: ServingError | None,
+               t0: float) -> None:
+        status = "OK" if error is None else error.code.name
+        self.metrics.request(model, api, entrypoint, status, time.perf_counter() - t0)
+
+
+def check_feeds(sig: Signature, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Validates proto-decoded inputs (gRPC) against the signature, casting dtypes."""
+    unknown = feeds.keys() - sig.inputs.keys()
+    missing = sig.inputs.keys() - feeds.keys()
+    if unknown or missing:
+        raise invalid(f"inputs: unknown {sorted(unknown)}, missing {sorted(missing)}. "
+                      f"Signature {sig.name!r} inputs: {sorted(sig.inputs)}")
+    out = {}
+    for k, arr in feeds.items():
+        spec = sig.inputs[k]
+        if spec.is_string != (arr.dtype == object):
+            raise invalid(f"input {k!r}: expects {spec.tf_dtype}. Received dtype {arr.dtype}")
+        if arr.dtype != spec.dtype and not spec.is_string:
+            if not np.can_cast(arr.dtype, spec.dtype, casting="same_kind"):
+                raise invalid(f"input {k!r}: expects {spec.tf_dtype}. "
+                              f"Received dtype {arr.dtype}")
+            arr = arr.astype(spec.dtype)
+        if spec.shape is not None and (arr.ndim != len(spec.shape) or any(
+                e is not None and e != a for e, a in zip(spec.shape, arr.shape, strict=False))):
+            want = [-1 if e is None else e for e in spec.shape]
+            raise invalid(f"input {k!r}: expected shape {want}. Received {list(arr.shape)}")
+        out[k] = arr
+    return out

@@ -1,0 +1,75 @@
+"""Fixture SavedModels (built once per session) and an in-process server."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import urllib.error
+import urllib.request
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(__file__))
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+
+import fixture_models as fm  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def built(tmp_path_factory):
+    """Exported models by role: penguins biased to class b (b = 0..3), a regressor, an MLP."""
+    root = tmp_path_factory.mktemp("built")
+    out = {}
+    for b in range(4):
+        out[f"penguins{b}"] = fm.build_penguins(str(root / f"penguins{b}"), bias=float(b))
+    out["regressor"] = fm.build_penguins(str(root / "regressor"), regression=True)
+    return out
+
+
+def install(src: str, base: str, version: int) -> str:
+    dst = os.path.join(base, str(version))
+    shutil.copytree(src, dst + ".tmp")
+    os.replace(dst + ".tmp", dst)  # atomic push, as the pusher does
+    return dst
+
+
+@pytest.fixture(scope="module")
+def server(built, tmp_path_factory):
+    """One server with penguins (versions 1, 2, label stable=1) and a regressor."""
+    from serving.config import ModelConfig, VersionPolicy
+    from serving.server import ModelServer, ServerOptions
+
+    root = tmp_path_factory.mktemp("models")
+    pb, rb = str(root / "penguins"), str(root / "regressor")
+    install(built["penguins1"], pb, 1)
+    install(built["penguins2"], pb, 2)
+    install(built["regressor"], rb, 7)
+    mon = root / "monitoring.config"
+    mon.write_text('prometheus_config { enable: true, path: "/monitoring/prometheus/metrics" }')
+    models = [ModelConfig("penguins", pb, VersionPolicy("all"), (("stable", 1), ("canary", 2))),
+              ModelConfig("regressor", rb)]
+    opts = ServerOptions(bind_free_ports=True, enable_batching=True,
+                         monitoring_config_file=str(mon), file_system_poll_wait_seconds=0,
+                         rest_api_max_body_bytes=1 << 20)
+    s = ModelServer(opts, models).start()
+    yield s
+    s.stop(grace=2)
+
+
+def http(port: int, method: str, path: str, body=None, raw: bytes | None = None,
+         headers: dict | None = None):
+    """(status, parsed JSON or text) for one request."""
+    data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+    req = urllib.request.Request(f"http://127.0.0.1:{port}{path}", data=data, method=method,
+                                 headers=headers or {})
+    try:
+        with urllib.request.urlopen(req, timeout=30) as r:
+            status, text = r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        status, text = e.code, e.read().decode()
+    try:
+        return status, json.loads(text)
+    except ValueError:
+        return status, text

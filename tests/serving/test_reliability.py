@@ -1,0 +1,169 @@
+"""Hot reload under load, graceful SIGTERM and the demo helper (slow: real processes)."""
+
+import json
+import os
+import shutil
+import signal
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import fixture_models as fm
+import grpc
+import pytest
+import tensorflow as tf
+from conftest import install
+from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
+
+from serving.client_demo import ServerProcess
+from serving.config import ModelConfig
+from serving.server import ModelServer, ServerOptions
+
+# class id each fixture answers with, by bias: penguinsB adds 10 to class B % 3
+EXPECTED_CLASS = {1: 1, 2: 2, 3: 0}
+
+
+def _half_copy(src, dst):
+    """saved_model.pb and a truncated variables file: what a slow copy looks like midway."""
+    os.makedirs(os.path.join(dst, "variables"))
+    shutil.copy(os.path.join(src, "saved_model.pb"), dst)
+    for f in os.listdir(os.path.join(src, "variables")):
+        s, d = os.path.join(src, "variables", f), os.path.join(dst, "variables", f)
+        with open(s, "rb") as fi, open(d, "wb") as fo:
+            data = fi.read()
+            fo.write(data[: len(data) // 2])
+
+
+def _finish_copy(src, dst):
+    for root, _, files in os.walk(src):
+        for f in files:
+            rel = os.path.relpath(os.path.join(root, f), src)
+            os.makedirs(os.path.dirname(os.path.join(dst, rel)), exist_ok=True)
+            shutil.copy(os.path.join(src, rel), os.path.join(dst, rel))
+
+
+@pytest.mark.slow
+def test_push_versions_under_load_zero_failures(built, tmp_path):
+    base = str(tmp_path / "penguins")
+    install(built["penguins1"], base, 1)
+    bias_of = {1: 1}
+    opts = ServerOptions(bind_free_ports=True, enable_batching=True,
+                         file_system_poll_wait_seconds=0.05)
+    server = ModelServer(opts, [ModelConfig("penguins", base)]).start()
+    stop = threading.Event()
+    seen, failures, count = set(), [], [0]
+    req = predict_pb2.PredictRequest()
+    req.model_spec.name = "penguins"
+    for k, v in fm.PENGUIN.items():
+        req.inputs[k].CopyFrom(tf.make_tensor_proto([v]))
+
+    def client():
+        ch = grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(ch)
+        while not stop.is_set():
+            try:
+                r = stub.Predict(req, timeout=30)
+            except grpc.RpcError as e:
+                failures.append(f"{e.code()}: {e.details()}")
+                continue
+            v = r.model_spec.version.value
+            cls = int(tf.make_ndarray(r.outputs["class_ids"])[0])
+            if v not in bias_of or EXPECTED_CLASS[bias_of[v]] != cls:
+                failures.append(f"version {v} answered class {cls}")
+            seen.add(v)
+            count[0] += 1
+        ch.close()
+
+    threads = [threading.Thread(target=client) for _ in range(32)]
+    for t in threads:
+        t.start()
+    try:
+        corrupt, half = 4, 7
+        for v in range(2, 12):
+            time.sleep(0.4)
+            b = 1 + v % 3
+            if v == corrupt:
+                d = install(built[f"penguins{b}"], base, v)
+                with open(os.path.join(d, "saved_model.pb"), "wb") as f:
+                    f.write(b"\x08corrupt")
+            elif v == half:
+                src, dst = built[f"penguins{b}"], os.path.join(base, str(v))
+                _half_copy(src, dst)
+                time.sleep(0.4)  # several polls see the half-copied directory
+                bias_of[v] = b
+                _finish_copy(src, dst)
+            else:
+                bias_of[v] = b
+                install(built[f"penguins{b}"], base, v)
+        deadline = time.monotonic() + 30
+        while server.manager.resolve("penguins").version != 11 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(30)
+        server.stop(grace=5)
+    assert failures == []
+    assert count[0] > 100
+    assert corrupt not in seen and 11 in seen and half in {r.version for r in
+                                                           server.manager.status("penguins")}
+    assert len(seen) >= 3
+
+
+@pytest.mark.slow
+def test_sigterm_finishes_in_flight_and_refuses_new(built, tmp_path):
+    base = str(tmp_path / "penguins")
+    install(built["penguins1"], base, 1)
+    params = tmp_path / "batching.config"
+    # one lone request waits 1.5 s for company: it is in flight when SIGTERM arrives
+    params.write_text("max_batch_size { value: 64 } batch_timeout_micros { value: 1500000 }")
+    with ServerProcess("penguins", base, ["--enable_batching",
+                                          f"--batching_parameters_file={params}"]) as srv:
+        result = {}
+
+        def slow_request():
+            try:
+                result["ok"] = srv.predict([fm.PENGUIN])
+            except Exception as e:  # noqa: BLE001
+                result["error"] = repr(e)
+
+        t = threading.Thread(target=slow_request)
+        t.start()
+        time.sleep(0.5)
+        t_sig = time.monotonic()
+        srv.proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        try:  # a new request while the in-flight one is still running: refused
+            urllib.request.urlopen(srv.url, timeout=5)
+            refused = "served"
+        except urllib.error.HTTPError as e:
+            refused = e.code
+        except (urllib.error.URLError, ConnectionError):
+            refused = "refused"
+        assert refused in (503, "refused")
+        assert "ok" not in result  # still in flight
+        code = srv.stop(timeout=30)
+        t.join(10)
+        assert "ok" in result, result
+        assert result["ok"]["predictions"][0]["class_ids"] == 1
+        assert time.monotonic() - t_sig >= 0.5  # it waited for the in-flight request
+        assert code == 0, srv.log()
+        with pytest.raises((urllib.error.URLError, ConnectionError, OSError)):
+            urllib.request.urlopen(srv.url, timeout=5)
+
+
+@pytest.mark.slow
+def test_demo_helper_prints_one_prediction(built, tmp_path):
+    import io
+
+    from serving.client_demo import demo
+
+    base = str(tmp_path / "penguins")
+    install(built["penguins2"], base, 1)
+    out = io.StringIO()
+    result = demo(base, "penguins", fm.PENGUIN, out=out)
+    assert result["predictions"][0]["classes"] == "Gentoo"
+    printed = out.getvalue()
+    assert ":predict" in printed and json.loads(printed[printed.index("{\n"):]) == result
