@@ -1,0 +1,246 @@
+"""Serving signatures: the transform graph and the trained model joined into one SavedModel.
+
+The exported model takes RAW features, so the transform that produced the training data runs
+inside the served graph and there is no train/serve skew. Signatures follow what TensorFlow
+Serving clients expect:
+
+- `serving_default` (Predict): raw features, each `[None]` (float32 with NaN for missing,
+  string with "" for missing) -> `probabilities` [None, C], `class_ids` [None] int64,
+  `classes` [None] string; for regression -> `predictions` [None] float32.
+- `classify` (Classify API): serialized tf.Example under the input key `inputs` -> `classes`
+  [None, C] string and `scores` [None, C] float32. TF Serving's classifier looks the input up
+  under the literal key "inputs" and requires method_name `tensorflow/serving/classify`.
+- `regress` (Regress API, regression only): `inputs` -> `outputs` [None] float32.
+- `transform_features`: raw features -> transformed features, for debugging skew.
+- `predict_transformed`: transformed features -> model outputs; what the edge (TFLite) model is
+  converted from, since TFLite cannot run the string lookups of the transform.
+
+TF2's saver writes every signature with method_name `tensorflow/serving/predict`;
+`set_method_names` rewrites saved_model.pb afterwards, which is the only way to get a classify
+or regress signature out of `tf.saved_model.save`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from graphs.feature_spec import FeatureSpec
+
+CLASSIFY_METHOD = "tensorflow/serving/classify"
+REGRESS_METHOD = "tensorflow/serving/regress"
+PREDICT_METHOD = "tensorflow/serving/predict"
+EXAMPLES_KEY = "inputs"  # signature_constants.CLASSIFY_INPUTS == REGRESS_INPUTS
+WARMUP_FILE = "tf_serving_warmup_requests"
+
+
+def raw_inputs(spec: FeatureSpec) -> list[tuple[str, str]]:
+    """(name, dtype) of each raw serving input: every raw feature except the label."""
+    return [(f.name, f.dtype) for f in spec.raw_features if f.name != spec.label.name]
+
+
+def _tf_dtype(name: str):
+    import tensorflow as tf
+
+    return {"float32": tf.float32, "int64": tf.int64, "string": tf.string}[name]
+
+
+def _default(dtype: str) -> Any:
+    return {"float32": float("nan"), "int64": 0, "string": ""}[dtype]
+
+
+def build_module(transform: Any, model: Any, spec: FeatureSpec):
+    """A tf.Module holding the transform and the model, with every signature as an attribute.
+
+    Args:
+        transform: the loaded transform graph (has `transform_features(raw_dict)`).
+        model: the Keras model, called on the dict of transformed features; returns logits.
+        spec: the feature spec written by the transform stage.
+    """
+    import tensorflow as tf
+
+    regression = spec.label.task == "regression"
+    names = [f.name for f in spec.features]
+    raw_sig = {n: tf.TensorSpec([None], _tf_dtype(d), name=n) for n, d in raw_inputs(spec)}
+    transformed_sig = {
+        f.name: tf.TensorSpec([None], _tf_dtype(f.dtype), name=f.name) for f in spec.features
+    }
+    parse_spec = {
+        n: tf.io.FixedLenFeature([], _tf_dtype(d), default_value=_default(d))
+        for n, d in raw_inputs(spec)
+    }
+
+    module = tf.Module()
+    module.transform = transform
+    module.model = model
+    module.classes = tf.constant(list(spec.label.vocabulary) or [""], dtype=tf.string)
+
+    def transformed(raw):
+        out = transform.transform_features(dict(raw))
+        return {n: out[n] for n in names}
+
+    def heads(logits):
+        if regression:
+            return {"predictions": tf.reshape(tf.cast(logits, tf.float32), [-1])}
+        probs = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
+        ids = tf.argmax(probs, axis=-1, output_type=tf.int64)
+        return {"probabilities": probs, "class_ids": ids,
+                "classes": tf.gather(module.classes, ids)}
+
+    @tf.function(input_signature=[raw_sig])
+    def serving_default(raw):
+        return heads(model(transformed(raw), training=False))
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=EXAMPLES_KEY)])
+    def classify(inputs):
+        probs = heads(model(transformed(tf.io.parse_example(inputs, parse_spec))))["probabilities"]
+        n = tf.shape(probs)[0]
+        return {"classes": tf.tile(module.classes[None, :], [n, 1]), "scores": probs}
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=EXAMPLES_KEY)])
+    def regress(inputs):
+        out = heads(model(transformed(tf.io.parse_example(inputs, parse_spec))))
+        return {"outputs": out["predictions"]}
+
+    @tf.function(input_signature=[raw_sig])
+    def transform_features(raw):
+        return transformed(raw)
+
+    @tf.function(input_signature=[transformed_sig])
+    def predict_transformed(features):
+        logits = tf.cast(model(dict(features), training=False), tf.float32)
+        return {"predictions": tf.reshape(logits, [-1])} if regression else {
+            "probabilities": tf.nn.softmax(logits, axis=-1)}
+
+    module.serving_default = serving_default
+    module.transform_features = transform_features
+    module.predict_transformed = predict_transformed
+    if regression:
+        module.regress = regress
+    else:
+        module.classify = classify
+    return module
+
+
+def signature_names(spec: FeatureSpec) -> list[str]:
+    """The signatures `build_module` defines for this task, in a stable order."""
+    task = "regress" if spec.label.task == "regression" else "classify"
+    return ["serving_default", task, "transform_features", "predict_transformed"]
+
+
+def save(module: Any, export_dir: str | Path, spec: FeatureSpec) -> Path:
+    """Write the module as a SavedModel at `export_dir` with TF Serving's method names."""
+    import tensorflow as tf
+
+    sigs = {name: getattr(module, name) for name in signature_names(spec)}
+    tf.saved_model.save(module, str(export_dir), signatures=sigs)
+    methods = {"classify": CLASSIFY_METHOD, "regress": REGRESS_METHOD}
+    set_method_names(export_dir, {k: v for k, v in methods.items() if k in sigs})
+    return Path(export_dir)
+
+
+def set_method_names(export_dir: str | Path, methods: Mapping[str, str]) -> None:
+    """Rewrite signature method names in saved_model.pb (written to a temp file, then renamed)."""
+    from tensorflow.core.protobuf import saved_model_pb2
+
+    path = Path(export_dir) / "saved_model.pb"
+    sm = saved_model_pb2.SavedModel()
+    sm.ParseFromString(path.read_bytes())
+    for name, method in methods.items():
+        sm.meta_graphs[0].signature_def[name].method_name = method
+    tmp = path.with_name(".saved_model.pb.tmp")
+    tmp.write_bytes(sm.SerializeToString())
+    os.replace(tmp, path)
+
+
+def warmup_logs(
+    rows: Mapping[str, Sequence[Any]], serialized: Sequence[bytes], spec: FeatureSpec,
+    model_name: str,
+) -> list[Any]:
+    """PredictionLog records: one Predict (serving_default) per row and one Classify/Regress
+    request per row (serialized tf.Example), so warmup exercises every served graph."""
+    import numpy as np
+    import tensorflow as tf
+    from tensorflow_serving.apis import (
+        classification_pb2,
+        input_pb2,
+        predict_pb2,
+        prediction_log_pb2,
+        regression_pb2,
+    )
+
+    regression = spec.label.task == "regression"
+    logs = []
+    n = len(serialized)
+    for i in range(n):
+        req = predict_pb2.PredictRequest()
+        req.model_spec.name = model_name
+        req.model_spec.signature_name = "serving_default"
+        for name, dtype in raw_inputs(spec):
+            value = np.asarray([rows[name][i]], dtype=object if dtype == "string" else dtype)
+            req.inputs[name].CopyFrom(tf.make_tensor_proto(value, dtype=_tf_dtype(dtype)))
+        logs.append(prediction_log_pb2.PredictionLog(
+            predict_log=prediction_log_pb2.PredictLog(request=req)))
+    for i in range(n):
+        example_list = input_pb2.ExampleList()
+        example_list.examples.add().ParseFromString(serialized[i])
+        inp = input_pb2.Input(example_list=example_list)
+        if regression:
+            rreq = regression_pb2.RegressionRequest(input=inp)
+            rreq.model_spec.name, rreq.model_spec.signature_name = model_name, "regress"
+            logs.append(prediction_log_pb2.PredictionLog(
+                regress_log=prediction_log_pb2.RegressLog(request=rreq)))
+        else:
+            creq = classification_pb2.ClassificationRequest(input=inp)
+            creq.model_spec.name, creq.model_spec.signature_name = model_name, "classify"
+            logs.append(prediction_log_pb2.PredictionLog(
+                classify_log=prediction_log_pb2.ClassifyLog(request=creq)))
+    return logs
+
+
+def write_warmup(export_dir: str | Path, logs: Sequence[Any]) -> Path:
+    """Write `assets.extra/tf_serving_warmup_requests` (TFRecord of PredictionLog)."""
+    import tensorflow as tf
+
+    extra = Path(export_dir) / "assets.extra"
+    extra.mkdir(parents=True, exist_ok=True)
+    path = extra / WARMUP_FILE
+    with tf.io.TFRecordWriter(str(path)) as w:
+        for log in logs:
+            w.write(log.SerializeToString())
+    return path
+
+
+def read_warmup(path: str | Path) -> list[Any]:
+    """PredictionLog records of a warmup file (raises on a corrupt record)."""
+    import tensorflow as tf
+    from tensorflow_serving.apis import prediction_log_pb2
+
+    return [prediction_log_pb2.PredictionLog.FromString(r.numpy())
+            for r in tf.data.TFRecordDataset(str(path))]
+
+
+def run_log(loaded: Any, log: Any) -> dict[str, Any]:
+    """Run one PredictionLog request against a loaded SavedModel as TF Serving would.
+
+    Predict feeds each input tensor to the named signature; Classify/Regress feed the
+    serialized examples under `inputs`. Returns numpy outputs by output key.
+    """
+    import tensorflow as tf
+
+    kind = log.WhichOneof("log_type")
+    if kind == "predict_log":
+        req = log.predict_log.request
+        fn = loaded.signatures[req.model_spec.signature_name or "serving_default"]
+        args = {k: tf.constant(tf.make_ndarray(v)) for k, v in req.inputs.items()}
+    elif kind in ("classify_log", "regress_log"):
+        req = getattr(log, kind).request
+        default = "classify" if kind == "classify_log" else "regress"
+        fn = loaded.signatures[req.model_spec.signature_name or default]
+        examples = [e.SerializeToString() for e in req.input.example_list.examples]
+        args = {EXAMPLES_KEY: tf.constant(examples, dtype=tf.string)}
+    else:
+        raise ValueError(f"unsupported warmup record kind. Received: {kind!r}")
+    return {k: v.numpy() for k, v in fn(**args).items()}

@@ -1,0 +1,155 @@
+"""The release gate: absolute thresholds, per-slice thresholds, and a change threshold against
+the last blessed model. Its decision, with every check, is the `blessing` artifact.
+
+Spec form (the `gate:` mapping of an evaluate stage)::
+
+    gate:
+      thresholds: {accuracy: 0.9, loss: {max: 0.4}}   # a bare number is the worst acceptable
+                                                       # value in the metric's good direction
+      slices:                                          # per slice: "feature" = every value,
+        island: {accuracy: 0.8}                        # "feature=value" = one value
+        "sex=<missing>": {accuracy: 0.5}
+      change: {accuracy: 0.02, loss: 0.1}              # the largest allowed worsening against
+                                                       # the baseline (absolute units)
+
+A bare number avoids the classic mistake of writing `loss: 0.4` and meaning "at least 0.4".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from pipeline.release import metrics as M
+
+
+@dataclasses.dataclass(frozen=True)
+class Bound:
+    """An explicit range for a metric; either end may be omitted."""
+
+    min: float | None = None
+    max: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.min is None and self.max is None:
+            raise ValueError("a bound needs min or max (or give a bare number). Received: {}")
+
+
+Threshold = float | Bound
+
+
+@dataclasses.dataclass(frozen=True)
+class Gate:
+    thresholds: dict[str, Threshold] = dataclasses.field(default_factory=dict)
+    slices: dict[str, dict[str, Threshold]] = dataclasses.field(default_factory=dict)
+    change: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+def bounds(metric: str, threshold: Threshold) -> tuple[float | None, float | None]:
+    """(min, max) of a threshold; a bare number bounds the metric's bad direction."""
+    if isinstance(threshold, Bound):
+        return threshold.min, threshold.max
+    return (threshold, None) if M.higher_is_better(metric) else (None, threshold)
+
+
+def slice_feature(key: str) -> tuple[str, str | None]:
+    """"island" -> ("island", None); "island=Dream" -> ("island", "Dream")."""
+    feature, sep, value = key.partition("=")
+    return feature.strip(), (value.strip() if sep else None)
+
+
+def spec_problems(gate: Gate, slices: Iterable[str], where: str = "gate") -> list[str]:
+    """Problems visible before anything runs: unknown metric names, slices not computed."""
+    problems = []
+    slices = list(slices)
+    known = sorted(set(M.CLASSIFICATION + M.REGRESSION))
+    for section, names in (("thresholds", gate.thresholds), ("change", gate.change)):
+        for name in names:
+            if not M.is_known(name):
+                problems.append(_unknown_metric(f"{where}.{section}.{name}", name, known))
+    for key, thresholds in gate.slices.items():
+        feature, _ = slice_feature(key)
+        if feature not in slices:
+            from pipeline.configs import did_you_mean
+
+            problems.append(
+                f"{where}.slices.{key}: unknown slice {feature!r}{did_you_mean(feature, slices)}; "
+                f"the stage slices by {slices or 'nothing'} (add it to `slices:`)"
+            )
+        for name in thresholds:
+            if not M.is_known(name):
+                problems.append(_unknown_metric(f"{where}.slices.{key}.{name}", name, known))
+    return problems
+
+
+def _unknown_metric(path: str, name: str, known: list[str]) -> str:
+    from pipeline.configs import did_you_mean
+
+    return (f"{path}: unknown metric {name!r}{did_you_mean(name, known)}; known metrics: "
+            f"{', '.join(known)}, precision/<class>, recall/<class>")
+
+
+def decide(
+    gate: Gate,
+    overall: Mapping[str, float],
+    by_slice: Mapping[str, Mapping[str, Mapping[str, float]]],
+    baseline: Mapping[str, float] | None,
+) -> dict[str, Any]:
+    """The blessing: every check with its value, threshold and baseline, and the verdict.
+
+    A metric the gate names but the evaluation did not produce (e.g. AUC when the eval split
+    has one class) fails its check: a gate that silently passes on missing data is worse than
+    a loud one.
+    """
+    checks: list[dict[str, Any]] = []
+    for name, th in gate.thresholds.items():
+        checks.append(_absolute(name, th, overall.get(name), None))
+    for key, ths in gate.slices.items():
+        feature, only = slice_feature(key)
+        values = by_slice.get(feature, {})
+        targets = [only] if only is not None else sorted(values)
+        for v in targets:
+            for name, th in ths.items():
+                checks.append(_absolute(name, th, values.get(v, {}).get(name), f"{feature}={v}"))
+    for name, allowed in gate.change.items():
+        value = overall.get(name)
+        base = None if baseline is None else baseline.get(name)
+        check: dict[str, Any] = {"kind": "change", "metric": name, "slice": None, "value": value,
+                 "baseline": base, "threshold": allowed}
+        if base is None:
+            check.update(passed=True, note="no blessed baseline yet")
+        elif value is None:
+            check.update(passed=False, note="metric not computed")
+        else:
+            worse = (base - value) if M.higher_is_better(name) else (value - base)
+            check.update(change=value - base, passed=worse <= allowed)
+        checks.append(check)
+    failed = [c for c in checks if not c["passed"]]
+    return {"blessed": not failed, "checks": checks, "failed": [describe(c) for c in failed]}
+
+
+def _absolute(name: str, th: Threshold, value: float | None, where: str | None) -> dict:
+    lo, hi = bounds(name, th)
+    check: dict[str, Any] = {"kind": "threshold", "metric": name, "slice": where,
+                             "value": value, "threshold": {"min": lo, "max": hi}}
+    if value is None:
+        check.update(passed=False, note="metric not computed")
+    else:
+        check["passed"] = (lo is None or value >= lo) and (hi is None or value <= hi)
+    return check
+
+
+def describe(check: Mapping[str, Any]) -> str:
+    """One line a person reads in the failure message: what, where, value vs threshold."""
+    where = f" on slice {check['slice']}" if check.get("slice") else ""
+    value = check.get("value")
+    if check.get("note") == "metric not computed":
+        return f"{check['metric']}{where}: not computed"
+    if check["kind"] == "change":
+        return (f"{check['metric']}{where} = {value:.4f} vs baseline {check['baseline']:.4f}: "
+                f"worse by more than the allowed {check['threshold']}")
+    th = check["threshold"]
+    parts = [f">= {th['min']}" if th["min"] is not None else "",
+             f"<= {th['max']}" if th["max"] is not None else ""]
+    return f"{check['metric']}{where} = {value:.4f}, required {' and '.join(p for p in parts if p)}"

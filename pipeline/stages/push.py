@@ -1,0 +1,133 @@
+"""Push: release a blessed, checked model into the serving base directory `<base>/<version>/`.
+
+Refuses an unblessed model (the blessing's failed checks are the message) and a model whose
+check stage did not pass. The copy is atomic (see pipeline.release.pushing); the last `keep`
+versions stay. When an edge model is given and its release decision is positive, the TFLite
+file travels inside the same version (`assets.extra/edge/`), so the cloud and edge models are
+released together or not at all.
+
+Caching: CACHEABLE is True on purpose. The cache key covers the exported model, the blessing,
+the check, the edge model and this config, so "a rerun with nothing changed" reuses the
+earlier push instead of adding a duplicate version, and a deliberate `baton rollback` is not
+undone by the next unchanged run. When push does run, it is still idempotent: content equal
+to the newest served version is not pushed again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+from pipeline.context import StageContext
+from pipeline.errors import StageError
+
+INPUTS = {"saved_model": True, "blessing": True, "check": False, "edge_model": False}
+OUTPUTS = ("pushed",)
+CODE_DEPS = ("pipeline.release.pushing", "pipeline.release.versions", "pipeline.release.status")
+CACHEABLE = True
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """serving_base: the model base path a server watches (default `models/<pipeline>`).
+    keep: versions kept after a push. on_not_blessed: fail the run (exit 1) or skip quietly.
+    server: a REST address (http://127.0.0.1:8501) to poll until the new version is AVAILABLE."""
+
+    serving_base: Path | None = None
+    keep: int = 5
+    on_not_blessed: Literal["fail", "skip"] = "fail"
+    server: str | None = None
+    model_name: str | None = None
+    wait_seconds: float = 60.0
+
+    def __post_init__(self) -> None:
+        if self.keep < 1:
+            raise ValueError(f"keep must be >= 1. Received: keep={self.keep}")
+        if self.wait_seconds < 0:
+            raise ValueError(f"wait_seconds must be >= 0. Received: {self.wait_seconds}")
+
+
+def run(ctx: StageContext, config: Config) -> None:
+    from pipeline.release import pushing
+    from pipeline.stages.export import EXPORT_INFO, version_dir
+
+    base = ctx.resolve(config.serving_base or Path("models") / ctx.pipeline)
+    out = ctx.output("pushed")
+    blessing = _read_json(ctx.inputs["blessing"] / "blessing.json", "blessing")
+    if not blessing.get("blessed"):
+        reasons = "; ".join(blessing.get("failed") or []) or "blessed is false"
+        if config.on_not_blessed == "skip":
+            _write(out, {"pushed": False, "reason": f"not blessed: {reasons}",
+                         "serving_base": str(base)})
+            ctx.record(pushed=False)
+            ctx.log(f"not pushed: model not blessed ({reasons})")
+            return
+        raise StageError(f"push: the model is not blessed, so it is not pushed to {base}: "
+                         f"{reasons}")
+    if "check" in ctx.inputs:
+        check = _read_json(ctx.inputs["check"] / "check.json", "check")
+        if not check.get("ok"):
+            raise StageError(f"push: the check stage did not pass: {check.get('problems')}")
+
+    src = version_dir(ctx.inputs["saved_model"])
+    info_path = ctx.inputs["saved_model"] / EXPORT_INFO
+    export_info = json.loads(info_path.read_text()) if info_path.is_file() else {}
+    edge = _edge(ctx)
+    try:
+        result = pushing.push(
+            src, base, proposed_version=int(export_info.get("version", src.name)),
+            keep=config.keep, extra=edge["files"] if edge else None,
+            info={"run_id": ctx.run_id, "pipeline": ctx.pipeline,
+                  "edge_released": bool(edge)},
+        )
+    except OSError as exc:
+        raise StageError(f"push: cannot write to serving base {base}: {exc}") from None
+    result.update(serving_base=str(base), edge_released=bool(edge),
+                  edge_reason=(edge or {}).get("reason") or _edge_reason(ctx))
+    if config.server and result["pushed"]:
+        from pipeline.release import status
+
+        name = config.model_name or export_info.get("model_name") or ctx.pipeline
+        result["server_status"] = status.wait_available(
+            config.server, name, result["version"], config.wait_seconds)
+    _write(out, result)
+    ctx.record(pushed=result["pushed"], version=result["version"],
+               edge_released=bool(edge))
+    verb = "pushed" if result["pushed"] else "unchanged:"
+    ctx.log(f"{verb} version {result['version']} at {result['path']}"
+            + ("" if result["pushed"] else f" ({result['reason']})"))
+
+
+def _edge(ctx: StageContext) -> dict[str, Any] | None:
+    """The edge files to release with the model, or None when there are none to release."""
+    if "edge_model" not in ctx.inputs:
+        return None
+    d = ctx.inputs["edge_model"]
+    info = _read_json(d / "edge.json", "edge_model")
+    if not info.get("released"):
+        return None
+    files = {f"assets.extra/edge/{name}": d / name for name in info.get("release_files", [])}
+    files["assets.extra/edge/edge.json"] = d / "edge.json"
+    return {"files": files, "reason": info.get("reason")}
+
+
+def _edge_reason(ctx: StageContext) -> str | None:
+    if "edge_model" not in ctx.inputs:
+        return "no edge model in this pipeline"
+    return _read_json(ctx.inputs["edge_model"] / "edge.json", "edge_model").get("reason")
+
+
+def _read_json(path: Path, what: str) -> dict[str, Any]:
+    try:
+        return json.loads(path.read_text())
+    except FileNotFoundError:
+        raise StageError(f"push: input {what!r} has no {path.name} (looked in {path.parent})"
+                         ) from None
+    except ValueError as exc:
+        raise StageError(f"push: {path} is not valid JSON: {exc}") from None
+
+
+def _write(out: Path, obj: dict[str, Any]) -> None:
+    (out / "push.json").write_text(json.dumps(obj, indent=2, default=str) + "\n")
