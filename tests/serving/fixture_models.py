@@ -99,15 +99,16 @@ def build_penguins(export_dir: str, bias: float = 0.0, regression: bool = False)
         ids = tf.argmax(p, axis=1)
         return {"probabilities": p, "class_ids": ids, "classes": tf.gather(m.classes, ids)}
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
-    def classify(examples):
-        p = m._probs(m.parse(examples))
+    # TF Serving's Classify/Regress feed the serialized examples under the key "inputs".
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def classify(inputs):
+        p = m._probs(m.parse(inputs))
         n = tf.shape(p)[0]
         return {"classes": tf.tile(m.classes[None, :], [n, 1]), "scores": p}
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="examples")])
-    def regress(examples):
-        f = m.parse(examples)
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name="inputs")])
+    def regress(inputs):
+        f = m.parse(inputs)
         return {"outputs": f["body_mass_g"] / 1000.0 + bias}
 
     @tf.function(input_signature=[sig])
