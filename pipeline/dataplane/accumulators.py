@@ -1,0 +1,209 @@
+"""Mergeable per-column summaries: the analyzers behind both `statistics` and `transform`.
+
+Each accumulator is updated with a whole numpy column of one batch and merged with others
+(Beam's combiner contract: any grouping, any order). Memory is bounded by design: numeric
+columns keep moments, extremes and a fixed-size weighted quantile sketch; string columns keep
+one count per distinct value (bounded by the vocabulary, not the row count).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+SKETCH_SIZE = 2048
+
+
+class QuantileSketch:
+    """A weighted sample of at most `size` points whose weighted quantiles approximate the data.
+
+    Each batch contributes `size` evenly spaced order statistics carrying equal weight; merging
+    concatenates and, above `size` points, keeps evenly spaced points of the weighted CDF. The
+    rank error stays around 1/size per merge level, ample for buckets and histograms.
+    """
+
+    def __init__(self, size: int = SKETCH_SIZE) -> None:
+        self.size = size
+        self.values = np.zeros(0, np.float64)
+        self.weights = np.zeros(0, np.float64)
+
+    def add(self, x: np.ndarray) -> None:
+        if not len(x):
+            return
+        x = np.sort(x.astype(np.float64))
+        if len(x) > self.size:
+            pos = ((np.arange(self.size) + 0.5) * len(x) / self.size).astype(np.int64)
+            pts, w = x[pos], np.full(self.size, len(x) / self.size)
+        else:
+            pts, w = x, np.ones(len(x))
+        self._extend(pts, w)
+
+    def merge(self, other: QuantileSketch) -> None:
+        self._extend(other.values, other.weights)
+
+    def _extend(self, v: np.ndarray, w: np.ndarray) -> None:
+        self.values = np.concatenate([self.values, v])
+        self.weights = np.concatenate([self.weights, w])
+        if len(self.values) > 2 * self.size:
+            order = np.argsort(self.values, kind="stable")
+            v, w = self.values[order], self.weights[order]
+            cum = np.cumsum(w)
+            total = cum[-1]
+            targets = (np.arange(self.size) + 0.5) * total / self.size
+            idx = np.searchsorted(cum, targets).clip(0, len(v) - 1)
+            self.values, self.weights = v[idx], np.full(self.size, total / self.size)
+
+    def quantiles(self, qs: np.ndarray) -> np.ndarray:
+        if not len(self.values):
+            return np.full(len(qs), np.nan)
+        order = np.argsort(self.values, kind="stable")
+        v, w = self.values[order], self.weights[order]
+        cum = (np.cumsum(w) - 0.5 * w) / w.sum()
+        return np.interp(qs, cum, v)
+
+    def histogram(self, bins: int, lo: float, hi: float) -> tuple[list[float], list[float]]:
+        """Approximate counts in `bins` equal-width bins over [lo, hi]."""
+        if not len(self.values) or not np.isfinite([lo, hi]).all():
+            return [], []
+        if hi <= lo:
+            hi = lo + 1.0
+        counts, edges = np.histogram(self.values, bins=bins, range=(lo, hi), weights=self.weights)
+        return edges.tolist(), counts.tolist()
+
+
+class NumericAcc:
+    """count (finite values), missing, nan, inf, mean/M2 (Chan's merge), min, max, sketch.
+
+    NaN counts as missing unless the reader marked absent values with `reader.ABSENT`; then
+    `missing` counts absent values and `nan` explicit NaNs in the data.
+    """
+
+    def __init__(self, sketch: bool = True) -> None:
+        self.count = 0
+        self.missing = 0
+        self.nan = 0
+        self.inf = 0
+        self.mean = 0.0
+        self.m2 = 0.0
+        self.min = np.inf
+        self.max = -np.inf
+        self.zeros = 0
+        self.sketch = QuantileSketch() if sketch else None  # quantiles cost a sort per batch
+
+    def add(self, x: np.ndarray) -> None:
+        from pipeline.dataplane.reader import ABSENT
+
+        absent = x == ABSENT
+        if absent.any():
+            self.missing += int(absent.sum())
+            x = x[~absent]
+            nan = np.isnan(x)
+            self.nan += int(nan.sum())
+        else:
+            nan = np.isnan(x)
+            self.missing += int(nan.sum())
+        finite = x[np.isfinite(x)]
+        self.inf += int(len(x) - nan.sum() - len(finite))
+        if not len(finite):
+            return
+        f64 = finite.astype(np.float64)
+        n = len(f64)
+        mean = float(f64.mean())
+        m2 = float(((f64 - mean) ** 2).sum())
+        self._combine(n, mean, m2)
+        self.min = min(self.min, float(f64.min()))
+        self.max = max(self.max, float(f64.max()))
+        self.zeros += int((f64 == 0).sum())
+        if self.sketch is not None:
+            self.sketch.add(f64)
+
+    def _combine(self, n: int, mean: float, m2: float) -> None:
+        total = self.count + n
+        delta = mean - self.mean
+        self.mean += delta * n / total
+        self.m2 += m2 + delta * delta * self.count * n / total
+        self.count = total
+
+    def merge(self, other: NumericAcc) -> NumericAcc:
+        if other.count:
+            self._combine(other.count, other.mean, other.m2)
+        self.missing += other.missing
+        self.nan += other.nan
+        self.inf += other.inf
+        self.zeros += other.zeros
+        self.min = min(self.min, other.min)
+        self.max = max(self.max, other.max)
+        if self.sketch is not None and other.sketch is not None:
+            self.sketch.merge(other.sketch)
+        return self
+
+    @property
+    def var(self) -> float:
+        return self.m2 / self.count if self.count else 0.0
+
+
+class StringAcc:
+    """missing ("") and a count per distinct value."""
+
+    def __init__(self) -> None:
+        self.missing = 0
+        self.counts: dict[bytes, int] = {}
+
+    def add_dictionary(self, values: list[bytes], indices: np.ndarray) -> None:
+        counts = np.bincount(indices, minlength=len(values))
+        for v, c in zip(values, counts.tolist(), strict=True):
+            if not c:
+                continue
+            if v == b"":
+                self.missing += c
+            else:
+                self.counts[v] = self.counts.get(v, 0) + c
+
+    def merge(self, other: StringAcc) -> StringAcc:
+        self.missing += other.missing
+        for v, c in other.counts.items():
+            self.counts[v] = self.counts.get(v, 0) + c
+        return self
+
+    @property
+    def count(self) -> int:
+        return sum(self.counts.values())
+
+    def top(self, k: int | None = None, min_frequency: int = 1) -> list[tuple[bytes, int]]:
+        """Values by descending count, ties by value (deterministic), at least `min_frequency`."""
+        items = sorted(((v, c) for v, c in self.counts.items() if c >= min_frequency),
+                       key=lambda vc: (-vc[1], vc[0]))
+        return items if k is None else items[:k]
+
+
+def new_accumulators(columns: list[Any], sketch: Any = None) -> dict[str, Any]:
+    """Fresh accumulators; `sketch` (names) limits quantile sketches to those columns."""
+    return {c.name: NumericAcc(sketch is None or c.name in sketch) if c.is_numeric
+            else StringAcc() for c in columns}
+
+
+def update(accs: dict[str, Any], batch: Any) -> None:
+    """Add one pyarrow RecordBatch (from `reader.read_batches`) to `accs`."""
+    from pipeline.dataplane.reader import dictionary_parts, numeric_values
+
+    for name, acc in accs.items():
+        col = batch.column(name)
+        if isinstance(acc, NumericAcc):
+            acc.add(numeric_values(col))
+        else:
+            acc.add_dictionary(*dictionary_parts(col))
+
+
+def merge_all(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Merge a list of accumulator dicts (same keys) into the first; {} for no parts."""
+    if not parts:
+        return {}
+    out = parts[0]
+    for p in parts[1:]:
+        for k, acc in p.items():
+            if k in out:
+                out[k].merge(acc)
+            else:
+                out[k] = acc
+    return out

@@ -1,0 +1,63 @@
+"""The statistics Beam pipeline: per-shard accumulators, merged per split, finalized once.
+
+    shards --StatsShard--> (split, accumulators) --CombinePerKey--> (split, statistics)
+           --ToDict--> statistics.json
+
+Memory is bounded by the accumulators (moments, a fixed-size quantile sketch, one count per
+distinct string), never by the row count. Imports Beam at its top: import inside `run` only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import apache_beam as beam
+
+from pipeline.dataplane import accumulators as accs_mod
+from pipeline.dataplane.schema_file import Column
+
+
+class StatsShard(beam.DoFn):
+    def __init__(self, columns: Sequence[Column], batch_rows: int) -> None:
+        self.columns, self.batch_rows = list(columns), batch_rows
+
+    def process(self, element: tuple[str, str]) -> Iterator[tuple[str, dict[str, Any]]]:
+        from pipeline.dataplane.reader import read_batches
+
+        split, path = element
+        accs = accs_mod.new_accumulators(self.columns)
+        for batch in read_batches(path, self.columns, self.batch_rows, keep_nan=True):
+            accs_mod.update(accs, batch)
+        yield split, accs
+
+
+class MergeToStats(beam.CombineFn):
+    def create_accumulator(self) -> dict[str, Any]:
+        return {}
+
+    def add_input(self, acc: dict[str, Any], element: dict[str, Any]) -> dict[str, Any]:
+        return accs_mod.merge_all([acc, element]) if acc else element
+
+    def merge_accumulators(self, accumulators: Any) -> dict[str, Any]:
+        return accs_mod.merge_all([a for a in accumulators if a])
+
+    def extract_output(self, acc: dict[str, Any]) -> dict[str, Any]:
+        from pipeline.dataplane.stats import split_stats
+
+        return split_stats(acc)
+
+
+def build(p: Any, *, shards: list[tuple[str, str]], columns: Sequence[Column],
+          batch_rows: int, out_path: str) -> None:
+    from pipeline.dataplane.beam_transform import _write_json
+
+    (
+        p
+        | "Shards" >> beam.Create(shards)
+        | "Reshuffle" >> beam.Reshuffle()
+        | "Accumulate" >> beam.ParDo(StatsShard(columns, batch_rows))
+        | "Merge" >> beam.CombinePerKey(MergeToStats())
+        | "Collect" >> beam.combiners.ToDict()
+        | "Write" >> beam.Map(lambda splits: _write_json({"splits": splits}, out_path))
+    )

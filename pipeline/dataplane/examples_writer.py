@@ -1,0 +1,187 @@
+"""Write columnar batches as the examples artifact: sharded TFRecords of tf.Example per split.
+
+Every ingest source (TFDS, CSV, synthetic) produces columnar numpy batches; this module splits
+them into train/eval by ratio (deterministically, from a seed) or takes a named split as is,
+drops rows whose label is missing (counted), and rotates shards every `rows_per_shard` rows so
+that downstream Beam stages get one unit of parallel work per shard.
+
+Beside each TFRecord shard it writes the same rows, in the same order, as an Arrow IPC stream
+(`columnar/<split>/part-NNNNN.arrow`). The TFRecords are the contract; the columnar copy is
+an index for speed: parsing tf.Examples costs microseconds per row even in C++, while reading
+Arrow is memory-mapped, so statistics and transform read it when present
+(`reader.read_batches` falls back to the TFRecords when it is not).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.dataplane.example_codec import encode_batch
+from pipeline.dataplane.schema_file import Column
+
+COLUMNAR = "columnar"
+
+
+def arrow_schema(columns: Sequence[Column]) -> Any:
+    """float32 numeric columns, dictionary<int32, binary> strings: what `reader` yields."""
+    import pyarrow as pa
+
+    return pa.schema([(c.name, pa.float32() if c.is_numeric
+                       else pa.dictionary(pa.int32(), pa.binary())) for c in columns])
+
+
+def to_record_batch(columns: Sequence[Column], values: Sequence[np.ndarray]) -> Any:
+    import pyarrow as pa
+
+    arrays = []
+    for c, v in zip(columns, values, strict=True):
+        if c.is_numeric:
+            arrays.append(pa.array(np.asarray(v, np.float32)))
+        else:
+            uniq, idx = np.unique(np.asarray(v, object).astype(str), return_inverse=True)
+            arrays.append(pa.DictionaryArray.from_arrays(
+                pa.array(idx.astype(np.int32)), pa.array([u.encode() for u in uniq], pa.binary())))
+    return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(columns))
+
+
+def missing_mask(values: np.ndarray, numeric: bool) -> np.ndarray:
+    """True where a value is missing: NaN for numeric columns, "" for strings."""
+    if numeric:
+        return np.isnan(np.asarray(values, np.float32))
+    return np.asarray(values, dtype=object) == ""
+
+
+class SplitWriter:
+    """Shards of one split: `<dir>/part-00000.tfrecord`, a new file every `rows_per_shard` rows."""
+
+    def __init__(self, directory: Path, rows_per_shard: int, columnar: Path | None = None,
+                 schema: Any = None) -> None:
+        self.directory = directory
+        self.columnar = columnar
+        self._schema = schema
+        self._arrow: Any = None
+        self.rows_per_shard = max(1, rows_per_shard)
+        self.rows = 0
+        self._shard = -1
+        self._in_shard = 0
+        self._writer: Any = None
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def write(self, records: Sequence[bytes], batch: Any = None) -> None:
+        """Append serialized examples (and the same rows as a pyarrow RecordBatch, if columnar)."""
+        import tensorflow as tf
+
+        i = 0
+        while i < len(records):
+            if self._writer is None or self._in_shard >= self.rows_per_shard:
+                self._open_next(tf)
+            take = min(len(records) - i, self.rows_per_shard - self._in_shard)
+            assert self._writer is not None
+            write = self._writer.write
+            for rec in records[i : i + take]:
+                write(rec)
+            if batch is not None and self._arrow is not None:
+                self._arrow.write_batch(batch.slice(i, take))
+            self._in_shard += take
+            self.rows += take
+            i += take
+
+    def _open_next(self, tf: Any) -> None:
+        self._close_files()
+        self._shard += 1
+        self._in_shard = 0
+        name = f"part-{self._shard:05d}"
+        self._writer = tf.io.TFRecordWriter(str(self.directory / f"{name}.tfrecord"))
+        if self.columnar is not None and self._schema is not None:
+            import pyarrow as pa
+
+            self.columnar.mkdir(parents=True, exist_ok=True)
+            self._arrow = pa.ipc.new_stream(str(self.columnar / f"{name}.arrow"), self._schema)
+
+    def _close_files(self) -> None:
+        if self._writer is not None:
+            self._writer.close()
+        if self._arrow is not None:
+            self._arrow.close()
+            self._arrow = None
+
+    def close(self) -> None:
+        if self._writer is None:  # an empty split still gets one (empty) shard file
+            import tensorflow as tf
+
+            self._open_next(tf)
+        self._close_files()
+
+
+class ExamplesWriter:
+    """Routes columnar batches to per-split shard writers.
+
+    Args:
+        out_dir: the examples artifact directory (`ctx.output("examples")`).
+        columns: the column layout, label included.
+        label: the label column; rows where it is missing are dropped and counted.
+        ratios: split name -> fraction (normalised), used by `write_batch(..., split=None)`.
+        seed: makes the ratio split reproducible.
+    """
+
+    def __init__(
+        self,
+        out_dir: Path,
+        columns: Sequence[Column],
+        label: str,
+        ratios: Mapping[str, float],
+        seed: int,
+        rows_per_shard: int,
+    ) -> None:
+        self.columns = list(columns)
+        self.label = label
+        total = sum(ratios.values())
+        self._names = list(ratios)
+        self._cuts = np.cumsum([ratios[n] / total for n in self._names])
+        self._rng = np.random.default_rng(seed)
+        self._out_dir = out_dir
+        self._rows_per_shard = rows_per_shard
+        self.writers: dict[str, SplitWriter] = {}
+        self.dropped_missing_label = 0
+        for name in self._names:
+            self._writer(name)
+
+    def _writer(self, split: str) -> SplitWriter:
+        if split not in self.writers:
+            self.writers[split] = SplitWriter(self._out_dir / split, self._rows_per_shard,
+                                              self._out_dir / COLUMNAR / split,
+                                              arrow_schema(self.columns))
+        return self.writers[split]
+
+    def write_batch(self, batch: Mapping[str, np.ndarray], split: str | None = None) -> None:
+        """Write one batch (column name -> values); `split=None` assigns rows by ratio."""
+        names = [c.name for c in self.columns]
+        numeric = [c.is_numeric for c in self.columns]
+        cols = [batch[n] for n in names]
+        label_col = self.columns[names.index(self.label)]
+        keep = ~missing_mask(batch[self.label], label_col.is_numeric)
+        self.dropped_missing_label += int((~keep).sum())
+        if split is not None:
+            self._write(split, names, [c[keep] for c in cols], numeric)
+            return
+        draw = self._rng.random(len(keep))
+        which = np.searchsorted(self._cuts, draw, side="right").clip(0, len(self._names) - 1)
+        for i, name in enumerate(self._names):
+            sel = keep & (which == i)
+            if sel.any():
+                self._write(name, names, [c[sel] for c in cols], numeric)
+
+    def _write(self, split: str, names: list[str], cols: list[np.ndarray], numeric) -> None:  # noqa: ANN001
+        if len(cols[0]):
+            self._writer(split).write(encode_batch(names, cols, numeric),
+                                      to_record_batch(self.columns, cols))
+
+    def close(self) -> dict[str, int]:
+        """Close every shard; returns rows written per split."""
+        for w in self.writers.values():
+            w.close()
+        return {name: w.rows for name, w in self.writers.items()}

@@ -1,0 +1,93 @@
+"""ingest for `source: csv`: files by glob -> examples, bad rows quarantined and counted.
+
+The column types come from `column_types` or are inferred from the first non-empty file; every
+file must have the same header. Empty files are skipped (and counted). The stage fails when no
+row survives or when rejected rows exceed `max_bad_fraction` of all rows read; the message
+names the count, the fraction and the first reasons.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from pipeline.dataplane import csv_source
+from pipeline.dataplane.examples_writer import ExamplesWriter
+from pipeline.dataplane.schema_file import Column, ExamplesSchema
+from pipeline.errors import StageError
+
+
+def ingest(ctx: Any, config: Any, out: Path) -> None:
+    files = csv_source.expand_glob(str(config.path), ctx.spec_dir)
+    if not files:
+        raise StageError(f"ingest.path: no CSV files match {config.path!r} "
+                         f"(relative to {ctx.spec_dir})")
+    headers = {f: csv_source.read_header(f) for f in files}
+    nonempty = [f for f in files if headers[f]]
+    empty = [f for f in files if not headers[f]]
+    if not nonempty:
+        raise StageError(f"ingest: every CSV file matching {config.path!r} is empty "
+                         f"({len(files)} files)")
+    header: list[str] = headers[nonempty[0]] or []
+    for f in nonempty[1:]:
+        if headers[f] != header:
+            raise StageError(f"ingest: CSV file {f} has header {headers[f]}, "
+                             f"but {nonempty[0]} has {header}")
+    if len(set(header)) != len(header):
+        raise StageError(f"ingest: CSV header has duplicate column names: {header}")
+    na = {v.encode() for v in config.na_values}
+    types = csv_source.infer_types(nonempty[0], header, na)
+    for name, dtype in config.column_types.items():
+        if name not in header:
+            from pipeline.configs import did_you_mean
+
+            raise StageError(f"ingest.column_types: no column {name!r}"
+                             f"{did_you_mean(name, header)}; CSV columns are {header}")
+        types[name] = dtype
+    label = config.label or ("label" if "label" in header else None)
+    if label is None or label not in header:
+        raise StageError(f"ingest.label: set the label column of the CSV "
+                         f"(received {config.label!r}); columns are {header}")
+    task: Any = config.task or ("regression" if types[label] == "float32" else "classification")
+    if task == "classification":
+        types[label] = "string"
+    types = {k: v for k, v in types.items() if k not in config.exclude or k == label}
+    columns = [Column(n, t) for n, t in types.items()]  # type: ignore[arg-type]
+    quarantine = csv_source.Quarantine(out / "quarantine")
+    writer = ExamplesWriter(out, columns, label, config.splits, config.seed, config.rows_per_shard)
+    progress = ctx.progress(None, "rows", "ingest")
+    good = 0
+    try:
+        for f in nonempty:
+            for raw in csv_source.iter_raw(f, header, quarantine, config.batch_rows):
+                batch = csv_source.decode_batch(raw, f, types, na, quarantine)
+                n = len(batch[label])
+                if n:
+                    writer.write_batch(batch)
+                    good += n
+                    progress.update(n)
+    finally:
+        progress.close()
+        quarantine.close()
+    counts = writer.close()
+    total = good + quarantine.count
+    fraction = quarantine.count / total if total else 0.0
+    if good == 0:
+        raise StageError(f"ingest: no valid rows in {len(nonempty)} CSV files "
+                         f"({quarantine.count} rejected: {'; '.join(quarantine.examples)})")
+    if fraction > config.max_bad_fraction:
+        raise StageError(
+            f"ingest: {quarantine.count} of {total} CSV rows rejected ({fraction:.1%}), above "
+            f"max_bad_fraction={config.max_bad_fraction}; first: {'; '.join(quarantine.examples)}")
+    if quarantine.count:
+        ctx.log(f"quarantined {quarantine.count} rows ({fraction:.2%}) -> "
+                f"{ctx.final_path('examples') / 'quarantine' / 'rows.jsonl'}")
+    dropped = {"missing_label": writer.dropped_missing_label, "quarantined": quarantine.count,
+               "empty_files": len(empty), **{f"quarantined_{k}": v
+                                             for k, v in quarantine.by_reason.items()}}
+    source = {"kind": "csv", "files": [str(f) for f in files]}
+    ExamplesSchema(tuple(columns), label, task, counts, source, dropped).save(out)
+    ctx.log(f"{sum(counts.values())} rows {counts} from {len(files)} files, dropped {dropped}")
+    ctx.record(rows=sum(counts.values()), **{f"rows_{k}": v for k, v in counts.items()},
+               quarantined=quarantine.count, empty_files=len(empty),
+               dropped_missing_label=writer.dropped_missing_label)

@@ -1,0 +1,109 @@
+"""`schema.json` of the examples artifact: the columns, their dtypes, the label and row counts.
+
+Every reader of the examples artifact (statistics, transform, evaluate, export warmup, edge)
+learns the column layout from this one small file instead of sniffing the TFRecords, so the
+description of the data lives in exactly one place.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+from pipeline.errors import StageError
+
+FILENAME = "schema.json"
+Dtype = Literal["float32", "string"]
+Task = Literal["classification", "regression"]
+
+
+@dataclasses.dataclass(frozen=True)
+class Column:
+    """A raw column: numeric columns are float32 (`float_list`), categorical strings (`bytes_list`)."""
+
+    name: str
+    dtype: Dtype
+
+    @property
+    def is_numeric(self) -> bool:
+        return self.dtype == "float32"
+
+
+@dataclasses.dataclass(frozen=True)
+class ExamplesSchema:
+    """The layout of an examples artifact. `columns` includes the label column."""
+
+    columns: tuple[Column, ...]
+    label: str
+    task: Task = "classification"
+    splits: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    source: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    dropped: Mapping[str, int] = dataclasses.field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        names = [c.name for c in self.columns]
+        if self.label not in names:
+            raise StageError(f"label column {self.label!r} is not among the columns {names}")
+        if len(set(names)) != len(names):
+            raise StageError(f"duplicate column names in {names}")
+
+    @property
+    def features(self) -> list[Column]:
+        """Every column except the label."""
+        return [c for c in self.columns if c.name != self.label]
+
+    def column(self, name: str) -> Column:
+        for c in self.columns:
+            if c.name == name:
+                return c
+        raise KeyError(name)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "columns": [dataclasses.asdict(c) for c in self.columns],
+            "label": self.label,
+            "task": self.task,
+            "splits": dict(self.splits),
+            "source": dict(self.source),
+            "dropped": dict(self.dropped),
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> ExamplesSchema:
+        return cls(
+            columns=tuple(Column(**c) for c in data["columns"]),
+            label=data["label"],
+            task=data.get("task", "classification"),
+            splits=dict(data.get("splits", {})),
+            source=dict(data.get("source", {})),
+            dropped=dict(data.get("dropped", {})),
+        )
+
+    def save(self, directory: str | Path) -> Path:
+        path = Path(directory) / FILENAME
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n")
+        return path
+
+    @classmethod
+    def load(cls, directory: str | Path) -> ExamplesSchema:
+        path = Path(directory)
+        if path.is_dir():
+            path = path / FILENAME
+        if not path.is_file():
+            raise StageError(f"examples artifact has no {FILENAME}: expected {path}")
+        try:
+            return cls.from_dict(json.loads(path.read_text()))
+        except (KeyError, TypeError, ValueError) as exc:
+            raise StageError(f"{path}: not a valid examples schema ({exc})") from None
+
+
+def shard_files(examples_dir: str | Path, split: str) -> list[Path]:
+    """The TFRecord shards of one split, in order; StageError when the split has none."""
+    d = Path(examples_dir) / split
+    files = sorted(d.glob("*.tfrecord*"))
+    if not files:
+        raise StageError(f"examples split {split!r} has no TFRecord shards in {d}")
+    return files

@@ -1,0 +1,140 @@
+"""Read a TFDS dataset (catalog name or Baton builder) as columnar numpy batches.
+
+Only tabular features can become tf.Example columns: scalars (numbers, bools, text, class
+labels) and short fixed-length numeric vectors (iris' `features` [4] becomes `features_0..3`).
+Anything else (images, sequences) is refused with a message naming the feature, because a
+silently dropped feature is worse than a clear error.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.dataplane.schema_file import Column
+from pipeline.errors import StageError
+
+MAX_VECTOR = 64
+
+
+def open_builder(name: str, data_dir: Path, *, download: bool) -> Any:
+    """`tfds.builder(name, data_dir)`, prepared; StageError naming the dataset and directory."""
+    import tensorflow_datasets as tfds
+
+    import pipeline.datasets.penguins
+    import pipeline.datasets.synthetic_tfds  # noqa: F401 - registers baton_* with TFDS
+
+    try:
+        builder = tfds.builder(name, data_dir=str(data_dir))
+    except Exception as exc:  # DatasetNotFoundError and friends: message only
+        raise StageError(
+            f"TFDS dataset {name!r}: not found in the catalog nor in data_dir {data_dir} "
+            f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})"
+        ) from None
+    if builder.is_prepared():
+        return builder
+    where = Path(builder.data_dir)
+    if not download:
+        raise StageError(
+            f"TFDS dataset {name!r} is not prepared in data_dir {data_dir} (looked in {where}) "
+            "and download is disabled; prepare it there first (tfds build) or set download: true"
+        )
+    local = type(builder).__module__.startswith("pipeline.datasets")  # generated offline
+    probe = "" if local else network_problem()
+    if probe:
+        raise StageError(
+            f"TFDS dataset {name!r} is not prepared in data_dir {data_dir} (looked in {where}) "
+            f"and the network is unreachable ({probe}); prepare it there on a machine with "
+            "network access and copy the directory")
+    try:
+        builder.download_and_prepare()
+    except Exception as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise StageError(
+            f"TFDS dataset {name!r} is not prepared in data_dir {data_dir} and could not be "
+            f"downloaded (is the network reachable?): {first[:300]}"
+        ) from None
+    return builder
+
+
+def network_problem(host: str = "storage.googleapis.com", timeout: float = 3.0) -> str:
+    """"" when `host` accepts a connection, else why not.
+
+    TFDS retries unreachable downloads for minutes; a three-second probe first lets an
+    offline run fail at once with a message naming the dataset and directory.
+    """
+    import socket
+
+    try:
+        socket.create_connection((host, 443), timeout=timeout).close()
+    except OSError as exc:
+        return f"cannot connect to {host}: {exc}"
+    return ""
+
+
+def tabular_columns(builder: Any) -> tuple[list[Column], dict[str, Any]]:
+    """Columns of a builder's features and the per-feature decoders used by `iter_batches`."""
+    import tensorflow_datasets as tfds
+
+    columns: list[Column] = []
+    decoders: dict[str, Any] = {}
+    for name, feat in builder.info.features.items():
+        shape = tuple(getattr(feat, "shape", ()) or ())
+        dtype = np.dtype(getattr(feat, "np_dtype", np.float32))
+        if isinstance(feat, tfds.features.ClassLabel):
+            names = np.array(feat.names, dtype=object)
+            columns.append(Column(name, "string"))
+            decoders[name] = ("classlabel", names)
+        elif isinstance(feat, tfds.features.Text) or (shape == () and dtype.kind in "SUO"):
+            columns.append(Column(name, "string"))
+            decoders[name] = ("text", None)
+        elif shape == () and dtype.kind in "fiub":
+            columns.append(Column(name, "float32"))
+            decoders[name] = ("number", None)
+        elif len(shape) == 1 and shape[0] and shape[0] <= MAX_VECTOR and dtype.kind in "fiub":
+            columns.extend(Column(f"{name}_{i}", "float32") for i in range(shape[0]))
+            decoders[name] = ("vector", shape[0])
+        else:
+            raise StageError(
+                f"TFDS feature {name!r} of {builder.name!r} is not tabular "
+                f"({type(feat).__name__}, shape {shape}, dtype {dtype}); ingest supports scalars "
+                f"and numeric vectors up to {MAX_VECTOR} long"
+            )
+    return columns, decoders
+
+
+def iter_batches(
+    builder: Any, split: str, decoders: dict[str, Any], batch_rows: int
+) -> Iterator[dict[str, np.ndarray]]:
+    """Columnar batches of one TFDS split (strings as str objects, numbers as float32).
+
+    `split` may use TFDS slicing, e.g. "train[:80%]" or "train+test".
+    """
+    import re
+
+    import tensorflow_datasets as tfds
+
+    bases = [re.split(r"[\[(]", part.strip())[0] for part in split.split("+")]
+    if any(b not in builder.info.splits for b in bases):
+        raise StageError(
+            f"TFDS dataset {builder.name!r} has no split {split!r}; "
+            f"its splits are {sorted(builder.info.splits)}"
+        )
+    ds = builder.as_dataset(split=split, shuffle_files=False).batch(batch_rows)
+    for batch in tfds.as_numpy(ds):
+        out: dict[str, np.ndarray] = {}
+        for name, (kind, arg) in decoders.items():
+            values = batch[name]
+            if kind == "classlabel":
+                out[name] = arg[values]
+            elif kind == "text":
+                out[name] = np.array([v.decode("utf-8", "replace") for v in values], object)
+            elif kind == "number":
+                out[name] = values.astype(np.float32)
+            else:
+                for i in range(arg):
+                    out[f"{name}_{i}"] = values[:, i].astype(np.float32)
+        yield out

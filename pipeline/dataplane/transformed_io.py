@@ -1,0 +1,43 @@
+"""The `transformed` artifact format: TFRecords of columnar chunks.
+
+Each record is a tf.Example whose features are whole columns of `chunk_rows` rows, stored as
+raw little-endian bytes (`float32` numeric, `int64` categorical and class labels) in a one-value
+bytes_list. Writing costs one small proto per chunk instead of one per row, and the reader
+(`graphs.input_pipeline`) turns a record into `[n]` tensors with `decode_raw`, which is why
+this format, not one tf.Example per row, lets the transform write ~1M rows/s.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from pipeline.dataplane.example_codec import _ld, bytes_entry
+
+FORMAT = "baton-columnar-tfrecord-v1"
+METADATA = "metadata.json"
+
+
+def encode_chunk(columns: Mapping[str, np.ndarray]) -> bytes:
+    """One record holding every column of a chunk (each as raw little-endian bytes)."""
+    entries = [bytes_entry(name, np.ascontiguousarray(v).tobytes()) for name, v in columns.items()]
+    return _ld(0x0A, b"".join(entries))
+
+
+def write_chunks(writer: Any, columns: Mapping[str, np.ndarray], chunk_rows: int) -> int:
+    """Write `columns` (equal lengths) as records of at most `chunk_rows` rows; returns rows."""
+    n = len(next(iter(columns.values()))) if columns else 0
+    for start in range(0, n, chunk_rows):
+        writer.write(encode_chunk({k: v[start : start + chunk_rows] for k, v in columns.items()}))
+    return n
+
+
+def write_metadata(directory: Path, splits: Mapping[str, int], dtypes: Mapping[str, str],
+                   label: str, chunk_rows: int) -> None:
+    (directory / METADATA).write_text(json.dumps({
+        "format": FORMAT, "chunk_rows": chunk_rows, "splits": dict(splits),
+        "columns": dict(dtypes), "label": label}, indent=2) + "\n")
