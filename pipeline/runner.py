@@ -182,7 +182,12 @@ def _run_stage(
         error += f" (traceback in {run_dir / (name + '.traceback.txt')})"
     usage = meter.usage
     if error:
-        shutil.rmtree(work, ignore_errors=True)
+        # Keep what the stage wrote (an anomalies report, a partial log) for debugging, under a
+        # name that no reader mistakes for a finished artifact: it has no lineage record.
+        failed_dir = run_dir / f"{name}.failed"
+        shutil.rmtree(failed_dir, ignore_errors=True)
+        os.replace(work, failed_dir)
+        error += f" (partial outputs kept in {failed_dir})"
         _say(stream, options, f"x {label} failed after {usage.wall_s:.1f}s: {error}")
         store.write_json_atomic(run_dir / f"{name}.failed.json",
                                 {**record, "status": "failed", "error": error, "usage": usage.as_dict()})

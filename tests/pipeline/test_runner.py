@@ -147,6 +147,8 @@ def test_failed_stage_leaves_no_artifact_and_stops(tmp_path):
     assert not res.ok and "3 rows could not be parsed" in res.error
     assert not (res.run_dir / "bad").exists()
     assert not list(res.run_dir.glob(".tmp-*"))
+    assert (res.run_dir / "bad.failed" / "never" / "junk").read_text() == "x"
+    assert lineage.read(res.run_dir / "bad.failed") is None
     assert json.loads((res.run_dir / "bad.failed.json").read_text())["status"] == "failed"
 
 
