@@ -152,4 +152,6 @@ def test_python_object_spec_round_trips_through_yaml(tmp_path):
 def test_embedded_default_spec_loads():
     spec = load_spec(None)
     assert spec.name == "penguins"
-    assert [s.type for s in spec.stages][:2] == ["ingest", "transform"]
+    types = [s.type for s in spec.stages]
+    assert types[0] == "ingest" and types[-1] == "push"
+    assert plan(spec).order.index("transform") < plan(spec).order.index("train")
