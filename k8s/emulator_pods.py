@@ -20,7 +20,7 @@ import dataclasses
 import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -104,11 +104,16 @@ def _mount_dirs(pod: Mapping, container: Mapping, pod_name: str, volume_dir: Pat
     return out
 
 
+def _literal(value: str) -> Callable[[re.Match[str]], str]:
+    """A re.sub replacement inserting `value` verbatim (no backslash-escape processing)."""
+    return lambda _m: value
+
+
 def rewrite(text: str, mounts: Mapping[str, str]) -> str:
     """Replace container paths under a mountPath with the local directory (longest first)."""
     for mount in sorted(mounts, key=len, reverse=True):
         pattern = r"(?<![\w.-])" + re.escape(mount) + r"(?=/|$|[^\w.-])"
-        text = re.sub(pattern, lambda _m, d=mounts[mount]: d, text)
+        text = re.sub(pattern, _literal(mounts[mount]), text)
     return text
 
 

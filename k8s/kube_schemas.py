@@ -39,7 +39,7 @@ def source() -> str:
     return "kubernetes client models (field names and types)"
 
 
-def supports(api_version: str, kind: str) -> bool:
+def supports(api_version: object, kind: object) -> bool:
     return (api_version, kind) in _MODELS
 
 
@@ -72,7 +72,7 @@ def _check_json_schema(doc: dict[str, Any]) -> list[Violation]:
 
 
 # --------------------------------------------------------------------------- client models
-_PRIMITIVES = {"str": str, "int": int, "bool": bool, "float": (int, float), "object": object}
+_PRIMITIVES: dict[str, type | tuple[type, ...]] = {"str": str, "int": int, "bool": bool, "float": (int, float), "object": object}
 
 
 def _check_client_models(doc: dict[str, Any]) -> list[Violation]:

@@ -21,6 +21,12 @@ CLEAN_POD_POLICIES = ("None", "Running", "All")
 SUCCESS_POLICIES = ("", "AllWorkers")
 
 
+def _mapping(parent: dict[Any, Any], key: str) -> dict[Any, Any]:
+    """`parent[key]` when it is a mapping, else an empty one."""
+    value = parent.get(key)
+    return value if isinstance(value, dict) else {}
+
+
 def check_tfjob(doc: Any) -> list[Violation]:
     """Every webhook (and baton) rule violated by a TFJob document; [] when it is admissible."""
     out: list[Violation] = []
@@ -30,12 +36,12 @@ def check_tfjob(doc: Any) -> list[Violation]:
     def bad(path: str, message: str, rule: str = "webhook") -> None:
         out.append(Violation(path, message, rule))
 
-    meta = doc.get("metadata") if isinstance(doc.get("metadata"), dict) else {}
+    meta = _mapping(doc, "metadata")
     name = meta.get("name")
     if not isinstance(name, str) or not DNS1035.match(name) or len(name) > 63:
         bad("metadata.name", "must be a DNS-1035 label (lower case, starts with a letter, "
             f"at most 63 characters). Received: {name!r}")
-    spec = doc.get("spec") if isinstance(doc.get("spec"), dict) else {}
+    spec = _mapping(doc, "spec")
     replicas = spec.get("tfReplicaSpecs")
     if not isinstance(replicas, dict) or not replicas:
         bad("spec.tfReplicaSpecs", f"must hold at least one replica spec. Received: {replicas!r}")
@@ -60,8 +66,8 @@ def check_tfjob(doc: Any) -> list[Violation]:
         if policy is not None and policy not in RESTART_POLICIES:
             bad(f"{base}.restartPolicy", f"must be one of {', '.join(RESTART_POLICIES)}. "
                 f"Received: {policy!r}", "baton")
-        tmpl = rspec.get("template") if isinstance(rspec.get("template"), dict) else {}
-        pod = tmpl.get("spec") if isinstance(tmpl.get("spec"), dict) else {}
+        tmpl = _mapping(rspec, "template")
+        pod = _mapping(tmpl, "spec")
         containers = pod.get("containers")
         if not isinstance(containers, list) or not containers:
             bad(f"{base}.template.spec.containers", "must have at least one container. "
@@ -88,7 +94,7 @@ def check_tfjob(doc: Any) -> list[Violation]:
                             f"tfjob-port must be a TCP port 1-65535. Received: {port!r}", "baton")
     if chiefs > 1:
         bad("spec.tfReplicaSpecs", f"at most one Chief or Master replica is allowed. Received: {chiefs}")
-    run_policy = spec.get("runPolicy") if isinstance(spec.get("runPolicy"), dict) else {}
+    run_policy = _mapping(spec, "runPolicy")
     cpp = run_policy.get("cleanPodPolicy")
     if cpp is not None and cpp not in CLEAN_POD_POLICIES:
         bad("spec.runPolicy.cleanPodPolicy", f"must be one of {', '.join(CLEAN_POD_POLICIES)}. "

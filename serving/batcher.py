@@ -50,7 +50,7 @@ class Task:
 class _Queue:
     __slots__ = ("tasks", "rows")
 
-    def __init__(self):
+    def __init__(self) -> None:
         self.tasks: collections.deque[Task] = collections.deque()
         self.rows = 0
 

@@ -21,12 +21,14 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
+from typing import Any
 
 
 class ServerProcess:
     """A `python -m serving` child on free ports; use as a context manager."""
 
-    def __init__(self, model_name: str, model_base_path: str, extra_flags: list[str] = (),
+    def __init__(self, model_name: str, model_base_path: str, extra_flags: Sequence[str] = (),
                  timeout: float = 120.0, python: str = sys.executable):
         self._dir = tempfile.mkdtemp(prefix="baton-serve-")
         self.ports_file = os.path.join(self._dir, "ports.json")
@@ -79,7 +81,7 @@ class ServerProcess:
             time.sleep(0.1)
 
     def predict(self, instances: list, signature_name: str = "") -> dict:
-        body = {"instances": instances}
+        body: dict[str, Any] = {"instances": instances}
         if signature_name:
             body["signature_name"] = signature_name
         req = urllib.request.Request(self.url + ":predict", data=json.dumps(body).encode(),

@@ -25,8 +25,8 @@ def _feature(name: str, value):
     if not vals:
         f.float_list.SetInParent()
         return f
-    kinds = set()
-    conv = []
+    kinds: set[str] = set()
+    conv: list[int | float | bytes] = []
     for v in vals:
         if isinstance(v, bool):
             raise invalid(f"feature {name!r}: booleans are not tf.Example values. Received: {v}")
@@ -129,6 +129,7 @@ def classification_rows(sig: Signature, out: dict[str, np.ndarray]) -> list[list
     if scores is None and classes is None:
         raise invalid(f"signature {sig.name} has neither 'classes' nor 'scores' outputs")
     ref = scores if scores is not None else classes
+    assert ref is not None
     n = ref.shape[0]
     ref = ref.reshape(n, -1)
     rows = []

@@ -171,7 +171,7 @@ class HttpProtocol(asyncio.Protocol):
 
     def _dechunk(self, buf: bytes, pos: int):
         """(body, end) when complete, None when more data is needed, False on error."""
-        parts = []
+        parts: list[bytes] = []
         total = 0
         while True:
             eol = buf.find(b"\r\n", pos)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+from typing import Any
 
 import numpy as np
 
@@ -130,7 +131,7 @@ def feeds_from_json(body, sig: Signature) -> tuple[dict[str, np.ndarray], bool]:
 def _jsonable(name: str, arr: np.ndarray):
     if arr.dtype == object:
         b64 = name.endswith("_bytes")
-        flat = []
+        flat: list[Any] = []
         for v in arr.reshape(-1):
             if isinstance(v, bytes) and not b64:
                 try:

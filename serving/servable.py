@@ -12,6 +12,8 @@ import dataclasses
 import os
 import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -48,7 +50,7 @@ class Signature:
     method_name: str
     inputs: dict[str, TensorSpec]
     outputs: dict[str, TensorSpec]
-    fn: object
+    fn: Callable[..., Any]
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -107,6 +109,8 @@ def read_saved_model_proto(export_dir: str):
 
 class Servable:
     """A loaded version of a model. Immutable once built; safe to share across threads."""
+
+    load_seconds: float  # set by load_servable once loaded and warmed up
 
     def __init__(self, model_name: str, version: int, export_dir: str, signature_defs, loaded):
         self.model_name = model_name

@@ -165,6 +165,7 @@ class ModelServer:
             except Exception:  # noqa: BLE001 - shutting down regardless
                 log.exception("error during shutdown")
             loop.call_soon_threadsafe(loop.stop)
+            assert self._thread is not None  # set together with self._loop in start()
             self._thread.join(timeout=10)
             loop.close()
         if hasattr(self, "scheduler"):
@@ -174,8 +175,9 @@ class ModelServer:
 
     async def _shutdown(self, grace: float) -> None:
         self._http.closing = True
-        if getattr(self, "_rest_server", None) is not None:
-            self._rest_server.close()
+        rest_server = getattr(self, "_rest_server", None)
+        if rest_server is not None:
+            rest_server.close()
         stop_grpc = None
         if getattr(self, "_grpc", None) is not None:
             stop_grpc = asyncio.ensure_future(self._grpc.stop(grace))
