@@ -1,0 +1,254 @@
+"""Model builders: a typed config plus a FeatureSpec in, a Keras 3 functional model out.
+
+Every model takes the transformed features as a dict of `[B]` tensors (numeric float32,
+categorical int64 ids) and returns logits `[B, num_classes]` (`[B, 1]` for regression), which is
+the `model` artifact contract that evaluation and export rely on. Builders are plain functions of
+frozen dataclasses so a config round-trips through YAML and `train_info.json` unchanged, and so
+a strategy can call the same builder inside its `scope()` on every task.
+
+Only standard Keras layers are used (no Lambda), so `model.keras` reloads without custom objects.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+from graphs.feature_spec import FeatureSpec
+
+CategoricalMode = Literal["embedding", "one_hot"]
+
+
+@dataclasses.dataclass(frozen=True)
+class MLPConfig:
+    """A multi-layer perceptron over scaled numerics and embedded categoricals."""
+
+    hidden_units: tuple[int, ...] = (64, 32)
+    activation: str = "relu"
+    dropout: float = 0.0
+    embedding_dim: int = 8
+    categorical: CategoricalMode = "embedding"
+    embedding_shards: int = 1  # > 1: large tables become ShardedEmbedding (spread over PS)
+    shard_min_bytes: int = 0  # tables smaller than this stay whole
+
+    def __post_init__(self) -> None:
+        _check_units("hidden_units", self.hidden_units)
+        _check_range("dropout", self.dropout, 0.0, 1.0)
+        if self.embedding_dim < 1:
+            raise ValueError(
+                f"embedding_dim must be >= 1. Received: embedding_dim={self.embedding_dim}"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class WideDeepConfig:
+    """Wide (linear over one-hot categoricals and numerics) plus deep (MLP over embeddings).
+
+    The embedding tables are the large variables a parameter-server strategy shards.
+    """
+
+    hidden_units: tuple[int, ...] = (64, 32)
+    embedding_dim: int = 8
+    dropout: float = 0.0
+    embedding_shards: int = 1
+    shard_min_bytes: int = 0
+
+    def __post_init__(self) -> None:
+        _check_units("hidden_units", self.hidden_units)
+        _check_range("dropout", self.dropout, 0.0, 1.0)
+        if self.embedding_dim < 1:
+            raise ValueError(
+                f"embedding_dim must be >= 1. Received: embedding_dim={self.embedding_dim}"
+            )
+
+
+@dataclasses.dataclass(frozen=True)
+class CNNConfig:
+    """A small CNN for image datasets whose pixels arrive as numeric features.
+
+    The contract keeps every feature a `[B]` tensor, so an image is its numeric features in spec
+    order (`pixel_0 ... pixel_{H*W*C-1}`), stacked and reshaped to `image_shape` (H, W, C).
+    """
+
+    image_shape: tuple[int, ...] = (8, 8, 1)
+    filters: tuple[int, ...] = (16, 32)
+    kernel_size: int = 3
+    dense_units: int = 64
+
+    def __post_init__(self) -> None:
+        if len(self.image_shape) != 3 or any(d < 1 for d in self.image_shape):
+            raise ValueError(
+                "image_shape must be (height, width, channels). "
+                f"Received: image_shape={self.image_shape}"
+            )
+        _check_units("filters", self.filters)
+        if self.kernel_size < 1 or self.dense_units < 1:
+            raise ValueError(
+                "kernel_size and dense_units must be >= 1. "
+                f"Received: kernel_size={self.kernel_size}, dense_units={self.dense_units}"
+            )
+
+
+ModelConfig = MLPConfig | WideDeepConfig | CNNConfig
+BUILDERS = ("mlp", "wide_deep", "cnn")
+
+
+def build_model(
+    kind: str, spec: FeatureSpec, config: ModelConfig | None = None, seed: int = 0
+) -> Any:
+    """The model named `kind` ("mlp", "wide_deep", "cnn") for `spec`."""
+    import keras
+
+    keras.utils.set_random_seed(seed)  # same initial weights on every task and every retry
+    if kind == "mlp":
+        return build_mlp(spec, config if isinstance(config, MLPConfig) else MLPConfig())
+    if kind == "wide_deep":
+        return build_wide_deep(
+            spec, config if isinstance(config, WideDeepConfig) else WideDeepConfig()
+        )
+    if kind == "cnn":
+        return build_cnn(spec, config if isinstance(config, CNNConfig) else CNNConfig())
+    raise ValueError(f"model must be one of {', '.join(BUILDERS)}. Received: model={kind!r}")
+
+
+def model_inputs(spec: FeatureSpec) -> dict[str, Any]:
+    """One `keras.Input(shape=())` per transformed feature, named and typed as the spec says."""
+    import keras
+
+    return {f.name: keras.Input(shape=(), dtype=f.dtype, name=f.name) for f in spec.features}
+
+
+def build_mlp(spec: FeatureSpec, config: MLPConfig) -> Any:
+    import keras
+    from keras import layers
+
+    inputs = model_inputs(spec)
+    parts = _numeric_block(spec, inputs)
+    for f in spec.categorical:
+        if config.categorical == "one_hot":
+            parts.append(
+                layers.CategoryEncoding(
+                    f.vocab_size, output_mode="one_hot", name=f"{f.name}_onehot"
+                )(inputs[f.name])
+            )
+        else:
+            parts.append(_embedding(f.name, f.vocab_size, config)(inputs[f.name]))
+    x = _concat(parts)
+    x = _dense_stack(x, config.hidden_units, config.activation, config.dropout)
+    outputs = layers.Dense(spec.label.num_classes, name="logits", dtype="float32")(x)
+    return keras.Model(inputs, outputs, name="mlp")
+
+
+def build_wide_deep(spec: FeatureSpec, config: WideDeepConfig) -> Any:
+    import keras
+    from keras import layers
+
+    inputs = model_inputs(spec)
+    numeric = _numeric_block(spec, inputs)
+    wide_parts = list(numeric)
+    deep_parts = list(numeric)
+    for f in spec.categorical:
+        wide_parts.append(
+            layers.CategoryEncoding(f.vocab_size, output_mode="one_hot", name=f"{f.name}_wide")(
+                inputs[f.name]
+            )
+        )
+        deep_parts.append(_embedding(f.name, f.vocab_size, config)(inputs[f.name]))
+    n = spec.label.num_classes
+    wide = layers.Dense(n, name="wide_logits", dtype="float32")(_concat(wide_parts, "wide_concat"))
+    deep = _dense_stack(
+        _concat(deep_parts, "deep_concat"), config.hidden_units, "relu", config.dropout
+    )
+    deep = layers.Dense(n, name="deep_logits", dtype="float32")(deep)
+    outputs = layers.Add(name="logits", dtype="float32")([wide, deep])
+    return keras.Model(inputs, outputs, name="wide_deep")
+
+
+def build_cnn(spec: FeatureSpec, config: CNNConfig) -> Any:
+    import math
+
+    import keras
+    from keras import layers
+
+    inputs = model_inputs(spec)
+    pixels = spec.numeric
+    need = math.prod(config.image_shape)
+    if len(pixels) != need:
+        raise ValueError(
+            f"the cnn needs {need} numeric pixel features for image_shape={config.image_shape}. "
+            f"Received: {len(pixels)} numeric features"
+        )
+    x = _concat(_numeric_block(spec, inputs), "pixels")
+    x = layers.Reshape(config.image_shape, name="image")(x)
+    for i, filters in enumerate(config.filters):
+        x = layers.Conv2D(
+            filters, config.kernel_size, padding="same", activation="relu", name=f"conv_{i}"
+        )(x)
+        if min(x.shape[1], x.shape[2]) >= 2:
+            x = layers.MaxPooling2D(2, name=f"pool_{i}")(x)
+    x = layers.Flatten(name="flatten")(x)
+    x = layers.Dense(config.dense_units, activation="relu", name="dense")(x)
+    outputs = layers.Dense(spec.label.num_classes, name="logits", dtype="float32")(x)
+    return keras.Model(inputs, outputs, name="cnn")
+
+
+def count_params(model: Any) -> int:
+    return int(sum(int(_prod(v.shape)) for v in model.trainable_weights))
+
+
+# ------------------------------------------------------------------ helpers
+def _numeric_block(spec: FeatureSpec, inputs: dict[str, Any]) -> list[Any]:
+    """Numeric `[B]` inputs as `[B, 1]` columns (Reshape, not Lambda, so the model serialises)."""
+    from keras import layers
+
+    return [layers.Reshape((1,), name=f"{f.name}_col")(inputs[f.name]) for f in spec.numeric]
+
+
+def _embedding(name: str, vocab: int, config: Any) -> Any:
+    """A plain Embedding, or a ShardedEmbedding when the config asks for shards and it is big."""
+    from keras import layers
+
+    dim = config.embedding_dim
+    shards = min(config.embedding_shards, vocab)
+    if shards > 1 and vocab * dim * 4 >= config.shard_min_bytes:
+        from graphs.sharded_embedding import ShardedEmbedding
+
+        return ShardedEmbedding(vocab, dim, shards, name=f"{name}_embedding")
+    return layers.Embedding(vocab, dim, name=f"{name}_embedding")
+
+
+def _concat(parts: list[Any], name: str = "concat") -> Any:
+    from keras import layers
+
+    if not parts:
+        raise ValueError("the feature spec has no features a model can use. Received: features=()")
+    return parts[0] if len(parts) == 1 else layers.Concatenate(name=name)(parts)
+
+
+def _dense_stack(x: Any, units: tuple[int, ...], activation: str, dropout: float) -> Any:
+    from keras import layers
+
+    for i, u in enumerate(units):
+        x = layers.Dense(u, activation=activation, name=f"dense_{i}")(x)
+        if dropout:
+            x = layers.Dropout(dropout, name=f"dropout_{i}")(x)
+    return x
+
+
+def _prod(shape: Any) -> int:
+    n = 1
+    for d in shape:
+        n *= int(d)
+    return n
+
+
+def _check_units(name: str, units: tuple[int, ...]) -> None:
+    if not units or any((not isinstance(u, int)) or u < 1 for u in units):
+        raise ValueError(
+            f"{name} must be a non-empty list of positive integers. Received: {name}={units!r}"
+        )
+
+
+def _check_range(name: str, value: float, lo: float, hi: float) -> None:
+    if not lo <= value < hi:
+        raise ValueError(f"{name} must be in [{lo}, {hi}). Received: {name}={value}")

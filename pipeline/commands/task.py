@@ -1,0 +1,248 @@
+"""`baton task`: run stage `train` as ONE task of a cluster (what each TFJob replica runs).
+
+    baton task SPEC --stage train --run-dir DIR [--out DIR]     inputs from DIR/<upstream>/<output>
+    baton task --job JOB.json --out DIR [--backup-dir DIR]      explicit form (the local launcher)
+
+This is the edge: TF_CONFIG (which task am I), BATON_INJECT_FAILURE / BATON_ATTEMPT (fault
+rehearsal), BATON_STATUS_FILE and BATON_INVENTORY_DIR (local launcher plumbing) are read here once
+and passed down as values. The chief alone writes outputs, atomically (temporary directory, then
+rename into `<out>/model`), plus backups and summaries.
+
+Exit codes follow the TFJob `restartPolicy: ExitCode` contract: 0 success; 1 permanent failure
+(bad config: not retried); 143 preempted by SIGTERM after saving a backup (retried); 129 a
+transient failure such as a dead peer or a lost connection (retried).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+OK, PERMANENT, TRANSIENT, PREEMPTED = 0, 1, 129, 143
+PROGRESS_EVERY = 2.0  # seconds between progress lines of the chief
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="baton task", description=__doc__.split("\n\n")[0])
+    p.add_argument(
+        "spec", nargs="?", help="pipeline YAML (default: the embedded penguins pipeline)"
+    )
+    p.add_argument("--stage", default="train", help="stage to run as a task (default: train)")
+    p.add_argument("--run-dir", help="run directory holding the upstream stages' outputs")
+    p.add_argument("--job", help="explicit job description (JSON written by the launcher)")
+    p.add_argument(
+        "--out", help="output directory (default: RUN_DIR/<stage>); the chief writes OUT/model"
+    )
+    p.add_argument(
+        "--backup-dir", help="backup directory shared by all tasks (default: OUT/backup)"
+    )
+    return p
+
+
+def main(argv: list[str]) -> int:
+    args = parser().parse_args(argv)
+    from pipeline.errors import BatonError
+    from strategies.cluster import ClusterSpecError, TFConfig
+    from strategies.faults import FaultSpecError, parse_fault
+
+    try:
+        tf_config = TFConfig.from_env()
+        attempt = int(os.environ.get("BATON_ATTEMPT", "0") or 0)
+        fault = parse_fault(os.environ.get("BATON_INJECT_FAILURE")) if attempt == 0 else None
+        job, out = _job(args, tf_config)
+    except (BatonError, ClusterSpecError, FaultSpecError, ValueError, KeyError, OSError) as exc:
+        _say(f"error: {exc}")
+        return PERMANENT
+    status = os.environ.get("BATON_STATUS_FILE")
+    inventory_dir = os.environ.get("BATON_INVENTORY_DIR")
+    backup_dir = Path(args.backup_dir) if args.backup_dir else out / "backup"
+    return run(
+        job,
+        tf_config,
+        out,
+        backup_dir,
+        fault,
+        Path(status) if status else None,
+        Path(inventory_dir) if inventory_dir else None,
+    )
+
+
+def run(
+    job: Any,
+    tf_config: Any,
+    out: Path,
+    backup_dir: Path,
+    fault: Any = None,
+    status_file: Path | None = None,
+    inventory_dir: Path | None = None,
+) -> int:
+    """Run one task of `job` and map the outcome to an exit code."""
+    import threading
+
+    from strategies import inventory
+    from strategies.job import run_task, write_model_artifact
+    from strategies.trainer import Preempted, TaskRole
+
+    task_name = tf_config.task.name if tf_config else "worker:0"
+    is_chief = tf_config.is_chief if tf_config else True
+    serving_only = (
+        job.strategy == "parameter_server" and tf_config and tf_config.task.type != "chief"
+    )
+    stop = threading.Event()
+    _install_sigterm(stop, exit_now=bool(serving_only))
+    node = inventory.node_inventory()
+    if inventory_dir is not None:
+        inventory.write_report(inventory_dir, task_name, node)
+    _say(f"{task_name} starting ({job.strategy}); {inventory.describe(node)}")
+    total = job.epochs * job.steps_per_epoch()
+
+    last = [0.0]
+
+    def on_progress(step: int, total_steps: int, metrics: dict[str, float]) -> None:
+        now = time.monotonic()
+        if now - last[0] < PROGRESS_EVERY and step < total_steps:
+            return
+        last[0] = now
+        text = " ".join(f"{k} {v:.4f}" for k, v in metrics.items())
+        _say(f"step {step}/{total_steps} {text}")
+
+    role = TaskRole(
+        is_chief=is_chief,
+        task_name=task_name,
+        backup_dir=backup_dir,
+        logs_dir=out / ".logs" if is_chief else None,
+        fault=fault,
+        stop=stop,
+        on_progress=on_progress,
+        status_file=status_file,
+        after_strategy=lambda: _install_sigterm(stop, exit_now=bool(serving_only)),
+    )
+    try:
+        result = run_task(job, tf_config, role)
+    except Preempted as exc:
+        _say(f"{task_name}: {exc}; exiting with {PREEMPTED}")
+        return PREEMPTED
+    except Exception as exc:  # noqa: BLE001 - classify, log, and turn into an exit code
+        import traceback
+
+        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+        if _is_transient(exc):  # a dead peer is expected news: one line, no traceback
+            _say(f"{task_name}: transient error ({type(exc).__name__}): {first}")
+            return TRANSIENT
+        sys.stdout.write(traceback.format_exc())
+        _say(f"{task_name}: permanent error ({type(exc).__name__}): {first}")
+        return PERMANENT
+    if result is None or not is_chief:
+        _say(f"{task_name} done")
+        return OK
+    nodes = inventory.gather(inventory_dir) if inventory_dir else [node]
+    cluster = tf_config.cluster.as_dict() if tf_config else {}
+    compute = ("worker",) if job.strategy == "parameter_server" else ("worker", "chief")
+    defaults = inventory.derive_defaults(
+        [n for n in nodes if str(n.get("task", "worker")).split(":")[0] in compute] or nodes,
+        job.batch_size,
+    )
+    tmp = out / f".tmp-model-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    if (out / ".logs").is_dir():
+        shutil.copytree(out / ".logs", tmp / "logs")
+    write_model_artifact(
+        tmp,
+        job,
+        result,
+        {"cluster": cluster, "inventory": nodes, "defaults": defaults, "planned_steps": total},
+    )
+    final = out / "model"
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.replace(final)
+    shutil.rmtree(out / ".logs", ignore_errors=True)
+    _say(f"{task_name} wrote {final} (steps {result.steps}, resumed from {result.resumed_from})")
+    return OK
+
+
+def _job(args: argparse.Namespace, tf_config: Any) -> tuple[Any, Path]:
+    from strategies.job import TrainJob
+
+    if args.job:
+        if not args.out:
+            raise ValueError("--job needs --out. Received: out=None")
+        return TrainJob.from_json(Path(args.job).read_text()), Path(args.out)
+    if not args.run_dir:
+        raise ValueError("give SPEC --run-dir DIR, or --job FILE --out DIR. Received: run_dir=None")
+    from pipeline import registry
+    from pipeline.configs import build_config
+    from pipeline.context import RunOptions
+    from pipeline.spec import load_spec
+    from pipeline.stages import train as train_stage
+
+    spec = load_spec(args.spec)
+    stage = spec.stage(args.stage)
+    if registry.resolve(stage.type).module is not train_stage:
+        raise ValueError(
+            f"baton task runs train stages only. Received: stage={args.stage!r} "
+            f"of type {stage.type!r}"
+        )
+    config = build_config(train_stage.Config, stage.config)
+    run_dir = Path(args.run_dir)
+    inputs = {}
+    for name, ref in stage.inputs.items():
+        up_stage, _, output = ref.partition(".")
+        inputs[name] = run_dir / up_stage / output
+        if not inputs[name].exists():
+            raise ValueError(f"input {name!r} ({ref}) is missing. Received: {inputs[name]}")
+    options = RunOptions()
+    if tf_config is not None:  # the topology is whatever the operator put in TF_CONFIG
+        strategy = (
+            "parameter_server"
+            if tf_config.cluster.ps
+            else ("multi_worker_mirrored" if tf_config.cluster.num_workers() > 1 else "one_device")
+        )
+        options = RunOptions(strategy=config.strategy or strategy)
+    topo = train_stage.topology(config, options, spec.cluster)
+    job = train_stage.make_job(config, inputs, topo.strategy)
+    return job, Path(args.out) if args.out else run_dir / args.stage
+
+
+def _is_transient(exc: BaseException) -> bool:
+    """Errors a restart can cure: a dead or unreachable peer, a broken connection.
+
+    Everything else (bad config, a bug: ValueError, AttributeError...) is permanent, so the
+    operator does not restart a job that can only fail again.
+    """
+    import tensorflow as tf
+
+    transient = (
+        tf.errors.UnavailableError,
+        tf.errors.AbortedError,
+        tf.errors.DeadlineExceededError,
+        tf.errors.CancelledError,
+        tf.errors.InternalError,
+        tf.errors.UnknownError,
+    )
+    return isinstance(exc, transient + (ConnectionError, TimeoutError))
+
+
+def _install_sigterm(stop: Any, exit_now: bool) -> None:
+    """SIGTERM: ask the training loop to save and stop at the next chunk (servers just exit)."""
+
+    def handler(signum: int, frame: Any) -> None:
+        if exit_now:
+            os._exit(PREEMPTED)
+        stop.set()
+
+    signal.signal(signal.SIGTERM, handler)
+
+
+def _say(text: str) -> None:
+    sys.stdout.write(text + "\n")
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,76 @@
+"""Fault injection: rehearse a dead worker, a dead PS or a preemption on purpose.
+
+`--inject-failure worker:1@step:40` (or `BATON_INJECT_FAILURE=...`, read at the CLI edge) kills
+task worker:1 when training reaches step 40. An optional third field picks the signal:
+`worker:1@step:40:term` sends SIGTERM (a preemption) instead of SIGKILL (a crash).
+
+Tasks that run the training loop (multi-worker mirrored workers, the PS coordinator) kill
+themselves at the exact step boundary. Tasks that only serve (PS-strategy workers and parameter
+servers) have no step counter; the local launcher kills them when the chief reports the step.
+A fault fires on the first attempt only, so a restarted job does not fail again forever.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import signal
+
+from strategies.cluster import TASK_TYPES, TaskId
+
+_RE = re.compile(
+    r"^(?P<type>[a-z]+)(?::(?P<index>\d+))?@step:(?P<step>\d+)(?::(?P<sig>kill|term))?$"
+)
+
+
+class FaultSpecError(ValueError):
+    """A fault-injection spec that cannot be parsed."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Fault:
+    task: TaskId
+    step: int
+    signal: str = "kill"  # "kill" (SIGKILL, a crash) or "term" (SIGTERM, a preemption)
+
+    @property
+    def signum(self) -> int:
+        return int(signal.SIGKILL if self.signal == "kill" else signal.SIGTERM)
+
+    def __str__(self) -> str:
+        return f"{self.task.name}@step:{self.step}:{self.signal}"
+
+
+def parse_fault(text: str | None) -> Fault | None:
+    """`"worker:1@step:40[:kill|term]"` -> Fault; None or "" -> None."""
+    if not text:
+        return None
+    m = _RE.match(text.strip())
+    if not m or m.group("type") not in TASK_TYPES:
+        raise FaultSpecError(
+            "inject-failure must look like 'worker:1@step:40' (optionally ':term'), "
+            "task type one of "
+            f"{', '.join(TASK_TYPES)}. Received: {text!r}"
+        )
+    step = int(m.group("step"))
+    if step < 1:
+        raise FaultSpecError(f"inject-failure step must be >= 1. Received: step={step}")
+    return Fault(
+        TaskId(m.group("type"), int(m.group("index") or 0)), step, m.group("sig") or "kill"
+    )
+
+
+def fire(fault: Fault) -> None:
+    """Deliver the fault's signal to this process (never returns for SIGKILL)."""
+    os.kill(os.getpid(), fault.signum)
+
+
+def clip_chunk(fault: Fault | None, step: int, n: int) -> int:
+    """Shorten a chunk of `n` steps starting at `step` so that a chunk boundary lands on the fault.
+
+    Every task clips the same way (the fault is known to all), so collective step counts agree.
+    """
+    if fault is None or not step < fault.step < step + n:
+        return n
+    return fault.step - step

@@ -1,0 +1,60 @@
+"""fp16 gradient all-reduce under a 2-replica MirroredStrategy (one CPU split into two devices).
+
+The logical-device split must happen before TensorFlow initialises, so the check runs in a fresh
+interpreter.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+SCRIPT = r"""
+import json, numpy as np, tensorflow as tf, keras
+cpu = tf.config.list_physical_devices("CPU")[0]
+tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
+from graphs import models
+from graphs.steps import StepOptions, make_train_chunk
+from graphs.synthetic import synthetic_dataset, synthetic_spec
+
+spec = synthetic_spec(4, (3,), 3)
+strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+out = {}
+for fp16 in (False, True):
+    with strategy.scope():
+        model = models.build_model("mlp", spec, seed=5)
+        opt = keras.optimizers.SGD(0.1)
+        opt.build(model.trainable_variables)
+    chunk = make_train_chunk(model, opt, spec, 64, strategy, StepOptions(fp16_allreduce=fp16))
+    data = synthetic_dataset(spec, 512, 64, repeat=True)
+    it = iter(strategy.experimental_distribute_dataset(data))
+    totals = chunk(it, tf.constant(10), tf.constant(0.0)).numpy()
+    out[str(fp16)] = [w.tolist() for w in model.get_weights()]
+    out["examples_" + str(fp16)] = float(totals[2])
+    out["replicas"] = strategy.num_replicas_in_sync
+print("RESULT" + json.dumps(out))
+"""
+
+
+@pytest.mark.slow
+def test_fp16_allreduce_is_close_to_fp32_but_not_identical() -> None:
+    import numpy as np
+
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=300
+    )
+    line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT")), None)
+    assert line is not None, proc.stderr[-3000:]
+    out = json.loads(line[len("RESULT") :])
+    assert out["replicas"] == 2 and out["examples_True"] == 640
+    fp32 = [np.array(w) for w in out["False"]]
+    fp16 = [np.array(w) for w in out["True"]]
+    assert any(not np.array_equal(a, b) for a, b in zip(fp32, fp16, strict=True))  # fp16 active
+    for a, b in zip(fp32, fp16, strict=True):
+        np.testing.assert_allclose(a, b, atol=2e-3)

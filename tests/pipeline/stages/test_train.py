@@ -1,0 +1,85 @@
+"""train stage: real penguins transformed data in, the `model` artifact out (docs/artifacts.md)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from graphs.feature_spec import FeatureSpec
+from graphs.input_pipeline import make_dataset
+from pipeline.configs import ConfigError, build_config
+from pipeline.context import RunOptions
+from pipeline.errors import StageError
+from pipeline.stages import train
+from pipeline.testing import run_stage
+from tests.pipeline.dataplane.helpers import penguins
+
+
+@pytest.fixture(scope="module")
+def art(tmp_path_factory):
+    return penguins(tmp_path_factory.mktemp("penguins"))
+
+
+@pytest.fixture(scope="module")
+def trained(art, tmp_path_factory):
+    inputs = {"transformed": art["transformed"], "transform_graph": art["transform_graph"]}
+    return run_stage("train", {"epochs": 12}, inputs, tmp_path_factory.mktemp("train"))
+
+
+def test_penguins_reaches_090_eval_accuracy_and_writes_the_contract(trained, art) -> None:
+    import keras
+
+    outputs, metrics = trained
+    model_dir = outputs["model"]
+    assert {"model.keras", "history.json", "train_info.json", "logs"} <= {
+        p.name for p in model_dir.iterdir()
+    }
+    history = json.loads((model_dir / "history.json").read_text())
+    assert len(history) == 12 and history[-1]["eval_accuracy"] >= 0.9
+    assert metrics["eval_accuracy"] >= 0.9 and metrics["strategy"] == "one_device"
+    info = json.loads((model_dir / "train_info.json").read_text())
+    assert info["steps"] == 12 * (278 // 32) and info["inventory"][0]["cpu_cores"] >= 1
+    assert info["defaults"]["replicas"] == 1
+    assert list((model_dir / "logs").glob("events.out.tfevents.*"))
+    # The contract: model(features) on the make_dataset dict of [B] tensors -> logits [B, classes].
+    spec = FeatureSpec.load(art["transform_graph"])
+    model = keras.models.load_model(model_dir / "model.keras")
+    feats, labels = next(iter(make_dataset(art["transformed"], "eval", spec, 66)))
+    logits = np.asarray(model(feats))
+    assert logits.shape == (66, 3)
+    assert np.mean(logits.argmax(1) == labels.numpy()) >= 0.9
+
+
+def test_topology_flags_beat_config_which_beats_the_spec() -> None:
+    cfg = build_config(train.Config, {"strategy": "multi_worker_mirrored", "workers": 3})
+    assert train.topology(cfg, RunOptions()) == train.Topology("multi_worker_mirrored", 3, 0)
+    topo = train.topology(cfg, RunOptions(workers=2, ps=1))
+    assert topo == train.Topology("multi_worker_mirrored", 2, 0)
+    topo = train.topology(build_config(train.Config, {}), RunOptions(workers=2, ps=1))
+    assert topo == train.Topology("parameter_server", 2, 1) and topo.multi_process
+    assert not train.topology(build_config(train.Config, {}), RunOptions()).multi_process
+    with pytest.raises(StageError, match="Received: ps=0"):
+        train.topology(build_config(train.Config, {}), RunOptions(strategy="parameter_server"))
+
+
+@pytest.mark.parametrize(
+    ("config", "message"),
+    [
+        ({"epochs": 0}, "Received: epochs=0"),
+        ({"learning_rate": -1}, "Received: learning_rate=-1"),
+        ({"strategy": "horovod"}, "Received: 'horovod'"),
+        ({"epoch": 3}, "did you mean 'epochs'"),
+        ({"communication": {"implementation": "mpi"}}, "Received: 'mpi'"),
+    ],
+)
+def test_bad_config_names_the_field_and_value(config, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        build_config(train.Config, config)
+
+
+def test_batch_larger_than_the_data_is_a_stage_error(art, tmp_path) -> None:
+    inputs = {"transformed": art["transformed"], "transform_graph": art["transform_graph"]}
+    with pytest.raises(StageError, match="Received: batch_size=5000"):
+        run_stage("train", {"batch_size": 5000}, inputs, tmp_path)

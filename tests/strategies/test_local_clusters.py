@@ -1,0 +1,247 @@
+"""Real local clusters on 127.0.0.1: restarts from backups, PS worker loss, preemption, teardown.
+
+Each test starts real `baton task` processes, so they are marked multi_worker and slow; models
+are tiny and runs are a few dozen steps.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from graphs.synthetic import synthetic_spec
+from strategies import launcher
+from strategies.faults import parse_fault
+from strategies.job import TrainJob
+
+pytestmark = [pytest.mark.multi_worker, pytest.mark.slow]
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _job(**kw) -> TrainJob:
+    base: dict[str, Any] = dict(
+        feature_spec=synthetic_spec(4, (3, 2), 3).to_dict(),
+        synthetic_examples=1024,
+        batch_size=64,
+        epochs=2,
+        steps_per_execution=4,
+        backup_every=4,
+        strategy="multi_worker_mirrored",
+    )
+    base.update(kw)
+    return TrainJob(**base)
+
+
+def _command(d: Path):
+    def command(task) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "pipeline.commands.task",
+            "--job",
+            str(d / "job.json"),
+            "--out",
+            str(d / "out"),
+            "--backup-dir",
+            str(d / "backup"),
+        ]
+
+    return command
+
+
+def _launch(
+    root: Path, name: str, job: TrainJob, workers: int = 2, ps: int = 0, fault: str | None = None
+):
+    d = root / name
+    d.mkdir()
+    (d / "job.json").write_text(job.to_json())
+    log = io.StringIO()
+    cfg = launcher.LaunchConfig(
+        workers=workers,
+        ps=ps,
+        strategy=job.strategy,
+        max_restarts=2,
+        fault=parse_fault(fault),
+        state_dir=d / "state",
+    )
+    result = launcher.launch(cfg, _command(d), stream=log)
+    return result, d / "out" / "model", log.getvalue()
+
+
+def _weights(model_dir: Path) -> list[np.ndarray]:
+    import keras
+
+    return keras.models.load_model(model_dir / "model.keras").get_weights()
+
+
+def test_killed_worker_restarts_group_from_backup_and_matches_uninterrupted(tmp_path) -> None:
+    job = _job()
+    planned = job.epochs * job.steps_per_epoch()
+    step = random.Random().randint(2, planned - 2)
+    with ThreadPoolExecutor(2) as pool:  # both clusters at once: half the wall time
+        clean_f = pool.submit(_launch, tmp_path, "clean", job)
+        hurt_f = pool.submit(_launch, tmp_path, "hurt", job, fault=f"worker:1@step:{step}")
+        (clean, clean_dir, _), (hurt, hurt_dir, log) = clean_f.result(), hurt_f.result()
+    assert clean.ok and clean.restarts == 0, clean
+    assert hurt.ok, log
+    assert hurt.restarts == 1, f"kill at step {step}: {hurt.events}"
+    info = json.loads((hurt_dir / "train_info.json").read_text())
+    assert info["steps"] == planned
+    resumed = info["resumed_from_step"]
+    assert resumed % job.backup_every == 0 and step - job.backup_every <= resumed <= step, (
+        step,
+        resumed,
+    )
+    assert len(json.loads((hurt_dir / "history.json").read_text())) == job.epochs
+    for a, b in zip(_weights(clean_dir), _weights(hurt_dir), strict=True):
+        assert np.array_equal(a, b), f"weights differ after a kill at step {step}"
+
+
+def test_parameter_server_tolerates_a_dead_worker_without_restart(tmp_path) -> None:
+    job = _job(
+        strategy="parameter_server",
+        epochs=4,
+        backup_every=0,
+        model="wide_deep",
+        feature_spec=synthetic_spec(4, (3000, 3), 3).to_dict(),
+        partition={"min_shard_bytes": 4096},
+    )
+    result, model_dir, log = _launch(tmp_path, "ps", job, workers=2, ps=2, fault="worker:1@step:12")
+    assert result.ok, log
+    assert result.restarts == 0 and result.worker_restarts >= 1, result.events
+    info = json.loads((model_dir / "train_info.json").read_text())
+    assert info["steps"] >= job.epochs * job.steps_per_epoch()
+    assert "injecting fault worker:1@step:12:kill" in log
+    # The big table is split over both PS tasks; the small one stays whole.
+    devices = info["embedding_devices"]
+    assert {devices["c0_embedding/shard_0"], devices["c0_embedding/shard_1"]} == {
+        "/job:ps/replica:0/task:0/device:CPU:0",
+        "/job:ps/replica:0/task:1/device:CPU:0",
+    }
+    assert "c1_embedding/embeddings" in devices
+
+
+def test_sigterm_to_one_worker_stops_every_worker_at_the_same_step(tmp_path) -> None:
+    """The preemption flag rides on the all-reduce: worker 1 stops where worker 0 was told to."""
+    job = _job()
+    result, model_dir, log = _launch(tmp_path, "term", job, fault="worker:0@step:10:term")
+    assert result.ok, log
+    assert result.events[0] in {f"attempt 0: worker:{i} exited with code 143" for i in (0, 1)}
+    stops = {
+        line.split("preempted at step ")[1].split(";")[0]
+        for line in log.splitlines()
+        if "preempted at step" in line
+    }
+    assert len(stops) == 1 and log.count("preempted at step") == 2, log
+    info = json.loads((model_dir / "train_info.json").read_text())
+    assert info["resumed_from_step"] == int(stops.pop())
+    assert info["steps"] == job.epochs * job.steps_per_epoch()
+
+
+def test_dead_parameter_server_restarts_the_group_from_the_checkpoint(tmp_path) -> None:
+    job = _job(strategy="parameter_server", epochs=3, backup_every=0)
+    result, model_dir, log = _launch(tmp_path, "deadps", job, workers=1, ps=1, fault="ps:0@step:20")
+    assert result.ok, log
+    assert result.restarts == 1 and "ps:0 exited with signal SIGKILL" in result.events[0]
+    info = json.loads((model_dir / "train_info.json").read_text())
+    assert info["resumed_from_step"] % job.steps_per_epoch() == 0 and info["resumed_from_step"] > 0
+    assert info["steps"] >= job.epochs * job.steps_per_epoch()
+
+
+def test_bad_config_is_permanent_and_not_retried(tmp_path) -> None:
+    result, _, log = _launch(tmp_path, "bad", _job(optimizer="adagrad"), workers=2)
+    assert not result.ok and result.restarts == 0
+    assert "permanent" in result.error
+    assert "Received: optimizer='adagrad'" in log
+
+
+def _task(d: Path, job: TrainJob, env_extra: dict | None = None) -> subprocess.Popen:
+    (d / "job.json").write_text(job.to_json())
+    env = {**os.environ, "BATON_STATUS_FILE": str(d / "status.json"), **(env_extra or {})}
+    env.pop("TF_CONFIG", None)
+    return subprocess.Popen(
+        _command(d)(None),
+        env=env,
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+
+
+def _wait_step(status: Path, at_least: int, proc: subprocess.Popen, timeout: float = 60) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.stdout.read() if proc.stdout else proc.returncode
+        try:
+            step = json.loads(status.read_text())["step"]
+            if step >= at_least:
+                return step
+        except (OSError, ValueError, KeyError):
+            pass
+        time.sleep(0.05)
+    raise AssertionError("training did not reach the step in time")
+
+
+def test_sigterm_saves_exits_143_and_a_rerun_resumes(tmp_path) -> None:
+    job = _job(
+        strategy="one_device",
+        synthetic_examples=4096,
+        batch_size=32,
+        epochs=6,
+        backup_every=0,
+        steps_per_execution=8,
+    )
+    planned = job.epochs * job.steps_per_epoch()
+    proc = _task(tmp_path, job)
+    _wait_step(tmp_path / "status.json", 40, proc)
+    proc.send_signal(signal.SIGTERM)
+    out, _ = proc.communicate(timeout=60)
+    assert proc.returncode == 143, out
+    import tensorflow as tf
+
+    saved = tf.train.latest_checkpoint(str(tmp_path / "backup"))
+    assert saved is not None and int(saved.rsplit("-", 1)[1]) < planned
+    rerun = _task(tmp_path, job)
+    out, _ = rerun.communicate(timeout=120)
+    assert rerun.returncode == 0, out
+    info = json.loads((tmp_path / "out" / "model" / "train_info.json").read_text())
+    assert info["resumed_from_step"] == int(saved.rsplit("-", 1)[1])
+    assert info["steps"] == planned
+
+
+def test_ctrl_c_on_the_launcher_leaves_no_orphans(tmp_path) -> None:
+    import psutil
+
+    job = _job(synthetic_examples=4096, batch_size=32, epochs=200, backup_every=0)
+    (tmp_path / "job.json").write_text(job.to_json())
+    code = (
+        "import sys; from pathlib import Path; from strategies import launcher\n"
+        f"d = Path({str(tmp_path)!r})\n"
+        "cmd = lambda t: [sys.executable, '-m', 'pipeline.commands.task',"
+        " '--job', str(d / 'job.json'),"
+        " '--out', str(d / 'out'), '--backup-dir', str(d / 'backup')]\n"
+        "launcher.launch(launcher.LaunchConfig(workers=2, state_dir=d / 'state'), cmd)\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    _wait_step(tmp_path / "state" / "status.json", 8, proc, timeout=90)
+    children = psutil.Process(proc.pid).children(recursive=True)
+    assert len(children) >= 2
+    proc.send_signal(signal.SIGINT)
+    proc.wait(timeout=30)
+    gone, alive = psutil.wait_procs(children, timeout=10)
+    assert not alive, f"orphans left behind: {[p.pid for p in alive]}"

@@ -1,0 +1,111 @@
+"""Fault specs, strategy options, partitioners, all-reduce accounting and inventory defaults."""
+
+from __future__ import annotations
+
+import pytest
+
+from strategies import factory, faults, inventory
+from strategies.cluster import ClusterSpec, TaskId, TFConfig
+
+
+def test_parse_fault_forms() -> None:
+    f = faults.parse_fault("worker:1@step:40")
+    assert f == faults.Fault(TaskId("worker", 1), 40, "kill")
+    assert faults.parse_fault("ps@step:3:term") == faults.Fault(TaskId("ps", 0), 3, "term")
+    assert faults.parse_fault("") is None and faults.parse_fault(None) is None
+    assert str(f) == "worker:1@step:40:kill"
+
+
+@pytest.mark.parametrize("bad", ["worker:1", "gpu:0@step:3", "worker:1@step:0", "worker@epoch:2"])
+def test_bad_fault_specs_are_rejected_with_the_value(bad: str) -> None:
+    with pytest.raises(faults.FaultSpecError, match="Received"):
+        faults.parse_fault(bad)
+
+
+def test_chunks_are_cut_at_the_fault_step() -> None:
+    f = faults.parse_fault("worker:0@step:13")
+    assert faults.clip_chunk(f, 10, 8) == 3
+    assert faults.clip_chunk(f, 13, 8) == 8
+    assert faults.clip_chunk(None, 10, 8) == 8
+
+
+def test_communication_config_maps_to_tf_options() -> None:
+    import tensorflow as tf
+
+    opts = factory.communication_options(
+        factory.CommunicationConfig(
+            implementation="ring", bytes_per_pack=1 << 20, timeout_seconds=30
+        )
+    )
+    assert opts.implementation == tf.distribute.experimental.CommunicationImplementation.RING
+    assert opts.bytes_per_pack == 1 << 20 and opts.timeout_seconds == 30
+    with pytest.raises(ValueError, match="Received: implementation='mpi'"):
+        factory.CommunicationConfig(implementation="mpi")  # type: ignore[arg-type]
+
+
+def test_partitioner_shards_large_variables_only_across_ps() -> None:
+    import tensorflow as tf
+
+    p = factory.variable_partitioner(factory.PartitionConfig(min_shard_bytes=1024), num_ps=2)
+    assert p(tf.TensorShape([10_000, 16]), tf.float32) == [2, 1]
+    assert p(tf.TensorShape([4, 4]), tf.float32) == [1, 1]
+    assert factory.variable_partitioner(factory.PartitionConfig(), num_ps=1) is None
+    fixed = factory.variable_partitioner(factory.PartitionConfig(mode="fixed"), num_ps=3)
+    assert fixed(tf.TensorShape([9, 2]), tf.float32) == [3, 1]
+
+
+def test_fp16_allreduce_halves_bytes_on_the_wire() -> None:
+    full = factory.allreduce_bytes_per_step(1000, fp16=False, num_workers=2)
+    assert full == 4000
+    assert factory.allreduce_bytes_per_step(1000, fp16=True, num_workers=2) * 2 == full
+    assert factory.allreduce_bytes_per_step(1000, fp16=False, num_workers=1) == 0
+
+
+def test_parameter_server_without_ps_is_refused() -> None:
+    cfg = TFConfig(ClusterSpec(worker=("127.0.0.1:1",)), TaskId("worker", 0))
+    with pytest.raises(ValueError, match="at least one ps"):
+        factory.make_strategy("parameter_server", cfg)
+    with pytest.raises(ValueError, match="Received: strategy='horovod'"):
+        factory.make_strategy("horovod")
+
+
+def test_inventory_and_derived_defaults() -> None:
+    node = inventory.node_inventory()
+    assert node["cpu_cores"] >= 1 and node["memory_bytes"] > 0 and node["gpus"] >= 0
+    d = inventory.derive_defaults([{**node, "gpus": 0}, {**node, "gpus": 0}], 256)
+    assert d["replicas"] == 2 and d["per_replica_batch_size"] == 128
+    d = inventory.derive_defaults([{**node, "gpus": 4}], 256)
+    assert d["replicas"] == 4 and d["per_replica_batch_size"] == 64
+    assert "replicas" in inventory.describe_defaults(d)
+
+
+def test_inventory_reports_round_trip(tmp_path) -> None:
+    inventory.write_report(tmp_path, "worker:1", {"cpu_cores": 2})
+    inventory.write_report(tmp_path, "chief:0", {"cpu_cores": 4})
+    assert [n["task"] for n in inventory.gather(tmp_path)] == ["chief:0", "worker:1"]
+
+
+def test_mixed_bfloat16_trains_and_exports_a_float32_model(tmp_path) -> None:
+    import keras
+
+    from graphs.synthetic import synthetic_spec
+    from strategies.job import TrainJob, run_task, write_model_artifact
+    from strategies.trainer import TaskRole
+
+    job = TrainJob(
+        feature_spec=synthetic_spec(4, (3,), 3).to_dict(),
+        synthetic_examples=512,
+        epochs=2,
+        batch_size=32,
+        mixed_precision="mixed_bfloat16",
+    )
+    try:
+        result = run_task(job, None, TaskRole(backup_dir=tmp_path / "backup"))
+        assert result is not None
+        assert result.model.get_layer("dense_0").compute_dtype == "bfloat16"
+        write_model_artifact(tmp_path / "out", job, result, {})
+    finally:
+        keras.mixed_precision.set_dtype_policy("float32")
+    model = keras.models.load_model(tmp_path / "out" / "model.keras")
+    assert model.get_layer("dense_0").compute_dtype == "float32"
+    assert result.history[-1]["eval_accuracy"] > 0.8
