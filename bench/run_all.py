@@ -32,7 +32,11 @@ def areas() -> list[Path]:
 def assemble() -> Path:
     parts = [HEADER]
     for f in sorted((ROOT / "docs").glob("benchmarks-*.md")):
-        parts.append(f.read_text().strip() + "\n")
+        text = f.read_text().strip()
+        if text.startswith("# "):  # an area file with its own title: nest it under ours
+            text = "\n".join("#" + line if line.startswith("#") else line
+                              for line in text.splitlines())
+        parts.append(text + "\n")
     out = ROOT / "docs" / "benchmarks.md"
     out.write_text("\n".join(parts))
     return out
