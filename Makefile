@@ -35,8 +35,10 @@ lint: $(VENV)/.dev
 test: lint
 	bash .ci/pytest.sh $(BIN)/pytest
 
+# The serving benchmark drives load with wrk (Debian's package), like the peers' own benchmarks.
 bench: $(VENV)/.dev
 	$(PIP) -e '.[bench]'
+	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	$(BIN)/python bench/run_all.py
 
 clean:
