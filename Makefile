@@ -35,10 +35,13 @@ lint: $(VENV)/.dev
 test: lint
 	bash .ci/pytest.sh $(BIN)/pytest
 
-# The serving benchmark drives load with wrk (Debian's package), like the peers' own benchmarks.
+# The serving benchmark drives load with wrk (Debian's package); the data benchmark's peer,
+# tensorflow-transform, pins its own versions and so lives in its own venv.
 bench: $(VENV)/.dev
 	$(PIP) -e '.[bench]'
 	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
+	test -x .venv-tft/bin/python || ($(PYTHON) -m venv .venv-tft && \
+	  .venv-tft/bin/python -m pip install --quiet 'tensorflow-transform==1.21.*')
 	$(BIN)/python bench/run_all.py
 
 clean:
