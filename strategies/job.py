@@ -89,6 +89,21 @@ def count_examples(job: TrainJob, split: str = "train") -> int:
     )
 
 
+def with_example_count(job: TrainJob) -> TrainJob:
+    """`job` with `num_train_examples` filled in, counting the rows if nobody has yet.
+
+    The local launcher counts once, in its own process, before any task starts. A TFJob replica
+    (`baton task SPEC --run-dir DIR`) cannot count at its edge: counting runs tf.data ops, which
+    initialise TensorFlow's eager context, and a multi-worker strategy must configure collective
+    ops before that ("Collective ops must be configured at program startup"). `run_task`
+    therefore calls this after the strategy exists; every replica reads the same files, so all
+    of them get the same count.
+    """
+    if job.num_train_examples or not job.transformed_dir:
+        return job
+    return dataclasses.replace(job, num_train_examples=count_examples(job))
+
+
 def build_fn(job: TrainJob, num_ps: int = 0) -> Any:
     """A zero-argument builder of (model, optimizer), called inside the strategy scope.
 
@@ -205,13 +220,16 @@ def run_task(job: TrainJob, tf_config: TFConfig | None, role: TaskRole) -> Train
     """Run this task's part of the job. Returns the result on the task that trained (else None).
 
     Parameter-server workers and PS tasks serve until killed; the chief coordinates.
+    The strategy is created before any TensorFlow op runs (a multi-worker strategy must
+    configure collective ops first); rows not yet counted are counted after it, and the
+    planned step count goes to `result.info["planned_steps"]`.
     """
     from graphs.steps import StepOptions
     from strategies import factory, trainer
 
     setup_runtime(job)
-    role.fingerprint = role.fingerprint or job.fingerprint()
     comm = factory.CommunicationConfig(**job.communication)
+    result: TrainResult
     if job.strategy == "parameter_server":
         assert tf_config is not None, "parameter_server needs TF_CONFIG"
         if tf_config.task.type in ("ps", "worker"):
@@ -224,10 +242,16 @@ def run_task(job: TrainJob, tf_config: TFConfig | None, role: TaskRole) -> Train
         )
         if role.after_strategy is not None:
             role.after_strategy()
-        return ps_trainer.train(strategy, job, role, num_ps=len(tf_config.cluster.ps))
+        job = with_example_count(job)
+        role.fingerprint = role.fingerprint or job.fingerprint()
+        result = ps_trainer.train(strategy, job, role, num_ps=len(tf_config.cluster.ps))
+        result.info.setdefault("planned_steps", job.epochs * job.steps_per_epoch())
+        return result
     strategy = factory.make_strategy(job.strategy, tf_config, communication=comm)
     if role.after_strategy is not None:
         role.after_strategy()
+    job = with_example_count(job)
+    role.fingerprint = role.fingerprint or job.fingerprint()
     plan = trainer.TrainPlan(
         epochs=job.epochs,
         steps_per_epoch=job.steps_per_epoch(),
@@ -237,9 +261,11 @@ def run_task(job: TrainJob, tf_config: TFConfig | None, role: TaskRole) -> Train
     )
     train_ds, eval_ds = dataset_fns(job)
     options = StepOptions(jit_compile=job.jit_compile, fp16_allreduce=comm.fp16_allreduce)
-    return trainer.train(
+    result = trainer.train(
         strategy, build_fn(job), job.spec(), train_ds, eval_ds, plan, role, options
     )
+    result.info.setdefault("planned_steps", plan.total_steps)
+    return result
 
 
 def write_model_artifact(

@@ -100,7 +100,6 @@ def run(
     if inventory_dir is not None:
         inventory.write_report(inventory_dir, task_name, node)
     _say(f"{task_name} starting ({job.strategy}); {inventory.describe(node)}")
-    total = job.epochs * job.steps_per_epoch()
 
     last = [0.0]
 
@@ -156,7 +155,7 @@ def run(
         tmp,
         job,
         result,
-        {"cluster": cluster, "inventory": nodes, "defaults": defaults, "planned_steps": total},
+        {"cluster": cluster, "inventory": nodes, "defaults": defaults},
     )
     final = out / "model"
     shutil.rmtree(final, ignore_errors=True)
@@ -198,14 +197,23 @@ def _job(args: argparse.Namespace, tf_config: Any) -> tuple[Any, Path]:
             raise ValueError(f"input {name!r} ({ref}) is missing. Received: {inputs[name]}")
     options = RunOptions()
     if tf_config is not None:  # the topology is whatever the operator put in TF_CONFIG
+        cluster = tf_config.cluster
+        ps = len(cluster.ps)
         strategy = (
             "parameter_server"
-            if tf_config.cluster.ps
-            else ("multi_worker_mirrored" if tf_config.cluster.num_workers() > 1 else "one_device")
+            if ps
+            else ("multi_worker_mirrored" if cluster.num_workers() > 1 else "one_device")
         )
-        options = RunOptions(strategy=config.strategy or strategy)
+        # ps and workers too: the spec's `cluster:` section (ps: 0 by default) must not veto
+        # the PS tasks the operator actually started.
+        options = RunOptions(
+            strategy=config.strategy or strategy,
+            workers=len(cluster.worker) if ps else cluster.num_workers(),
+            ps=ps,
+        )
     topo = train_stage.topology(config, options, spec.cluster)
-    job = train_stage.make_job(config, inputs, topo.strategy)
+    # No row count here: that would run TF ops before the strategy exists (see make_job).
+    job = train_stage.make_job(config, inputs, topo.strategy, count=False)
     return job, Path(args.out) if args.out else run_dir / args.stage
 
 
@@ -229,11 +237,18 @@ def _is_transient(exc: BaseException) -> bool:
 
 
 def _install_sigterm(stop: Any, exit_now: bool) -> None:
-    """SIGTERM: ask the training loop to save and stop at the next chunk (servers just exit)."""
+    """SIGTERM: ask the training loop to save and stop at the next chunk (servers just exit).
+
+    Servers (PS-strategy workers and PS tasks) get the default action, death by SIGTERM, which
+    the kubelet reports as 143 like `os._exit(143)` would: their main thread sits in the C++
+    `Server.join()`, where a Python-level handler never runs, so every cleanup used to wait out
+    the whole grace period before the SIGKILL.
+    """
+    if exit_now:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        return
 
     def handler(signum: int, frame: Any) -> None:
-        if exit_now:
-            os._exit(PREEMPTED)
         stop.set()
 
     signal.signal(signal.SIGTERM, handler)

@@ -137,8 +137,13 @@ def topology(config: Config, options: Any, cluster: Any = None) -> Topology:
     return Topology(strategy, workers, ps if strategy == "parameter_server" else 0)
 
 
-def make_job(config: Config, inputs: dict[str, Path], strategy: str) -> Any:
-    """The plain TrainJob every task runs (counts the training rows once, here)."""
+def make_job(config: Config, inputs: dict[str, Path], strategy: str, count: bool = True) -> Any:
+    """The plain TrainJob every task runs (counts the training rows once, here).
+
+    `count=False` leaves `num_train_examples` at 0 and runs no TensorFlow op: `baton task` on a
+    TFJob replica must create its multi-worker strategy first, and counts afterwards
+    (`strategies.job.with_example_count`).
+    """
     from graphs.feature_spec import FeatureSpec
     from strategies.job import TrainJob, count_examples
 
@@ -168,6 +173,8 @@ def make_job(config: Config, inputs: dict[str, Path], strategy: str) -> Any:
         communication=dataclasses.asdict(config.communication),
         partition=dataclasses.asdict(config.partition),
     )
+    if not count:
+        return job
     n = count_examples(job)
     if n < config.batch_size:
         raise StageError(

@@ -63,3 +63,84 @@ def test_bad_environment_is_a_permanent_failure(run_dir, monkeypatch, capsys, en
 def test_unknown_stage_is_a_permanent_failure(run_dir, capsys) -> None:
     assert task.main(["--stage", "evaluate", "--run-dir", str(run_dir)]) == task.PERMANENT
     assert "runs train stages only" in capsys.readouterr().out
+
+
+def test_spec_form_runs_no_tensorflow_op_before_the_strategy(run_dir) -> None:
+    """Regression: counting rows at the edge initialised TF's eager context, and the TFJob's
+    MultiWorkerMirroredStrategy then failed with "Collective ops must be configured at program
+    startup". A fresh process (this one's context is long initialised) resolves the job as the
+    chief of a 2-worker TFJob would and checks the context is still untouched."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    probe = (
+        "import sys\n"
+        "from tensorflow.python.eager import context\n"
+        "from pipeline.commands import task\n"
+        "from strategies.cluster import TFConfig\n"
+        "args = task.parser().parse_args(['--stage', 'train', '--run-dir', sys.argv[1]])\n"
+        "job, out = task._job(args, TFConfig.from_env())\n"
+        "assert job.strategy == 'multi_worker_mirrored', job.strategy\n"
+        "assert job.num_train_examples == 0, job.num_train_examples\n"
+        "assert context.context()._context_handle is None, 'TF context initialised at the edge'\n"
+    )
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", TF_CONFIG=json.dumps({
+        "cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]},
+        "task": {"type": "chief", "index": 0},
+    }))
+    root = str(Path(__file__).resolve().parents[3])
+    proc = subprocess.run(
+        [sys.executable, "-c", probe, str(run_dir)], env=env, cwd=root,
+        capture_output=True, text=True, timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+
+
+def test_tf_config_with_ps_tasks_beats_the_spec_cluster_section(run_dir, monkeypatch) -> None:
+    """The embedded spec says `ps: 0`; the PS tasks the operator started decide."""
+    from strategies.cluster import TFConfig
+
+    monkeypatch.setenv("TF_CONFIG", json.dumps({
+        "cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]},
+        "task": {"type": "chief", "index": 0},
+    }))
+    args = task.parser().parse_args(["--stage", "train", "--run-dir", str(run_dir)])
+    job, _ = task._job(args, TFConfig.from_env())
+    assert job.strategy == "parameter_server"
+
+
+@pytest.mark.parametrize(
+    ("error", "code"),
+    [
+        ("AbortedError", task.TRANSIENT),
+        ("UnavailableError", task.TRANSIENT),
+        ("CancelledError", task.TRANSIENT),
+        ("DeadlineExceededError", task.TRANSIENT),
+        ("ValueError", task.PERMANENT),
+    ],
+)
+def test_broken_collective_exits_with_the_retryable_code(
+    error, code, monkeypatch, tmp_path, keep_sigterm
+) -> None:
+    """What a dead peer raises from the all-reduce maps to 129, which `restartPolicy: ExitCode`
+    retries (>= 128); a bug stays permanent (1)."""
+    import tensorflow as tf
+
+    from strategies import job as job_module
+    from strategies.cluster import TFConfig
+
+    def broken(*_args, **_kwargs):
+        if error == "ValueError":
+            raise ValueError("a bug")
+        raise getattr(tf.errors, error)(None, None, "Collective ops is aborted by: peer died")
+
+    monkeypatch.setattr(job_module, "run_task", broken)
+    tf_config = TFConfig.from_json(json.dumps({
+        "cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]},
+        "task": {"type": "chief", "index": 0},
+    }))
+    train_job = job_module.TrainJob(feature_spec={}, strategy="multi_worker_mirrored")
+    assert task.run(train_job, tf_config, tmp_path, tmp_path / "backup") == code
+    assert code >= 128 or code == task.PERMANENT
