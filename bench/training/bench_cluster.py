@@ -35,18 +35,10 @@ def run_case(root: Path, name: str, job, workers: int, ps: int) -> dict:
     else:
         (d / "job.json").write_text(job.to_json())
 
+        from pipeline.stages.train import task_argv
+
         def command(task) -> list[str]:
-            return [
-                sys.executable,
-                "-m",
-                "pipeline.commands.task",
-                "--job",
-                str(d / "job.json"),
-                "--out",
-                str(d / "out"),
-                "--backup-dir",
-                str(d / "backup"),
-            ]
+            return task_argv(d / "job.json", d / "out", d / "backup")
 
         res = launcher.launch(
             launcher.LaunchConfig(

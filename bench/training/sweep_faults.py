@@ -23,6 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def launch(d: Path, job, fault: str | None):
+    from pipeline.stages.train import task_argv
     from strategies import launcher
     from strategies.faults import parse_fault
 
@@ -30,17 +31,7 @@ def launch(d: Path, job, fault: str | None):
     (d / "job.json").write_text(job.to_json())
 
     def command(task) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "pipeline.commands.task",
-            "--job",
-            str(d / "job.json"),
-            "--out",
-            str(d / "out"),
-            "--backup-dir",
-            str(d / "backup"),
-        ]
+        return task_argv(d / "job.json", d / "out", d / "backup")
 
     cfg = launcher.LaunchConfig(
         workers=2,

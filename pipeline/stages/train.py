@@ -242,6 +242,12 @@ def _run_in_process(ctx: StageContext, job: Any, out: Path, node: dict, defaults
     shutil.rmtree(ctx.work_dir / "backup", ignore_errors=True)
 
 
+def task_argv(job_file: Path, out: Path, backup_dir: Path) -> list[str]:
+    """The command of one local task: `baton task` in its explicit form (a counted job file)."""
+    return [sys.executable, "-m", "pipeline.commands.task", "--job", str(job_file),
+            "--out", str(out), "--backup-dir", str(backup_dir)]
+
+
 def _run_cluster(ctx: StageContext, config: Config, job: Any, topo: Topology, out: Path) -> None:
     from strategies import faults, launcher
 
@@ -251,17 +257,7 @@ def _run_cluster(ctx: StageContext, config: Config, job: Any, topo: Topology, ou
     cluster_out = ctx.work_dir / "cluster"
 
     def command(task: Any) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "pipeline.commands.task",
-            "--job",
-            str(job_file),
-            "--out",
-            str(cluster_out),
-            "--backup-dir",
-            str(ctx.work_dir / "backup"),
-        ]
+        return task_argv(job_file, cluster_out, ctx.work_dir / "backup")
 
     bar = ctx.progress(job.epochs * job.steps_per_epoch(), "steps", label=ctx.stage)
     result = launcher.launch(

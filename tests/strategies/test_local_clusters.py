@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from graphs.synthetic import synthetic_spec
+from pipeline.stages.train import task_argv
 from strategies import launcher
 from strategies.faults import parse_fault
 from strategies.job import TrainJob
@@ -46,17 +47,7 @@ def _job(**kw) -> TrainJob:
 
 def _command(d: Path):
     def command(task) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "pipeline.commands.task",
-            "--job",
-            str(d / "job.json"),
-            "--out",
-            str(d / "out"),
-            "--backup-dir",
-            str(d / "backup"),
-        ]
+        return task_argv(d / "job.json", d / "out", d / "backup")
 
     return command
 
