@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import gc
 import logging
 import os
 import threading
@@ -30,6 +31,24 @@ from serving.rest import RestApi
 from serving.service import ModelService
 
 log = logging.getLogger("serving")
+
+# Young-generation threshold while serving (CPython's default is 700). Request handling
+# allocates short-lived, almost always acyclic objects; fewer, slightly larger young
+# collections cost the same in total but interrupt the event loop less often.
+GC_GEN0_THRESHOLD = 5000
+
+
+def freeze_heap() -> None:
+    """Moves everything alive now (TF, the loaded graphs: ~300k objects) out of the GC.
+
+    A full (generation 2) collection walks every tracked object; with TensorFlow loaded
+    that is 50-170 ms with the GIL held, i.e. a stall of every in-flight request, and it
+    was the whole p99 tail under load. Frozen objects are never scanned. Called after
+    each load/unload: unfreeze first so an unloaded version's cycles can be collected.
+    """
+    gc.unfreeze()
+    gc.collect()
+    gc.freeze()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -94,6 +113,11 @@ class ModelServer:
         self.scheduler._on_batch = self.metrics.batch
         self.service = ModelService(self.manager, self.scheduler, self.metrics)
         self.manager.start()
+        freeze_heap()
+        self.manager.listeners.append(self._on_version_change)
+        g0, g1, g2 = gc.get_threshold()
+        if 0 < g0 < GC_GEN0_THRESHOLD:
+            gc.set_threshold(GC_GEN0_THRESHOLD, g1, g2)
         self._http = HttpServerState(RestApi(self.service, metrics_path),
                                      o.rest_api_max_body_bytes, o.rest_api_timeout_in_ms / 1e3)
         self._loop = asyncio.new_event_loop()
@@ -107,6 +131,11 @@ class ModelServer:
             raise
         self._write_ports()
         return self
+
+    @staticmethod
+    def _on_version_change(name: str, version: int, state: str) -> None:
+        if state in ("AVAILABLE", "END"):
+            freeze_heap()
 
     async def _bind(self) -> None:
         import grpc

@@ -26,22 +26,30 @@ def _load(model_dir):
 
 def _feeds(instances, specs):
     import numpy as np
+    import tensorflow as tf
 
     if all(isinstance(r, dict) for r in instances):
-        return {k: np.asarray([r[k] for r in instances], dtype=s.dtype.as_numpy_dtype)
-                if s.dtype.name != "string" else
-                np.asarray([r[k].encode() for r in instances], dtype=object)
+        # JSON strings become tf.string tensors (UTF-8 bytes); numbers take the spec's dtype.
+        return {k: tf.constant([r[k] for r in instances], dtype=tf.string)
+                if s.dtype == tf.string else
+                np.asarray([r[k] for r in instances], dtype=s.dtype.as_numpy_dtype)
                 for k, s in specs.items()}
     (k, s), = specs.items()
     return {k: np.asarray(instances, dtype=s.dtype.as_numpy_dtype)}
 
 
+def _jsonable(v):
+    """numpy element / sub-array of a signature output -> JSON value (bytes -> str)."""
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if isinstance(v, list):
+        return [_jsonable(x) for x in v]
+    return v.tolist() if hasattr(v, "tolist") else v
+
+
 def _row(arrs, i):
-    out = {}
-    for k, a in arrs.items():
-        v = a[i].tolist()
-        out[k] = v.decode() if isinstance(v, bytes) else v
-    return out
+    # string outputs are object arrays whose elements are plain `bytes` (no .tolist())
+    return {k: _jsonable(a[i]) for k, a in arrs.items()}
 
 
 def starlette_app(model_dir, constant):

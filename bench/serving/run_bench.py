@@ -94,9 +94,11 @@ def start(kind: str, model_dir: str, tmp: str):
             ports = json.load(f)
         return proc, f"http://127.0.0.1:{ports['rest']}/v1/models/m:predict", ports["grpc"]
     port = free_port()
-    proc = subprocess.Popen([PY, os.path.join(HERE, "peers.py"), kind, model_dir, str(port)],
-                            env=ENV, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            start_new_session=True)
+    log = os.path.join(tmp, f"peer-{kind}-{os.path.basename(os.path.dirname(model_dir))}.log")
+    with open(log, "wb") as f:  # the peer's output: read it when a peer fails to answer
+        proc = subprocess.Popen([PY, os.path.join(HERE, "peers.py"), kind, model_dir, str(port)],
+                                env=ENV, stdout=f, stderr=subprocess.STDOUT,
+                                start_new_session=True)
     return proc, f"http://127.0.0.1:{port}/v1/models/m:predict", None
 
 
@@ -141,6 +143,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=int, default=6)
     ap.add_argument("--skip-ray", action="store_true")
+    ap.add_argument("--models", default="mlp,penguins", help="subset while iterating")
+    ap.add_argument("--peers", default="baton,naive,constant,ray", help="subset while iterating")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks-serving.md"))
     a = ap.parse_args()
     import fixture_models as fm
@@ -156,7 +160,9 @@ def main() -> int:
                       {"instances": [[0.5] * 32]}),
               "penguins": (fm.build_penguins(os.path.join(tmp, "penguins", "1")),
                            {"instances": [fm.PENGUIN]})}
-    peers = ["baton", "naive", "constant"] + ([] if a.skip_ray else ["ray"])
+    models = {k: v for k, v in models.items() if k in a.models.split(",")}
+    peers = [p for p in ["baton", "naive", "constant", "ray"]
+             if p in a.peers.split(",") and not (a.skip_ray and p == "ray")]
     results, notes, floor = {}, {}, {}
     for mname, (mdir, body) in models.items():
         floor[mname] = signature_p50(mdir, body)
@@ -168,7 +174,7 @@ def main() -> int:
             try:
                 proc, url, gport = start(peer, mdir, tmp)
             except Exception as e:  # noqa: BLE001
-                notes[peer] = f"could not start: {e}"
+                notes[peer] = f"could not start on {mname}: {e}"
                 print(f"   {peer} could not start: {e!r}", flush=True)
                 continue
             try:
@@ -186,7 +192,7 @@ def main() -> int:
                         results[(mname, peer, "gRPC", c)] = r
                         print(f"   gRPC c={c:<3} {r}", flush=True)
             except Exception as e:  # noqa: BLE001
-                notes[peer] = f"failed: {e!r}"
+                notes[peer] = f"failed on {mname}: {e!r}"
                 print(f"   {peer} failed: {e!r}", flush=True)
             finally:
                 stop(proc)
