@@ -21,6 +21,8 @@ _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden"
             500: "Internal Server Error", 501: "Not Implemented",
             503: "Service Unavailable", 504: "Gateway Timeout"}
 MAX_HEADER_BYTES = 64 * 1024
+# (status, content type) -> response head up to the Content-Length value
+_HEAD_CACHE: dict[tuple[int, bytes], bytes] = {}
 
 
 def error_body(message: str) -> bytes:
@@ -204,10 +206,13 @@ class HttpProtocol(asyncio.Protocol):
         if self.transport is None or not self.busy or (seq is not None and seq != self.seq):
             return
         keep = self.keep_alive and not close and not self.state.closing
-        head = (b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: %d\r\n%s\r\n"
-                % (status, _REASONS.get(status, "Unknown").encode(), content_type, len(body),
-                   b"" if keep else b"Connection: close\r\n"))
-        self.transport.write(head + body)
+        prefix = _HEAD_CACHE.get((status, content_type))
+        if prefix is None:
+            prefix = _HEAD_CACHE[(status, content_type)] = (
+                b"HTTP/1.1 %d %s\r\nContent-Type: %s\r\nContent-Length: "
+                % (status, _REASONS.get(status, "Unknown").encode(), content_type))
+        self.transport.write(b"%s%d\r\n%s\r\n%s" % (
+            prefix, len(body), b"" if keep else b"Connection: close\r\n", body))
         self.busy = False
         if not keep:
             if not self._discard:

@@ -17,7 +17,7 @@ from urllib.parse import unquote
 
 from serving import examples as ex
 from serving.http import HttpProtocol, error_body
-from serving.rest_json import feeds_from_json, predict_response
+from serving.rest_json import dumps, feeds_from_json, loads, predict_response
 from serving.servable import CLASSIFY, REGRESS
 from serving.service import ModelService
 from serving.status import ServingError, invalid
@@ -57,6 +57,7 @@ class RestApi:
         self.service = service
         self.manager = service.manager
         self.metrics_path = metrics_path
+        self._routes: dict[str, re.Match] = {}  # path -> route match (parsed once)
 
     def __call__(self, conn: HttpProtocol, method: str, target: str, body: bytes) -> None:
         t0 = time.perf_counter()
@@ -68,7 +69,11 @@ class RestApi:
             conn.respond(200, self.service.metrics.render(),
                          b"text/plain; version=0.0.4; charset=utf-8")
             return
-        m = _ROUTE.match(unquote(path)) if path.startswith("/v1/models/") else None
+        m = self._routes.get(path)
+        if m is None:
+            m = _ROUTE.match(unquote(path)) if path.startswith("/v1/models/") else None
+            if m is not None and len(self._routes) < 1024:  # bounded: paths are client input
+                self._routes[path] = m
         if m is None:
             conn.respond(404, error_body(f"Malformed request: {method} {path[:200]}"))
             return
@@ -98,7 +103,7 @@ class RestApi:
     def _infer(self, conn, verb, name, version, label, body, t0):
         servable = self.manager.resolve(name, version, label)
         try:
-            req = json.loads(body)
+            req = loads(body)
         except (ValueError, UnicodeDecodeError, RecursionError) as e:
             raise invalid(f"JSON Parse error: {e}") from None
         if not isinstance(req, dict):
@@ -119,13 +124,12 @@ class RestApi:
             if err is None:
                 try:
                     if verb == "predict":
-                        payload = predict_response(out, row)
+                        data = dumps(predict_response(out, row), out)
                     elif verb == "classify":
-                        payload = {"result": [[list(p) for p in r]
-                                              for r in ex.classification_rows(sig, out)]}
+                        data = json.dumps({"result": [[list(p) for p in r] for r in
+                                                      ex.classification_rows(sig, out)]}).encode()
                     else:
-                        payload = {"result": ex.regression_values(sig, out)}
-                    data = json.dumps(payload).encode()
+                        data = json.dumps({"result": ex.regression_values(sig, out)}).encode()
                 except ServingError as e:
                     err = e
             if err is not None:

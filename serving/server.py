@@ -51,6 +51,24 @@ def freeze_heap() -> None:
     gc.freeze()
 
 
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """uvloop when installed (optional, `uvloop>=0.19`), else the stdlib loop.
+
+    The REST path is one recv and one send per request; uvloop's libuv transports do
+    those with far less Python around them (~10% more req/s under load). Nothing else
+    differs: the HTTP protocol, gRPC (grpc.aio) and the batcher hand-offs are plain
+    asyncio APIs. BATON_SERVING_UVLOOP=0 forces the stdlib loop.
+    """
+    if os.environ.get("BATON_SERVING_UVLOOP", "1") != "0":
+        try:
+            import uvloop
+        except ImportError:
+            pass
+        else:
+            return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
 @dataclasses.dataclass(frozen=True)
 class ServerOptions:
     """tensorflow_model_server's flags (and a few of ours, marked)."""
@@ -120,7 +138,7 @@ class ModelServer:
             gc.set_threshold(GC_GEN0_THRESHOLD, g1, g2)
         self._http = HttpServerState(RestApi(self.service, metrics_path),
                                      o.rest_api_max_body_bytes, o.rest_api_timeout_in_ms / 1e3)
-        self._loop = asyncio.new_event_loop()
+        self._loop = new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="serving-loop",
                                         daemon=True)
         self._thread.start()
