@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import yaml
 
+from k8s.options import Resources  # one definition: the same quantities become pod requests
 from pipeline.configs import ConfigError, build_config, config_to_dict, did_you_mean
 from pipeline.errors import SpecError
 
@@ -23,23 +24,6 @@ NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
 STAGE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 TOP_KEYS = ("pipeline", "description", "runs_dir", "cluster", "stages")
 STAGE_KEYS = ("name", "type", "config", "inputs")
-
-
-@dataclasses.dataclass(frozen=True)
-class Resources:
-    """Per-task resources; they become Kubernetes requests and inform local defaults."""
-
-    cpu: str = "1"
-    memory: str = "2Gi"
-    gpu: int = 0
-
-    def __post_init__(self) -> None:
-        if not re.fullmatch(r"\d+(\.\d+)?m?", self.cpu) or float(self.cpu.rstrip("m")) <= 0:
-            raise ValueError(f"cpu must be a positive quantity like '2' or '500m'. Received: cpu={self.cpu!r}")
-        if not re.fullmatch(r"\d+(\.\d+)?(Ki|Mi|Gi|Ti|K|M|G|T)?", self.memory):
-            raise ValueError(f"memory must be a quantity like '4Gi'. Received: memory={self.memory!r}")
-        if self.gpu < 0:
-            raise ValueError(f"gpu must be >= 0. Received: gpu={self.gpu}")
 
 
 @dataclasses.dataclass(frozen=True)
