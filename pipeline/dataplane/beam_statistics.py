@@ -15,6 +15,7 @@ from typing import Any
 import apache_beam as beam
 
 from pipeline.dataplane import accumulators as accs_mod
+from pipeline.dataplane.beam_merge import MergeShardAccumulators
 from pipeline.dataplane.schema_file import Column
 
 
@@ -32,17 +33,8 @@ class StatsShard(beam.DoFn):
         yield split, accs
 
 
-class MergeToStats(beam.CombineFn):
-    def create_accumulator(self) -> dict[str, Any]:
-        return {}
-
-    def add_input(self, acc: dict[str, Any], element: dict[str, Any]) -> dict[str, Any]:
-        return accs_mod.merge_all([acc, element]) if acc else element
-
-    def merge_accumulators(self, accumulators: Any) -> dict[str, Any]:
-        return accs_mod.merge_all([a for a in accumulators if a])
-
-    def extract_output(self, acc: dict[str, Any]) -> dict[str, Any]:
+class MergeToStats(MergeShardAccumulators):
+    def finish(self, acc: dict[str, Any]) -> dict[str, Any]:
         from pipeline.dataplane.stats import split_stats
 
         return split_stats(acc)

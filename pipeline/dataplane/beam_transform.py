@@ -22,6 +22,7 @@ from typing import Any
 import apache_beam as beam
 
 from pipeline.dataplane import accumulators as accs_mod
+from pipeline.dataplane.beam_merge import MergeShardAccumulators
 from pipeline.dataplane.schema_file import Column
 
 
@@ -63,23 +64,14 @@ class AnalyzeShard(beam.DoFn):
             yield accs
 
 
-class MergeAccumulators(beam.CombineFn):
+class MergeAccumulators(MergeShardAccumulators):
     """Merges accumulator dicts and finalizes them into the analysis dict."""
 
     def __init__(self, plan: Mapping[str, Any], raw: Sequence[tuple[str, str]],
                  label: Mapping[str, str]) -> None:
         self.plan, self.raw, self.label = dict(plan), list(raw), dict(label)
 
-    def create_accumulator(self) -> dict[str, Any]:
-        return {}
-
-    def add_input(self, acc: dict[str, Any], element: dict[str, Any]) -> dict[str, Any]:
-        return accs_mod.merge_all([acc, element]) if acc else element
-
-    def merge_accumulators(self, accumulators: Any) -> dict[str, Any]:
-        return accs_mod.merge_all([a for a in accumulators if a])
-
-    def extract_output(self, acc: dict[str, Any]) -> dict[str, Any]:
+    def finish(self, acc: dict[str, Any]) -> dict[str, Any]:
         from pipeline.dataplane.analysis import finalize
 
         return finalize(acc, self.plan, self.raw, self.label)
