@@ -11,6 +11,7 @@ the emulator does, so a crash-looping replica ends a local run instead of loopin
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import json
@@ -64,6 +65,10 @@ class _Pod:
     phase: str = "Pending"  # Pending, Running, Succeeded, Failed
     restarts: int = 0
     exit_codes: list[int] = dataclasses.field(default_factory=list)
+    # Set when the job ended with this pod still running and it was deleted (cleanPodPolicy):
+    # the exit code it gave on SIGTERM, or 137 when the grace period ran out. Kept apart from
+    # exit_codes, which the restart policy and backoffLimit count.
+    deleted_exit_code: int | None = None
 
 
 def exit_code(returncode: int) -> int:
@@ -163,8 +168,14 @@ class Emulator:
             rs[key] += 1
         return {"conditions": self.conditions, "replicaStatuses": replica_statuses,
                 "startTime": self.start_time, "restarts": self.total_restarts,
-                "pods": {n: {"phase": p.phase, "restarts": p.restarts, "exitCodes": p.exit_codes}
-                         for n, p in self.pods.items()}}
+                "pods": {n: self._pod_status(p) for n, p in self.pods.items()}}
+
+    @staticmethod
+    def _pod_status(pod: _Pod) -> dict[str, Any]:
+        out: dict[str, Any] = {"phase": pod.phase, "restarts": pod.restarts, "exitCodes": pod.exit_codes}
+        if pod.deleted_exit_code is not None:
+            out["deletedExitCode"] = pod.deleted_exit_code
+        return out
 
     def _write_status(self) -> None:
         (self.opts.work_dir / "status.json").write_text(json.dumps(self.status(), indent=2))
@@ -196,20 +207,31 @@ class Emulator:
         pod.step = 0
         self._start_step(pod)
 
-    def _stop(self, pod: _Pod) -> None:
-        """SIGTERM the pod's process group, SIGKILL after the grace period (as the kubelet)."""
-        if pod.proc is None or pod.proc.poll() is not None:
-            return
-        try:
-            os.killpg(pod.proc.pid, signal.SIGTERM)
-            pod.proc.wait(timeout=min(pod.plan.grace_seconds, self.opts.grace_seconds))
-        except subprocess.TimeoutExpired:
-            os.killpg(pod.proc.pid, signal.SIGKILL)
-            pod.proc.wait()
-        except ProcessLookupError:
-            pass
-        if pod.log:
-            pod.log.close()
+    def _stop_all(self) -> list[str]:
+        """Delete every pod still running, all at once as the API server does: SIGTERM each
+        process group, then SIGKILL what is left when its grace period ends. Returns their names.
+
+        Concurrent, not one after another: three pods blocked in `Server.join()` would otherwise
+        hold the job's end for three grace periods.
+        """
+        running = [(p, p.proc) for p in self.pods.values() if p.proc is not None and p.proc.poll() is None]
+        now = time.monotonic()
+        deadlines = {}
+        for pod, proc in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            deadlines[pod.plan.name] = now + min(pod.plan.grace_seconds, self.opts.grace_seconds)
+        for pod, proc in running:
+            try:
+                proc.wait(timeout=max(0.0, deadlines[pod.plan.name] - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+            pod.deleted_exit_code = exit_code(proc.returncode)
+            if pod.log:
+                pod.log.close()
+        return [pod.plan.name for pod, _ in running]
 
     def _poll(self, pod: _Pod) -> int | None:
         """Advance a pod; returns the main container's exit code when the pod finished."""
@@ -301,12 +323,14 @@ class Emulator:
                 self.set_condition("Running", f"TFJob {self.namespace}/{self.name} is running.")
             result = self._loop()
         finally:
-            for pod in self.pods.values():
-                self._stop(pod)
-            if self.clean_pod_policy in ("Running", "All"):
-                self._say(f"cleanPodPolicy {self.clean_pod_policy}: stopped the remaining pods")
-            else:  # the operator would leave them running; locally nothing outlives the run
-                self._say("cleanPodPolicy None: the operator would leave running pods; stopped locally")
+            stopped = self._stop_all()
+            if stopped:
+                codes = ", ".join(f"{n} exited {self.pods[n].deleted_exit_code}" for n in stopped)
+                if self.clean_pod_policy in ("Running", "All"):
+                    self._say(f"cleanPodPolicy {self.clean_pod_policy}: deleted the running pods ({codes})")
+                else:  # the operator would leave them running; locally nothing outlives the run
+                    self._say("cleanPodPolicy None: the operator would leave the running pods; "
+                              f"stopped locally ({codes})")
             self._write_status()
         return 0 if result == "Succeeded" else 1
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import time
 from pathlib import Path
 
 from k8s.emulator import Emulator, EmulatorOptions, exit_code
@@ -14,7 +15,8 @@ from k8s.tfjob import build_tfjob
 from .conftest import make_options
 
 # A replica that exits with the code listed for its attempt: codes "137,0" = killed, then ok;
-# "0@worker-0:3" = exit 0 once worker-0 has started 3 times; -1 = run until stopped.
+# "0@worker-0:3" = exit 0 once worker-0 has started 3 times; -1 = run until stopped;
+# -2 = run until stopped and ignore SIGTERM (only the SIGKILL after the grace period ends it).
 # It records its env and argv so tests see what the "pod" got.
 REPLICA = r"""
 import json, os, sys, pathlib
@@ -35,6 +37,8 @@ if after:
         time.sleep(0.02)
     time.sleep(0.2)
 code = int(code)
+if code == -2:
+    import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN)
 if code < 0:
     import time; time.sleep(600)
 sys.exit(code)
@@ -46,13 +50,14 @@ def _job(**kwargs) -> dict:
     return build_tfjob(make_options(train_inputs=(), spec_text=None, **kwargs))
 
 
-def _run(tmp_path: Path, job: dict, codes: dict[str, str], manifests: Path | None = None):
+def _run(tmp_path: Path, job: dict, codes: dict[str, str], manifests: Path | None = None,
+         grace_seconds: float = 30.0):
     events = []
-    opts = EmulatorOptions(
+    opts = EmulatorOptions(grace_seconds=grace_seconds,
         volume_dir=tmp_path / "vol", work_dir=tmp_path / "work", manifests_dir=manifests,
         command=[sys.executable, "-c", REPLICA, "/artifacts/out", "/etc/baton/pipeline.yaml"],
         env={f"CODES_{k}": v for k, v in codes.items()},
-        on_event=lambda kind, pod, details: events.append((kind, pod, details)),
+        on_event=lambda kind, pod, details: events.append((kind, pod, {**details, "at": time.monotonic()})),
     )
     em = Emulator(job, opts)
     rc = em.run()
@@ -80,6 +85,27 @@ def test_sigkilled_worker_restarts_then_chief_success_ends_the_job(tmp_path):
     assert status["conditions"][-1]["type"] == "Succeeded"
     assert status["conditions"][-1]["reason"] == "TFJobSucceeded"
     assert _pids_gone(events)  # worker-1 was still running: cleanPodPolicy stopped it
+
+
+def test_pods_left_running_are_deleted_together_and_their_exit_reported(tmp_path):
+    """Chief success ends the job; the 3 workers still running are deleted at once: two that
+    ignore SIGTERM are SIGKILLed after one grace period (not two in a row), one exits on SIGTERM."""
+    job = _job(workers=4)  # the chief counts as one of the 4 workers: Chief + 3 Worker replicas
+    codes = {"worker_0": "-2", "worker_1": "-2", "worker_2": "-1", "chief_0": "0@worker-2:1"}
+    rc, em, events = _run(tmp_path, job, codes, grace_seconds=1.5)
+    ended = time.monotonic()
+    succeeded = next(d["at"] for kind, _, d in events if kind == "condition" and d["type"] == "Succeeded")
+    status = json.loads((tmp_path / "work" / "status.json").read_text())
+    pods = {name.rsplit("-", 2)[-2] + "-" + name.rsplit("-", 1)[-1]: pod
+            for name, pod in status["pods"].items()}
+    assert rc == 0 and em.history[-1] == "Succeeded"
+    assert pods["chief-0"]["exitCodes"] == [0] and "deletedExitCode" not in pods["chief-0"]
+    for name, code in (("worker-0", 137), ("worker-1", 137), ("worker-2", 143)):
+        assert pods[name]["exitCodes"] == [] and pods[name]["deletedExitCode"] == code, pods
+    assert pods["worker-0"]["phase"] == "Running"  # deleted, not failed: no restart counted
+    assert status["restarts"] == 0
+    assert 1.4 < ended - succeeded < 2.9, ended - succeeded  # one grace period; in a row >= 3 s
+    assert _pids_gone(events)
 
 
 def test_permanent_exit_code_fails_the_job(tmp_path):
