@@ -11,6 +11,8 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+import sys
+import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
@@ -49,7 +51,8 @@ class StageType:
     cacheable: bool
 
     def hook(self, name: str) -> Callable[..., Any] | None:
-        """An optional hook (`external_inputs`, `check_spec`): the function's own, else the module's."""
+        """An optional hook (`external_inputs`, `check_spec`, `cache_valid`): the function's own,
+        else the module's."""
         return getattr(self.run, name, None) or getattr(self.module, name, None)
 
     def code_files(self) -> list[Path]:
@@ -76,17 +79,34 @@ def hint(name: str) -> str:
     return f" (did you mean {match[0]!r}?)" if match else ""
 
 
-def resolve(name: str) -> StageType:
-    """Import the stage type `name` (registered name or `my.module:fn`)."""
+def resolve(name: str, search_dir: Path | None = None) -> StageType:
+    """Import the stage type `name` (registered name or `my.module:fn`).
+
+    A user module is looked up on sys.path and then in `search_dir` (the spec's directory), so
+    `type: my_stages:clean` works for a my_stages.py beside the spec without PYTHONPATH; the
+    directory goes last so it never shadows an installed package.
+    """
     if name in _BY_NAME:
         module = importlib.import_module(_BY_NAME[name])
         fn = module.run
     elif ":" in name:
         mod_name, _, fn_name = name.partition(":")
+        if search_dir is not None and str(search_dir) not in sys.path:
+            sys.path.append(str(search_dir))
         try:
             module = importlib.import_module(mod_name)
         except ImportError as exc:
             raise UnknownStageType(f"cannot import stage module {mod_name!r}: {exc}") from None
+        except Exception as exc:  # noqa: BLE001 (user code: any error at import is the user's to fix)
+            where = ""
+            if isinstance(exc, SyntaxError) and exc.filename:
+                where = f" ({exc.filename}, line {exc.lineno})"
+            else:
+                frames = traceback.extract_tb(exc.__traceback__)
+                if frames:
+                    where = f" ({frames[-1].filename}, line {frames[-1].lineno})"
+            raise UnknownStageType(f"cannot import stage module {mod_name!r}: "
+                                   f"{type(exc).__name__}: {exc}{where}") from None
         fn = getattr(module, fn_name, None)
         if not callable(fn):
             raise UnknownStageType(f"module {mod_name!r} has no function {fn_name!r}")

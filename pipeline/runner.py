@@ -152,7 +152,10 @@ def _run_stage(
         shutil.rmtree(final)
     if st.cacheable and not options.no_cache:
         hit = cache.lookup(key)
-        if hit is not None:
+        stale = _stale_reason(st, hit)
+        if stale:
+            _say(stream, options, f"  {label}: not reusing the cached result: {stale}")
+        elif hit is not None:
             return _reuse(cache, hit, record, key, final, stream, options, label)
 
     _say(stream, options, f"> {label} ({stage_spec.type})")
@@ -208,6 +211,16 @@ def _run_stage(
     _say(stream, options, f"+ {label} done in {usage.wall_s:.1f}s (cpu {usage.cpu_s:.1f}s, "
                           f"peak {usage.peak_rss_mb:.0f} MB)")
     return StageResult(name, stage_spec.type, "succeeded", usage, dict(ctx.metrics))
+
+
+def _stale_reason(st: Any, hit: dict[str, Any] | None) -> str | None:
+    """A stage's `cache_valid(outputs)` hook vetoes a hit whose effect outside the run is gone
+    (a push whose serving directory was deleted); inputs and outputs are already checked."""
+    hook = st.hook("cache_valid")
+    if hit is None or hook is None:
+        return None
+    reason: str | None = hook({k: Path(v["path"]) for k, v in hit["outputs"].items()})
+    return reason
 
 
 def _reuse(

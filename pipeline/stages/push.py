@@ -9,8 +9,10 @@ released together or not at all.
 Caching: CACHEABLE is True on purpose. The cache key covers the exported model, the blessing,
 the check, the edge model and this config, so "a rerun with nothing changed" reuses the
 earlier push instead of adding a duplicate version, and a deliberate `baton rollback` is not
-undone by the next unchanged run. When push does run, it is still idempotent: content equal
-to the newest served version is not pushed again.
+undone by the next unchanged run. A cached push is reused only while the serving base still
+accounts for its version (present, rolled back, or superseded by a newer one): when the base was
+wiped or the version deleted by hand, push runs again (`cache_valid`). When push does run, it is
+still idempotent: content equal to the newest served version is not pushed again.
 """
 
 from __future__ import annotations
@@ -98,6 +100,29 @@ def run(ctx: StageContext, config: Config) -> None:
     verb = "pushed" if result["pushed"] else "unchanged:"
     ctx.log(f"{verb} version {result['version']} at {result['path']}"
             + ("" if result["pushed"] else f" ({result['reason']})"))
+
+
+def cache_valid(outputs: dict[str, Path]) -> str | None:
+    """Why an earlier push cannot stand for this one (None: it can): its version left the base.
+
+    Reusing it would report "pushed" while nothing is served. A rolled-back version or one
+    superseded by a newer version is still accounted for, so a rollback is not undone.
+    """
+    from pipeline.release import versions
+
+    try:
+        result = json.loads((outputs["pushed"] / "push.json").read_text())
+    except (OSError, ValueError, KeyError):
+        return "the earlier push record is unreadable"
+    if not result.get("pushed") and result.get("version") is None:
+        return None  # an unblessed model skipped: nothing was meant to be served
+    base, version = Path(result["serving_base"]), int(result["version"])
+    if not base.is_dir():
+        return f"serving base {base} is gone"
+    present = versions.versions(base)
+    if version in present or version in versions.rolled_back(base) or any(v > version for v in present):
+        return None
+    return f"version {version} is no longer in {base}"
 
 
 def _edge(ctx: StageContext) -> dict[str, Any] | None:

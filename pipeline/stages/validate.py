@@ -44,6 +44,14 @@ class Config:
             raise ValueError(f"drift_threshold must be > 0. Received: {self.drift_threshold}")
 
 
+def external_inputs(config: Config, spec_dir: Path | None) -> list[Path]:
+    """A curated schema is read from outside the run: editing it must rerun validate (cache key)."""
+    if config.schema_path is None:
+        return []
+    p = config.schema_path.expanduser()
+    return [p if p.is_absolute() or spec_dir is None else (spec_dir / p).resolve()]
+
+
 def run(ctx: StageContext, config: Config) -> None:
     from pipeline.dataplane.stats import SCHEMA_FILE, load_statistics
     from pipeline.dataplane.validation import check

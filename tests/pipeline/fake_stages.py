@@ -73,3 +73,25 @@ def failing(ctx, config: dict) -> None:
 
     (ctx.output("never") / "junk").write_text("x")
     raise StageError("the data was bad: 3 rows could not be parsed")
+
+
+@dataclasses.dataclass(frozen=True)
+class PublishConfig:
+    dest: str = "published.txt"
+
+
+@stage(inputs={"lines": True}, outputs=("receipt",), config=PublishConfig)
+def publish(ctx, config: PublishConfig) -> None:
+    """Writes outside the run (as push does): a cached result stands only while that file exists."""
+    CALLS.append(ctx.stage)
+    dest = ctx.resolve(config.dest)
+    dest.write_text((ctx.inputs["lines"] / "data.txt").read_text())
+    (ctx.output("receipt") / "dest.txt").write_text(str(dest))
+
+
+def _publish_cache_valid(outputs: dict[str, Path]) -> str | None:
+    dest = Path((outputs["receipt"] / "dest.txt").read_text())
+    return None if dest.exists() else f"{dest} is gone"
+
+
+publish.cache_valid = _publish_cache_valid  # type: ignore[attr-defined]

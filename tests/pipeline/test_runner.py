@@ -113,6 +113,22 @@ def test_identical_regenerated_upstream_keeps_downstream_cached(tmp_path):
     assert fake_stages.CALLS == []
 
 
+def test_a_stage_can_veto_reusing_a_result_whose_effect_is_gone(tmp_path):
+    spec = make(tmp_path)
+    spec.write_text(spec.read_text() + f"""\
+  - name: publish
+    type: {F}:publish
+    inputs: {{lines: source.lines}}
+""")
+    run(spec, tmp_path)
+    res = run(spec, tmp_path)
+    assert fake_stages.CALLS == [] and res.ok  # the published file is there: reused
+    (tmp_path / "published.txt").unlink()
+    res = run(spec, tmp_path)
+    assert fake_stages.CALLS == ["publish"]  # the others stay cached
+    assert (tmp_path / "published.txt").read_text() == "a\nb\n"
+
+
 def test_no_cache_forces_every_stage(tmp_path):
     spec = make(tmp_path)
     run(spec, tmp_path)

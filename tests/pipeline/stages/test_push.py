@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 
@@ -58,6 +59,25 @@ def test_rerun_with_the_same_model_does_not_push_a_duplicate(tmp_path, export_di
     outs, metrics = _push(tmp_path, export_dir, blessing, run_id="r2")
     assert metrics["pushed"] is False and metrics["version"] == 1
     assert V.versions(tmp_path / "serving") == [1]
+
+
+def test_cached_push_stands_only_while_its_version_is_accounted_for(tmp_path, export_dir):
+    """The runner reuses a cached push only if `cache_valid` finds its version still accounted
+    for; otherwise `baton run` would report "pushed" while nothing is served."""
+    from pipeline.stages.push import cache_valid
+
+    outs, _ = _push(tmp_path, export_dir, _blessing(tmp_path, True))
+    base = tmp_path / "serving"
+    assert cache_valid(outs) is None  # version 1 is served
+    (base / "0").mkdir()
+    V.rollback(base, to=0)  # a deliberate rollback: the next unchanged run must not undo it
+    assert V.versions(base) == [0] and cache_valid(outs) is None
+    shutil.rmtree(base / ".rolledback-1")  # deleted by hand, nothing newer: push again
+    assert cache_valid(outs) == f"version 1 is no longer in {base}"
+    (base / "2").mkdir()  # superseded by a newer version (which may have pruned it)
+    assert cache_valid(outs) is None
+    shutil.rmtree(base)
+    assert cache_valid(outs) == f"serving base {base} is gone"
 
 
 def test_failed_check_blocks_the_push(tmp_path, export_dir):

@@ -78,3 +78,12 @@ def test_unknown_allowed_kind_is_a_config_error(tmp_path):
     with pytest.raises(ConfigError, match="did you mean 'drift'"):
         run_stage("validate", {"allow": ["drfit"]}, {"statistics": tmp_path, "schema": tmp_path},
                   tmp_path)
+
+
+def test_a_curated_schema_file_is_part_of_the_cache_key(tmp_path):
+    from pipeline.configs import build_config
+    from pipeline.stages import validate
+
+    cfg = build_config(validate.Config, {"schema_path": "schemas/schema.json"}, "validate")
+    assert validate.external_inputs(cfg, tmp_path) == [tmp_path / "schemas" / "schema.json"]
+    assert validate.external_inputs(build_config(validate.Config, {}, "validate"), tmp_path) == []
