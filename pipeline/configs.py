@@ -25,6 +25,15 @@ class ConfigError(ValueError):
         super().__init__(f"{path}: {message}" if path else message)
 
 
+class ConfigErrors(ConfigError):
+    """Every problem found in one config, so a user fixes them in one pass; `errors` lists them."""
+
+    def __init__(self, errors: list[ConfigError]) -> None:
+        self.errors = errors
+        first = errors[0]
+        super().__init__(first.path, str(first)[len(first.path) + 2:] if first.path else str(first))
+
+
 def did_you_mean(name: str, choices: typing.Iterable[str]) -> str:
     """A hint like " (did you mean 'epochs'?)", or "" when nothing is close."""
     match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
@@ -32,31 +41,45 @@ def did_you_mean(name: str, choices: typing.Iterable[str]) -> str:
 
 
 def build_config(cls: type, data: Mapping[str, Any] | None, path: str = "") -> Any:
-    """An instance of dataclass `cls` from `data`, or ConfigError naming the first bad key."""
+    """An instance of dataclass `cls` from `data`, or ConfigError (ConfigErrors when there are
+    several) naming every bad key: unknown keys, wrong types, missing required settings, and
+    then the dataclass's own value checks."""
     data = {} if data is None else data
     if not isinstance(data, Mapping):
         raise ConfigError(path, f"must be a mapping of settings. Received: {_show(data)}")
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    errors: list[ConfigError] = []
     for key in data:
         if key not in fields:
-            raise ConfigError(
+            errors.append(ConfigError(
                 _join(path, str(key)),
                 f"unknown setting {str(key)!r}{did_you_mean(str(key), fields)}; "
                 f"known settings: {', '.join(sorted(fields))}",
-            )
+            ))
     kwargs = {}
+    typed = True  # every given value has the right type: the value checks can run
     for name, field in fields.items():
         if name in data:
-            kwargs[name] = _convert(hints[name], data[name], _join(path, name))
+            try:
+                kwargs[name] = _convert(hints[name], data[name], _join(path, name))
+            except ConfigError as exc:
+                errors.extend(getattr(exc, "errors", [exc]))
+                typed = False
         elif field.default is dataclasses.MISSING and field.default_factory is dataclasses.MISSING:
-            raise ConfigError(_join(path, name), "required setting is missing")
-    try:
-        return cls(**kwargs)
-    except ConfigError:
-        raise
-    except (ValueError, TypeError) as exc:
-        raise ConfigError(path, str(exc)) from None
+            errors.append(ConfigError(_join(path, name), "required setting is missing"))
+            typed = False
+    if typed:
+        try:
+            config = cls(**kwargs)
+        except ConfigError as exc:
+            errors.extend(getattr(exc, "errors", [exc]))
+        except (ValueError, TypeError) as exc:
+            errors.append(ConfigError(path, str(exc)))
+        else:
+            if not errors:
+                return config
+    raise errors[0] if len(errors) == 1 else ConfigErrors(errors)
 
 
 def config_to_dict(config: Any) -> Any:

@@ -63,7 +63,7 @@ def plan(spec: PipelineSpec) -> Plan:
             continue
         seen[stage.name] = stage
         try:
-            st = registry.resolve(stage.type)
+            st = registry.resolve(stage.type, spec.spec_dir)
         except registry.UnknownStageType as exc:
             problems.append(f"{spec.where('type', stage)}: stage {stage.name!r}: {exc}")
             continue
@@ -72,8 +72,9 @@ def plan(spec: PipelineSpec) -> Plan:
             try:
                 configs[stage.name] = build_config(st.config_cls, stage.config)
             except ConfigError as exc:
-                key = f"config.{exc.path.split('.')[0].split('[')[0]}" if exc.path else "config"
-                problems.append(f"{spec.where(key, stage)}: stage {stage.name!r} config.{exc}")
+                for err in getattr(exc, "errors", [exc]):
+                    key = f"config.{err.path.split('.')[0].split('[')[0]}" if err.path else "config"
+                    problems.append(f"{spec.where(key, stage)}: stage {stage.name!r} config.{err}")
         else:
             configs[stage.name] = dict(stage.config)
 

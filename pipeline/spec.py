@@ -193,7 +193,9 @@ def spec_from_dict(data: Any, path: Path | None = None) -> PipelineSpec:
     try:
         cluster = build_config(ClusterConfig, data.get("cluster"), "cluster")
     except ConfigError as exc:
-        problems.append(f"{at(exc.path.split('.')[1] if '.' in exc.path else 'cluster', data.get('cluster'))}: {exc}")
+        for err in getattr(exc, "errors", [exc]):
+            key = err.path.split(".")[1] if "." in err.path else "cluster"
+            problems.append(f"{at(key, data.get('cluster'))}: {err}")
     stages_raw = data.get("stages")
     stages: list[StageSpec] = []
     if not isinstance(stages_raw, list) or not stages_raw:

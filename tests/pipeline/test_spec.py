@@ -131,6 +131,38 @@ def test_user_stage_module_that_cannot_import(tmp_path):
     assert "cannot import stage module 'nosuch.module'" in msg
 
 
+def test_user_stage_beside_the_spec_imports_without_pythonpath(tmp_path):
+    (tmp_path / "my_beside_stages.py").write_text(
+        "from pipeline.registry import stage\n\n"
+        "@stage(outputs=('out',))\n"
+        "def hello(ctx, config):\n"
+        "    (ctx.output('out') / 'hi.txt').write_text('hi')\n")
+    p = plan(load_spec(write(tmp_path, "pipeline: demo\nstages:\n  - name: a\n    type: my_beside_stages:hello\n")))
+    assert p.types["a"].outputs == ("out",)
+
+
+def test_user_stage_that_fails_at_import_is_a_spec_error_naming_file_and_line(tmp_path):
+    (tmp_path / "my_broken_stages.py").write_text("x = 1\ndef run(ctx, config:\n    pass\n")
+    (tmp_path / "my_raising_stages.py").write_text("import os\nVALUE = int(os.environ.get('NOPE', 'x'))\n")
+    msg = problems(tmp_path, "pipeline: demo\nstages:\n  - name: a\n    type: my_broken_stages:run\n"
+                             "  - name: b\n    type: my_raising_stages:run\n")
+    assert "cannot import stage module 'my_broken_stages': SyntaxError" in msg
+    assert f"({tmp_path / 'my_broken_stages.py'}, line 2)" in msg
+    assert "cannot import stage module 'my_raising_stages': ValueError: invalid literal" in msg
+    assert f"({tmp_path / 'my_raising_stages.py'}, line 2)" in msg
+
+
+def test_every_bad_config_key_of_a_stage_is_reported_in_one_pass(tmp_path):
+    msg = problems(tmp_path, GOOD.replace("config: {path: data.txt}",
+                                          "config: {pth: x, repeat: many, extra: 1}"))
+    assert "3 problems" in msg, msg
+    assert "unknown setting 'pth' (did you mean 'path'?)" in msg
+    assert "unknown setting 'extra'" in msg and "repeat: expected an integer. Received: 'many'" in msg
+    # Value checks run once the types are right, next to the unknown keys.
+    msg = problems(tmp_path, GOOD.replace("config: {path: data.txt}", "config: {pth: x, repeat: 0}"))
+    assert "2 problems" in msg and "repeat must be >= 1. Received: repeat=0" in msg
+
+
 def test_all_problems_reported_together(tmp_path):
     text = GOOD.replace("source.lines", "nowhere.lines").replace("path: data.txt", "pth: x")
     err = problems(tmp_path, text)
