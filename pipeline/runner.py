@@ -24,7 +24,7 @@ from pipeline import lineage, store
 from pipeline.accounting import Meter, Usage
 from pipeline.configs import config_to_dict
 from pipeline.context import RunOptions, StageContext
-from pipeline.errors import BatonError, StageError, UsageError
+from pipeline.errors import BatonError, SpecError, StageError, UsageError
 from pipeline.plan import Plan
 
 
@@ -91,9 +91,14 @@ def run_pipeline(
     results: list[StageResult] = []
     _say(stream, options, f"baton: pipeline {spec.name!r}, run {run_id} -> {run_dir}")
     _write_run_record(run_dir, spec.name, run_id, started, "running", results, options)
+    early_checked: set[str] = set()
     try:
         for i, name in enumerate(plan.order, 1):
             label = f"[{i}/{len(plan.order)}] {name}"
+            problems = _early_checks(plan, run_dir, plan.order[i - 1:], early_checked)
+            if problems:
+                _write_run_record(run_dir, spec.name, run_id, started, "failed", results, options)
+                raise SpecError([f"{msg} (found from the data before stage {name!r} ran)" for msg in problems])
             if only and name not in only:
                 if name in needed:
                     _require_outputs(plan, run_dir, name)
@@ -114,6 +119,37 @@ def run_pipeline(
     if not options.quiet:
         stream.write(summary_table(results) + "\n")
     return result
+
+
+def _early_checks(plan: Plan, run_dir: Path, pending: Collection[str], done: set[str]) -> list[str]:
+    """Run the `check_inputs` hook of each pending stage whose EARLY_INPUTS are now written.
+
+    Some spec errors only the data can settle (a gate on a slice column the data lacks). A stage
+    names the inputs that settle them (evaluate: the transform graph); as soon as those exist,
+    before the expensive stages between (train), its check runs, so the user learns of the
+    mistake with exit 2 instead of after training.
+    """
+    problems: list[str] = []
+    for name in pending:
+        st = plan.types[name]
+        early = getattr(st.run, "early_inputs", None) or getattr(st.module, "EARLY_INPUTS", ())
+        hook = st.hook("check_inputs")
+        if name in done or hook is None or not early:
+            continue
+        upstream = plan.upstream(name)
+        paths = {}
+        for key in early:
+            if key not in upstream:
+                continue
+            src, output = upstream[key]
+            if lineage.read(run_dir / src) is None:
+                break
+            paths[key] = run_dir / src / output
+        else:
+            done.add(name)
+            where = plan.spec.where("config", plan.spec.stage(name))
+            problems += [f"{where}: stage {name!r} {msg}" for msg in hook(plan.configs[name], paths)]
+    return problems
 
 
 def _run_stage(

@@ -18,9 +18,10 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
+from pipeline.configs import did_you_mean
 from pipeline.context import StageContext
 from pipeline.errors import StageError
-from pipeline.release.gate import Gate
+from pipeline.release.gate import Gate, slice_feature
 
 INPUTS = {"model": True, "transform_graph": True, "examples": True}
 OUTPUTS = ("evaluation", "blessing")
@@ -54,13 +55,29 @@ def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
     return spec_problems(config.gate, config.slices)
 
 
+# Checked as soon as the transform graph exists, before train runs (see check_inputs).
+EARLY_INPUTS = ("transform_graph",)
+
+
+def check_inputs(config: Config, inputs: dict[str, Path]) -> list[str]:
+    """Gate and slice names that only the data can settle (a slice column the data lacks, a
+    metric that does not fit the task or its classes), refused before training starts."""
+    from graphs.feature_spec import FeatureSpec
+
+    if "transform_graph" not in inputs:
+        return []
+    return _spec_problems(config, FeatureSpec.load(inputs["transform_graph"]))
+
+
 def run(ctx: StageContext, config: Config) -> None:
     from graphs.feature_spec import FeatureSpec
     from pipeline.release import baseline as B
     from pipeline.release import data, gate, report
 
     spec = FeatureSpec.load(ctx.inputs["transform_graph"])
-    _check_against_spec(config, spec)
+    problems = _spec_problems(config, spec)
+    if problems:
+        raise StageError("; ".join(problems))
     split = data.read_split(ctx.inputs["examples"], spec, config.split)
     ctx.log(f"evaluating on {len(split)} {config.split} rows")
     result = evaluate_model(ctx.inputs["model"], ctx.inputs["transform_graph"], split, spec,
@@ -134,24 +151,27 @@ def evaluate_model(model_dir: Path, transform_dir: Path, split: Any, spec: Any,
     return result
 
 
-def _check_against_spec(config: Config, spec: Any) -> None:
+def _spec_problems(config: Config, spec: Any) -> list[str]:
     """What only the feature spec can tell: slices must be raw categorical columns, gate
     metrics must exist for this task and its classes."""
     from pipeline.release import metrics as M
 
+    problems = []
     raw = {f.name: f.dtype for f in spec.raw_features}
-    for name in config.slices:
+    categorical = sorted(k for k, v in raw.items() if v == "string")
+    slice_names = [*config.slices, *(slice_feature(k)[0] for k in config.gate.slices)]
+    for name in dict.fromkeys(slice_names):
         if raw.get(name) != "string":
-            kind = f"a {raw[name]} column" if name in raw else "not a raw feature"
-            raise StageError(f"evaluate.slices: {name!r} is {kind}; slices must be raw "
-                             f"categorical (string) features: "
-                             f"{sorted(k for k, v in raw.items() if v == 'string')}")
+            kind = f"a {raw[name]} column" if name in raw else "not a column of the data"
+            problems.append(f"evaluate.slices: {name!r} is {kind}{did_you_mean(name, categorical)}; "
+                            f"slices must be raw categorical (string) features: {categorical}")
     names = [*config.gate.thresholds, *config.gate.change]
     names += [m for ths in config.gate.slices.values() for m in ths]
-    for name in names:
+    for name in dict.fromkeys(names):
         if not M.is_known(name, spec.label.task, spec.label.vocabulary):
-            raise StageError(f"evaluate.gate: metric {name!r} does not exist for a "
-                             f"{spec.label.task} model with classes {list(spec.label.vocabulary)}")
+            problems.append(f"evaluate.gate: metric {name!r} does not exist for a "
+                            f"{spec.label.task} model with classes {list(spec.label.vocabulary)}")
+    return problems
 
 
 def _table(overall: dict[str, float], checks: list[dict], base: dict | None) -> dict[str, dict]:

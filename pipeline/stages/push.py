@@ -35,7 +35,8 @@ CACHEABLE = True
 class Config:
     """serving_base: the model base path a server watches (default `models/<pipeline>`).
     keep: versions kept after a push. on_not_blessed: fail the run (exit 1) or skip quietly.
-    server: a REST address (http://127.0.0.1:8501) to poll until the new version is AVAILABLE."""
+    server: a REST address (http://127.0.0.1:8501) to poll until the new version is AVAILABLE.
+    allow_unchecked: push without a `check` input (a model never loaded in a fresh process)."""
 
     serving_base: Path | None = None
     keep: int = 5
@@ -43,12 +44,23 @@ class Config:
     server: str | None = None
     model_name: str | None = None
     wait_seconds: float = 60.0
+    allow_unchecked: bool = False
 
     def __post_init__(self) -> None:
         if self.keep < 1:
             raise ValueError(f"keep must be >= 1. Received: keep={self.keep}")
         if self.wait_seconds < 0:
             raise ValueError(f"wait_seconds must be >= 0. Received: {self.wait_seconds}")
+
+
+def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
+    """A push must be preceded by the check stage (TFX's InfraValidator) unless the spec opts out
+    in so many words: an unloadable model reaching serving is the failure this stage prevents."""
+    if "check" in stage.inputs or config.allow_unchecked:
+        return []
+    return ["push has no `check` input, so a model never loaded and run in a fresh process "
+            "would be served; add `check: <check stage>.check` to its inputs, or set "
+            "`allow_unchecked: true` in its config"]
 
 
 def run(ctx: StageContext, config: Config) -> None:

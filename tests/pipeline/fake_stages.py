@@ -95,3 +95,24 @@ def _publish_cache_valid(outputs: dict[str, Path]) -> str | None:
 
 
 publish.cache_valid = _publish_cache_valid  # type: ignore[attr-defined]
+
+
+@dataclasses.dataclass(frozen=True)
+class JudgeConfig:
+    word: str = "A"
+
+
+@stage(inputs={"lines": True, "upper": True}, outputs=("verdict",), config=JudgeConfig)
+def judge(ctx, config: JudgeConfig) -> None:
+    CALLS.append(ctx.stage)
+    (ctx.output("verdict") / "ok.txt").write_text("yes")
+
+
+def _judge_check(config: JudgeConfig, inputs: dict[str, Path]) -> list[str]:
+    """Settled by the source's data alone, before `upper` (the expensive stage) runs."""
+    words = (inputs["lines"] / "data.txt").read_text().split()
+    return [] if config.word in words else [f"config.word: {config.word!r} is not in the data: {words}"]
+
+
+judge.early_inputs = ("lines",)  # type: ignore[attr-defined]
+judge.check_inputs = _judge_check  # type: ignore[attr-defined]

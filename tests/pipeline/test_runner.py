@@ -14,6 +14,7 @@ import pytest
 
 from pipeline import lineage
 from pipeline.context import RunOptions
+from pipeline.errors import SpecError
 from pipeline.plan import plan
 from pipeline.runner import run_pipeline
 from pipeline.spec import load_spec
@@ -127,6 +128,28 @@ def test_a_stage_can_veto_reusing_a_result_whose_effect_is_gone(tmp_path):
     res = run(spec, tmp_path)
     assert fake_stages.CALLS == ["publish"]  # the others stay cached
     assert (tmp_path / "published.txt").read_text() == "a\nb\n"
+
+
+def test_a_check_the_data_settles_runs_before_the_stages_between(tmp_path):
+    spec = make(tmp_path)
+    judged = spec.read_text() + f"""\
+  - name: judge
+    type: {F}:judge
+    inputs: {{lines: source.lines, upper: upper.upper}}
+    config: {{word: "{{word}}"}}
+"""
+    spec.write_text(judged.replace("{word}", "zebra"))
+    with pytest.raises(SpecError) as info:
+        run(spec, tmp_path, run_id="bad")
+    assert info.value.exit_code == 2
+    assert f"{spec}:16: stage 'judge' config.word: 'zebra' is not in the data" in str(info.value)
+    assert "(found from the data before stage 'upper' ran)" in str(info.value)
+    assert len(info.value.problems) == 1
+    assert fake_stages.CALLS == ["source"]  # upper (the expensive one) never ran
+    assert json.loads((tmp_path / "runs" / "demo" / "bad" / "run.json").read_text())["status"] == "failed"
+    spec.write_text(judged.replace("{word}", "a"))
+    res = run(spec, tmp_path)
+    assert res.ok and fake_stages.CALLS == ["upper", "count", "judge"]  # source cached
 
 
 def test_no_cache_forces_every_stage(tmp_path):

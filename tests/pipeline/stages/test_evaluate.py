@@ -152,6 +152,23 @@ def test_unknown_class_in_per_class_metric_is_refused_at_run_time(tmp_path):
                   upstream_inputs(), tmp_path)
 
 
+def test_names_only_the_data_settles_are_all_refused_as_soon_as_the_transform_graph_exists():
+    """The runner calls check_inputs with the transform graph before train (see test_runner):
+    a slice column the data lacks, a numeric slice, a metric unfit for the task, an unknown class."""
+    config = build_config(evaluate.Config, {"slices": ["islnd", "body_mass_g"], "gate": {
+        "thresholds": {"mse": 0.5, "recall/Emperor": 0.5, "accuracy": 0.9},
+        "slices": {"island=Dream": {"accuracy": 0.5}}}})
+    assert evaluate.EARLY_INPUTS == ("transform_graph",)
+    problems = evaluate.check_inputs(config, {"transform_graph": upstream_inputs()["transform_graph"]})
+    assert len(problems) == 4, problems
+    assert "'islnd' is not a column of the data (did you mean 'island'?)" in problems[0]
+    assert "'body_mass_g' is a float32 column" in problems[1]
+    assert "metric 'mse' does not exist for a classification model" in problems[2]
+    assert "metric 'recall/Emperor' does not exist" in problems[3]
+    good = build_config(evaluate.Config, {"slices": ["island"], "gate": GATE})
+    assert evaluate.check_inputs(good, {"transform_graph": upstream_inputs()["transform_graph"]}) == []
+
+
 def test_training_curves_read_both_history_formats(tmp_path):
     keras_style = {"loss": [1.0, 0.5], "accuracy": [0.5, 0.9]}
     (tmp_path / "history.json").write_text(json.dumps(keras_style))

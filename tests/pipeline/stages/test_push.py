@@ -116,3 +116,21 @@ def test_edge_model_travels_with_the_cloud_model_only_when_released(tmp_path, ex
     assert metrics["edge_released"] is released
     pushed = json.loads((outs["pushed"] / "push.json").read_text())
     assert pushed["edge_reason"] == ("int8: within" if released else "worse")
+
+
+def test_a_push_without_a_check_stage_is_a_spec_error_unless_allowed(tmp_path):
+    from pipeline.errors import SpecError
+    from pipeline.plan import plan
+    from pipeline.spec import load_spec
+
+    spec = tmp_path / "spec.yaml"
+    text = ("pipeline: p\nstages:\n"
+            "  - name: up\n    type: tests.pipeline.release.helpers:fixture_export\n"
+            "  - name: push\n    type: push\n"
+            "    inputs: {saved_model: up.saved_model, blessing: up.saved_model}\n")
+    spec.write_text(text)
+    with pytest.raises(SpecError, match="push has no `check` input") as err:
+        plan(load_spec(spec))
+    assert err.value.exit_code == 2 and f"{spec}:" in str(err.value)
+    spec.write_text(text + "    config: {allow_unchecked: true}\n")
+    assert plan(load_spec(spec)).order == ("up", "push")
