@@ -105,6 +105,21 @@ class Emulator:
 
     # ------------------------------------------------------------------ setup
     def _plan(self) -> None:
+        configmaps = find_configmaps(self.opts.manifests_dir)
+        order = sorted(self.replica_specs, key=lambda r: ORDER.index(r) if r in ORDER else 9)
+        if not tfconfig.is_distributed(self.job):
+            # The operator's SetClusterSpec: no TF_CONFIG for a job that is not distributed.
+            for rtype in order:
+                for i in range(int(self.replica_specs[rtype].get("replicas", 1))):
+                    plan = plan_pod(self.job, rtype, i, None, None, self.opts.volume_dir,
+                                    self.opts.work_dir, configmaps, self.opts.command, self.opts.env)
+                    self.pods[plan.name] = _Pod(plan)
+            mapping: dict[str, dict[str, Any]] = {pod: {
+                "operator_address": None, "local_address": None,
+                "operator_tf_config": None, "local_tf_config": None} for pod in self.pods}
+            (self.opts.work_dir / "tf_config.json").write_text(json.dumps(mapping, indent=2))
+            self._say("not distributed (one replica in all): no TF_CONFIG, as with the operator")
+            return
         cluster = tfconfig.operator_cluster(self.job)
         tfconfig.as_cluster_spec(cluster)  # one chief, distinct addresses
         flat = [(k, i) for k in cluster for i in range(len(cluster[k]))]
@@ -112,9 +127,8 @@ class Emulator:
 
         ports = dict(zip(flat, free_ports(len(flat)), strict=True))
         local = {k: [f"127.0.0.1:{ports[(k, i)]}" for i in range(len(v))] for k, v in cluster.items()}
-        configmaps = find_configmaps(self.opts.manifests_dir)
         mapping = {}
-        for rtype in sorted(self.replica_specs, key=lambda r: ORDER.index(r) if r in ORDER else 9):
+        for rtype in order:
             for i in range(int(self.replica_specs[rtype].get("replicas", 1))):
                 op = tfconfig.tf_config_json(cluster, rtype, i)
                 lo = tfconfig.tf_config_json(local, rtype, i)

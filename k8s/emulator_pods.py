@@ -6,7 +6,9 @@ What a pod gets, and what the emulator gives instead:
   `127.0.0.1:<free port>` (one port per replica, kept across restarts as a Service name is).
   Local processes cannot resolve the operator's names, and every replica would want port 2222
   on the same host. The exact operator string is passed as `BATON_OPERATOR_TF_CONFIG` and
-  written to `tf_config.json` with the mapping, so nothing about the format is hidden.
+  written to `tf_config.json` with the mapping, so nothing about the format is hidden. Only the
+  `tensorflow` container of a distributed job gets it (`k8s.tfconfig.is_distributed`); a
+  TF_CONFIG in this machine's environment is never passed on.
 * volumes: a PersistentVolumeClaim is the `--volume-dir`, a ConfigMap is materialised from the
   manifests beside the TFJob, an emptyDir is a fresh directory. Paths under a mountPath that
   appear in command, args, env values or workingDir are rewritten to the local directory.
@@ -45,8 +47,8 @@ class PodPlan:
     rtype: str
     index: int
     steps: tuple[Step, ...]
-    operator_tf_config: str
-    local_tf_config: str
+    operator_tf_config: str | None  # None: not distributed, no TF_CONFIG
+    local_tf_config: str | None
     grace_seconds: float
 
 
@@ -139,7 +141,12 @@ def project_path() -> str:
     return os.pathsep.join([bin_dir, os.environ.get("PATH", "")])
 
 
-def plan_pod(tfjob: Mapping, rtype: str, index: int, operator_tf_config: str, local_tf_config: str,
+# Set by the operator (or by us, standing in for it), never inherited from this machine.
+_OPERATOR_ENV = ("TF_CONFIG", "BATON_OPERATOR_TF_CONFIG")
+
+
+def plan_pod(tfjob: Mapping, rtype: str, index: int, operator_tf_config: str | None,
+             local_tf_config: str | None,
              volume_dir: Path, work_dir: Path, configmaps: Mapping[str, Mapping[str, str]],
              command_override: list[str] | None = None, extra_env: Mapping[str, str] | None = None,
              ) -> PodPlan:
@@ -163,9 +170,10 @@ def plan_pod(tfjob: Mapping, rtype: str, index: int, operator_tf_config: str, lo
                 f"container {container['name']!r} of pod {pod_name} has no command: without the "
                 "image's entrypoint the emulator cannot know what to run (set command/args)"
             )
-        env = {**os.environ, "PATH": project_path(), "HOSTNAME": pod_name}
+        env = {k: v for k, v in os.environ.items() if k not in _OPERATOR_ENV}
+        env.update({"PATH": project_path(), "HOSTNAME": pod_name})
         env.update({k: rewrite(v, mounts) for k, v in _container_env(container, pod_name, ns).items()})
-        if is_main:
+        if is_main and operator_tf_config is not None and local_tf_config is not None:
             env["TF_CONFIG"] = local_tf_config
             env["BATON_OPERATOR_TF_CONFIG"] = operator_tf_config
         env.update(extra_env or {})

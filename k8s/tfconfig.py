@@ -6,6 +6,10 @@ encoding/json: compact separators, and the `cluster` map's keys in sorted order.
 type of the TFJob is a key, lower-cased (`Chief` -> `chief`, `PS` -> `ps`), each address being
 `<job>-<type>-<index>.<namespace>.svc:<tfjob-port>`. We reproduce the bytes, not just the
 meaning, so a user comparing a pod's environment with the emulator's sees the same string.
+
+A job that is not distributed gets no TF_CONFIG at all: SetClusterSpec returns early unless
+isDistributed, i.e. unless the replicas of the Chief, Evaluator, Master, PS and Worker specs
+(an unset `replicas` counting 1) add up to something other than 1.
 """
 
 from __future__ import annotations
@@ -16,6 +20,22 @@ from collections.abc import Mapping
 from strategies.cluster import ClusterSpec, TaskId
 
 DEFAULT_PORT = 2222
+
+
+# The replica types isDistributed counts (pkg/controller.v1/tensorflow/util.go).
+COUNTED_TYPES = ("Chief", "Evaluator", "Master", "PS", "Worker")
+
+
+def is_distributed(tfjob: Mapping) -> bool:
+    """The operator's isDistributed: does any pod of this TFJob get TF_CONFIG?"""
+    specs = tfjob["spec"]["tfReplicaSpecs"]
+    total = 0
+    for rtype in COUNTED_TYPES:
+        rspec = specs.get(rtype)
+        if rspec is not None:
+            replicas = rspec.get("replicas")
+            total += 1 if replicas is None else int(replicas)
+    return total != 1
 
 
 def replica_port(replica_spec: Mapping) -> int:

@@ -141,14 +141,19 @@ def load_documents(path: str | Path) -> list[tuple[str, Any]]:
 
 def validate_file(path: str | Path) -> list[Violation]:
     """Every violation in a manifest file (multi-document YAML) or directory of them."""
-    import yaml
-
     if not Path(path).exists():
         return [Violation("", "no such file or directory", "baton", str(path))]
+    return validate_documents(load_documents(path))
+
+
+def validate_documents(pairs: Iterable[tuple[str, Any]]) -> list[Violation]:
+    """Every violation of (source label, document) pairs, as `load_documents` returns them."""
+    import yaml
+
     out = []
-    for src, doc in load_documents(path):
+    for src, doc in pairs:
         if isinstance(doc, yaml.YAMLError):
-            out.append(Violation("", f"not valid YAML: {doc}", "schema", src))
+            out.append(Violation("", f"not valid YAML: {' '.join(str(doc).split())}", "schema", src))
             continue
         kind = doc.get("kind") if isinstance(doc, dict) else None
         out += [Violation(v.path, v.message, v.rule, f"{src} ({kind})" if kind else src)

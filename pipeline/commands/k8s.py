@@ -130,12 +130,28 @@ def job_options(spec, args: argparse.Namespace):
     )
 
 
+def _check_out(out: str) -> None:
+    """--out must be a directory or not exist yet (nor any file stand where a directory goes)."""
+    path = Path(out)
+    for p in (path, *path.parents):
+        if p.exists():
+            if not p.is_dir():
+                what = "exists and is not a directory" if p == path else f"is inside {p}, a file"
+                raise UsageError(f"--out: {out} {what}; give a directory (it is created if missing)")
+            return
+
+
 def generate(argv: list[str]) -> int:
     from k8s.errors import ManifestError, ValidationFailed
     from k8s.render import write_manifests
     from pipeline.spec import load_spec
 
     args = _generate_parser().parse_args(argv)
+    for option in ("--out", "--image", "--namespace", "--name", "--run-id"):
+        text = getattr(args, option[2:].replace("-", "_"))
+        if text is not None and not text.strip():  # not "unset": an empty value is a mistake
+            raise UsageError(f"{option}: must not be empty. Received: {text!r}")
+    _check_out(args.out)
     spec = load_spec(args.spec)
     try:
         opts = job_options(spec, args)
@@ -149,6 +165,8 @@ def generate(argv: list[str]) -> int:
         written = write_manifests(opts, args.out)
     except ValidationFailed as exc:
         raise UsageError(f"generated manifests do not validate:\n{exc}") from exc
+    except OSError as exc:
+        raise UsageError(f"--out {args.out}: cannot write {exc.filename or ''}: {exc.strerror or exc}") from exc
     topo = opts.topology.replica_counts()
     print(f"wrote {len(written)} files to {args.out}: TFJob {opts.job_name} "
           f"({', '.join(f'{k} x{v}' for k, v in topo.items())}), run id {opts.run_id}")
@@ -211,26 +229,45 @@ def emulate(argv: list[str]) -> int:
 
 def submit(argv: list[str]) -> int:
     from k8s import submit as sub
-    from k8s.validate import check, load_documents
+    from k8s.options import DNS1123_LABEL
+    from k8s.validate import validate_documents
 
     p = _Parser(prog="baton k8s submit", description="Create the manifests on a cluster with the "
-                "official kubernetes client (your kubeconfig); TFJobs via CustomObjectsApi.")
+                "official kubernetes client (your kubeconfig); TFJobs via CustomObjectsApi. A "
+                "directory is created in the order of its kustomization.yaml. Exit 0 when every "
+                "object was created, 1 when the cluster refused or could not be reached, 2 for an "
+                "invalid manifest or kubeconfig (nothing is sent).")
     p.add_argument("paths", nargs="+", help="manifest files or a directory written by `baton k8s`")
     p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
     p.add_argument("--context", help="kubeconfig context")
     p.add_argument("--namespace", help="override the manifests' namespace")
     p.add_argument("--dry-run", action="store_true", help="server-side dry run (dryRun=All)")
     args = p.parse_args(argv)
-    docs = []
-    for path in args.paths:
-        if not Path(path).exists():
-            raise UsageError(f"no such file: {path}")
-        docs += [d for src, d in load_documents(path) if "alternatives" not in src]
-    check(docs)
+    if args.namespace is not None and (not DNS1123_LABEL.match(args.namespace) or len(args.namespace) > 63):
+        raise UsageError(f"--namespace: must be a DNS-1123 label. Received: {args.namespace!r}")
+    missing = [f for f in args.paths if not Path(f).exists()]
+    if missing:
+        raise UsageError(f"no such file: {', '.join(missing)}")
     try:
-        requests = sub.plan(docs, namespace=args.namespace, dry_run=args.dry_run)
-        for line in sub.submit(requests, sub.load_client(args.kubeconfig, args.context)):
-            print(line)
+        pairs = [pair for path in args.paths for pair in sub.collect(path)]
+    except sub.ManifestSetError as exc:
+        raise UsageError(str(exc)) from exc
+    found = validate_documents(pairs)
+    if len(found) == 1:
+        raise UsageError(f"invalid manifest, nothing submitted: {found[0]}")
+    if found:
+        lines = "\n".join(f"  - {v}" for v in found)
+        raise UsageError(f"{len(found)} manifest violations, nothing submitted:\n{lines}")
+    try:
+        requests = sub.plan([doc for _, doc in pairs], namespace=args.namespace, dry_run=args.dry_run)
+    except sub.SubmitError as exc:
+        raise UsageError(f"{exc}; nothing submitted") from exc
+    try:
+        api_client = sub.load_client(args.kubeconfig, args.context)
+    except sub.KubeconfigError as exc:
+        raise UsageError(str(exc)) from exc
+    try:
+        sub.submit(requests, api_client, on_created=lambda line: print(line, flush=True))
     except sub.SubmitError as exc:
         raise BatonError(str(exc)) from exc
     return 0

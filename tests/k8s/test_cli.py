@@ -31,12 +31,32 @@ def test_generate_default_pipeline_both_strategies(tmp_path, capsys):
     (["--strategy", "parameter_server", "--workers", "2", "--ps", "0"], "--ps"),
     (["--name", "Bad_Name"], "'Bad_Name'"),
     (["--namespace", "Prod"], "'Prod'"),
+    (["--image", ""], "--image"),
+    (["--image", "  "], "--image"),
+    (["--namespace", ""], "--namespace"),
+    (["--name", ""], "--name"),
+    (["--run-id", ""], "--run-id"),
+    (["--out", ""], "--out"),
 ])
 def test_bad_flags_exit_2_naming_flag_and_value(tmp_path, capsys, argv, needle):
     assert baton(["k8s", "--out", str(tmp_path / "o"), *argv]) == 2
     err = capsys.readouterr().err
     assert needle in err
     assert not (tmp_path / "o").exists()
+
+
+def test_out_that_is_a_file_exits_2_naming_out(tmp_path, capsys):
+    target = tmp_path / "manifests"
+    target.write_text("not a directory\n")
+    assert baton(["k8s", "--out", str(target), "--run-id", "r1"]) == 2
+    err = capsys.readouterr().err
+    assert "--out" in err and str(target) in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+    assert target.read_text() == "not a directory\n"
+    inside = tmp_path / "file-parent"  # a parent that is a file: nothing written, same message
+    inside.write_text("")
+    assert baton(["k8s", "--out", str(inside / "sub"), "--run-id", "r1"]) == 2
+    assert "--out" in capsys.readouterr().err
 
 
 def test_validate_reports_each_violation_and_exits_1(tmp_path, capsys):

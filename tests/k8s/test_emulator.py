@@ -181,3 +181,36 @@ def test_replica_environment_is_the_operators(tmp_path):
 
 def test_exit_code_maps_signals_like_the_kubelet():
     assert exit_code(-9) == 137 and exit_code(-15) == 143 and exit_code(1) == 1
+
+
+def test_single_replica_job_gets_no_tf_config(tmp_path, monkeypatch):
+    # The operator's SetClusterSpec returns early when !isDistributed: the replicas of the known
+    # types (Chief, Evaluator, Master, PS, Worker; unset = 1) add up to exactly 1.
+    monkeypatch.setenv("TF_CONFIG", '{"leaked": "from the laptop"}')
+    job = _job(strategy="one_device", workers=1)
+    assert list(job["spec"]["tfReplicaSpecs"]) == ["Chief"]
+    record = ("import json, os, sys, pathlib; p = pathlib.Path(sys.argv[1]); p.mkdir(parents=True); "
+              "(p / 'env.json').write_text(json.dumps(dict(os.environ)))")
+    opts = EmulatorOptions(volume_dir=tmp_path / "vol", work_dir=tmp_path / "work",
+                           command=[sys.executable, "-c", record, "/artifacts/out"])
+    assert Emulator(job, opts).run() == 0
+    env = json.loads((tmp_path / "vol" / "out" / "env.json").read_text())
+    assert "TF_CONFIG" not in env and "BATON_OPERATOR_TF_CONFIG" not in env
+    mapping = json.loads((tmp_path / "work" / "tf_config.json").read_text())
+    assert mapping[f"{job['metadata']['name']}-chief-0"]["operator_tf_config"] is None
+
+
+def test_is_distributed_follows_the_operator():
+    from k8s.tfconfig import is_distributed
+
+    def job(**replicas):
+        return {"spec": {"tfReplicaSpecs": {t: ({} if n is None else {"replicas": n})
+                                            for t, n in replicas.items()}}}
+
+    assert not is_distributed(job(Chief=1))
+    assert not is_distributed(job(Worker=None))  # replicas unset counts 1
+    assert not is_distributed(job(Chief=1, Worker=0))
+    assert is_distributed(job(Chief=1, Worker=1))
+    assert is_distributed(job(Chief=1, Evaluator=1))  # the evaluator counts too
+    assert is_distributed(job(Worker=2))
+    assert is_distributed(job(Chief=None, PS=None))
