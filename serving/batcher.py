@@ -7,6 +7,20 @@ whose head waited longest, merges tasks up to the execution batch size, waits at
 with numpy inputs, and slices the outputs back per task. While a batch runs (TF releases
 the GIL) new requests accumulate, so batches grow with load and a lone request waits for
 nobody. Completions are handed back to each asyncio loop once per batch, not per request.
+
+Every completion of a task that has a loop runs on that loop (`call_soon_threadsafe`),
+never on a worker thread: the REST callback writes to a transport and the gRPC one
+resolves a future, and neither may happen off the loop (under uvloop a transport write
+from another thread crashes the process). That includes requests split into several
+batches (`enable_large_batch_splitting`): the parts complete on the workers, the whole
+on the request's loop.
+
+REST requests carry `--rest_api_timeout_in_ms` as in TF Serving's BatchingSession: a
+task's deadline is its enqueue time plus the timeout; a batch whose tasks have all
+passed their deadline when a worker takes it is not run, and its tasks fail with
+RESOURCE_EXHAUSTED "Run() timeout exceeded while waiting in batching queue" (HTTP 429);
+otherwise the batch runs under the latest deadline of its tasks, and the HTTP layer
+answers 504 DEADLINE_EXCEEDED if the run outlives it.
 """
 
 from __future__ import annotations
@@ -23,19 +37,26 @@ import numpy as np
 from serving.config import BatchingOptions
 from serving.status import Code, ServingError, invalid, unavailable
 
+QUEUE_TIMEOUT_MESSAGE = "Run() timeout exceeded while waiting in batching queue"
+
 
 class Task:
     """One request's inputs (already numpy, batch dimension first) and its completion."""
 
-    __slots__ = ("signature", "feeds", "size", "done", "loop", "enqueued", "key", "model")
+    __slots__ = ("signature", "feeds", "size", "done", "loop", "enqueued", "key", "model",
+                 "api", "timeout", "deadline", "running")
 
     def __init__(self, signature, feeds: dict[str, np.ndarray], done: Callable, loop=None,
-                 model: str = ""):
+                 model: str = "", api: str = "", timeout: float = 0.0):
         self.signature = signature
         self.feeds = feeds
         self.done = done  # done(outputs: dict | None, error: ServingError | None)
         self.loop = loop  # asyncio loop to complete on, or None for the worker thread
         self.model = model
+        self.api = api  # metrics label ("Predict", "predict", ...); "" records no runtime
+        self.timeout = timeout  # seconds (REST --rest_api_timeout_in_ms); 0: none
+        self.deadline = 0.0  # monotonic; 0: none. Set at enqueue, extended at dequeue
+        self.running = False  # taken by a worker (or split into parts)
         if len(feeds) == 1:  # the common case, without the set and the sort
             (k, a), = feeds.items()
             shape = a.shape
@@ -74,6 +95,19 @@ def _complete(batch: list[tuple[Task, dict | None, ServingError | None]]) -> Non
             pass
 
 
+def deliver(results: list[tuple[Task, dict | None, ServingError | None]]) -> None:
+    """Runs each task's completion on its own loop (one hand-off per loop), or inline."""
+    by_loop: dict = {}
+    for r in results:
+        by_loop.setdefault(r[0].loop, []).append(r)
+    for loop, items in by_loop.items():
+        if loop is None:
+            _complete(items)
+        else:
+            with contextlib.suppress(RuntimeError):  # loop closed: client is gone
+                loop.call_soon_threadsafe(_complete, items)
+
+
 class BatchScheduler:
     """Shared worker threads and per-signature queues.
 
@@ -81,14 +115,15 @@ class BatchScheduler:
         options: batching knobs; `max_enqueued_batches * max_batch_size` bounds each queue.
         batching: False runs each request as its own call (TF Serving without
             --enable_batching) on the same bounded, measured machinery.
-        on_batch: metrics hook `on_batch(model, size, padded_size, seconds)`.
+        metrics: optional observer with `input_batch(size, n_tensors)` (per request),
+            `batch(tasks, size, padded, dequeued, started, finished)` (per executed
+            batch, on a worker) and `runtime(model, api, seconds)` (per split request).
     """
 
-    def __init__(self, options: BatchingOptions, batching: bool = True,
-                 on_batch: Callable | None = None):
+    def __init__(self, options: BatchingOptions, batching: bool = True, metrics=None):
         self.options = options
         self.batching = batching
-        self._on_batch = on_batch
+        self.metrics = metrics
         self._cv = threading.Condition()
         self._queues: dict[tuple, _Queue] = {}
         self._closed = False
@@ -105,12 +140,18 @@ class BatchScheduler:
     def submit(self, task: Task) -> None:
         """Enqueues a task or raises (400 too large, 503 queue full / shutting down)."""
         limit = self.options.execution_size
-        if self.batching and task.size > limit:
-            if not self.options.enable_large_batch_splitting:
-                raise invalid(f"Task size {task.size} is larger than maximum input batch "
-                              f"size {limit}")
-            self._submit_split(task, limit)
-            return
+        if self.batching:
+            if self.metrics is not None:
+                self.metrics.input_batch(task.size, len(task.feeds))
+            if task.size > limit:
+                if not self.options.enable_large_batch_splitting:
+                    raise invalid(f"Task size {task.size} is larger than maximum input "
+                                  f"batch size {limit}")
+                self._submit_split(task, limit)
+                return
+        self._enqueue(task)
+
+    def _enqueue(self, task: Task) -> None:
         with self._cv:
             if self._closed:
                 raise unavailable("Server is shutting down")
@@ -121,34 +162,48 @@ class BatchScheduler:
                 raise unavailable("The batch scheduling queue to which this task was "
                                   "submitted is full")
             task.enqueued = time.monotonic()
+            if task.timeout > 0:
+                task.deadline = task.enqueued + task.timeout
             q.tasks.append(task)
             q.rows += task.size
             self._cv.notify()
 
     def _submit_split(self, task: Task, limit: int) -> None:
+        """Runs `task` as parts of at most `limit` rows; completes it once, on its loop."""
         parts: list = [None] * ((task.size + limit - 1) // limit)
-        state = {"left": len(parts), "error": None}
+        state: dict = {"left": len(parts), "error": None}
         lock = threading.Lock()
+        task.enqueued = time.monotonic()
+        if task.timeout > 0:
+            task.deadline = task.enqueued + task.timeout
+        task.running = True  # its parts are what waits in the queues
 
-        def part_done(i, out, err):
+        def part_done(i, out, err):  # on a worker thread (the parts have no loop)
             with lock:
                 parts[i] = out
                 state["error"] = state["error"] or err
                 state["left"] -= 1
                 last = state["left"] == 0
-            if last:
-                if state["error"] is not None:
-                    task.done(None, state["error"])
-                else:
-                    task.done({k: np.concatenate([p[k] for p in parts]) for k in parts[0]}, None)
+            if not last:
+                return
+            err = state["error"]
+            out = None
+            if err is None:
+                try:
+                    out = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+                except Exception as e:  # noqa: BLE001 - e.g. parts with ragged outputs
+                    err = ServingError(Code.INTERNAL, f"cannot merge split outputs: {e}")
+            if err is None and self.metrics is not None and task.api:
+                self.metrics.runtime(task.model, task.api, time.monotonic() - task.enqueued)
+            deliver([(task, out, err)])
 
         subs = []
         for i, start in enumerate(range(0, task.size, limit)):
             feeds = {k: v[start:start + limit] for k, v in task.feeds.items()}
             subs.append(Task(task.signature, feeds, functools.partial(part_done, i), None,
-                             task.model))
+                             task.model, "", task.timeout))
         for s in subs:
-            self.submit(s)  # a full queue part-way fails the remaining parts only
+            self._enqueue(s)  # a full queue part-way fails the whole request (503)
 
     def depth(self) -> dict[str, int]:
         """Queued rows per model (for the queue-depth gauge)."""
@@ -206,29 +261,55 @@ class BatchScheduler:
             self._busy += 1
             return batch
 
+    def _expired(self, batch: list[Task], now: float) -> bool:
+        """Applies the timeout at dequeue; True when no task of the batch is still live.
+
+        As TF Serving's BatchingSession: a batch runs if any of its tasks is within its
+        deadline (each task then waits for the latest deadline of the batch); without
+        batching the timeout covers the call only (TF Serving has no queue there).
+        """
+        if not self.batching:
+            for t in batch:
+                if t.timeout > 0:
+                    t.deadline = now + t.timeout
+            return False
+        latest = 0.0
+        for t in batch:
+            if not t.deadline:  # a task without timeout: the batch runs unbounded
+                for u in batch:
+                    u.deadline = 0.0
+                return False
+            if t.deadline > now:
+                latest = max(latest, t.deadline)
+        if not latest:
+            return True
+        for t in batch:
+            t.deadline = latest
+        return False
+
     def _run(self) -> None:
         while True:
             batch = self._take()
             if batch is None:
                 return
+            dequeued = time.monotonic()
             try:
-                results = self._execute(batch)
+                expired = self._expired(batch, dequeued)
+                for t in batch:  # after the deadlines are settled: the HTTP sweep reads both
+                    t.running = True
+                if expired:
+                    err = ServingError(Code.RESOURCE_EXHAUSTED, QUEUE_TIMEOUT_MESSAGE)
+                    results: list = [(t, None, err) for t in batch]
+                else:
+                    results = self._execute(batch, dequeued)
             except Exception as e:  # noqa: BLE001
                 err = e if isinstance(e, ServingError) else ServingError(Code.INTERNAL, str(e))
                 results = [(t, None, err) for t in batch]
             with self._cv:
                 self._busy -= 1
-            by_loop: dict = {}
-            for r in results:
-                by_loop.setdefault(r[0].loop, []).append(r)
-            for loop, items in by_loop.items():
-                if loop is None:
-                    _complete(items)
-                else:
-                    with contextlib.suppress(RuntimeError):  # loop closed: client is gone
-                        loop.call_soon_threadsafe(_complete, items)
+            deliver(results)
 
-    def _execute(self, batch: list[Task]) -> list:
+    def _execute(self, batch: list[Task], dequeued: float = 0.0) -> list:
         sig = batch[0].signature
         size = sum(t.size for t in batch)
         padded = size
@@ -241,19 +322,21 @@ class BatchScheduler:
             if padded > size:
                 feeds = {k: np.concatenate([v, np.repeat(v[:1], padded - size, axis=0)])
                          for k, v in feeds.items()}
-        t0 = time.perf_counter()
+        t0 = time.monotonic()
         out = sig(feeds)
-        if self._on_batch is not None:
-            self._on_batch(batch[0].model, size, padded, time.perf_counter() - t0)
+        t1 = time.monotonic()
         if len(batch) == 1 and padded == size:
-            return [(batch[0], out, None)]
-        for k, v in out.items():
-            if v.ndim == 0 or v.shape[0] != padded:
-                raise invalid(f"output {k!r} has shape {list(v.shape)}: batching needs a "
-                              f"leading batch dimension of {padded}")
-        results, start = [], 0
-        for t in batch:
-            end = start + t.size
-            results.append((t, {k: v[start:end] for k, v in out.items()}, None))
-            start = end
+            results = [(batch[0], out, None)]
+        else:
+            for k, v in out.items():
+                if v.ndim == 0 or v.shape[0] != padded:
+                    raise invalid(f"output {k!r} has shape {list(v.shape)}: batching needs "
+                                  f"a leading batch dimension of {padded}")
+            results, start = [], 0
+            for t in batch:
+                end = start + t.size
+                results.append((t, {k: v[start:end] for k, v in out.items()}, None))
+                start = end
+        if self.metrics is not None:
+            self.metrics.batch(batch, size, padded, dequeued or t0, t0, t1)
         return results

@@ -24,6 +24,8 @@ FLAGS: dict[str, tuple[type, str]] = {
     "model_name": (str, "name of the model (default 'default')"),
     "model_base_path": (str, "directory holding <version>/saved_model.pb"),
     "model_config_file": (str, "ModelServerConfig text proto (overrides the two above)"),
+    "model_config_file_poll_wait_seconds": (
+        float, "seconds between re-reads of --model_config_file (default 0: read once)"),
     "enable_batching": (bool, "merge concurrent requests into one signature call"),
     "batching_parameters_file": (str, "BatchingParameters text proto"),
     "file_system_poll_wait_seconds": (float, "seconds between base path polls (default 1)"),
@@ -38,7 +40,7 @@ FLAGS: dict[str, tuple[type, str]] = {
 # Accepted for drop-in compatibility; no effect here.
 IGNORED = {"rest_api_num_threads", "tensorflow_session_parallelism",
            "tensorflow_intra_op_parallelism", "tensorflow_inter_op_parallelism",
-           "model_config_file_poll_wait_seconds", "enable_signature_method_name_check",
+           "enable_signature_method_name_check",
            "xla_cpu_compilation_enabled", "per_process_gpu_memory_fraction"}
 
 USAGE = "usage: baton serve --model_name=NAME --model_base_path=DIR [flags]\n\nflags:\n" + "".join(

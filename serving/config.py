@@ -92,6 +92,7 @@ class BatchingOptions:
     allowed_batch_sizes: tuple[int, ...] = ()
     enable_large_batch_splitting: bool = False
     max_execution_batch_size: int = 0
+    thread_pool_name: str = "batch_threads"  # TF Serving's default; a metrics label here
 
     def __post_init__(self):
         for name in ("max_batch_size", "max_enqueued_batches", "num_batch_threads"):

@@ -8,6 +8,7 @@ and await batch completions, so thousands of concurrent calls need no thread eac
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 
 import grpc
@@ -30,6 +31,7 @@ from serving.status import Code, ServingError, invalid
 from serving.tensor_proto import from_ndarray, to_ndarray
 
 _GRPC_CODE = {c.value[0]: c for c in grpc.StatusCode}
+log = logging.getLogger("serving")
 
 
 def _spec_args(spec) -> tuple[str, int | None, str | None]:
@@ -53,6 +55,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         self.manager = service.manager
 
     async def _call(self, api, request, context, body):
+        """Runs `body`; `api` ("Predict", ...) is recorded as TF Serving does, None: not."""
         t0 = time.perf_counter()
         name = request.model_spec.name
         try:
@@ -68,8 +71,8 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         return resp
 
     def _record(self, name, api, err, t0):
-        known = name if name in self.manager._models else "<unknown>"
-        self.service.record(known, api, "GRPC", err, t0)
+        if api is not None:
+            self.service.record(name, api, "GRPC", err, t0)
 
     async def Predict(self, request, context):
         async def body():
@@ -81,7 +84,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
             if unknown:
                 raise invalid(f"output tensor alias not found in signature: {unknown}. "
                               f"Outputs: {sorted(sig.outputs)}")
-            out = await self.service.run(servable, sig, feeds)
+            out = await self.service.run(servable, sig, feeds, "Predict")
             resp = predict_pb2.PredictResponse()
             resp.model_spec.name = servable.model_name
             resp.model_spec.version.value = servable.version
@@ -90,14 +93,17 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
                 from_ndarray(out[k], resp.outputs[k])
             return resp
 
-        return await self._call("predict", request, context, body)
+        return await self._call("Predict", request, context, body)
 
     async def Classify(self, request, context):
         async def body():
             servable = self.manager.resolve(*_spec_args(request.model_spec))
             sig = ex.signature_for(servable, request.model_spec.signature_name, CLASSIFY)
-            feeds = {next(iter(sig.inputs)): ex.examples_from_input_proto(request.input)}
-            out = await self.service.run(servable, sig, feeds)
+            examples = ex.examples_from_input_proto(request.input)
+            self.service.metrics.examples(self.service.known(servable.model_name),
+                                          len(examples))
+            out = await self.service.run(servable, sig, {next(iter(sig.inputs)): examples},
+                                         "Classify")
             resp = classification_pb2.ClassificationResponse()
             resp.model_spec.name = servable.model_name
             resp.model_spec.version.value = servable.version
@@ -108,14 +114,17 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
                     c.classes.add(label=label, score=score)
             return resp
 
-        return await self._call("classify", request, context, body)
+        return await self._call("Classify", request, context, body)
 
     async def Regress(self, request, context):
         async def body():
             servable = self.manager.resolve(*_spec_args(request.model_spec))
             sig = ex.signature_for(servable, request.model_spec.signature_name, REGRESS)
-            feeds = {next(iter(sig.inputs)): ex.examples_from_input_proto(request.input)}
-            out = await self.service.run(servable, sig, feeds)
+            examples = ex.examples_from_input_proto(request.input)
+            self.service.metrics.examples(self.service.known(servable.model_name),
+                                          len(examples))
+            out = await self.service.run(servable, sig, {next(iter(sig.inputs)): examples},
+                                         "Regress")
             resp = regression_pb2.RegressionResponse()
             resp.model_spec.name = servable.model_name
             resp.model_spec.version.value = servable.version
@@ -124,7 +133,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
                 resp.result.regressions.add(value=v)
             return resp
 
-        return await self._call("regress", request, context, body)
+        return await self._call("Regress", request, context, body)
 
     async def GetModelMetadata(self, request, context):
         async def body():
@@ -138,7 +147,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
             resp.metadata["signature_def"].Pack(servable.signature_def_map())
             return resp
 
-        return await self._call("metadata", request, context, body)
+        return await self._call(None, request, context, body)  # not counted by TF Serving
 
 
 class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
@@ -161,16 +170,22 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
         return resp
 
     async def HandleReloadConfigRequest(self, request, context):
+        """As model_service_impl.cc: the status goes in the response *and* is the RPC's."""
         resp = model_management_pb2.ReloadConfigResponse()
+        err = None
         try:
             configs = model_configs_from_proto(request.config)
             await asyncio.to_thread(self.manager.reload_config, configs)
         except ConfigError as e:
-            resp.status.error_code = int(Code.INVALID_ARGUMENT)
-            resp.status.error_message = str(e)
+            err = ServingError(Code.INVALID_ARGUMENT, str(e))
         except ServingError as e:
-            resp.status.error_code = int(e.code)
-            resp.status.error_message = e.message
+            err = e
+        if err is not None:
+            log.error("ReloadConfig failed: %s", err.message)
+            resp.status.error_code = int(err.code)
+            resp.status.error_message = err.message
+            context.set_code(_GRPC_CODE.get(int(err.code), grpc.StatusCode.UNKNOWN))
+            context.set_details(err.message)
         return resp
 
 

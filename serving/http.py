@@ -5,6 +5,11 @@ coroutine per request: handlers either answer at once or call `respond` later fr
 batch completion. Only what TF Serving's REST API needs is implemented: Content-Length
 and chunked bodies, a body size limit (413), a header size limit (431) and per-request
 timeouts swept by one periodic timer instead of a timer per request.
+
+The timeout is `--rest_api_timeout_in_ms`, which TF Serving applies to the model run: a
+request whose run outlives it is answered 504 with DirectSession's DEADLINE_EXCEEDED
+message. A request still waiting in a batching queue is left to the batcher, which fails
+it with 429 RESOURCE_EXHAUSTED when it is taken too late (see batcher).
 """
 
 from __future__ import annotations
@@ -23,6 +28,10 @@ _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden"
 MAX_HEADER_BYTES = 64 * 1024
 # (status, content type) -> response head up to the Content-Length value
 _HEAD_CACHE: dict[tuple[int, bytes], bytes] = {}
+
+
+# What TF Serving's REST API answers (504) when the run exceeds --rest_api_timeout_in_ms.
+TIMEOUT_MESSAGE = "Timed out waiting for notification"
 
 
 def error_body(message: str) -> bytes:
@@ -44,18 +53,27 @@ class HttpServerState:
         return sum(1 for c in self.connections if c.busy)
 
     def sweep(self) -> None:
-        """Answers requests past their deadline with 504 (called periodically)."""
+        """Answers requests whose run is past its deadline with 504 (called periodically)."""
         if self.timeout_s <= 0:
             return
         now = time.monotonic()
         for c in list(self.connections):
-            if c.busy and now - c.started > self.timeout_s:
-                c.respond(504, error_body("Request timed out"), close=True)
+            if not c.busy:
+                continue
+            task = c.task
+            if task is None:
+                deadline = c.started + self.timeout_s
+            elif not task.running:
+                continue  # queued: the batcher decides when a worker takes it
+            else:
+                deadline = task.deadline
+            if deadline and now > deadline:
+                c.respond(504, error_body(TIMEOUT_MESSAGE), close=True)
 
 
 class HttpProtocol(asyncio.Protocol):
     __slots__ = ("state", "transport", "buf", "busy", "keep_alive", "started", "seq",
-                 "_discard")
+                 "task", "_discard")
 
     def __init__(self, state: HttpServerState):
         self.state = state
@@ -65,6 +83,7 @@ class HttpProtocol(asyncio.Protocol):
         self.keep_alive = True
         self.started = 0.0
         self.seq = 0
+        self.task = None  # the batching Task of the request in flight, if any
         self._discard = 0  # body bytes still to swallow after a 413 before closing
 
     def connection_made(self, transport):
@@ -75,6 +94,7 @@ class HttpProtocol(asyncio.Protocol):
         self.state.connections.discard(self)
         self.busy = False
         self.transport = None
+        self.task = None
 
     def data_received(self, data: bytes):
         if self._discard:
@@ -214,6 +234,7 @@ class HttpProtocol(asyncio.Protocol):
         self.transport.write(b"%s%d\r\n%s\r\n%s" % (
             prefix, len(body), b"" if keep else b"Connection: close\r\n", body))
         self.busy = False
+        self.task = None
         if not keep:
             if not self._discard:
                 self.transport.close()

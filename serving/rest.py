@@ -3,9 +3,15 @@
     GET  /v1/models/{name}[/versions/{v}|/labels/{l}]            model status
     GET  /v1/models/{name}[/versions/{v}|/labels/{l}]/metadata   signature metadata
     POST /v1/models/{name}[/versions/{v}|/labels/{l}]:predict|:classify|:regress
-    GET  <monitoring path>                                       Prometheus metrics
+    ANY  <monitoring path>                                       Prometheus metrics
 
-Every error is `{"error": "..."}` with TF Serving's status-to-HTTP mapping.
+Routing is TF Serving's (model_servers/http_rest_api_util.cc, http_rest_api_handler.cc):
+the same case-insensitive, whole-path regexes, matched on the raw path with the model
+name and label percent-decoded afterwards. A `/v1/...` path that does not match for its
+method (a GET on `:predict`, a PUT, a trailing slash, a verb in capitals) is 400
+`{"error": "Malformed request: METHOD PATH"}`; paths outside `/v1/` are 404, as
+TF Serving's HTTP server answers them. Every error is `{"error": "..."}` with TF
+Serving's status-to-HTTP mapping; unknown models and versions are 404 NOT_FOUND.
 """
 
 from __future__ import annotations
@@ -22,10 +28,45 @@ from serving.servable import CLASSIFY, REGRESS
 from serving.service import ModelService
 from serving.status import ServingError, invalid
 
-_ROUTE = re.compile(
-    r"^/v1/models/([^/:]+)(?:/versions/(\d+)|/labels/([^/:]+))?"
-    r"(?::(predict|classify|regress)|(/metadata))?/?$"
-)
+_V1 = re.compile(r"(?ai)/v1/.*")  # kHTTPRestApiHandlerPathRegex
+_PREDICTION = re.compile(  # kPredictionApiGegex (sic)
+    r"(?ai)/v1/models/([^/:]+)(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?"
+    r":(classify|regress|predict)")
+_MODEL_STATUS = re.compile(  # kModelStatusApiRegex
+    r"(?ai)/v1/models(?:/([^/:]+))?(?:(?:/versions/(\d+))|(?:/labels/([^/:]+)))?"
+    r"(?:/(metadata))?")
+_INT64_MAX = 2 ** 63 - 1
+_VERBS = ("predict", "classify", "regress")
+
+
+def parse_route(method: str, path: str) -> tuple[str, int | None, str | None, str] | None:
+    """(model, version, label, what) for a /v1/ request, None if malformed; raises 400.
+
+    `what` is "predict", "classify", "regress", "metadata" or "status". As in TF
+    Serving, only the lower-case verbs dispatch (the regexes ignore case, the dispatch
+    does not), and a GET whose subresource is not exactly "metadata" is a status request.
+    """
+    if method == "POST":
+        m = _PREDICTION.fullmatch(path)
+        if m is None or m.group(4) not in _VERBS:
+            return None
+        name, version, label, what = m.groups()
+    elif method == "GET":
+        m = _MODEL_STATUS.fullmatch(path)
+        if m is None:
+            return None
+        name, version, label, sub = m.groups()
+        what = "metadata" if sub == "metadata" else "status"
+    else:
+        return None
+    v = None
+    if version is not None:
+        v = int(version)
+        if v > _INT64_MAX:
+            raise invalid(f"Failed to convert version: {version} to numeric.")
+    if not name:
+        raise invalid("Missing model name in request.")
+    return unquote(name), v, (unquote(label) if label is not None else None), what
 
 
 def status_json(manager, name, version, label) -> dict:
@@ -53,52 +94,54 @@ def metadata_json(manager, name, version, label) -> dict:
 class RestApi:
     """The HTTP handler: `RestApi(service, metrics_path)(conn, method, target, body)`."""
 
-    def __init__(self, service: ModelService, metrics_path: str | None):
+    def __init__(self, service: ModelService, metrics_path: str | None,
+                 timeout_s: float = 0.0):
         self.service = service
         self.manager = service.manager
         self.metrics_path = metrics_path
-        self._routes: dict[str, re.Match] = {}  # path -> route match (parsed once)
+        self.timeout_s = timeout_s  # --rest_api_timeout_in_ms, for the batcher
+        self._routes: dict[tuple[str, str], tuple | None] = {}  # parsed once per path
 
     def __call__(self, conn: HttpProtocol, method: str, target: str, body: bytes) -> None:
         t0 = time.perf_counter()
         path = target.split("?", 1)[0]
         if self.metrics_path is not None and path == self.metrics_path:
-            if method != "GET":
-                conn.respond(405, error_body(f"Method {method} not allowed on {path}"))
-                return
+            # TF Serving registers a plain handler on the path: any method gets the page.
             conn.respond(200, self.service.metrics.render(),
                          b"text/plain; version=0.0.4; charset=utf-8")
             return
-        m = self._routes.get(path)
-        if m is None:
-            m = _ROUTE.match(unquote(path)) if path.startswith("/v1/models/") else None
-            if m is not None and len(self._routes) < 1024:  # bounded: paths are client input
-                self._routes[path] = m
-        if m is None:
-            conn.respond(404, error_body(f"Malformed request: {method} {path[:200]}"))
-            return
-        name, version, label, verb, metadata = m.groups()
-        version = int(version) if version is not None else None
-        api = verb or ("metadata" if metadata else "status")
-        if (verb is None) != (method == "GET"):
-            conn.respond(405, error_body(f"Method {method} not allowed for {api} on "
-                                         f"{path[:200]}; use {'GET' if verb is None else 'POST'}"))
-            return
+        key = (method, path)
         try:
-            if verb is None:
-                fn = metadata_json if metadata else status_json
-                payload = fn(self.manager, name, version, label)
-                self._record(name, api, None, t0)
-                conn.respond(200, json.dumps(payload).encode())
+            route = self._routes[key]
+        except KeyError:
+            if not _V1.fullmatch(path):
+                conn.respond(404, error_body("Not Found"))
                 return
-            self._infer(conn, verb, name, version, label, body, t0)
+            try:
+                route = parse_route(method, path)
+            except ServingError as e:
+                conn.respond(e.http_status, error_body(e.message))
+                return
+            if len(self._routes) < 1024:  # bounded: paths are client input
+                self._routes[key] = route
+        if route is None:
+            conn.respond(400, error_body(f"Malformed request: {method} {path}"))
+            return
+        name, version, label, what = route
+        try:
+            if what == "status":
+                payload = status_json(self.manager, name, version, label)
+            elif what == "metadata":
+                payload = metadata_json(self.manager, name, version, label)
+            else:
+                self._infer(conn, what, name, version, label, body, t0)
+                return
         except ServingError as e:
-            self._record(name, api, e, t0)
+            if what in _VERBS:
+                self.service.record(name, what, "REST", e, t0)
             conn.respond(e.http_status, error_body(e.message))
-
-    def _record(self, name, api, err, t0):
-        known = name if name in self.manager._models else "<unknown>"
-        self.service.record(known, api, "REST", err, t0)
+            return
+        conn.respond(200, json.dumps(payload).encode())
 
     def _infer(self, conn, verb, name, version, label, body, t0):
         servable = self.manager.resolve(name, version, label)
@@ -117,7 +160,9 @@ class RestApi:
         else:
             sig = ex.signature_for(servable, sig_name, CLASSIFY if verb == "classify"
                                    else REGRESS)
-            feeds = {next(iter(sig.inputs)): ex.examples_from_json(req)}
+            examples = ex.examples_from_json(req)
+            self.service.metrics.examples(self.service.known(name), len(examples))
+            feeds = {next(iter(sig.inputs)): examples}
         seq = conn.seq
 
         def done(out, err):
@@ -132,14 +177,14 @@ class RestApi:
                         data = json.dumps({"result": ex.regression_values(sig, out)}).encode()
                 except ServingError as e:
                     err = e
+            self.service.record(name, verb, "REST", err, t0)
             if err is not None:
-                self._record(name, verb, err, t0)
                 conn.respond(err.http_status, error_body(err.message), seq=seq)
             else:
-                self._record(name, verb, None, t0)
                 conn.respond(200, data, seq=seq)
 
-        self.service.submit(servable, sig, feeds, done, _loop())
+        conn.task = self.service.submit(servable, sig, feeds, done, _loop(), verb,
+                                        self.timeout_s)
 
 
 def _loop():

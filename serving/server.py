@@ -4,6 +4,11 @@
 tensorflow_model_server does, so "started" means "serving"), then binds both APIs on a
 background event loop and returns; `stop()` shuts down gracefully: listeners close,
 requests on kept-alive connections get 503, in-flight requests and queued batches finish.
+
+With `--model_config_file_poll_wait_seconds` > 0 the model config file is read again
+every that many seconds and applied as HandleReloadConfigRequest applies a config (TF
+Serving's PollFilesystemAndReloadConfig); a file that does not parse, or a config that
+cannot be applied, is logged and the server keeps serving what it serves.
 """
 
 from __future__ import annotations
@@ -84,6 +89,7 @@ class ServerOptions:
     file_system_poll_wait_seconds: float = 1.0
     monitoring_config_file: str = ""
     rest_api_timeout_in_ms: int = 30000
+    model_config_file_poll_wait_seconds: float = 0.0
     enable_model_warmup: bool = True
     grpc_max_message_bytes: int = 64 * 1024 * 1024
     rest_api_max_body_bytes: int = 32 * 1024 * 1024  # ours: larger bodies get 413
@@ -102,6 +108,8 @@ class ModelServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stopped = threading.Event()
+        self._config_thread: threading.Thread | None = None
+        self._config_failed = False
 
     # -- start -----------------------------------------------------------------------
     def _model_configs(self) -> list[ModelConfig]:
@@ -127,8 +135,10 @@ class ModelServer:
         self.manager = ModelManager(configs, o.file_system_poll_wait_seconds,
                                     warmup=o.enable_model_warmup)
         self.scheduler = BatchScheduler(batching, batching=o.enable_batching)
-        self.metrics = Metrics(depth=self.scheduler.depth, loaded=self.manager.loaded_versions)
-        self.scheduler._on_batch = self.metrics.batch
+        self.metrics = Metrics(depth=self.scheduler.depth, loaded=self.manager.loaded_versions,
+                               batching=o.enable_batching,
+                               thread_pool_name=batching.thread_pool_name)
+        self.scheduler.metrics = self.metrics
         self.service = ModelService(self.manager, self.scheduler, self.metrics)
         self.manager.start()
         freeze_heap()
@@ -136,8 +146,9 @@ class ModelServer:
         g0, g1, g2 = gc.get_threshold()
         if 0 < g0 < GC_GEN0_THRESHOLD:
             gc.set_threshold(GC_GEN0_THRESHOLD, g1, g2)
-        self._http = HttpServerState(RestApi(self.service, metrics_path),
-                                     o.rest_api_max_body_bytes, o.rest_api_timeout_in_ms / 1e3)
+        timeout_s = max(o.rest_api_timeout_in_ms, 0) / 1e3
+        self._http = HttpServerState(RestApi(self.service, metrics_path, timeout_s),
+                                     o.rest_api_max_body_bytes, timeout_s)
         self._loop = new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="serving-loop",
                                         daemon=True)
@@ -148,7 +159,46 @@ class ModelServer:
             self.stop(grace=0)
             raise
         self._write_ports()
+        if (self._models is None and o.model_config_file
+                and o.model_config_file_poll_wait_seconds > 0):
+            self._config_thread = threading.Thread(target=self._poll_config,
+                                                   name="model-config-poll", daemon=True)
+            self._config_thread.start()
         return self
+
+    def _poll_config(self) -> None:
+        wait = self.options.model_config_file_poll_wait_seconds
+        while not self._stopped.wait(wait):
+            self.reload_config_file()
+
+    def reload_config_file(self) -> bool:
+        """Reads --model_config_file and applies it; False on any failure.
+
+        TF Serving applies the file on every poll; here a config equal to the one being
+        served is skipped unless the last attempt failed (a label that named a version
+        still loading is applied once that version is available). A config set over
+        gRPC meanwhile is replaced by the file's at the next poll, as in TF Serving.
+        """
+        from serving.config import ConfigError
+        from serving.status import ServingError
+
+        path = self.options.model_config_file
+        try:
+            configs = load_model_config_file(path)
+        except ConfigError as e:
+            log.error("Failed to read ModelServerConfig file: %s", e)
+            return False
+        if not self._config_failed and configs == self.manager.configs():
+            return True
+        try:
+            self.manager.reload_config(configs)
+        except ServingError as e:
+            self._config_failed = True
+            log.error("PollFilesystemAndReloadConfig failed to ReloadConfig: %s", e.message)
+            return False
+        self._config_failed = False
+        log.info("Reloaded model config from %s: %s", path, [c.name for c in configs])
+        return True
 
     @staticmethod
     def _on_version_change(name: str, version: int, state: str) -> None:
@@ -215,6 +265,8 @@ class ModelServer:
             assert self._thread is not None  # set together with self._loop in start()
             self._thread.join(timeout=10)
             loop.close()
+        if self._config_thread is not None:
+            self._config_thread.join(timeout=30)
         if hasattr(self, "scheduler"):
             self.scheduler.close(timeout=grace)
         if hasattr(self, "manager"):

@@ -28,12 +28,18 @@ class ModelService:
         self.metrics = metrics
 
     def submit(self, servable: Servable, sig: Signature, feeds: dict[str, np.ndarray],
-               done, loop) -> None:
-        """Queues one signature call; `done(outputs, error)` runs on `loop`."""
-        self.scheduler.submit(Task(sig, feeds, done, loop, servable.model_name))
+               done, loop, api: str = "", timeout: float = 0.0) -> Task:
+        """Queues one signature call; `done(outputs, error)` runs on `loop`.
 
-    async def run(self, servable: Servable, sig: Signature, feeds: dict[str, np.ndarray]
-                  ) -> dict[str, np.ndarray]:
+        `api` labels the runtime latency metric; `timeout` (seconds, 0: none) is
+        `--rest_api_timeout_in_ms` for REST requests (see batcher).
+        """
+        task = Task(sig, feeds, done, loop, servable.model_name, api, timeout)
+        self.scheduler.submit(task)
+        return task
+
+    async def run(self, servable: Servable, sig: Signature, feeds: dict[str, np.ndarray],
+                  api: str = "") -> dict[str, np.ndarray]:
         """Awaitable form of `submit` (gRPC)."""
         loop = asyncio.get_running_loop()
         fut = loop.create_future()
@@ -45,13 +51,19 @@ class ModelService:
                 else:
                     fut.set_result(out)
 
-        self.submit(servable, sig, feeds, done, loop)
+        self.submit(servable, sig, feeds, done, loop, api)
         return await fut
+
+    def known(self, name: str) -> str:
+        """The model_name label: unknown names are one series, not one per client typo."""
+        return name if name in self.manager._models else "<unknown>"
 
     def record(self, model: str, api: str, entrypoint: str, error: ServingError | None,
                t0: float) -> None:
+        """One Predict/Classify/Regress request: request_count and request_latency."""
         status = "OK" if error is None else error.code.name
-        self.metrics.request(model, api, entrypoint, status, time.perf_counter() - t0)
+        self.metrics.request(self.known(model), api, entrypoint, status,
+                             time.perf_counter() - t0)
 
 
 def check_feeds(sig: Signature, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

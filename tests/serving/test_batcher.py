@@ -1,5 +1,6 @@
 """Batcher semantics with a fake signature (no TensorFlow): fast and exact."""
 
+import asyncio
 import functools
 import threading
 import time
@@ -152,3 +153,133 @@ def test_signature_error_reaches_every_task_and_worker_survives():
         assert ok["y"].tolist() == [2.0]
     finally:
         s.close()
+
+
+def _new_loop(kind):
+    if kind == "uvloop":
+        uvloop = pytest.importorskip("uvloop")
+        return uvloop.new_event_loop()
+    return asyncio.new_event_loop()
+
+
+def _run_on_loop(loop, sched, tasks_feeds, sig):
+    """Submits tasks with `loop` and returns [(thread ident of done, out or error)]."""
+    async def main():
+        futs, seen = [], []
+        for feeds in tasks_feeds:
+            fut = loop.create_future()
+            futs.append(fut)
+
+            def done(out, err, fut=fut):
+                seen.append(threading.get_ident())
+                # thread-safe either way, so a wrong thread fails the assertion, not the loop
+                loop.call_soon_threadsafe(fut.set_result, err if err is not None else out)
+
+            sched.submit(Task(sig, feeds, done, loop))
+        results = [await asyncio.wait_for(f, 10) for f in futs]
+        return seen, results
+
+    return loop.run_until_complete(main())
+
+
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_split_request_completes_once_on_its_own_loop(loop_kind):
+    """A request split into parts completes on the loop it came from (not a worker).
+
+    Completing it on a worker thread wrote to the REST transport off the loop (a
+    segfault under uvloop) and resolved gRPC futures without waking the loop (~50 ms).
+    """
+    loop = _new_loop(loop_kind)
+    sig = FakeSignature()
+    s = BatchScheduler(BatchingOptions(max_batch_size=4, enable_large_batch_splitting=True,
+                                       num_batch_threads=2))
+    try:
+        seen, (res, small) = _run_on_loop(
+            loop, s, [{"x": np.arange(10, dtype=np.float32)}, {"x": np.ones(2, np.float32)}],
+            sig)
+    finally:
+        s.close()
+        loop.close()
+    assert seen == [threading.get_ident()] * 2  # once each, on the loop's thread
+    assert res["y"].tolist() == (np.arange(10) * 2).tolist()
+    assert small["y"].tolist() == [2.0, 2.0]
+    assert sum(sig.calls) == 12 and max(sig.calls) <= 4
+
+
+@pytest.mark.parametrize("loop_kind", ["asyncio", "uvloop"])
+def test_split_request_failing_part_fails_the_request_once_on_its_loop(loop_kind):
+    class FailsOnTwo(FakeSignature):
+        def __call__(self, feeds):
+            if len(feeds["x"]) == 2:
+                raise ServingError(Code.INVALID_ARGUMENT, "part failed")
+            return super().__call__(feeds)
+
+    loop = _new_loop(loop_kind)
+    s = BatchScheduler(BatchingOptions(max_batch_size=4, enable_large_batch_splitting=True))
+    try:
+        seen, (res,) = _run_on_loop(loop, s, [{"x": np.arange(10, dtype=np.float32)}],
+                                    FailsOnTwo())
+    finally:
+        s.close()
+        loop.close()
+    assert seen == [threading.get_ident()]
+    assert isinstance(res, ServingError) and res.message == "part failed"
+
+
+def _blocked_scheduler(**kw):
+    """A one-thread scheduler whose worker is busy with a first batch until sig.gate."""
+    sig = FakeSignature()
+    sig.gate.clear()
+    s = BatchScheduler(BatchingOptions(max_batch_size=4, num_batch_threads=1, **kw))
+    first = threading.Event()
+    s.submit(Task(sig, {"x": np.zeros(1)}, lambda o, e: first.set()))
+    time.sleep(0.1)  # the worker has taken it and waits on the gate
+    return sig, s, first
+
+
+def test_batch_whose_tasks_all_timed_out_in_the_queue_is_not_run():
+    sig, s, first = _blocked_scheduler()
+    try:
+        results = [None, None]
+        events = [threading.Event(), threading.Event()]
+        tasks = []
+        for i in range(2):
+            def cb(out, err, i=i):
+                results[i] = err if err is not None else out
+                events[i].set()
+            tasks.append(Task(sig, {"x": np.ones(1)}, cb, timeout=0.05))
+            s.submit(tasks[-1])
+        time.sleep(0.2)  # both deadlines pass while they wait
+        sig.gate.set()
+        assert first.wait(5) and all(e.wait(5) for e in events)
+    finally:
+        sig.gate.set()
+        s.close()
+    for r in results:
+        assert isinstance(r, ServingError) and r.code == Code.RESOURCE_EXHAUSTED
+        assert r.message == "Run() timeout exceeded while waiting in batching queue"
+        assert r.http_status == 429
+    assert sig.calls == [1]  # the timed-out batch never ran
+
+
+@pytest.mark.parametrize("other_timeout", [0.0, 30.0])
+def test_batch_with_a_live_task_runs_everyone_under_the_latest_deadline(other_timeout):
+    sig, s, first = _blocked_scheduler()
+    try:
+        late = Task(sig, {"x": np.ones(1)}, lambda o, e: None, timeout=0.05)
+        s.submit(late)
+        res = [None]
+        done = threading.Event()
+        live = Task(sig, {"x": np.full(1, 2.0)},
+                    lambda o, e: (res.__setitem__(0, e or o), done.set()),
+                    timeout=other_timeout)
+        s.submit(live)
+        time.sleep(0.2)
+        sig.gate.set()
+        assert first.wait(5) and done.wait(5)
+    finally:
+        sig.gate.set()
+        s.close()
+    assert sig.calls == [1, 2]  # as TF Serving: the batch runs if any task is in time
+    assert res[0]["y"].tolist() == [4.0]
+    assert late.deadline == live.deadline  # 0 (none) or the live task's deadline

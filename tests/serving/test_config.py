@@ -100,3 +100,19 @@ def test_usage_errors_name_flag_and_value(argv, needle, capsys):
 def test_missing_config_file_exits_2(tmp_path, capsys):
     assert main([f"--model_config_file={tmp_path}/none.config", "--bind_free_ports"]) == 2
     assert "none.config" in capsys.readouterr().err
+
+
+def test_model_config_file_poll_wait_seconds_is_a_real_flag():
+    o = parse_args(["--model_config_file=/c/models.config",
+                    "--model_config_file_poll_wait_seconds=60"])
+    assert o.model_config_file_poll_wait_seconds == 60.0
+    assert parse_args(["--model_config_file=/c"]).model_config_file_poll_wait_seconds == 0
+    with pytest.raises(UsageError, match="Received: 'soon'"):
+        parse_args(["--model_config_file=/c", "--model_config_file_poll_wait_seconds=soon"])
+
+
+def test_batching_thread_pool_name(tmp_path):
+    p = tmp_path / "b.config"
+    p.write_text('thread_pool_name { value: "my_pool" }')
+    assert load_batching_parameters(str(p)).thread_pool_name == "my_pool"
+    assert BatchingOptions().thread_pool_name == "batch_threads"

@@ -5,6 +5,7 @@ import grpc
 import numpy as np
 import pytest
 import tensorflow as tf
+from conftest import http
 from tensorflow_serving.apis import (
     classification_pb2,
     get_model_metadata_pb2,
@@ -120,8 +121,18 @@ def test_reload_config_via_model_service(server, channel, tmp_path):
     bad = req.config.model_config_list.config.add(name="penguins", base_path=cfgs[0].base_path)
     bad.model_version_policy.all.SetInParent()
     bad.version_labels["stable"] = 42
-    resp = ms.HandleReloadConfigRequest(req, timeout=60)
-    assert resp.status.error_code == 9 and "42" in resp.status.error_message  # FAILED_PRECONDITION
+    # TF Serving returns the failure as the RPC's status (and in the response body)
+    with pytest.raises(grpc.RpcError) as e:
+        ms.HandleReloadConfigRequest(req, timeout=60)
+    assert e.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "42" in e.value.details() and "penguins" in e.value.details()
+    dup = model_management_pb2.ReloadConfigRequest()
+    for _ in range(2):
+        dup.config.model_config_list.config.add(name="penguins", base_path=cfgs[0].base_path)
+    with pytest.raises(grpc.RpcError) as e:
+        ms.HandleReloadConfigRequest(dup, timeout=60)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert "duplicate model name" in e.value.details()
     good = model_server_config_pb2.ModelServerConfig()
     for c in cfgs:
         m = good.model_config_list.config.add(name=c.name, base_path=c.base_path)
@@ -133,3 +144,30 @@ def test_reload_config_via_model_service(server, channel, tmp_path):
         model_management_pb2.ReloadConfigRequest(config=good), timeout=60)
     assert resp.status.error_code == 0, resp.status.error_message
     assert server.manager.resolve("penguins", label="stable").version == 1
+
+
+def test_metrics_labels_like_tf_serving(server, channel):
+    stub = prediction_service_pb2_grpc.PredictionServiceStub(channel)
+    stub.Predict(penguin_request(n=2), timeout=30)
+    req = classification_pb2.ClassificationRequest()
+    req.model_spec.name = "penguins"
+    req.model_spec.signature_name = "classify"
+    for _ in range(3):
+        req.input.example_list.examples.append(example(fm.PENGUIN))
+    stub.Classify(req, timeout=30)
+    bad = penguin_request()
+    bad.model_spec.name = "nope"
+    with pytest.raises(grpc.RpcError):
+        stub.Predict(bad, timeout=30)
+    s, text = http(server.rest_port, "GET", "/monitoring/prometheus/metrics")
+    assert s == 200
+    p = ":tensorflow:serving:"
+    assert f'{p}request_latency_count{{model_name="penguins",API="Predict",entrypoint="GRPC"}}' \
+        in text
+    assert f'{p}request_latency_count{{model_name="penguins",API="Classify",entrypoint="GRPC"}}' \
+        in text
+    assert f'{p}runtime_latency_count{{model_name="penguins",API="Classify",runtime="TF1"}}' \
+        in text
+    assert f'{p}request_count{{model_name="<unknown>",status="NOT_FOUND"}}' in text
+    assert f'{p}request_example_counts_bucket{{model="penguins",le="4"}}' in text
+    assert f'{p}request_example_count_total{{model="penguins"}}' in text
