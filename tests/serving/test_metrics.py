@@ -40,3 +40,19 @@ def test_label_values_are_escaped_and_families_always_typed():
                    "batching_session:wrapped_run_count counter",
                    "runtime_latency histogram"):
         assert f"# TYPE :tensorflow:serving:{family}" in out
+
+
+def test_the_exposition_parses_as_a_prometheus_scraper_reads_it():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    m = Metrics(loaded=lambda: {"m": [1, 2]}, depth=lambda: {"m": 0})
+    m.request("m", "Predict", "GRPC", "OK", 15e-6)
+    m.examples("m", 4)
+    families = {f.name: f for f in text_string_to_metric_families(m.render().decode())}
+    count = families[":tensorflow:serving:request_count"]
+    assert count.type == "counter"
+    # (the client library's parser names counter samples `_total` itself; the text has none)
+    assert [(s.labels, s.value) for s in count.samples] == [({"model_name": "m", "status": "OK"}, 1.0)]
+    latency = families[":tensorflow:serving:request_latency"]
+    assert latency.type == "histogram"
+    assert any(s.name.endswith("_count") and s.value == 1.0 for s in latency.samples)
