@@ -75,8 +75,8 @@ class QuantileSketch:
 class NumericAcc:
     """count (finite values), missing, nan, inf, mean/M2 (Chan's merge), min, max, sketch.
 
-    NaN counts as missing unless the reader marked absent values with `reader.ABSENT`; then
-    `missing` counts absent values and `nan` explicit NaNs in the data.
+    With `keep_nan` (values from `reader.read_batches(..., keep_nan=True)`) `missing` counts
+    values equal to `reader.ABSENT` and `nan` the NaNs of the data; otherwise NaN is missing.
     """
 
     def __init__(self, sketch: bool = True) -> None:
@@ -91,17 +91,17 @@ class NumericAcc:
         self.zeros = 0
         self.sketch = QuantileSketch() if sketch else None  # quantiles cost a sort per batch
 
-    def add(self, x: np.ndarray) -> None:
+    def add(self, x: np.ndarray, keep_nan: bool = False) -> None:
         from pipeline.dataplane.reader import ABSENT
 
-        absent = x == ABSENT
-        if absent.any():
-            self.missing += int(absent.sum())
-            x = x[~absent]
-            nan = np.isnan(x)
+        nan = np.isnan(x)
+        if keep_nan:
+            absent = x == ABSENT
+            if absent.any():
+                self.missing += int(absent.sum())
+                x, nan = x[~absent], nan[~absent]
             self.nan += int(nan.sum())
         else:
-            nan = np.isnan(x)
             self.missing += int(nan.sum())
         finite = x[np.isfinite(x)]
         self.inf += int(len(x) - nan.sum() - len(finite))
@@ -183,14 +183,14 @@ def new_accumulators(columns: list[Any], sketch: Any = None) -> dict[str, Any]:
             else StringAcc() for c in columns}
 
 
-def update(accs: dict[str, Any], batch: Any) -> None:
-    """Add one pyarrow RecordBatch (from `reader.read_batches`) to `accs`."""
+def update(accs: dict[str, Any], batch: Any, keep_nan: bool = False) -> None:
+    """Add one pyarrow RecordBatch (from `reader.read_batches`, read with the same `keep_nan`)."""
     from pipeline.dataplane.reader import dictionary_parts, numeric_values
 
     for name, acc in accs.items():
         col = batch.column(name)
         if isinstance(acc, NumericAcc):
-            acc.add(numeric_values(col))
+            acc.add(numeric_values(col), keep_nan)
         else:
             acc.add_dictionary(*dictionary_parts(col))
 

@@ -29,7 +29,7 @@ class StatsShard(beam.DoFn):
         split, path = element
         accs = accs_mod.new_accumulators(self.columns)
         for batch in read_batches(path, self.columns, self.batch_rows, keep_nan=True):
-            accs_mod.update(accs, batch)
+            accs_mod.update(accs, batch, keep_nan=True)
         yield split, accs
 
 

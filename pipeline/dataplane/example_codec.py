@@ -11,7 +11,7 @@ distinct value. The output is byte-for-byte what protobuf produces for the same 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -69,12 +69,14 @@ def _varint_array(n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 
 def encode_batch(
-    names: Sequence[str], columns: Sequence[np.ndarray], numeric: Sequence[bool]
+    names: Sequence[str], columns: Sequence[np.ndarray], numeric: Sequence[bool],
+    nan: Mapping[str, np.ndarray] | None = None,
 ) -> list[bytes]:
     """Serialized examples, one per row of the equally long `columns`.
 
     Numeric columns are float arrays (NaN = missing); string columns are object or bytes arrays
-    of `bytes`/`str` ("" = missing).
+    of `bytes`/`str` ("" = missing). `nan` marks, per numeric column, the rows whose NaN is a
+    value of the data rather than a missing value: those are written as a NaN float.
     """
     n = len(columns[0]) if columns else 0
     if n == 0:
@@ -85,6 +87,8 @@ def encode_batch(
         if is_num:
             values = np.asarray(col, np.float32)
             present = ~np.isnan(values)
+            if nan and name in nan:
+                present |= nan[name]
             prefix = np.frombuffer(float_entry_prefix(name), np.uint8)
             width = len(prefix) + 4
             row_len = present.astype(np.int64) * width

@@ -10,6 +10,11 @@ Beside each TFRecord shard it writes the same rows, in the same order, as an Arr
 an index for speed: parsing tf.Examples costs microseconds per row even in C++, while reading
 Arrow is memory-mapped, so statistics and transform read it when present
 (`reader.read_batches` falls back to the TFRecords when it is not).
+
+A missing numeric value is an absent feature in the TFRecords and a null in the Arrow copy
+(whose schema says so in its metadata, `MISSING_KEY`); a NaN that is a value of the data (a
+CSV `NaN` not listed in `na_values`) is written as a NaN float in both, so statistics can count
+it apart from missing values.
 """
 
 from __future__ import annotations
@@ -24,23 +29,31 @@ from pipeline.dataplane.example_codec import encode_batch
 from pipeline.dataplane.schema_file import Column
 
 COLUMNAR = "columnar"
+MISSING_KEY = b"baton.missing"  # Arrow schema metadata: b"null" = a null is a missing value
 
 
 def arrow_schema(columns: Sequence[Column]) -> Any:
-    """float32 numeric columns, dictionary<int32, binary> strings: what `reader` yields."""
+    """float32 numeric columns (null = missing), dictionary<int32, binary> strings."""
     import pyarrow as pa
 
     return pa.schema([(c.name, pa.float32() if c.is_numeric
-                       else pa.dictionary(pa.int32(), pa.binary())) for c in columns])
+                       else pa.dictionary(pa.int32(), pa.binary())) for c in columns],
+                     metadata={MISSING_KEY: b"null"})
 
 
-def to_record_batch(columns: Sequence[Column], values: Sequence[np.ndarray]) -> Any:
+def to_record_batch(columns: Sequence[Column], values: Sequence[np.ndarray],
+                    nan: Mapping[str, np.ndarray] | None = None) -> Any:
+    """The Arrow copy of a batch: a missing number is null; a NaN marked in `nan` stays NaN."""
     import pyarrow as pa
 
     arrays = []
     for c, v in zip(columns, values, strict=True):
         if c.is_numeric:
-            arrays.append(pa.array(np.asarray(v, np.float32)))
+            v = np.asarray(v, np.float32)
+            missing = np.isnan(v)
+            if nan and c.name in nan:
+                missing &= ~nan[c.name]
+            arrays.append(pa.array(v, mask=missing) if missing.any() else pa.array(v))
         else:
             uniq, idx = np.unique(np.asarray(v, object).astype(str), return_inverse=True)
             arrays.append(pa.DictionaryArray.from_arrays(
@@ -157,28 +170,38 @@ class ExamplesWriter:
                                               arrow_schema(self.columns))
         return self.writers[split]
 
-    def write_batch(self, batch: Mapping[str, np.ndarray], split: str | None = None) -> None:
-        """Write one batch (column name -> values); `split=None` assigns rows by ratio."""
+    def write_batch(self, batch: Mapping[str, np.ndarray], split: str | None = None,
+                    nan: Mapping[str, np.ndarray] | None = None) -> None:
+        """Write one batch (column name -> values); `split=None` assigns rows by ratio.
+
+        Numeric values are NaN where missing; `nan` (numeric column -> bool mask) marks the
+        NaNs that are values of the data instead. A row whose label is NaN is dropped either
+        way (counted in `dropped_missing_label`).
+        """
         names = [c.name for c in self.columns]
         numeric = [c.is_numeric for c in self.columns]
         cols = [batch[n] for n in names]
+        nan = {k: v for k, v in (nan or {}).items() if k in names}
         label_col = self.columns[names.index(self.label)]
         keep = ~missing_mask(batch[self.label], label_col.is_numeric)
         self.dropped_missing_label += int((~keep).sum())
         if split is not None:
-            self._write(split, names, [c[keep] for c in cols], numeric)
+            self._write(split, names, [c[keep] for c in cols], numeric,
+                        {k: v[keep] for k, v in nan.items()})
             return
         draw = self._rng.random(len(keep))
         which = np.searchsorted(self._cuts, draw, side="right").clip(0, len(self._names) - 1)
         for i, name in enumerate(self._names):
             sel = keep & (which == i)
             if sel.any():
-                self._write(name, names, [c[sel] for c in cols], numeric)
+                self._write(name, names, [c[sel] for c in cols], numeric,
+                            {k: v[sel] for k, v in nan.items()})
 
-    def _write(self, split: str, names: list[str], cols: list[np.ndarray], numeric) -> None:  # noqa: ANN001
+    def _write(self, split: str, names: list[str], cols: list[np.ndarray], numeric,  # noqa: ANN001
+               nan: Mapping[str, np.ndarray]) -> None:
         if len(cols[0]):
-            self._writer(split).write(encode_batch(names, cols, numeric),
-                                      to_record_batch(self.columns, cols))
+            self._writer(split).write(encode_batch(names, cols, numeric, nan),
+                                      to_record_batch(self.columns, cols, nan))
 
     def close(self) -> dict[str, int]:
         """Close every shard; returns rows written per split."""

@@ -2,8 +2,9 @@
 
 The column types come from `column_types` or are inferred from the first non-empty file; every
 file must have the same header. Empty files are skipped (and counted). The stage fails when no
-row survives or when rejected rows exceed `max_bad_fraction` of all rows read; the message
-names the count, the fraction and the first reasons.
+row survives (every row quarantined or without a label; the message says which) or when
+rejected rows exceed `max_bad_fraction` of all rows read; the message names the count, the
+fraction and the first reasons.
 """
 
 from __future__ import annotations
@@ -60,10 +61,10 @@ def ingest(ctx: Any, config: Any, out: Path) -> None:
     try:
         for f in nonempty:
             for raw in csv_source.iter_raw(f, header, quarantine, config.batch_rows):
-                batch = csv_source.decode_batch(raw, f, types, na, quarantine)
+                batch, nan = csv_source.decode_batch(raw, f, types, na, quarantine)
                 n = len(batch[label])
                 if n:
-                    writer.write_batch(batch)
+                    writer.write_batch(batch, nan=nan)
                     good += n
                     progress.update(n)
     finally:
@@ -72,9 +73,9 @@ def ingest(ctx: Any, config: Any, out: Path) -> None:
     counts = writer.close()
     total = good + quarantine.count
     fraction = quarantine.count / total if total else 0.0
-    if good == 0:
-        raise StageError(f"ingest: no valid rows in {len(nonempty)} CSV files "
-                         f"({quarantine.count} rejected: {'; '.join(quarantine.examples)})")
+    if sum(counts.values()) == 0:
+        raise StageError(_no_rows_message(total, quarantine, writer.dropped_missing_label, label,
+                                          config.na_values, len(nonempty)))
     if fraction > config.max_bad_fraction:
         raise StageError(
             f"ingest: {quarantine.count} of {total} CSV rows rejected ({fraction:.1%}), above "
@@ -91,3 +92,21 @@ def ingest(ctx: Any, config: Any, out: Path) -> None:
     ctx.record(rows=sum(counts.values()), **{f"rows_{k}": v for k, v in counts.items()},
                quarantined=quarantine.count, empty_files=len(empty),
                dropped_missing_label=writer.dropped_missing_label)
+
+
+def _no_rows_message(total: int, quarantine: csv_source.Quarantine, no_label: int, label: str,
+                     na_values: list[str], files: int) -> str:
+    """Why no row survived: all rejected, all without a label, or some of each."""
+    where = f"{files} CSV file{'s' if files != 1 else ''}"
+    if total == 0:
+        return f"ingest: no data rows in {where} (only a header line)"
+    head = f"ingest: 0 of {total} rows kept from {where}"
+    if no_label == total:
+        return (f"{head}: every row lacks label {label!r} (its values are all empty or in "
+                f"na_values {na_values}; is label: {label} the right column?)")
+    parts = []
+    if quarantine.count:
+        parts.append(f"{quarantine.count} quarantined ({'; '.join(quarantine.examples)})")
+    if no_label:
+        parts.append(f"{no_label} lack label {label!r}")
+    return f"{head}: {', '.join(parts)}"

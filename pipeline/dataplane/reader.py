@@ -8,7 +8,9 @@ Parsing tf.Examples one at a time in Python costs ~10 µs each; `tf.io.parse_exa
 serialized records at once runs in C++ across the intra-op threads. String columns come out
 dictionary-encoded (`tf.unique` in the graph), so downstream analyzers and the apply step touch
 each distinct value once per batch instead of once per row. Numeric columns are float32 with
-NaN for missing; strings use "" for missing (the artifact contract).
+NaN for missing; strings use "" for missing (the artifact contract). With `keep_nan` a missing
+number reads as `ABSENT` instead, so a NaN that is a value of the data stays distinguishable;
+both paths (Arrow copy and TFRecords) honour it.
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ def read_batches(
 
     sidecar = columnar_path(path)
     if sidecar.is_file():
-        yield from _read_columnar(sidecar, columns)
+        yield from _read_columnar(sidecar, columns, keep_nan)
         return
     import tensorflow as tf
 
@@ -96,8 +98,17 @@ def columnar_path(tfrecord: str | Path) -> Path:
     return p.parent.parent / "columnar" / p.parent.name / (p.name.split(".")[0] + ".arrow")
 
 
-def _read_columnar(path: Path, columns: Sequence[Column]) -> Iterator[Any]:
+def _read_columnar(path: Path, columns: Sequence[Column], keep_nan: bool = False
+                   ) -> Iterator[Any]:
+    """Batches of an Arrow copy with missing numbers as NaN, or as `ABSENT` with `keep_nan`.
+
+    Ingest marks a missing number with a null (schema metadata `baton.missing: null`) and keeps
+    a NaN of the data as NaN; in a copy without that metadata every NaN means missing.
+    """
     import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from pipeline.dataplane.examples_writer import MISSING_KEY
 
     names = [c.name for c in columns]
     with pa.memory_map(str(path)) as source:
@@ -105,8 +116,20 @@ def _read_columnar(path: Path, columns: Sequence[Column]) -> Iterator[Any]:
         missing = [n for n in names if n not in reader.schema.names]
         if missing:
             raise StageError(f"examples shard {path} has no columns {missing}")
+        nulls = (reader.schema.metadata or {}).get(MISSING_KEY) == b"null"
+        fill = pa.scalar(ABSENT if keep_nan else np.nan, pa.float32())
+        numeric = [i for i, c in enumerate(columns) if c.is_numeric]
         for batch in reader:
-            yield batch.select(names)
+            batch = batch.select(names)
+            arrays = list(batch.columns)
+            changed = False
+            for i in numeric:
+                col = arrays[i]
+                if nulls and col.null_count:
+                    arrays[i], changed = pc.fill_null(col, fill), True
+                elif not nulls and keep_nan and col.null_count == 0:
+                    arrays[i], changed = pc.if_else(pc.is_nan(col), fill, col), True
+            yield pa.RecordBatch.from_arrays(arrays, names=names) if changed else batch
 
 
 def dictionary_parts(array: Any) -> tuple[list[bytes], np.ndarray]:

@@ -173,6 +173,11 @@ def _ingest_tfds(ctx: StageContext, config: Config, out: Path) -> None:
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
     dropped = {"missing_label": writer.dropped_missing_label}
+    if sum(counts.values()) == 0:
+        what = (f"every row lacks label {label!r}" if writer.dropped_missing_label
+                else "the dataset has no rows")
+        raise StageError(f"ingest: 0 of {writer.dropped_missing_label} rows kept from "
+                         f"{source['tfds']}: {what}")
     ExamplesSchema(tuple(columns), label, task, counts, source, dropped).save(out)
     ctx.log(f"{sum(counts.values())} rows {counts}, dropped {dropped}")
     ctx.record(rows=sum(counts.values()), **{f"rows_{k}": v for k, v in counts.items()},

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -71,3 +72,71 @@ def test_example_specs_plan_cleanly(name):
 
     p = plan(load_spec(ROOT / "examples" / name))
     assert "ingest" in p.order
+
+
+def test_codec_writes_a_marked_nan_as_a_value():
+    a = np.array([1.0, np.nan, np.nan], np.float32)
+    recs = encode_batch(["a"], [a], [True], nan={"a": np.array([False, False, True])})
+    feats = [tf.train.Example.FromString(r).features.feature for r in recs]
+    assert feats[0]["a"].float_list.value == [1.0]
+    assert "a" not in feats[1]  # missing: absent
+    assert np.isnan(feats[2]["a"].float_list.value[0])  # a NaN of the data: present, NaN
+
+
+def test_arrow_copy_keeps_missing_and_nan_apart(tmp_path):
+    """The columnar copy honours keep_nan like the TFRecords: missing -> ABSENT, NaN -> NaN."""
+    from pipeline.dataplane.examples_writer import ExamplesWriter
+    from pipeline.dataplane.reader import ABSENT, read_batches
+    from pipeline.dataplane.schema_file import Column, shard_files
+
+    cols = [Column("x", "float32"), Column("y", "string")]
+    w = ExamplesWriter(tmp_path, cols, "y", {"train": 1}, 0, 100)
+    x = np.array([1.0, np.nan, np.nan, 4.0], np.float32)
+    w.write_batch({"x": x, "y": np.array(["a", "b", "c", "d"], object)},
+                  nan={"x": np.array([False, False, True, False])})
+    w.close()
+    [shard] = shard_files(tmp_path, "train")
+    for columnar in (True, False):
+        if not columnar:
+            shutil.rmtree(tmp_path / "columnar")
+        kept = np.concatenate([b.column("x").to_numpy(zero_copy_only=False)
+                               for b in read_batches(shard, cols, keep_nan=True)])
+        assert kept[0] == 1.0 and kept[1] == ABSENT and np.isnan(kept[2]), columnar
+        plain = np.concatenate([b.column("x").to_numpy(zero_copy_only=False)
+                                for b in read_batches(shard, cols)])
+        assert plain[0] == 1.0 and np.isnan(plain[1:3]).all() and plain[3] == 4.0, columnar
+    acc = accumulators.NumericAcc()
+    acc.add(np.array([np.nan, 2.0], np.float32), keep_nan=True)  # no ABSENT in this batch
+    assert (acc.nan, acc.missing, acc.count) == (1, 0, 1)
+
+
+@pytest.mark.parametrize("line", [b'A,x,"5', b'A,"x,5', b'A,x",",5', b'"a""b'])
+@pytest.mark.parametrize("where", range(-3, 4))
+def test_unterminated_quote_around_a_chunk_boundary(tmp_path, line, where):
+    """iter_raw reads 64 kB chunks (block_rows=1024): the open quote may sit at a chunk's end,
+    at the start of the next one, or anywhere near; only that line is lost."""
+    from pipeline.dataplane.csv_source import Quarantine, iter_raw
+
+    rows = [b"B,%011d,x" % i for i in range(8192)]  # 15 bytes + line break
+    at = (1 << 16) // 16 + where  # the first chunk ends after row 4095
+    rows[at] = line
+    path = tmp_path / "a.csv"
+    path.write_bytes(b"s,t,u\n" + b"\n".join(rows) + b"\n")
+    q = Quarantine(tmp_path / "q")
+    got = [r for b in iter_raw(path, ["s", "t", "u"], q, block_rows=1024)
+           for r in b.to_pylist()]
+    q.close()
+    assert q.by_reason == {"unterminated_quote": 1}
+    assert q.examples == [f"a.csv line {at + 2}: a quoted field is not closed on its line "
+                          f"(unterminated quote)"]
+    assert len(got) == 8191 and got[-1] == {"s": b"B", "t": b"%011d" % 8191, "u": b"x"}
+
+
+def test_line_is_closed_follows_the_csv_parser():
+    from pipeline.dataplane.csv_source import line_is_closed
+
+    closed = [b"", b"a,b", b'"a,b",c', b'"a ""q"" b",c', b'12" screen,x', b'"a"b,c', b'""',
+              b'"a""",b', b'x,""']
+    still_open = [b'"', b'a,"b', b'"a""b', b'x",",y', b'"a"",b', b'a,"""']
+    assert [line_is_closed(s) for s in closed] == [True] * len(closed)
+    assert [line_is_closed(s) for s in still_open] == [False] * len(still_open)

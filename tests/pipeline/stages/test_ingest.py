@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import gzip
 import json
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -146,3 +148,129 @@ def test_baton_synthetic_tfds_builder_has_the_same_rows_as_the_synthetic_source(
         return sorted(out)
 
     assert rows(via_tfds["examples"]) == rows(direct["examples"])
+
+
+def _quarantined(examples: Path) -> list[dict]:
+    path = examples / "quarantine" / "rows.jsonl"
+    return [json.loads(line) for line in path.open()] if path.exists() else []
+
+
+def test_csv_unterminated_quote_quarantines_only_its_line(tmp_path):
+    """100k rows, one unterminated quote at row 50,000: that line alone is quarantined."""
+    lines = [b"species,island,mass"] + [b'A,"Biscoe, North",%d' % i for i in range(100_000)]
+    lines[50_000] = b'A,"Dream,7'  # row 50,000 (0-based 49,999) is physical line 50,001
+    (tmp_path / "a.csv").write_bytes(b"\n".join(lines) + b"\n")
+    out, m = run_stage("ingest", {"source": "csv", "path": "a.csv", "label": "species"}, {},
+                       tmp_path)
+    assert (m["rows"], m["quarantined"]) == (99_999, 1)
+    [bad] = _quarantined(out["examples"])
+    assert bad["line"] == 50_001 and bad["text"] == 'A,"Dream,7'
+    assert "unterminated quote" in bad["reason"]
+    schema = ExamplesSchema.load(out["examples"])
+    assert schema.dropped["quarantined_unterminated_quote"] == 1
+    rows = _read(out["examples"], "eval")
+    assert {r.features.feature["island"].bytes_list.value[0] for r in rows} == {b"Biscoe, North"}
+
+
+def test_csv_quotes_resync_at_the_next_line_in_every_position(tmp_path):
+    """Open quotes at chunk ends, at the end of the file, in a row that would still have the
+    right field count; legal quotes (delimiters, doubled quotes, a literal quote) are kept."""
+    good = [b'B,"a ""quoted"", value",1', b'B,12" screen,2', b"B,y,3"]
+    bad = [b'A,x,"5', b'A,"y,z', b'A,"Dream",7,"8', b'A,x",",9']
+    body = []
+    for i in range(12_000):  # ~240 kB: several 64 kB chunks with batch_rows=1024
+        body.append(good[i % 3])
+        if i % 997 == 0:
+            body.append(bad[(i // 997) % len(bad)])
+    body.append(b'A,z,"6')  # unterminated on the last line, no line break after it
+    data = b"\r\n".join([b"species,island,mass", *body])
+    (tmp_path / "a.csv").write_bytes(data)
+    cfg = {"source": "csv", "path": "a.csv", "label": "species", "batch_rows": 1024,
+           "splits": {"train": 1}}
+    out, m = run_stage("ingest", cfg, {}, tmp_path)
+    n_bad = sum(line in bad for line in body) + 1
+    assert (m["rows"], m["quarantined"]) == (12_000, n_bad)
+    quarantined = _quarantined(out["examples"])
+    assert all("unterminated quote" in q["reason"] for q in quarantined)
+    assert [q["line"] for q in quarantined] == [
+        i + 2 for i, line in enumerate(body) if line in bad or line == b'A,z,"6']
+    islands = {r.features.feature["island"].bytes_list.value[0]
+               for r in _read(out["examples"], "train")}
+    assert islands == {b'a "quoted", value', b'12" screen', b"y"}
+
+
+def test_csv_header_with_a_utf8_bom(tmp_path):
+    (tmp_path / "a.csv").write_bytes(b"\xef\xbb\xbfspecies,mass\nA,1\nB,2\nA,3\n")
+    out, m = run_stage("ingest", {"source": "csv", "path": "a.csv", "label": "species"}, {},
+                       tmp_path)
+    assert m["rows"] == 3
+    assert [c.name for c in ExamplesSchema.load(out["examples"]).columns] == ["species", "mass"]
+
+
+@pytest.mark.parametrize(("data", "problem"), [
+    (b"species,isl\xffand,mass\nA,x,1\n",
+     r"header line is not valid UTF-8 \(byte 0xff at offset 11"),
+    (gzip.compress(b"species,mass\nA,1\n" * 50), "not CSV text: it is gzip-compressed"),
+    (b"PK\x03\x04" + bytes(range(256)) * 4, "not CSV text: it is a zip archive"),
+    (b"\x00\x01\x02\x03binary\n\x00\xff\n", "not CSV text: its first line contains NUL bytes"),
+    ("species,mass\nA,1\n".encode("utf-16"), r"not CSV text: it is UTF-16 text"),
+    (b'species,"mass\nA,1\n', "cannot parse the header line"),
+])
+def test_csv_unreadable_file_is_a_stage_error_naming_it(tmp_path, data, problem):
+    (tmp_path / "data.csv").write_bytes(data)
+    with pytest.raises(StageError, match=rf"CSV file \S*data\.csv.*{problem}"):
+        run_stage("ingest", {"source": "csv", "path": "data.csv", "label": "species"}, {},
+                  tmp_path)
+
+
+NAN_CSV = b"species,mass\n" + b"A,1.5\nB,NaN\nA,NA\nB,2.5\nA,nan\n" * 40
+
+
+def test_csv_literal_nan_reaches_statistics_and_validate_reports_it(tmp_path):
+    """ingest -> statistics -> validate on real rows: a NaN that is not an NA value is counted
+    as NaN (not as missing) and validate reports it as non_finite; NA stays missing."""
+    (tmp_path / "a.csv").write_bytes(NAN_CSV)
+    cfg = {"source": "csv", "path": "a.csv", "label": "species", "na_values": ["", "NA"]}
+    ex, _ = run_stage("ingest", cfg, {}, tmp_path)
+    rows = _read(ex["examples"], "train") + _read(ex["examples"], "eval")
+    masses = [r.features.feature["mass"].float_list.value for r in rows]
+    assert sum(1 for v in masses if not v) == 40  # NA: an absent feature
+    assert sum(1 for v in masses if v and np.isnan(v[0])) == 80  # NaN: a NaN float
+
+    def stats_of(examples, run_id):
+        out, _ = run_stage("statistics", {}, {"examples": examples}, tmp_path, run_id=run_id)
+        data = json.loads((out["statistics"] / "statistics.json").read_text())
+        feats = [s["features"]["mass"] for s in data["splits"].values()]
+        return out, {k: sum(f[k] for f in feats) for k in ("nan", "missing", "count")}
+
+    st, counts = stats_of(ex["examples"], "arrow")
+    assert counts == {"nan": 80, "missing": 40, "count": 80}
+    tfrecords_only = tmp_path / "tfrecords_only"  # the reader's fallback path agrees
+    shutil.copytree(ex["examples"], tfrecords_only, ignore=shutil.ignore_patterns("columnar"))
+    assert stats_of(tfrecords_only, "tfrecords")[1] == counts
+    inputs = {"statistics": st["statistics"], "schema": st["schema"]}
+    with pytest.raises(StageError, match=r"mass: non_finite: \d+ NaN and 0 infinite"):
+        run_stage("validate", {}, inputs, tmp_path, run_id="arrow")
+    run_stage("validate", {"allow": ["non_finite"]}, inputs, tmp_path, run_id="allowed")
+
+
+def test_csv_nan_listed_in_na_values_stays_missing(tmp_path):
+    """The default na_values include NaN: those values are missing, as before."""
+    (tmp_path / "a.csv").write_bytes(NAN_CSV)
+    ex, _ = run_stage("ingest", {"source": "csv", "path": "a.csv", "label": "species"}, {},
+                      tmp_path)
+    st, _ = run_stage("statistics", {}, {"examples": ex["examples"]}, tmp_path)
+    data = json.loads((st["statistics"] / "statistics.json").read_text())
+    feats = [s["features"]["mass"] for s in data["splits"].values()]
+    assert sum(f["nan"] for f in feats) == 0 and sum(f["missing"] for f in feats) == 120
+
+
+def test_csv_every_label_missing_is_a_stage_error(tmp_path):
+    (tmp_path / "a.csv").write_bytes(b"species,mass\n,1\nNA,2\n,3\n")
+    with pytest.raises(StageError, match=r"0 of 3 rows kept .*every row lacks label 'species'"):
+        run_stage("ingest", {"source": "csv", "path": "a.csv", "label": "species"}, {},
+                  tmp_path)
+    (tmp_path / "b.csv").write_bytes(b"species,mass\n" + b",1\n" * 20 + b"A,oops\n")
+    with pytest.raises(StageError, match=r"0 of 21 rows kept .*1 quarantined .*20 lack label"):
+        run_stage("ingest", {"source": "csv", "path": "b.csv", "label": "species"}, {},
+                  tmp_path, run_id="mixed")
