@@ -3,6 +3,10 @@
 Written by the transform stage as `feature_spec.json` beside the transform graph, read by model
 builders, the input pipeline, evaluation and export. Keeping it typed (rather than a dict passed
 around) is what lets a model builder refuse a feature it cannot handle with a clear message.
+
+An image travels as numeric features, one per pixel value (`image_0 ... image_{H*W*C-1}`,
+row-major HWC); `images` records each image's name and (height, width, channels), so the CNN
+knows which features to stack and how to reshape them without being told.
 """
 
 from __future__ import annotations
@@ -65,10 +69,39 @@ class Label:
 
 
 @dataclasses.dataclass(frozen=True)
+class Image:
+    """An image among the features: the numeric features `pixels`, shaped (H, W, C)."""
+
+    name: str
+    shape: tuple[int, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.shape) != 3 or any(int(d) < 1 for d in self.shape):
+            raise ValueError(f"image {self.name!r}: shape must be (height, width, channels). "
+                             f"Received: shape={self.shape}")
+
+    @property
+    def pixels(self) -> list[str]:
+        """The feature names of its pixel values, row-major over (height, width, channels)."""
+        n = self.shape[0] * self.shape[1] * self.shape[2]
+        return [f"{self.name}_{i}" for i in range(n)]
+
+
+@dataclasses.dataclass(frozen=True)
 class FeatureSpec:
     raw_features: tuple[RawFeature, ...]
     features: tuple[Feature, ...]
     label: Label
+    images: tuple[Image, ...] = ()
+
+    def __post_init__(self) -> None:
+        numeric = {f.name for f in self.features if f.kind == "numeric"}
+        for image in self.images:
+            missing = [p for p in image.pixels if p not in numeric]
+            if missing:
+                raise ValueError(f"image {image.name!r} of shape {image.shape}: {len(missing)} of "
+                                 f"{len(image.pixels)} pixels are not numeric features, "
+                                 f"e.g. {missing[0]!r}")
 
     @property
     def numeric(self) -> list[Feature]:
@@ -89,6 +122,8 @@ class FeatureSpec:
             "raw_features": [dataclasses.asdict(f) for f in self.raw_features],
             "features": [dataclasses.asdict(f) for f in self.features],
             "label": {**dataclasses.asdict(self.label), "vocabulary": list(self.label.vocabulary)},
+            **({"images": [{"name": i.name, "shape": list(i.shape)} for i in self.images]}
+               if self.images else {}),
         }
 
     @classmethod
@@ -99,6 +134,8 @@ class FeatureSpec:
             raw_features=tuple(RawFeature(**f) for f in data["raw_features"]),
             features=tuple(Feature(**f) for f in data["features"]),
             label=Label(**label),
+            images=tuple(Image(i["name"], tuple(int(d) for d in i["shape"]))
+                         for i in data.get("images", ())),
         )
 
     def save(self, directory: str | Path) -> Path:

@@ -6,7 +6,8 @@ the `model` artifact contract that evaluation and export rely on. Builders are p
 frozen dataclasses so a config round-trips through YAML and `train_info.json` unchanged, and so
 a strategy can call the same builder inside its `scope()` on every task.
 
-Only standard Keras layers are used (no Lambda), so `model.keras` reloads without custom objects.
+Only standard Keras layers and `keras.ops` are used (no Lambda), so `model.keras` reloads
+without custom objects.
 """
 
 from __future__ import annotations
@@ -66,17 +67,21 @@ class WideDeepConfig:
 class CNNConfig:
     """A small CNN for image datasets whose pixels arrive as numeric features.
 
-    The contract keeps every feature a `[B]` tensor, so an image is its numeric features in spec
-    order (`pixel_0 ... pixel_{H*W*C-1}`), stacked and reshaped to `image_shape` (H, W, C).
+    The contract keeps every feature a `[B]` tensor, so an image is its pixel features
+    (`image_0 ... image_{H*W*C-1}`, row-major HWC), stacked and reshaped to (H, W, C). When the
+    feature spec records an image (ingest of TFDS or synthetic images), its pixels and shape are
+    used and `image_shape` may stay empty; other features are then left out of the model. A
+    spec without images must give `image_shape`, and then every numeric feature, in spec order,
+    is a pixel.
     """
 
-    image_shape: tuple[int, ...] = (8, 8, 1)
+    image_shape: tuple[int, ...] = ()  # (): the feature spec's image shape
     filters: tuple[int, ...] = (16, 32)
     kernel_size: int = 3
     dense_units: int = 64
 
     def __post_init__(self) -> None:
-        if len(self.image_shape) != 3 or any(d < 1 for d in self.image_shape):
+        if self.image_shape and (len(self.image_shape) != 3 or any(d < 1 for d in self.image_shape)):
             raise ValueError(
                 "image_shape must be (height, width, channels). "
                 f"Received: image_shape={self.image_shape}"
@@ -171,15 +176,34 @@ def build_cnn(spec: FeatureSpec, config: CNNConfig) -> Any:
     from keras import layers
 
     inputs = model_inputs(spec)
-    pixels = spec.numeric
-    need = math.prod(config.image_shape)
-    if len(pixels) != need:
+    image = spec.images[0] if spec.images else None
+    shape = tuple(config.image_shape) or (image.shape if image else ())
+    if not shape:
         raise ValueError(
-            f"the cnn needs {need} numeric pixel features for image_shape={config.image_shape}. "
-            f"Received: {len(pixels)} numeric features"
+            "the cnn needs image_shape (height, width, channels): the feature spec records no "
+            "image (only ingest of image data does). Received: image_shape=()"
         )
-    x = _concat(_numeric_block(spec, inputs), "pixels")
-    x = layers.Reshape(config.image_shape, name="image")(x)
+    need = math.prod(shape)
+    if image is not None:
+        if need != len(image.pixels):
+            raise ValueError(
+                f"the cnn's image_shape={shape} has {need} pixel values, but the feature spec's "
+                f"image {image.name!r} has shape {image.shape} ({len(image.pixels)} values); set "
+                f"image_shape to {list(image.shape)} or leave it unset. "
+                f"Received: image_shape={shape}"
+            )
+        pixels = image.pixels
+    else:
+        pixels = [f.name for f in spec.numeric]
+        if len(pixels) != need:
+            raise ValueError(
+                f"the cnn needs {need} numeric pixel features for image_shape={shape}. "
+                f"Received: {len(pixels)} numeric features"
+            )
+    # One stack op, not a Reshape layer per pixel: building (and loading) a model with
+    # thousands of layers takes seconds per thousand.
+    x = keras.ops.stack([inputs[p] for p in pixels], axis=-1)
+    x = layers.Reshape(shape, name="image")(x)
     for i, filters in enumerate(config.filters):
         x = layers.Conv2D(
             filters, config.kernel_size, padding="same", activation="relu", name=f"conv_{i}"

@@ -3,13 +3,19 @@
 Every reader of the examples artifact (statistics, transform, evaluate, export warmup, edge)
 learns the column layout from this one small file instead of sniffing the TFRecords, so the
 description of the data lives in exactly one place.
+
+Images are columns too: an image feature `image` of shape (H, W, C) is the H*W*C float32
+columns `image_0 ... image_{H*W*C-1}` (row-major HWC, values in [0, 1]), and `images` records
+its name and shape so the transform can hand the shape on to the model (the CNN reshapes the
+columns back into the image).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,6 +38,11 @@ class Column:
         return self.dtype == "float32"
 
 
+def image_columns(name: str, shape: Sequence[int]) -> list[str]:
+    """The pixel column names of an image feature: `<name>_<i>`, row-major over (H, W, C)."""
+    return [f"{name}_{i}" for i in range(math.prod(shape))]
+
+
 @dataclasses.dataclass(frozen=True)
 class ExamplesSchema:
     """The layout of an examples artifact. `columns` includes the label column."""
@@ -42,6 +53,8 @@ class ExamplesSchema:
     splits: Mapping[str, int] = dataclasses.field(default_factory=dict)
     source: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     dropped: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    # image feature name -> (height, width, channels); its columns are `image_columns(...)`
+    images: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         names = [c.name for c in self.columns]
@@ -49,6 +62,20 @@ class ExamplesSchema:
             raise StageError(f"label column {self.label!r} is not among the columns {names}")
         if len(set(names)) != len(names):
             raise StageError(f"duplicate column names in {names}")
+        numeric = {c.name for c in self.columns if c.is_numeric and c.name != self.label}
+        for name, shape in self.images.items():
+            if len(shape) != 3 or any(int(d) < 1 for d in shape):
+                raise StageError(f"image {name!r}: shape must be (height, width, channels). "
+                                 f"Received: {tuple(shape)}")
+            missing = [c for c in image_columns(name, shape) if c not in numeric]
+            if missing:
+                raise StageError(f"image {name!r} of shape {tuple(shape)}: {len(missing)} pixel "
+                                 f"columns are not numeric feature columns, e.g. {missing[0]!r}")
+
+    @property
+    def image_pixels(self) -> set[str]:
+        """Every pixel column of every image."""
+        return {c for name, shape in self.images.items() for c in image_columns(name, shape)}
 
     @property
     def features(self) -> list[Column]:
@@ -69,6 +96,7 @@ class ExamplesSchema:
             "splits": dict(self.splits),
             "source": dict(self.source),
             "dropped": dict(self.dropped),
+            **({"images": {k: list(v) for k, v in self.images.items()}} if self.images else {}),
         }
 
     @classmethod
@@ -80,6 +108,7 @@ class ExamplesSchema:
             splits=dict(data.get("splits", {})),
             source=dict(data.get("source", {})),
             dropped=dict(data.get("dropped", {})),
+            images={k: tuple(int(d) for d in v) for k, v in data.get("images", {}).items()},
         )
 
     def save(self, directory: str | Path) -> Path:

@@ -1,9 +1,13 @@
 """Read a TFDS dataset (catalog name or Baton builder) as columnar numpy batches.
 
-Only tabular features can become tf.Example columns: scalars (numbers, bools, text, class
-labels) and short fixed-length numeric vectors (iris' `features` [4] becomes `features_0..3`).
-Anything else (images, sequences) is refused with a message naming the feature, because a
-silently dropped feature is worse than a clear error.
+Only features that fit tf.Example columns are read: scalars (numbers, bools, text, class
+labels), short fixed-length numeric vectors (iris' `features` [4] becomes `features_0..3`) and
+small fixed-shape images (`tfds.features.Image`, e.g. mnist's 28x28x1 `image` becomes the 784
+columns `image_0..image_783`, row-major over (height, width, channels), each pixel a float32 in
+[0, 1]: uint8 / 255, uint16 / 65535, float images as stored). An image with more than
+`max_image_pixels` values, or without a fixed shape, and anything else (sequences, video,
+nested features) is refused with a message naming the feature, because a silently dropped
+feature is worse than a clear error.
 """
 
 from __future__ import annotations
@@ -14,10 +18,11 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.dataplane.schema_file import Column
+from pipeline.dataplane.schema_file import Column, image_columns
 from pipeline.errors import StageError
 
 MAX_VECTOR = 64
+MAX_IMAGE_PIXELS = 4096  # values per image (H*W*C): cifar10's 32x32x3 = 3072 fits
 
 
 def open_builder(name: str, data_dir: Path, *, download: bool) -> Any:
@@ -75,8 +80,13 @@ def network_problem(host: str = "storage.googleapis.com", timeout: float = 3.0) 
     return ""
 
 
-def tabular_columns(builder: Any) -> tuple[list[Column], dict[str, Any]]:
-    """Columns of a builder's features and the per-feature decoders used by `iter_batches`."""
+def tabular_columns(
+    builder: Any, max_image_pixels: int = MAX_IMAGE_PIXELS
+) -> tuple[list[Column], dict[str, Any]]:
+    """Columns of a builder's features and the per-feature decoders used by `iter_batches`.
+
+    Image features become `<name>_<i>` pixel columns; `images(decoders)` gives their shapes.
+    """
     import tensorflow_datasets as tfds
 
     columns: list[Column] = []
@@ -84,7 +94,12 @@ def tabular_columns(builder: Any) -> tuple[list[Column], dict[str, Any]]:
     for name, feat in builder.info.features.items():
         shape = tuple(getattr(feat, "shape", ()) or ())
         dtype = np.dtype(getattr(feat, "np_dtype", np.float32))
-        if isinstance(feat, tfds.features.ClassLabel):
+        if isinstance(feat, tfds.features.Image):
+            hwc = _image_shape(builder, name, shape, max_image_pixels)
+            columns.extend(Column(c, "float32") for c in image_columns(name, hwc))
+            scale = 1.0 / float(np.iinfo(dtype).max) if dtype.kind in "ui" else 1.0
+            decoders[name] = ("image", (hwc, scale))
+        elif isinstance(feat, tfds.features.ClassLabel):
             names = np.array(feat.names, dtype=object)
             columns.append(Column(name, "string"))
             decoders[name] = ("classlabel", names)
@@ -100,10 +115,35 @@ def tabular_columns(builder: Any) -> tuple[list[Column], dict[str, Any]]:
         else:
             raise StageError(
                 f"TFDS feature {name!r} of {builder.name!r} is not tabular "
-                f"({type(feat).__name__}, shape {shape}, dtype {dtype}); ingest supports scalars "
-                f"and numeric vectors up to {MAX_VECTOR} long"
+                f"({type(feat).__name__}, shape {shape}, dtype {dtype}); ingest supports scalars, "
+                f"numeric vectors up to {MAX_VECTOR} long and fixed-shape images "
+                f"(tfds.features.Image)"
             )
     return columns, decoders
+
+
+def images(decoders: dict[str, Any]) -> dict[str, tuple[int, ...]]:
+    """Image feature name -> (height, width, channels), from `tabular_columns`' decoders."""
+    return {name: arg[0] for name, (kind, arg) in decoders.items() if kind == "image"}
+
+
+def _image_shape(builder: Any, name: str, shape: tuple, max_pixels: int) -> tuple[int, ...]:
+    """The fixed (H, W, C) of an image feature, or StageError naming it and its shape."""
+    if len(shape) != 3 or any(d is None or d < 1 for d in shape):
+        raise StageError(
+            f"TFDS image feature {name!r} of {builder.name!r} has no fixed shape (shape "
+            f"{shape}); ingest needs fixed-size images (every pixel becomes a column), e.g. a "
+            f"resized variant of the dataset"
+        )
+    hwc = tuple(int(d) for d in shape)
+    n = int(np.prod(hwc))
+    if n > max_pixels:
+        raise StageError(
+            f"TFDS image feature {name!r} of {builder.name!r} has shape {hwc} = {n} pixel "
+            f"values, over max_image_pixels={max_pixels}; every value becomes a column, so raise "
+            f"ingest's max_image_pixels (at your own cost) or use a smaller-image variant"
+        )
+    return hwc
 
 
 def iter_batches(
@@ -134,6 +174,13 @@ def iter_batches(
                 out[name] = np.array([v.decode("utf-8", "replace") for v in values], object)
             elif kind == "number":
                 out[name] = values.astype(np.float32)
+            elif kind == "image":
+                hwc, scale = arg
+                pixels = values.reshape(len(values), -1).T.astype(np.float32)  # [H*W*C, B]
+                if scale != 1.0:
+                    pixels *= np.float32(scale)
+                for i, col in enumerate(pixels):
+                    out[f"{name}_{i}"] = col
             else:
                 for i in range(arg):
                     out[f"{name}_{i}"] = values[:, i].astype(np.float32)

@@ -6,7 +6,12 @@ Sources:
   when the data is already there and otherwise fails naming the dataset and the directory.
 - `csv`: files matching a glob; malformed rows go to `quarantine/` with the reason, and the stage
   fails only when their fraction exceeds `max_bad_fraction`.
-- `synthetic`: deterministic generated data (rows, seed, columns, label rule) for scale tests.
+- `synthetic`: deterministic generated data (rows, seed, columns, label rule) for scale tests,
+  or small labelled images (`synthetic: {image: [8, 8, 1], classes: 3}`) for the CNN.
+
+Images (TFDS `Image` features, synthetic images) become numeric pixel columns `<feature>_<i>`
+(row-major HWC, float32 in [0, 1]); `schema.json` records each image's shape under `images`,
+and the transform hands it on to the model. Images over `max_image_pixels` values are refused.
 
 Splits come from `splits` ratios (deterministic for a seed) or, for TFDS, from `split_names`
 (output split -> TFDS split, e.g. `{train: train, eval: test}`).
@@ -34,6 +39,11 @@ class Synthetic:
 
     The label is a fixed random linear rule of the columns (plus noise), cut into `classes`
     equally likely classes, or kept as a number when `classes` is 0 (regression).
+
+    With `image: [H, W, C]` the rows are images instead (`numeric`, `categorical` and
+    `vocab_size` are ignored): pixel columns `image_0..`, label = the pattern drawn (2 to 6
+    classes: horizontal, vertical, diagonal, antidiagonal, cross, square), `noise` = the std
+    of the Gaussian pixel noise. See `pipeline.datasets.synthetic.generate_images`.
     """
 
     rows: int = 10_000
@@ -44,6 +54,7 @@ class Synthetic:
     classes: int = 2
     missing: float = 0.0  # fraction of feature values left missing
     noise: float = 0.1
+    image: tuple[int, ...] = ()  # (height, width, channels): generate images instead
 
     def __post_init__(self) -> None:
         for name in ("rows", "numeric", "categorical", "vocab_size", "classes"):
@@ -51,6 +62,17 @@ class Synthetic:
                 raise ValueError(f"synthetic.{name} must be >= 0. Received: {getattr(self, name)}")
         if not 0.0 <= self.missing < 1.0:
             raise ValueError(f"synthetic.missing must be in [0, 1). Received: {self.missing}")
+        if self.noise < 0:
+            raise ValueError(f"synthetic.noise must be >= 0. Received: {self.noise}")
+        if self.image:
+            from pipeline.datasets.synthetic import PATTERNS
+
+            if len(self.image) != 3 or min(self.image[:2]) < 4 or self.image[2] < 1:
+                raise ValueError("synthetic.image must be [height, width, channels] with height "
+                                 f"and width >= 4. Received: {list(self.image)}")
+            if not 2 <= self.classes <= len(PATTERNS):
+                raise ValueError(f"synthetic images need 2 to {len(PATTERNS)} classes (one "
+                                 f"pattern each). Received: classes={self.classes}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,6 +91,7 @@ class Config:
     seed: int = 42
     rows_per_shard: int = 500_000
     batch_rows: int = 65_536
+    max_image_pixels: int = 4096  # values per image (H*W*C); each becomes a column
     max_bad_fraction: float = 0.01
     na_values: list[str] = dataclasses.field(default_factory=lambda: ["", "NA", "NaN", "nan", "null"])
     synthetic: Synthetic = dataclasses.field(default_factory=Synthetic)
@@ -90,6 +113,15 @@ class Config:
         if self.rows_per_shard < 1 or self.batch_rows < 1:
             raise ValueError(f"rows_per_shard and batch_rows must be >= 1. Received: "
                              f"{self.rows_per_shard}, {self.batch_rows}")
+        if self.max_image_pixels < 1:
+            raise ValueError(f"max_image_pixels must be >= 1. Received: {self.max_image_pixels}")
+        if self.source == "synthetic" and self.synthetic.image:
+            n = self.synthetic.image[0] * self.synthetic.image[1] * self.synthetic.image[2]
+            if n > self.max_image_pixels:
+                raise ValueError(
+                    f"synthetic.image {list(self.synthetic.image)} has {n} pixel values, over "
+                    f"max_image_pixels={self.max_image_pixels}; each value becomes a column "
+                    "(raise max_image_pixels to allow it)")
 
 
 def external_inputs(config: Config, spec_dir: Path) -> list[Path]:
@@ -128,7 +160,7 @@ def _ingest_tfds(ctx: StageContext, config: Config, out: Path) -> None:
 
     from pipeline.dataplane import tfds_source
     from pipeline.dataplane.examples_writer import ExamplesWriter
-    from pipeline.dataplane.schema_file import Column, ExamplesSchema
+    from pipeline.dataplane.schema_file import Column, ExamplesSchema, image_columns
 
     tfds.disable_progress_bar()
     scratch = None
@@ -149,10 +181,14 @@ def _ingest_tfds(ctx: StageContext, config: Config, out: Path) -> None:
         default_label = keys[1] if keys and isinstance(keys[1], str) else "label"
         source = {"kind": "tfds", "tfds": builder.info.full_name, "data_dir": str(data_dir)}
     try:
-        columns, decoders = tfds_source.tabular_columns(builder)
+        columns, decoders = tfds_source.tabular_columns(builder, config.max_image_pixels)
         label = config.label or default_label
-        columns = [c for c in columns if c.name not in config.exclude]
+        images = {n: s for n, s in tfds_source.images(decoders).items() if n not in config.exclude}
+        dropped_pixels = {c for n in config.exclude if n in decoders and decoders[n][0] == "image"
+                          for c in image_columns(n, decoders[n][1][0])}
+        columns = [c for c in columns if c.name not in config.exclude and c.name not in dropped_pixels]
         columns = [Column(c.name, config.column_types.get(c.name, c.dtype)) for c in columns]
+        images = _complete_images(ctx, images, columns, label)
         _check_label(label, columns)
         task = config.task or ("regression" if _col(columns, label).is_numeric else "classification")
         if task == "classification" and _col(columns, label).is_numeric:
@@ -178,10 +214,27 @@ def _ingest_tfds(ctx: StageContext, config: Config, out: Path) -> None:
                 else "the dataset has no rows")
         raise StageError(f"ingest: 0 of {writer.dropped_missing_label} rows kept from "
                          f"{source['tfds']}: {what}")
-    ExamplesSchema(tuple(columns), label, task, counts, source, dropped).save(out)
+    ExamplesSchema(tuple(columns), label, task, counts, source, dropped, images).save(out)
+    if images:
+        ctx.log("images: " + ", ".join(f"{n} {list(s)}" for n, s in images.items()))
     ctx.log(f"{sum(counts.values())} rows {counts}, dropped {dropped}")
     ctx.record(rows=sum(counts.values()), **{f"rows_{k}": v for k, v in counts.items()},
                dropped_missing_label=writer.dropped_missing_label)
+
+
+def _complete_images(ctx: StageContext, images: dict, columns: list, label: str) -> dict:
+    """The images whose every pixel column is kept as a numeric feature (the rest: logged)."""
+    from pipeline.dataplane.schema_file import image_columns
+
+    numeric = {c.name for c in columns if c.is_numeric and c.name != label}
+    kept = {}
+    for name, shape in images.items():
+        if all(c in numeric for c in image_columns(name, shape)):
+            kept[name] = shape
+        else:
+            ctx.log(f"image {name!r}: some pixel columns are excluded or retyped; its columns "
+                    "are kept as plain columns, without an image shape")
+    return kept
 
 
 def _col(columns, name):  # noqa: ANN001, ANN202

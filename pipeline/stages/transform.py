@@ -9,6 +9,12 @@ Outputs:
 Defaults: numeric columns get a z-score, string columns a vocabulary (all values, one OOV
 bucket, missing its own id). `columns:` overrides one column, e.g.
 `{island: {kind: hash, buckets: 16}, body_mass_g: {kind: bucketize, buckets: 8}}`.
+
+Image pixel columns (an image recorded in the examples' schema.json) get `images:` instead of
+`numeric:`, by default `identity`: ingest already scales pixels to [0, 1], and one scale for
+every pixel is what convolution filters expect (a per-pixel z-score would blow up the rare
+non-zero values of a nearly always black pixel). The feature spec records each image whose
+pixels all stay numeric features, with its shape, for the CNN.
 """
 
 from __future__ import annotations
@@ -24,7 +30,7 @@ from pipeline.errors import StageError
 
 INPUTS = {"examples": True}
 OUTPUTS = ("transformed", "transform_graph")
-CODE_DEPS = ("graphs.transform", "pipeline.dataplane")
+CODE_DEPS = ("graphs.transform", "graphs.feature_spec", "pipeline.dataplane")
 CACHEABLE = True
 
 Kind = Literal["zscore", "minmax", "identity", "bucketize", "vocabulary", "hash", "drop"]
@@ -49,6 +55,7 @@ class ColumnTransform:
 @dataclasses.dataclass(frozen=True)
 class Config:
     numeric: Literal["zscore", "minmax", "identity", "bucketize"] = "zscore"
+    images: Literal["identity", "zscore", "minmax"] = "identity"  # image pixel columns
     categorical: Literal["vocabulary", "hash"] = "vocabulary"
     top_k: int | None = None
     oov_buckets: int = 1
@@ -74,9 +81,11 @@ def plan_columns(config: Config, schema) -> dict[str, dict]:  # noqa: ANN001
             raise StageError(f"transform.columns: no feature column {name!r}"
                              f"{did_you_mean(name, names)}; feature columns are {names}")
     plan = {}
+    pixels = schema.image_pixels
     for col in schema.features:
+        kind = config.numeric if col.is_numeric else config.categorical
         default = ColumnTransform(
-            config.numeric if col.is_numeric else config.categorical, buckets=config.buckets,
+            config.images if col.name in pixels else kind, buckets=config.buckets,
             top_k=config.top_k, oov_buckets=config.oov_buckets)
         step = config.columns.get(col.name, default)
         if step.kind == "drop":
@@ -130,7 +139,7 @@ def run(ctx: StageContext, config: Config) -> None:
         shutil.rmtree(spill, ignore_errors=True)
         shutil.rmtree(scratch, ignore_errors=True)
     beam_s = time.perf_counter() - started
-    spec = feature_spec(analysis)
+    spec = dataclasses.replace(feature_spec(analysis), images=_images(ctx, schema, plan))
     tgraph.save(analysis, out_g)
     export_s = time.perf_counter() - started - beam_s
     spec.save(out_g)
@@ -144,3 +153,21 @@ def run(ctx: StageContext, config: Config) -> None:
     ctx.record(rows=sum(splits.values()), **{f"rows_{s}": n for s, n in splits.items()},
                dropped_label=sum(dropped.values()), features=len(spec.features),
                beam_seconds=round(beam_s, 3), export_seconds=round(export_s, 3))
+
+
+def _images(ctx: StageContext, schema, plan: dict[str, dict]) -> tuple:  # noqa: ANN001
+    """The images of the examples whose every pixel stays a numeric feature (others: logged)."""
+    from graphs.feature_spec import Image
+
+    out = []
+    for name, shape in schema.images.items():
+        image = Image(name, tuple(shape))
+        if all(plan.get(p, {}).get("kind") in ("zscore", "minmax", "identity")
+               for p in image.pixels):
+            out.append(image)
+        else:
+            ctx.log(f"image {name!r}: some pixels are dropped or bucketized; the feature spec "
+                    "records no image shape for it")
+    if out:
+        ctx.log("images: " + ", ".join(f"{i.name} {list(i.shape)}" for i in out))
+    return tuple(out)

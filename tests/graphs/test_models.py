@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from graphs import models
-from graphs.feature_spec import Feature, FeatureSpec, Label, RawFeature
+from graphs.feature_spec import Feature, FeatureSpec, Image, Label, RawFeature
 from graphs.synthetic import synthetic_arrays, synthetic_spec
 
 
@@ -42,7 +42,52 @@ def test_cnn_reshapes_pixel_features_into_an_image() -> None:
 
 def test_cnn_refuses_a_spec_with_the_wrong_number_of_pixels() -> None:
     with pytest.raises(ValueError, match=r"needs 64 numeric pixel features.*Received: 3"):
+        models.build_model("cnn", synthetic_spec(3, ()), models.CNNConfig(image_shape=(8, 8, 1)))
+    with pytest.raises(ValueError, match=r"records no image.*Received: image_shape=\(\)"):
         models.build_model("cnn", synthetic_spec(3, ()), models.CNNConfig())
+
+
+def _image_spec(shape: tuple[int, int, int] = (3, 4, 2)) -> FeatureSpec:
+    """A spec with an image (pixels after a numeric and a categorical feature) and extras."""
+    pixels = [Feature(f"img_{i}", "numeric") for i in range(shape[0] * shape[1] * shape[2])]
+    feats = (Feature("x", "numeric"), Feature("c", "categorical", 4), *pixels)
+    raw = tuple(RawFeature(f.name, "float32" if f.kind == "numeric" else "string") for f in feats)
+    return FeatureSpec(raw, feats, Label("label", "classification", ("a", "b", "c")),
+                       images=(Image("img", shape),))
+
+
+def test_cnn_takes_the_image_and_its_shape_from_the_feature_spec(tmp_path) -> None:
+    import keras
+
+    spec = FeatureSpec.from_dict(_image_spec().to_dict())  # the images survive a round trip
+    assert spec.images == (Image("img", (3, 4, 2)),)
+    model = models.build_model("cnn", spec, models.CNNConfig(filters=(4,)))
+    assert model.get_layer("image").output.shape[1:] == (3, 4, 2)
+    batch = _batch(spec, 2)
+    # pixel img_i is image[h, w, c] with i = (h * 4 + w) * 2 + c: the stack keeps that order
+    image = np.arange(24, dtype=np.float32).reshape(3, 4, 2)
+    for i in range(24):
+        batch[f"img_{i}"] = np.full(2, image.reshape(-1)[i], np.float32)
+    probe = keras.Model(model.inputs, model.get_layer("image").output)
+    np.testing.assert_array_equal(np.asarray(probe(batch))[0], image)
+    out = np.asarray(model(batch))
+    assert out.shape == (2, 3)
+    batch["x"] = batch["x"] + 100  # features outside the image are not part of the model
+    np.testing.assert_allclose(np.asarray(model(batch)), out, rtol=1e-6)
+    model.save(tmp_path / "cnn.keras")
+    again = keras.models.load_model(tmp_path / "cnn.keras")  # keras.ops.stack: no custom objects
+    np.testing.assert_allclose(np.asarray(again(batch)), out, rtol=1e-6)
+
+
+def test_cnn_image_shape_must_fit_the_spec_image() -> None:
+    spec = _image_spec((3, 4, 2))
+    model = models.build_model("cnn", spec, models.CNNConfig(image_shape=(4, 3, 2), filters=(4,)))
+    assert model.get_layer("image").output.shape[1:] == (4, 3, 2)  # same count: config wins
+    with pytest.raises(ValueError, match=r"image 'img' has shape \(3, 4, 2\).*set image_shape to "
+                                         r"\[3, 4, 2\].*Received: image_shape=\(8, 8, 1\)"):
+        models.build_model("cnn", spec, models.CNNConfig(image_shape=(8, 8, 1)))
+    with pytest.raises(ValueError, match="1 of 24 pixels are not numeric features, e.g. 'img_0'"):
+        FeatureSpec(spec.raw_features, spec.features[3:], spec.label, spec.images)
 
 
 def test_regression_has_one_output() -> None:
@@ -85,3 +130,13 @@ def test_same_seed_gives_same_initial_weights() -> None:
 def test_bad_configs_name_the_value_received(make, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         make()
+
+
+def test_an_empty_image_shape_from_the_train_job_means_the_spec_image() -> None:
+    """What the train stage passes for an unset image_shape (`[]`) builds the spec's image."""
+    from strategies.job import TrainJob, build_fn
+
+    job = TrainJob(feature_spec=_image_spec((4, 4, 1)).to_dict(), model="cnn",
+                   model_config={"image_shape": [], "filters": [4], "dense_units": 8})
+    model, _ = build_fn(job)()
+    assert model.get_layer("image").output.shape[1:] == (4, 4, 1)
