@@ -187,3 +187,10 @@ def test_embedded_default_spec_loads():
     types = [s.type for s in spec.stages]
     assert types[0] == "ingest" and types[-1] == "push"
     assert plan(spec).order.index("transform") < plan(spec).order.index("train")
+
+
+@pytest.mark.parametrize("example", sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_every_example_spec_in_the_repo_plans(example):
+    """The documented examples stay valid as stages and configs change."""
+    assert plan(load_spec(example)).order
