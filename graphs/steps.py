@@ -26,12 +26,47 @@ from graphs.feature_spec import FeatureSpec
 TOTALS = ("loss_sum", "correct", "examples", "stop")
 
 
+JIT_SCOPES = ("auto", "step", "gradients")
+
+
 @dataclasses.dataclass(frozen=True)
 class StepOptions:
-    """How the per-replica step is compiled and how its gradients travel."""
+    """How the per-replica step is compiled and how its gradients travel.
 
-    jit_compile: bool = False  # XLA for the per-replica step (one-device / mirrored only)
+    `jit_scope` says what XLA compiles when `jit_compile` is on: `step` the whole per-replica
+    step (forward, backward and the optimizer update), `gradients` the forward and backward
+    pass only, the update (and the gradient all-reduce inside it) running outside XLA. `auto`
+    picks `gradients` under multi-worker mirrored and parameter-server strategies, whose
+    updates run collectives or remote variable writes that XLA cannot compile (on CPU the
+    multi-worker all-reduce is a CollectiveGatherV2/CollectiveReduceV2 with no XLA kernel), and
+    `step` otherwise.
+    """
+
+    jit_compile: bool = False  # XLA for the per-replica computation
     fp16_allreduce: bool = False  # cast gradients to float16 for the cross-replica sum
+    jit_scope: str = "auto"  # auto | step | gradients
+
+    def __post_init__(self) -> None:
+        if self.jit_scope not in JIT_SCOPES:
+            raise ValueError(
+                f"jit_scope must be one of {', '.join(JIT_SCOPES)}. "
+                f"Received: jit_scope={self.jit_scope!r}"
+            )
+
+
+def resolve_jit_scope(options: StepOptions, strategy: Any) -> str | None:
+    """What XLA compiles under `strategy`: "step", "gradients", or None (XLA off)."""
+    if not options.jit_compile:
+        return None
+    if options.jit_scope != "auto":
+        return options.jit_scope
+    import tensorflow as tf
+
+    multi_worker = (
+        tf.distribute.MultiWorkerMirroredStrategy,
+        tf.distribute.experimental.ParameterServerStrategy,
+    )
+    return "gradients" if isinstance(strategy, multi_worker) else "step"
 
 
 def loss_per_example(task: str, labels: Any, logits: Any) -> Any:
@@ -110,8 +145,9 @@ def make_train_chunk(
         install_fp16_allreduce(optimizer)
     scales_loss = hasattr(optimizer, "scale_loss") and "LossScale" in type(optimizer).__name__
 
-    def replica_step(batch: Any, stop_flag: Any) -> Any:
-        features, labels = batch
+    scope = resolve_jit_scope(options, strategy)
+
+    def forward_backward(features: Any, labels: Any) -> Any:
         with tf.GradientTape() as tape:
             logits = model(features, training=True)
             per_ex = loss_per_example(task, labels, logits)
@@ -119,14 +155,21 @@ def make_train_chunk(
             if model.losses:
                 loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
             scaled = optimizer.scale_loss(loss) if scales_loss else loss
-        variables = model.trainable_variables
-        sources, spans = _gradient_sources(variables)
+        sources, spans = _gradient_sources(model.trainable_variables)
         grads = _regroup(tape.gradient(scaled, sources), spans)
-        optimizer.apply_gradients(zip(grads, variables, strict=True))
         n = tf.cast(tf.shape(per_ex)[0], tf.float32)
-        return tf.stack([tf.reduce_sum(per_ex), correct_count(task, labels, logits), n, stop_flag])
+        return grads, tf.stack([tf.reduce_sum(per_ex), correct_count(task, labels, logits), n])
 
-    step = tf.function(replica_step, jit_compile=True) if options.jit_compile else replica_step
+    if scope == "gradients":
+        forward_backward = tf.function(forward_backward, jit_compile=True)
+
+    def replica_step(batch: Any, stop_flag: Any) -> Any:
+        features, labels = batch
+        grads, stats = forward_backward(features, labels)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return tf.concat([stats, tf.reshape(stop_flag, [1])], axis=0)
+
+    step = tf.function(replica_step, jit_compile=True) if scope == "step" else replica_step
 
     @tf.function
     def train_chunk(iterator: Any, n_steps: Any, stop_flag: Any) -> Any:
@@ -137,6 +180,21 @@ def make_train_chunk(
         return totals
 
     return train_chunk
+
+
+def xla_compiled_functions(fn: Any) -> list[str]:
+    """Names of the functions that XLA must compile in every graph `fn` (a tf.function) traced.
+
+    A function traced with `jit_compile=True` carries `_XlaMustCompile: true`; the runtime then
+    compiles it with XLA or fails, it never falls back silently. Empty: nothing is compiled.
+    """
+    names: set[str] = set()
+    for concrete in fn._list_all_concrete_functions():  # noqa: SLF001 - the traced graphs
+        for f in concrete.graph.as_graph_def().library.function:
+            attr = f.attr.get("_XlaMustCompile")
+            if attr is not None and attr.b:
+                names.add(f.signature.name)
+    return sorted(names)
 
 
 def _gradient_sources(variables: list[Any]) -> tuple[list[Any], list[int]]:

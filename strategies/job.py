@@ -43,6 +43,10 @@ class TrainJob:
     strategy: str = "one_device"
     communication: dict[str, Any] = dataclasses.field(default_factory=dict)
     partition: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # Content hash of the inputs (set by the train stage). When set, the backup fingerprint uses
+    # it instead of `transformed_dir`, so a rerun whose inputs sit in another run directory (the
+    # same bytes) still resumes the interrupted run's backup.
+    data_hash: str = ""
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -60,7 +64,10 @@ class TrainJob:
         """A digest of everything that shapes the weights (other jobs' backups are not resumed)."""
         import hashlib
 
-        return hashlib.sha256(self.to_json().encode()).hexdigest()[:16]
+        data = dataclasses.asdict(self)
+        if self.data_hash:
+            del data["transformed_dir"]  # where the bytes are does not shape the weights
+        return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def spec(self) -> Any:
         from graphs.feature_spec import FeatureSpec

@@ -10,6 +10,11 @@ supervises the group the way the operator's restart policy would:
   coordinator reschedules its closures meanwhile); a dead PS or coordinator restarts the group;
 - exit code 1 (bad config) is permanent: no retry, like `restartPolicy: ExitCode`.
 
+SIGTERM to the launcher is a preemption: the training tasks (every worker under multi-worker
+mirrored, the coordinator under parameter server) get SIGTERM, save a backup at their next step
+boundary and exit 143; the launcher waits for them (up to `preempt_grace_seconds`), then stops
+the rest and returns `preempted=True` without retrying.
+
 Teardown is unconditional: on success, failure, Ctrl-C or SIGTERM every process group it started
 is sent SIGTERM, then SIGKILL after a grace period; each child also gets PR_SET_PDEATHSIG so it
 dies if the launcher itself is killed with SIGKILL. Only pids started here are ever signalled.
@@ -26,12 +31,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
 from strategies.cluster import ClusterSpec, TaskId, TFConfig
 from strategies.faults import Fault
+from strategies.preemption import stop_on_sigterm
 
 PERMANENT_EXIT = 1
 PREEMPTED_EXIT = 143
@@ -46,6 +52,7 @@ class LaunchConfig:
     fault: Fault | None = None
     state_dir: Path = Path(".launcher")
     grace_seconds: float = 5.0
+    preempt_grace_seconds: float = 60.0  # SIGTERM: how long the tasks get to save and exit
     worker_restart_delay: float = 1.0
     extra_env: dict[str, str] = dataclasses.field(default_factory=dict)
 
@@ -63,6 +70,7 @@ class LaunchConfig:
 class LaunchResult:
     ok: bool
     error: str = ""
+    preempted: bool = False  # SIGTERM seen: the training tasks were asked to save and stop
     restarts: int = 0
     worker_restarts: int = 0
     events: list[str] = dataclasses.field(default_factory=list)
@@ -152,7 +160,8 @@ def launch(
     result = LaunchResult(ok=False)
     start = time.monotonic()
     attempt = 0
-    with _teardown_on_signal():
+    preempt = threading.Event()
+    with stop_on_sigterm(preempt.set):
         while True:
             status_file.unlink(missing_ok=True)
             cluster = config.cluster()
@@ -180,6 +189,7 @@ def launch(
                     result,
                     on_step,
                     state,
+                    preempt,
                 )
             finally:
                 _stop_all(group.values(), config.grace_seconds)
@@ -187,11 +197,17 @@ def launch(
             if outcome == "ok":
                 result.ok = True
                 break
+            if outcome.startswith("preempted"):
+                result.error = outcome
+                break
             if outcome.startswith("permanent"):
                 result.error = outcome
                 break
             if attempt >= config.max_restarts:
                 result.error = f"{outcome}; retry budget of {config.max_restarts} restarts used up"
+                break
+            if preempt.is_set():  # SIGTERM while the group was failing: do not start another
+                result.error = f"{outcome}; preempted by SIGTERM before a restart"
                 break
             attempt += 1
             result.restarts = attempt
@@ -199,6 +215,8 @@ def launch(
                 f"{outcome}: restarting the whole group from the last backup "
                 f"(restart {attempt}/{config.max_restarts})"
             )
+        # A SIGTERM at any point (even one that came as training finished) is reported.
+        result.preempted = preempt.is_set()
     result.seconds = time.monotonic() - start
     return result
 
@@ -215,6 +233,7 @@ def _supervise(
     result: LaunchResult,
     on_step: Callable[[int], None] | None,
     state: Path,
+    preempt: threading.Event | None = None,
 ) -> str:
     """Watch the group until it finishes or must be restarted; returns the outcome."""
     fault = config.fault if attempt == 0 else None
@@ -223,6 +242,8 @@ def _supervise(
     chief = next(t.name for t in cluster.tasks() if cluster.is_chief(t))
     while True:
         time.sleep(0.05)
+        if preempt is not None and preempt.is_set():
+            return _preempt(config, group, chief, sink)
         step = _read_step(status_file)
         if step is not None and step != last_step:
             last_step = step
@@ -262,6 +283,29 @@ def _supervise(
         for name, c in codes.items():
             if c not in (None, 0):
                 return _classify(name, c)
+
+
+def _preempt(config: LaunchConfig, group: dict[str, _Task], chief: str, sink: _Sink) -> str:
+    """SIGTERM the training tasks, wait for them to save and exit; the caller stops the rest.
+
+    Under the parameter-server strategy only the coordinator trains (and saves: the variables
+    live on the PS tasks, which must stay up until it has); under multi-worker mirrored every
+    worker runs the loop and they agree on the stopping step through the all-reduce.
+    """
+    names = [chief] if config.parameter_server else list(group)
+    sink.say(f"SIGTERM: asking {', '.join(names)} to save a backup and stop")
+    for name in names:
+        group[name].signal(signal.SIGTERM)
+    deadline = time.monotonic() + config.preempt_grace_seconds
+    for name in names:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            group[name].proc.wait(timeout=max(deadline - time.monotonic(), 0.01))
+    codes = {name: group[name].poll() for name in names}
+    if all(c == 0 for c in codes.values()):
+        return "ok"  # training had just finished: the model is written
+    saved = group[chief].poll() == PREEMPTED_EXIT
+    shown = ", ".join(f"{n} {'still running' if c is None else _code(c)}" for n, c in codes.items())
+    return f"preempted by SIGTERM ({shown}; {'backup saved' if saved else 'no backup confirmed'})"
 
 
 def _classify(name: str, code: int) -> str:
@@ -316,23 +360,6 @@ def _stop_all(tasks: Any, grace: float) -> None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             t.proc.wait(timeout=5.0)
         t.join_output()
-
-
-@contextlib.contextmanager
-def _teardown_on_signal() -> Iterator[None]:
-    """Turn SIGTERM into KeyboardInterrupt while the cluster runs, so `finally` tears down."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt(f"signal {signum}")
-
-    previous = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, previous)
 
 
 def _die_with_parent() -> None:

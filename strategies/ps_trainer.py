@@ -8,21 +8,40 @@ the PS tasks, large ones sharded across them by the strategy's variable partitio
 Fault tolerance comes from the coordinator: a closure whose worker dies is rescheduled on another
 worker, and a restarted worker rejoins at the same address (the launcher restarts it); training
 goes on without a restart. A dead PS makes `join` raise; the task exits with a retryable code and
-the launcher restarts the group, which resumes from the chief's last checkpoint. Because closures
-can run twice when a worker dies mid-closure, the step count may exceed the plan slightly in that
-case: asynchronous training trades exactness for availability.
+the launcher restarts the group, which resumes from the chief's last checkpoint. The step count
+is the coordinator's (closures scheduled and completed, saved in the checkpoint's state), so it
+always follows the plan; because a closure can run twice when a worker dies mid-closure, more
+updates than planned may be applied in that case (`optimizer_iterations` in train_info):
+asynchronous training trades exactness for availability.
 """
 
 from __future__ import annotations
 
+import collections
 import time
 from typing import Any
 
 from graphs import summaries
-from graphs.steps import StepOptions, make_eval_fn, make_train_chunk, totals_to_metrics
+from graphs.steps import (
+    StepOptions,
+    make_eval_fn,
+    make_train_chunk,
+    totals_to_metrics,
+    xla_compiled_functions,
+)
 from strategies import faults
 from strategies.backup import Backup
 from strategies.trainer import Preempted, TaskRole, TrainResult, _write_status
+
+# XLA compiles a function only if every variable it reads lives on the device that runs it; here
+# the variables live on the PS tasks and the steps run on the workers ("Trying to access resource
+# ... located in device /job:ps/..."). Feeding the values in instead would copy every embedding
+# table to the worker at each step, the traffic row sharding on the PS exists to avoid.
+PS_JIT_REFUSED = (
+    "jit_compile is not supported with strategy parameter_server (XLA cannot read variables "
+    "that live on the PS tasks); use multi_worker_mirrored, or set jit_compile: false. "
+    "Received: jit_compile=True"
+)
 
 
 def train(strategy: Any, job: Any, role: TaskRole, num_ps: int = 1) -> TrainResult:
@@ -31,6 +50,8 @@ def train(strategy: Any, job: Any, role: TaskRole, num_ps: int = 1) -> TrainResu
 
     from strategies.job import build_fn, dataset_fns
 
+    if job.jit_compile:
+        raise ValueError(PS_JIT_REFUSED)
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
     spec = job.spec()
     with strategy.scope():
@@ -50,16 +71,20 @@ def train(strategy: Any, job: Any, role: TaskRole, num_ps: int = 1) -> TrainResu
     )
     state = (backup.restore() if backup else None) or {}
     history: list[dict[str, float]] = list(state.get("history", []))
-    step = int(optimizer.iterations.numpy())
+    # The step is the coordinator's count of steps in closures that completed, kept in the
+    # backup's state: `optimizer.iterations` is no count to resume from here, because Keras
+    # increments it with a read-modify-write (`assign(iterations + 1)`) that concurrent workers
+    # race on (it trails the steps run), and a closure re-run after a worker death adds to it.
+    step = int(state.get("step", optimizer.iterations.numpy()))
     resumed_from = step
     spe = job.steps_per_epoch()
     total = job.epochs * spe
     train_ds, eval_ds = dataset_fns(job)
 
-    def per_worker_dataset() -> Any:
-        return strategy.distribute_datasets_from_function(lambda ctx: train_ds(0, ctx))
-
-    iterator = iter(coordinator.create_per_worker_dataset(per_worker_dataset))
+    # Each worker resumes roughly where it was: the closures ran on whichever worker was free,
+    # so per-worker positions are not recorded; `step / workers` batches is their mean.
+    skip = step // max(job_workers(strategy), 1)
+    iterator = per_worker_iterator(coordinator, strategy, train_ds, skip=skip)
     chunk = make_train_chunk(model, optimizer, spec, job.batch_size, strategy, StepOptions())
     evaluate = make_eval_fn(model, spec)
     my_fault = role.fault if role.fault and role.fault.task.name == role.task_name else None
@@ -70,23 +95,28 @@ def train(strategy: Any, job: Any, role: TaskRole, num_ps: int = 1) -> TrainResu
 
     def save() -> None:
         if backup is not None:
-            backup.save(step, {"history": history})
+            backup.save(step, {"history": history, "step": step})
 
+    # Closures in flight at once: enough to keep every worker busy, few enough that a SIGTERM
+    # waits only for these (not for a whole epoch's worth) before the checkpoint.
+    window = 2 * max(job_workers(strategy), 1)
     while step < total:
         epoch_end = (step // spe + 1) * spe
         scheduled = step
-        results = []
-        while scheduled < epoch_end:
-            n = min(job.steps_per_execution, epoch_end - scheduled)
-            results.append(
-                coordinator.schedule(
-                    chunk, args=(iterator, tf.constant(n, tf.int32), tf.constant(0.0))
-                )
-            )
-            scheduled += n
+        pending: collections.deque[Any] = collections.deque()
         epoch_totals = [0.0, 0.0, 0.0, 0.0]
-        for i, rv in enumerate(results):
-            totals = rv.fetch()  # blocks until this closure ran (maybe after a reschedule)
+        i = -1
+        while scheduled < epoch_end or pending:
+            while scheduled < epoch_end and len(pending) < window:
+                n = min(job.steps_per_execution, epoch_end - scheduled)
+                pending.append(
+                    coordinator.schedule(
+                        chunk, args=(iterator, tf.constant(n, tf.int32), tf.constant(0.0))
+                    )
+                )
+                scheduled += n
+            i += 1
+            totals = pending.popleft().fetch()  # blocks until it ran (maybe after a reschedule)
             epoch_totals = [a + float(b) for a, b in zip(epoch_totals, totals, strict=True)]
             done = step + (i + 1) * job.steps_per_execution
             done = min(done, epoch_end)
@@ -98,12 +128,12 @@ def train(strategy: Any, job: Any, role: TaskRole, num_ps: int = 1) -> TrainResu
                 fault, my_fault = my_fault, None  # once
                 faults.fire(fault)
             if role.stop.is_set():
-                coordinator.join()
-                step = int(optimizer.iterations.numpy())
+                coordinator.join()  # every scheduled closure has run once it returns
+                step = scheduled
                 save()
                 raise Preempted(step)
         coordinator.join()
-        step = max(int(optimizer.iterations.numpy()), epoch_end)
+        step = epoch_end
         record = {
             "epoch": step // spe,
             "step": step,
@@ -138,6 +168,8 @@ def train(strategy: Any, job: Any, role: TaskRole, num_ps: int = 1) -> TrainResu
         steps_per_sec=done_steps / max(seconds, 1e-9),
         num_replicas=job_workers(strategy),
         info={
+            "optimizer_iterations": int(optimizer.iterations.numpy()),
+            "xla_compiled": xla_compiled_functions(chunk),
             "embedding_devices": {
                 v.path: v.value.device for v in model.weights if "embedding" in v.path
             }
@@ -145,9 +177,65 @@ def train(strategy: Any, job: Any, role: TaskRole, num_ps: int = 1) -> TrainResu
     )
 
 
+def per_worker_iterator(coordinator: Any, strategy: Any, train_ds: Any, skip: int = 0) -> Any:
+    """One input pipeline per worker, each reading its own shard: `train_ds(skip, ctx_i)`.
+
+    `ClusterCoordinator.create_per_worker_dataset` traces the dataset function once, on the
+    chief, and runs that same graph on every worker; ParameterServerStrategy's InputContext says
+    `num_input_pipelines=1`. Nothing in the graph can tell one worker from another, so every
+    worker used to read the same rows in the same order. Instead, each worker `i` of `n` gets a
+    dataset function of its own, built here with `InputContext(n, i)`, so `make_dataset` shards
+    files (or rows, with fewer files than workers) exactly as under multi-worker mirrored: worker
+    `i` reads shard `i`, in an order seeded by the job seed. The resource is registered per worker
+    like TensorFlow's own per-worker datasets, so a restarted worker rebuilds its own shard.
+
+    This uses the coordinator's per-worker resource internals (`_cluster.workers`,
+    `Worker.create_resource`, `PerWorkerDistributedIterator`), pinned by the TensorFlow version;
+    `tests/strategies/test_ps_input.py` fails if they change.
+    """
+    import tensorflow as tf
+    from tensorflow.python.distribute import input_lib
+    from tensorflow.python.distribute.coordinator import values as coordinator_values
+
+    workers = list(coordinator._cluster.workers)  # noqa: SLF001
+    n = len(workers)
+    iterators = []
+    for i, worker in enumerate(workers):
+
+        def dataset_fn(ctx: Any, i: int = i) -> Any:
+            shard = tf.distribute.InputContext(
+                num_input_pipelines=n,
+                input_pipeline_id=i,
+                num_replicas_in_sync=ctx.num_replicas_in_sync,
+            )
+            return train_ds(skip, shard)
+
+        def per_worker_dataset(fn: Any = dataset_fn) -> Any:
+            return strategy.distribute_datasets_from_function(fn)
+
+        # Traces `per_worker_dataset` into a concrete function, refusing variable creation.
+        dataset = coordinator_values.PerWorkerDatasetFromDatasetFunction(
+            per_worker_dataset, coordinator
+        )
+        concrete = dataset._dataset_fn  # noqa: SLF001
+        remote = worker.create_resource(lambda fn=concrete: iter(fn()))
+        # As in PerWorkerDatasetFromDatasetFunction.__iter__: functions taking the iterator
+        # are traced against this spec.
+        remote._type_spec = input_lib.get_iterator_spec_from_dataset(  # noqa: SLF001
+            strategy, concrete.structured_outputs
+        )
+        iterators.append(remote)
+    return coordinator_values.PerWorkerDistributedIterator(tuple(iterators))
+
+
 def job_workers(strategy: Any) -> int:
-    """Workers in the cluster (the PS strategy's `num_replicas_in_sync` is 1 by design)."""
+    """Workers in the cluster (the PS strategy's `num_replicas_in_sync` is 1 by design).
+
+    ParameterServerStrategy keeps its resolver in `_cluster_resolver`; its public
+    `cluster_resolver` property is None (which made this always 1 before).
+    """
+    resolver: Any = strategy.cluster_resolver or getattr(strategy, "_cluster_resolver", None)
     try:
-        return len(strategy.cluster_resolver.cluster_spec().as_dict().get("worker", []))
+        return max(len(resolver.cluster_spec().as_dict().get("worker", [])), 1)
     except (AttributeError, ValueError):
         return 1

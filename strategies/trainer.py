@@ -22,7 +22,13 @@ from typing import Any
 
 from graphs import summaries
 from graphs.feature_spec import FeatureSpec
-from graphs.steps import StepOptions, make_eval_fn, make_train_chunk, totals_to_metrics
+from graphs.steps import (
+    StepOptions,
+    make_eval_fn,
+    make_train_chunk,
+    totals_to_metrics,
+    xla_compiled_functions,
+)
 from strategies import faults
 from strategies.backup import Backup
 
@@ -212,6 +218,7 @@ def train(
         examples_per_sec=done * plan.global_batch_size / max(seconds, 1e-9),
         steps_per_sec=done / max(seconds, 1e-9),
         num_replicas=strategy.num_replicas_in_sync,
+        info={"xla_compiled": xla_compiled_functions(chunk)},
     )
 
 

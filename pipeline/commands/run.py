@@ -1,12 +1,28 @@
-"""`baton run [SPEC]`: lint the spec, then run its DAG locally (exit 0 ok, 1 failed, 2 bad spec)."""
+"""`baton run [SPEC]`: lint the spec, then run its DAG locally.
+
+Exit codes: 0 ok, 1 a stage failed, 2 a bad spec or bad flags (checked against every stage that
+would run, before any runs: `check_options` hooks), 143 stopped by SIGTERM (training saved a
+backup first; a rerun of the same spec resumes it), 130 Ctrl-C.
+"""
 
 from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
+import threading
+from typing import Any
 
 from pipeline.errors import UsageError
+
+PREEMPTED = 143
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM outside training: unwound like Ctrl-C (temporary stage output discarded)."""
+
+    exit_code = PREEMPTED
 
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "parameter_server")
 
@@ -44,18 +60,73 @@ def main(argv: list[str]) -> int:
     from pipeline.spec import load_spec
 
     the_plan = plan(load_spec(args.spec))
+    inject = args.inject_failure or os.environ.get("BATON_INJECT_FAILURE") or None
+    options = RunOptions(
+        workers=args.workers, ps=args.ps, strategy=args.strategy, no_cache=args.no_cache,
+        inject_failure=inject, quiet=args.quiet,
+    )
+    only = [s.strip() for s in args.only.split(",") if s.strip()] if args.only else None
+    _check_options(the_plan, options, only, "--inject-failure" if args.inject_failure
+                   else "BATON_INJECT_FAILURE")
     if args.check:
         print(f"spec ok: pipeline {the_plan.spec.name!r}, stages: {' -> '.join(the_plan.order)}")
         return 0
-    options = RunOptions(
-        workers=args.workers, ps=args.ps, strategy=args.strategy, no_cache=args.no_cache,
-        inject_failure=args.inject_failure or os.environ.get("BATON_INJECT_FAILURE") or None,
-        quiet=args.quiet,
-    )
-    only = [s.strip() for s in args.only.split(",") if s.strip()] if args.only else None
-    result = run_pipeline(the_plan, options, runs_dir=args.runs_dir, run_id=args.run_id, only=only)
+    previous = _terminate_on_sigterm()
+    try:
+        result = run_pipeline(the_plan, options, runs_dir=args.runs_dir, run_id=args.run_id,
+                              only=only)
+    except KeyboardInterrupt as exc:
+        code = getattr(exc, "exit_code", None)
+        if code is None:
+            raise  # Ctrl-C: 130, from pipeline.cli
+        sys.stderr.write(f"baton run: stopped by SIGTERM: {exc or 'before training'}\n")
+        return int(code)
+    finally:
+        if previous is not None:
+            signal.signal(signal.SIGTERM, previous)
     if not result.ok:
         sys.stderr.write(f"baton run: {result.error}\n")
         return 1
     print(result.run_dir)
     return 0
+
+
+def _check_options(the_plan: Any, options: Any, only: list[str] | None, inject_src: str) -> None:
+    """Each stage that would run checks the run's flags (exit 2 before anything runs)."""
+    problems = []
+    for name in the_plan.order:
+        if only and name not in only:
+            continue
+        hook = the_plan.types[name].hook("check_options")
+        if hook is not None:
+            stage = the_plan.spec.stage(name)
+            problems += [f"stage {name!r}: {msg}" for msg in
+                         hook(the_plan.configs[name], options, stage, the_plan.spec) or ()]
+    if options.inject_failure and not any(the_plan.types[n].hook("check_options")
+                                          for n in the_plan.order):
+        from strategies.faults import FaultSpecError, parse_fault
+
+        try:
+            parse_fault(options.inject_failure)
+        except FaultSpecError as exc:
+            problems.append(str(exc))
+    if problems:
+        # The fault spec may come from the environment: say so rather than blame a flag.
+        problems = [p.replace("inject-failure", inject_src, 1) if "inject-failure" in p else p
+                    for p in problems]
+        if len(problems) == 1:
+            raise UsageError(problems[0])
+        raise UsageError("\n  - ".join([f"{len(problems)} problems:", *problems]))
+
+
+def _terminate_on_sigterm() -> Any:
+    """SIGTERM unwinds the run like Ctrl-C, with exit code 143 (training overrides this with a
+    graceful stop at the next step boundary, see pipeline.stages.train); returns the previous
+    handler, or None off the main thread."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+
+    def handler(signum: int, frame: Any) -> None:
+        raise Terminated(f"signal {signum}")
+
+    return signal.signal(signal.SIGTERM, handler)

@@ -212,6 +212,9 @@ def _job(args: argparse.Namespace, tf_config: Any) -> tuple[Any, Path]:
             ps=ps,
         )
     topo = train_stage.topology(config, options, spec.cluster)
+    problems = train_stage.check_options(config, options, stage, spec)  # e.g. XLA on PS
+    if problems:
+        raise ValueError("; ".join(problems))
     # No row count here: that would run TF ops before the strategy exists (see make_job).
     job = train_stage.make_job(config, inputs, topo.strategy, count=False)
     return job, Path(args.out) if args.out else run_dir / args.stage

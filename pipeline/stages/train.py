@@ -45,7 +45,7 @@ class Config:
     embedding_dim: int = 8
     dropout: float = 0.0
     categorical: Literal["embedding", "one_hot"] = "embedding"
-    image_shape: tuple[int, ...] = (8, 8, 1)
+    image_shape: tuple[int, ...] = ()  # () = the image shape recorded in the data (feature spec)
     filters: tuple[int, ...] = (16, 32)
     epochs: int = 20
     batch_size: int = 32
@@ -114,35 +114,158 @@ class Topology:
         )
 
 
+MULTI_WORKER = ("multi_worker_mirrored", "parameter_server")
+
+
 def topology(config: Config, options: Any, cluster: Any = None) -> Topology:
-    """Flags beat the stage config, which beats the spec's cluster section."""
-    workers = options.workers or config.workers or (cluster.workers if cluster else 1)
-    ps = (
-        options.ps
-        if options.ps is not None
-        else (config.ps if config.ps is not None else (cluster.ps if cluster else 0))
-    )
+    """Flags beat the stage config, which beats the spec's cluster section.
+
+    Raises StageError naming the flag (or config field) and value when they contradict each
+    other: `--ps M` without the parameter-server strategy, `--workers N>1` with a one-process
+    strategy, `parameter_server` without a PS task. See `check_options`, which reports these
+    before any stage runs.
+    """
+    problems, topo, _ = _resolve(config, options, cluster)
+    if problems:
+        raise StageError("; ".join(problems))
+    return topo
+
+
+def _resolve(config: Config, options: Any, cluster: Any) -> tuple[list[str], Topology, str]:
+    """(problems, topology, where the strategy came from); problems name their sources."""
+    if options.workers:
+        workers, w_src = options.workers, f"--workers {options.workers}"
+    elif config.workers:
+        workers, w_src = config.workers, f"config.workers={config.workers}"
+    else:
+        workers = cluster.workers if cluster else 1
+        w_src = f"cluster.workers={workers}"
+    if options.ps is not None:
+        ps, ps_src = options.ps, f"--ps {options.ps}"
+    elif config.ps is not None:
+        ps, ps_src = config.ps, f"config.ps={config.ps}"
+    else:
+        ps, ps_src = (cluster.ps if cluster else 0), ""  # the spec's section: a default only
     strategy = options.strategy or config.strategy
+    s_src = (
+        f"--strategy {options.strategy}"
+        if options.strategy
+        else (f"config.strategy={config.strategy}" if config.strategy else "")
+    )
     if strategy is None:
         if ps:
             strategy = "parameter_server"
+            if ps_src:
+                s_src = f"implied by {ps_src}"
+            elif cluster is not None and cluster.strategy == "parameter_server":
+                s_src = "cluster.strategy=parameter_server"
+            else:
+                s_src = f"implied by cluster.ps={ps}"
         elif options.workers and options.workers > 1:
-            strategy = "multi_worker_mirrored"
+            strategy, s_src = "multi_worker_mirrored", f"implied by {w_src}"
         else:
             strategy = cluster.strategy if cluster else "one_device"
+            s_src = f"cluster.strategy={strategy}" if cluster else "the default"
             if strategy == "one_device" and workers > 1:
-                strategy = "multi_worker_mirrored"
+                strategy, s_src = "multi_worker_mirrored", f"implied by {w_src}"
+    problems = []
     if strategy == "parameter_server" and ps < 1:
-        raise StageError(f"strategy parameter_server needs at least one ps task. Received: ps={ps}")
-    return Topology(strategy, workers, ps if strategy == "parameter_server" else 0)
+        given = ps_src or "no --ps"
+        problems.append(
+            f"strategy parameter_server ({s_src}) needs at least one ps task: pass --ps M "
+            f"(M >= 1). Received: {given}"
+        )
+    if strategy != "parameter_server" and ps and ps_src:
+        problems.append(
+            f"{ps_src} needs strategy parameter_server, but the strategy is {strategy} "
+            f"({s_src}); drop the ps tasks or use --strategy parameter_server. "
+            f"Received: {ps_src}"
+        )
+    if strategy not in MULTI_WORKER and workers > 1:
+        problems.append(
+            f"{w_src} needs a multi-worker strategy (multi_worker_mirrored or parameter_server), "
+            f"but the strategy is {strategy} ({s_src}), which trains in one process. "
+            f"Received: {w_src}"
+        )
+    topo = Topology(strategy, workers, ps if strategy == "parameter_server" else 0)
+    return problems, topo, s_src
 
 
-def make_job(config: Config, inputs: dict[str, Path], strategy: str, count: bool = True) -> Any:
+def check_options(config: Config, options: Any, stage: Any, spec: Any) -> list[str]:
+    """Problems of this stage under the run's flags (`baton run` calls it before any stage runs).
+
+    The topology (flags, then the stage config, then the spec's `cluster:` section) must be
+    consistent, XLA must be supported by the resolved strategy, and a fault to inject must parse
+    and name a task of that topology.
+    """
+    from strategies.faults import FaultSpecError, parse_fault
+
+    cluster = spec.cluster if spec is not None else None
+    problems, topo, source = _resolve(config, options, cluster)
+    if not problems and config.jit_compile and topo.strategy == "parameter_server":
+        problems.append(_jit_problem(stage.name, f"{topo.strategy} ({source})"))
+    try:
+        fault = parse_fault(options.inject_failure)
+    except FaultSpecError as exc:
+        problems.append(str(exc))
+        fault = None
+    if fault is not None and not problems:
+        tasks = _task_names(topo)
+        if fault.task.name not in tasks:
+            problems.append(
+                f"inject-failure names task {fault.task.name}, which the {topo.strategy} "
+                f"topology does not have (its tasks: {', '.join(tasks)}). "
+                f"Received: {options.inject_failure!r}"
+            )
+    return problems
+
+
+def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
+    """Contradictions inside the stage config itself (refused by `plan`, for every command)."""
+    problems = []
+    if config.jit_compile and config.strategy == "parameter_server":
+        problems.append(_jit_problem(stage.name, "parameter_server"))
+    if config.ps and config.strategy not in (None, "parameter_server"):
+        problems.append(
+            f"config.ps={config.ps} needs strategy parameter_server. "
+            f"Received: strategy={config.strategy}"
+        )
+    if (config.workers or 1) > 1 and config.strategy in ("one_device", "mirrored"):
+        problems.append(
+            f"config.workers={config.workers} needs a multi-worker strategy. "
+            f"Received: strategy={config.strategy}"
+        )
+    return problems
+
+
+def _jit_problem(stage_name: str, strategy: str) -> str:
+    return (
+        f"{stage_name}.config.jit_compile: true is not supported with strategy {strategy}: "
+        "XLA cannot compile a step whose variables live on the PS tasks. It works with "
+        "one_device, mirrored and multi_worker_mirrored. Received: jit_compile=True, "
+        f"strategy={strategy}"
+    )
+
+
+def _task_names(topo: Topology) -> list[str]:
+    if not topo.multi_process:
+        return ["worker:0"]
+    if topo.strategy == "parameter_server":
+        return ["chief:0"] + [f"worker:{i}" for i in range(topo.workers)] + [
+            f"ps:{i}" for i in range(topo.ps)
+        ]
+    return [f"worker:{i}" for i in range(topo.workers)]
+
+
+def make_job(
+    config: Config, inputs: dict[str, Path], strategy: str, count: bool = True, data_hash: str = ""
+) -> Any:
     """The plain TrainJob every task runs (counts the training rows once, here).
 
     `count=False` leaves `num_train_examples` at 0 and runs no TensorFlow op: `baton task` on a
     TFJob replica must create its multi-worker strategy first, and counts afterwards
-    (`strategies.job.with_example_count`).
+    (`strategies.job.with_example_count`). `data_hash` (the inputs' content hashes) makes the
+    backup fingerprint independent of the run directory the inputs sit in.
     """
     from graphs.feature_spec import FeatureSpec
     from strategies.job import TrainJob, count_examples
@@ -172,6 +295,7 @@ def make_job(config: Config, inputs: dict[str, Path], strategy: str, count: bool
         strategy=strategy,
         communication=dataclasses.asdict(config.communication),
         partition=dataclasses.asdict(config.partition),
+        data_hash=data_hash,
     )
     if not count:
         return job
@@ -184,11 +308,54 @@ def make_job(config: Config, inputs: dict[str, Path], strategy: str, count: bool
     return dataclasses.replace(job, num_train_examples=n)
 
 
+class Preempted(KeyboardInterrupt):
+    """SIGTERM during training: a backup was saved; `baton run` exits with `exit_code` (143).
+
+    A KeyboardInterrupt, so the runner handles it like Ctrl-C (discards the stage's temporary
+    directory, records the run as interrupted, re-raises); the backup lives outside it.
+    """
+
+    exit_code = 143
+
+
+def backup_dir(ctx: StageContext, job: Any) -> Path:
+    """Where this stage's training backups live: stable across pids and run ids.
+
+    `runs/<pipeline>/.backups/<stage>-<key>`, outside the stage's pid-named temporary directory
+    (which the runner discards on failure or interruption). The key digests what determines
+    the training, like the runner's cache key but over what training actually reads: the job
+    (config, feature spec, row count; `TrainJob.fingerprint`, which includes the content hash
+    of the transformed data and not its path) and the stage's code version. It leaves out the
+    transform graph's SavedModel bytes, which differ between two transforms of the same data.
+    So a rerun of the same spec on the same data, in the same run (`--run-id`) or a new one,
+    finds the interrupted run's backup; a changed config, data or code starts afresh. The
+    directory is removed once the model is written.
+    """
+    import hashlib
+
+    from pipeline import cache, registry
+
+    code = cache.code_version(registry.resolve(ctx.stage_type).code_files())
+    key = hashlib.sha256(f"{code}\n{job.fingerprint()}".encode()).hexdigest()[:16]
+    return ctx.runs_root / ".backups" / f"{ctx.stage}-{key}"
+
+
+def _content_hash(path: Path) -> str:
+    """An input's content hash: from its producer's lineage record, else hashed here."""
+    from pipeline import lineage, store
+
+    rec = lineage.read(path.parent) or {}
+    out = rec.get("outputs", {}).get(path.name, {})
+    return str(out.get("hash") or store.hash_path(path))
+
+
 def run(ctx: StageContext, config: Config) -> None:
     from strategies import inventory
 
     topo = topology(config, ctx.options, _spec_cluster(ctx))
-    job = make_job(config, dict(ctx.inputs), topo.strategy)
+    data_hash = _content_hash(Path(ctx.inputs["transformed"]))
+    job = make_job(config, dict(ctx.inputs), topo.strategy, data_hash=data_hash)
+    backups = backup_dir(ctx, job)
     out = ctx.output("model")
     node = inventory.node_inventory()
     defaults = inventory.derive_defaults([node] * max(topo.workers, 1), job.batch_size)
@@ -197,10 +364,12 @@ def run(ctx: StageContext, config: Config) -> None:
         f"{inventory.describe(node)}; "
         f"{inventory.describe_defaults(defaults)}"
     )
+    found = " (holds a backup: resuming from it)" if (backups / "checkpoint").is_file() else ""
+    ctx.log(f"backups in {backups}{found}")
     if topo.multi_process:
-        _run_cluster(ctx, config, job, topo, out)
+        _run_cluster(ctx, config, job, topo, out, backups)
     else:
-        _run_in_process(ctx, job, out, node, defaults)
+        _run_in_process(ctx, job, out, node, defaults, backups)
     info = json.loads((out / "train_info.json").read_text())
     history = json.loads((out / "history.json").read_text())
     last = history[-1] if history else {}
@@ -212,25 +381,34 @@ def run(ctx: StageContext, config: Config) -> None:
     )
 
 
-def _run_in_process(ctx: StageContext, job: Any, out: Path, node: dict, defaults: dict) -> None:
-    from strategies import faults
+def _run_in_process(
+    ctx: StageContext, job: Any, out: Path, node: dict, defaults: dict, backups: Path
+) -> None:
+    from strategies import faults, trainer
     from strategies.job import run_task, write_model_artifact
-    from strategies.trainer import TaskRole
+    from strategies.preemption import stop_on_sigterm
 
     bar = ctx.progress(job.epochs * job.steps_per_epoch(), "steps", label=ctx.stage)
 
     def on_progress(step: int, total: int, metrics: dict[str, float]) -> None:
         bar.set(step)
 
-    role = TaskRole(
+    role = trainer.TaskRole(
         is_chief=True,
         task_name="worker:0",
-        backup_dir=ctx.work_dir / "backup",
+        backup_dir=backups,
         logs_dir=out / "logs",
         fault=faults.parse_fault(ctx.options.inject_failure),
         on_progress=on_progress,
     )
-    result = run_task(job, None, role)
+    # SIGTERM: stop at the next chunk boundary, save, exit 143 (not a death without a backup).
+    with stop_on_sigterm(role.stop.set) as sigterm:
+        role.after_strategy = sigterm.install  # a multi-worker strategy installs its own
+        try:
+            result = run_task(job, None, role)
+        except trainer.Preempted as exc:
+            bar.close()
+            raise Preempted(f"training {exc} in {backups}; rerun to resume") from None
     bar.close()
     assert result is not None
     write_model_artifact(
@@ -239,7 +417,9 @@ def _run_in_process(ctx: StageContext, job: Any, out: Path, node: dict, defaults
         result,
         {"cluster": {"workers": 1, "ps": 0}, "inventory": [node], "defaults": defaults},
     )
-    shutil.rmtree(ctx.work_dir / "backup", ignore_errors=True)
+    if sigterm.seen:  # it came after the last chunk: the final backup stands, resume is instant
+        raise Preempted(f"SIGTERM after training finished; backup in {backups}")
+    shutil.rmtree(backups, ignore_errors=True)
 
 
 def task_argv(job_file: Path, out: Path, backup_dir: Path) -> list[str]:
@@ -248,7 +428,9 @@ def task_argv(job_file: Path, out: Path, backup_dir: Path) -> list[str]:
             "--out", str(out), "--backup-dir", str(backup_dir)]
 
 
-def _run_cluster(ctx: StageContext, config: Config, job: Any, topo: Topology, out: Path) -> None:
+def _run_cluster(
+    ctx: StageContext, config: Config, job: Any, topo: Topology, out: Path, backups: Path
+) -> None:
     from strategies import faults, launcher
 
     job_file = ctx.work_dir / "job.json"
@@ -257,7 +439,7 @@ def _run_cluster(ctx: StageContext, config: Config, job: Any, topo: Topology, ou
     cluster_out = ctx.work_dir / "cluster"
 
     def command(task: Any) -> list[str]:
-        return task_argv(job_file, cluster_out, ctx.work_dir / "backup")
+        return task_argv(job_file, cluster_out, backups)
 
     bar = ctx.progress(job.epochs * job.steps_per_epoch(), "steps", label=ctx.stage)
     result = launcher.launch(
@@ -275,6 +457,8 @@ def _run_cluster(ctx: StageContext, config: Config, job: Any, topo: Topology, ou
         on_step=bar.set,
     )
     bar.close()
+    if result.preempted:
+        raise Preempted(f"training cluster {result.error}; backup in {backups}; rerun to resume")
     if not result.ok:
         raise StageError(f"training cluster failed: {result.error}")
     produced = cluster_out / "model"
@@ -286,7 +470,7 @@ def _run_cluster(ctx: StageContext, config: Config, job: Any, topo: Topology, ou
     info["restarts"] = result.restarts
     info["launcher"] = result.summary()
     (out / "train_info.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
-    shutil.rmtree(ctx.work_dir / "backup", ignore_errors=True)
+    shutil.rmtree(backups, ignore_errors=True)
 
 
 def _spec_cluster(ctx: StageContext) -> Any:

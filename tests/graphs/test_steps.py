@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 from graphs import models
 from graphs.steps import TOTALS, make_eval_fn, make_train_chunk, totals_to_metrics
@@ -58,16 +59,37 @@ def test_eval_counts_every_example_once() -> None:
     assert abs(totals_to_metrics(totals, "classification")["accuracy"] - acc) < 1e-6
 
 
-def test_jit_compiled_step_matches_the_plain_step() -> None:
+@pytest.mark.parametrize("scope", ["step", "gradients"])
+def test_jit_compiled_step_is_compiled_and_matches_the_plain_step(scope) -> None:
+    """XLA really compiles (the traced graph marks the function must-compile), same weights."""
     import tensorflow as tf
 
-    from graphs.steps import StepOptions
+    from graphs.steps import StepOptions, xla_compiled_functions
 
-    results = []
+    results, compiled = [], []
     for jit in (False, True):
         spec, model, opt = _setup(seed=3)
-        chunk = make_train_chunk(model, opt, spec, 32, options=StepOptions(jit_compile=jit))
+        options = StepOptions(jit_compile=jit, jit_scope=scope)
+        chunk = make_train_chunk(model, opt, spec, 32, options=options)
         chunk(iter(synthetic_dataset(spec, 256, 32, repeat=True)), tf.constant(4), tf.constant(0.0))
         results.append(model.get_weights())
+        compiled.append(xla_compiled_functions(chunk))
+    assert compiled[0] == []
+    wanted = "replica_step" if scope == "step" else "forward_backward"
+    assert len(compiled[1]) == 1 and wanted in compiled[1][0], compiled
     for a, b in zip(*results, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_auto_jit_scope_compiles_gradients_only_under_multi_worker_strategies() -> None:
+    import tensorflow as tf
+
+    from graphs.steps import StepOptions, resolve_jit_scope
+
+    on = StepOptions(jit_compile=True)
+    assert resolve_jit_scope(StepOptions(), tf.distribute.get_strategy()) is None
+    assert resolve_jit_scope(on, tf.distribute.OneDeviceStrategy("/cpu:0")) == "step"
+    mwm = tf.distribute.MultiWorkerMirroredStrategy.__new__(tf.distribute.MultiWorkerMirroredStrategy)
+    assert resolve_jit_scope(on, mwm) == "gradients"
+    with pytest.raises(ValueError, match="Received: jit_scope='all'"):
+        StepOptions(jit_scope="all")

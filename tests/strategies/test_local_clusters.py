@@ -236,3 +236,14 @@ def test_ctrl_c_on_the_launcher_leaves_no_orphans(tmp_path) -> None:
     proc.wait(timeout=30)
     gone, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, f"orphans left behind: {[p.pid for p in alive]}"
+
+
+def test_jit_compile_runs_under_multi_worker_mirrored(tmp_path) -> None:
+    """XLA compiles forward and backward; the gradient all-reduce stays outside XLA."""
+    job = _job(jit_compile=True, epochs=1, backup_every=0)
+    result, model_dir, log = _launch(tmp_path, "xla", job, workers=2)
+    assert result.ok, log[-4000:]
+    info = json.loads((model_dir / "train_info.json").read_text())
+    assert info["steps"] == job.epochs * job.steps_per_epoch()
+    compiled = info["xla_compiled"]
+    assert len(compiled) == 1 and "forward_backward" in compiled[0], compiled

@@ -55,12 +55,16 @@ def test_penguins_reaches_090_eval_accuracy_and_writes_the_contract(trained, art
 def test_topology_flags_beat_config_which_beats_the_spec() -> None:
     cfg = build_config(train.Config, {"strategy": "multi_worker_mirrored", "workers": 3})
     assert train.topology(cfg, RunOptions()) == train.Topology("multi_worker_mirrored", 3, 0)
-    topo = train.topology(cfg, RunOptions(workers=2, ps=1))
-    assert topo == train.Topology("multi_worker_mirrored", 2, 0)
+    assert train.topology(cfg, RunOptions(workers=2)) == train.Topology("multi_worker_mirrored", 2, 0)
+    # --ps with a strategy that has no PS tasks is refused, not dropped.
+    with pytest.raises(StageError, match="--ps 1 needs strategy parameter_server.*Received: --ps 1"):
+        train.topology(cfg, RunOptions(workers=2, ps=1))
+    with pytest.raises(StageError, match="--workers 2 needs a multi-worker strategy"):
+        train.topology(build_config(train.Config, {}), RunOptions(workers=2, strategy="mirrored"))
     topo = train.topology(build_config(train.Config, {}), RunOptions(workers=2, ps=1))
     assert topo == train.Topology("parameter_server", 2, 1) and topo.multi_process
     assert not train.topology(build_config(train.Config, {}), RunOptions()).multi_process
-    with pytest.raises(StageError, match="Received: ps=0"):
+    with pytest.raises(StageError, match="needs at least one ps task.*Received: no --ps"):
         train.topology(build_config(train.Config, {}), RunOptions(strategy="parameter_server"))
 
 

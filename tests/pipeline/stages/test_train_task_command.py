@@ -144,3 +144,26 @@ def test_broken_collective_exits_with_the_retryable_code(
     train_job = job_module.TrainJob(feature_spec={}, strategy="multi_worker_mirrored")
     assert task.run(train_job, tf_config, tmp_path, tmp_path / "backup") == code
     assert code >= 128 or code == task.PERMANENT
+
+
+def test_xla_with_ps_tasks_is_refused_before_any_task_starts(run_dir, tmp_path, monkeypatch) -> None:
+    """A TFJob with PS replicas and `jit_compile: true` fails permanently in every replica,
+    instead of the chief crashing in XLA while the servers wait."""
+    from strategies.cluster import TFConfig
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(
+        "pipeline: p\nstages:\n"
+        "  - {name: ingest, type: ingest, config: {source: penguins}}\n"
+        "  - {name: transform, type: transform, inputs: {examples: ingest.examples}}\n"
+        "  - name: train\n    type: train\n"
+        "    inputs: {transformed: transform.transformed, transform_graph: transform.transform_graph}\n"
+        "    config: {jit_compile: true}\n"
+    )
+    monkeypatch.setenv("TF_CONFIG", json.dumps({
+        "cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]},
+        "task": {"type": "worker", "index": 0},
+    }))
+    args = task.parser().parse_args([str(spec), "--stage", "train", "--run-dir", str(run_dir)])
+    with pytest.raises(ValueError, match="train.config.jit_compile: true is not supported"):
+        task._job(args, TFConfig.from_env())

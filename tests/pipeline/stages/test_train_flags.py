@@ -1,0 +1,122 @@
+"""`baton run` refuses contradictory training flags with exit 2 before any stage runs.
+
+Each case used to be silently dropped (`--ps` with multi-worker mirrored, `--workers` with a
+one-process strategy), to crash the train stage after ingest and transform had run
+(`parameter_server` without `--ps`, a bad fault spec), or to crash every worker (XLA on PS).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from pipeline.context import RunOptions
+from pipeline.spec import spec_from_dict
+from pipeline.stages import train
+
+ROOT = Path(__file__).resolve().parents[3]
+
+SPEC = """\
+pipeline: flags
+stages:
+  - name: ingest
+    type: ingest
+    config: {{source: penguins}}
+  - name: transform
+    type: transform
+    inputs: {{examples: ingest.examples}}
+  - name: fit
+    type: train
+    inputs: {{transformed: transform.transformed, transform_graph: transform.transform_graph}}
+    config: {{epochs: 1{extra}}}
+"""
+
+
+def baton(tmp_path: Path, *args: str, env: dict[str, str] | None = None, extra: str = ""):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(SPEC.format(extra=extra))
+    full_env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", **(env or {})}
+    return subprocess.run(
+        [sys.executable, "-m", "pipeline.cli", "run", str(spec), "--runs-dir",
+         str(tmp_path / "runs"), *args],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120, env=full_env,
+    )
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "message"),
+    [
+        (["--ps", "1", "--strategy", "multi_worker_mirrored", "--workers", "2"], {},
+         "--ps 1 needs strategy parameter_server, but the strategy is multi_worker_mirrored "
+         "(--strategy multi_worker_mirrored)"),
+        (["--strategy", "parameter_server"], {},
+         "strategy parameter_server (--strategy parameter_server) needs at least one ps task"),
+        (["--strategy", "parameter_server", "--ps", "0"], {},
+         "strategy parameter_server (--strategy parameter_server) needs at least one ps task: "
+         "pass --ps M (M >= 1). Received: --ps 0"),
+        (["--workers", "3", "--strategy", "mirrored"], {},
+         "--workers 3 needs a multi-worker strategy (multi_worker_mirrored or parameter_server), "
+         "but the strategy is mirrored (--strategy mirrored)"),
+        (["--workers", "2", "--strategy", "one_device"], {},
+         "--workers 2 needs a multi-worker strategy"),
+        (["--inject-failure", "worker:1@epoch:3"], {},
+         "--inject-failure must look like 'worker:1@step:40'"),
+        ([], {"BATON_INJECT_FAILURE": "gpu:0@step:3"},
+         "BATON_INJECT_FAILURE must look like 'worker:1@step:40'"),
+        (["--workers", "2", "--inject-failure", "worker:2@step:3"], {},
+         "--inject-failure names task worker:2, which the multi_worker_mirrored topology does "
+         "not have (its tasks: worker:0, worker:1)"),
+    ],
+)
+def test_contradictory_flags_exit_2_before_any_stage_runs(tmp_path, args, env, message) -> None:
+    res = baton(tmp_path, *args, env=env)
+    assert res.returncode == 2, res.stderr[-2000:]
+    assert "stage 'fit': " + message in res.stderr
+    assert "Traceback" not in res.stderr
+    assert not (tmp_path / "runs").exists(), "a stage ran"
+    assert "ingest" not in res.stderr
+
+
+def test_check_refuses_xla_with_parameter_server_naming_field_and_strategy(tmp_path) -> None:
+    res = baton(tmp_path, "--check", "--workers", "2", "--ps", "1", extra=", jit_compile: true")
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert (
+        "fit.config.jit_compile: true is not supported with strategy parameter_server "
+        "(implied by --ps 1)" in res.stderr
+    )
+    assert not (tmp_path / "runs").exists()
+    # In the stage config itself, every command refuses it (plan's check_spec hook).
+    res = baton(tmp_path, "--check", extra=", jit_compile: true, strategy: parameter_server, ps: 1")
+    assert res.returncode == 2
+    assert "fit.config.jit_compile: true is not supported with strategy parameter_server" in (
+        res.stderr
+    )
+    # XLA under multi-worker mirrored is supported (forward and backward compiled).
+    res = baton(tmp_path, "--check", "--workers", "2", extra=", jit_compile: true")
+    assert res.returncode == 0, res.stderr
+
+
+def test_consistent_flags_pass_the_check(tmp_path) -> None:
+    for args in (["--workers", "2"], ["--workers", "2", "--ps", "1"],
+                 ["--strategy", "parameter_server", "--ps", "2"], ["--strategy", "mirrored"],
+                 ["--inject-failure", "worker:0@step:3:term"]):
+        res = baton(tmp_path, "--check", *args)
+        assert res.returncode == 0, (args, res.stderr)
+
+
+def test_check_options_hook_with_the_spec_cluster_section() -> None:
+    spec = spec_from_dict({
+        "pipeline": "p",
+        "cluster": {"strategy": "parameter_server", "workers": 2, "ps": 1},
+        "stages": [{"name": "train", "type": "train", "config": {"jit_compile": True}}],
+    })
+    cfg = train.Config(jit_compile=True)
+    stage = spec.stage("train")
+    problems = train.check_options(cfg, RunOptions(), stage, spec)
+    assert problems and "cluster.strategy=parameter_server" in problems[0]
+    # Flags beat the spec's cluster section: its ps count is a default, not a contradiction.
+    opts = RunOptions(strategy="multi_worker_mirrored", workers=2)
+    assert train.check_options(cfg, opts, stage, spec) == []
