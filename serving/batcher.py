@@ -47,7 +47,8 @@ class Task:
                  "api", "timeout", "deadline", "running")
 
     def __init__(self, signature, feeds: dict[str, np.ndarray], done: Callable, loop=None,
-                 model: str = "", api: str = "", timeout: float = 0.0):
+                 model: str = "", api: str = "", timeout: float = 0.0,
+                 key: tuple | None = None):
         self.signature = signature
         self.feeds = feeds
         self.done = done  # done(outputs: dict | None, error: ServingError | None)
@@ -57,14 +58,19 @@ class Task:
         self.timeout = timeout  # seconds (REST --rest_api_timeout_in_ms); 0: none
         self.deadline = 0.0  # monotonic; 0: none. Set at enqueue, extended at dequeue
         self.running = False  # taken by a worker (or split into parts)
-        if len(feeds) == 1:  # the common case, without the set and the sort
+        if key is not None:
+            # The caller built `feeds` from the signature's specs and knows their layout
+            # (rest_json's row plan: every input [n] of its spec's dtype).
+            self.size = len(next(iter(feeds.values())))
+            self.key: tuple = key
+        elif len(feeds) == 1:  # the common case, without the set and the sort
             (k, a), = feeds.items()
             shape = a.shape
             if not shape:
                 raise invalid("all inputs must have the same size in the 0th (batch) "
                               f"dimension. Received shapes: {{{k!r}: []}}")
             self.size = shape[0]
-            self.key: tuple = (id(signature), (k, shape[1:], a.dtype.str))
+            self.key = (id(signature), (k, shape[1:], a.dtype.str))
         else:
             sizes = {a.shape[0] if a.ndim else -1 for a in feeds.values()}
             if len(sizes) != 1 or -1 in sizes:

@@ -110,6 +110,20 @@ class Histogram:
             c[i] += n
             c[-1] += value * n
 
+    def observe_many(self, values: Sequence[float], *labels: str) -> None:
+        """observe(v, *labels) for each value, under one lock (a batch's tasks)."""
+        if not values:
+            return
+        bounds = self.bounds
+        idx = [bisect.bisect_left(bounds, v) for v in values]
+        with self._lock:
+            c = self._children.get(labels)
+            if c is None:
+                c = self._children[labels] = [0] * (len(bounds) + 1) + [0.0]
+            for i in idx:
+                c[i] += 1
+            c[-1] += sum(values)
+
     def count(self, *labels: str) -> int:
         c = self._children.get(labels)
         return 0 if c is None else sum(c[:-1])
@@ -212,16 +226,18 @@ class Metrics:
             self.wrapped_run_count.inc()
             self.processed_batch_size.observe(padded)
             self.padding_size.observe(padded - size, str(padded))
-            for t in tasks:
-                self.queuing_latency.observe((dequeued - t.enqueued) * 1e6,
-                                             self.thread_pool_name)
+            self.queuing_latency.observe_many(
+                [(dequeued - t.enqueued) * 1e6 for t in tasks], self.thread_pool_name)
+        # The session Run a request makes: with batching it includes the wait in the
+        # batching queue, as BatchingSession::Run does in TF Serving. One lock per
+        # (model, API) of the batch, usually one.
+        by_series: dict[tuple[str, str], list[float]] = {}
         for t in tasks:
             if t.api:
-                # The session Run a request makes: with batching it includes the wait in
-                # the batching queue, as BatchingSession::Run does in TF Serving.
                 since = t.enqueued if self.batching else started
-                self.runtime_latency.observe((finished - since) * 1e6, t.model, t.api,
-                                             RUNTIME)
+                by_series.setdefault((t.model, t.api), []).append((finished - since) * 1e6)
+        for (model, api), values in by_series.items():
+            self.runtime_latency.observe_many(values, model, api, RUNTIME)
 
     def runtime(self, model: str, api: str, seconds: float) -> None:
         self.runtime_latency.observe(seconds * 1e6, model, api, RUNTIME)

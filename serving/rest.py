@@ -19,11 +19,12 @@ from __future__ import annotations
 import json
 import re
 import time
+from asyncio import get_running_loop
 from urllib.parse import unquote
 
 from serving import examples as ex
 from serving.http import HttpProtocol, error_body
-from serving.rest_json import dumps, feeds_from_json, loads, predict_response
+from serving.rest_json import dumps, loads, parse_predict, predict_response
 from serving.servable import CLASSIFY, REGRESS
 from serving.service import ModelService
 from serving.status import ServingError, invalid
@@ -154,9 +155,10 @@ class RestApi:
         sig_name = req.get("signature_name", "")
         if not isinstance(sig_name, str):
             raise invalid(f"'signature_name' must be a string. Received: {sig_name!r}")
+        key = None
         if verb == "predict":
             sig = servable.signature(sig_name)
-            feeds, row = feeds_from_json(req, sig)
+            feeds, row, key = parse_predict(req, sig)
         else:
             sig = ex.signature_for(servable, sig_name, CLASSIFY if verb == "classify"
                                    else REGRESS)
@@ -183,12 +185,6 @@ class RestApi:
             else:
                 conn.respond(200, data, seq=seq)
 
-        conn.task = self.service.submit(servable, sig, feeds, done, _loop(), verb,
-                                        self.timeout_s)
-
-
-def _loop():
-    import asyncio
-
-    return asyncio.get_running_loop()
+        conn.task = self.service.submit(servable, sig, feeds, done, get_running_loop(), verb,
+                                        self.timeout_s, key)
 

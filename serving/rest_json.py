@@ -10,7 +10,10 @@ from __future__ import annotations
 
 import base64
 import binascii
+import itertools
 import json
+import operator
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -44,9 +47,11 @@ def dumps(payload: Any, outputs: dict[str, np.ndarray] | None = None) -> bytes:
     """json.dumps(payload).encode(), via orjson when that gives the same JSON values.
 
     orjson is used only when `outputs` (the arrays `payload` was built from) are all
-    numeric, and its result only when it is ASCII without `null`: orjson writes
-    NaN/Infinity as null and non-ASCII unescaped, where json.dumps writes NaN/Infinity
-    and \\u escapes, so those payloads are encoded again by json.dumps.
+    numeric or strings (whose payload values are str or {"b64": str}), and its result
+    only when it is ASCII without `null`: orjson writes NaN/Infinity as null and
+    non-ASCII unescaped, where json.dumps writes NaN/Infinity and \\u escapes, so those
+    payloads (and any whose text happens to contain "null") go to json.dumps. Both
+    escape quotes, backslashes and control characters, so string values are equal.
     """
     if _orjson is not None and outputs is not None and all(
             a.dtype.kind in _NUMERIC_KINDS for a in outputs.values()):
@@ -60,7 +65,7 @@ def dumps(payload: Any, outputs: dict[str, np.ndarray] | None = None) -> bytes:
     return json.dumps(payload).encode()
 
 
-_NUMERIC_KINDS = frozenset("iubf")
+_NUMERIC_KINDS = frozenset("iubfO")  # numbers, and TF strings (object arrays of bytes)
 
 
 def _decode_str(v, where: str):
@@ -126,6 +131,101 @@ def _check_shape(arr: np.ndarray, spec: TensorSpec, where: str, batched: bool) -
                       f"Received shape {list(arr.shape)}")
 
 
+class _RowPlan:
+    """How to turn `instances` rows of scalars into a signature's inputs, in few numpy calls.
+
+    Built once per signature whose every input is a batch of scalars (shape [None]): the
+    raw-feature signatures Baton exports. Inputs are grouped (numeric ones by dtype, the
+    strings together); one itemgetter call per row and one np.array call per group
+    convert a whole group, each row of the group's array being one contiguous input.
+    `key` is the batching key those arrays have (see batcher.Task), so the request does
+    not compute it again.
+    """
+
+    __slots__ = ("names", "groups", "strings", "where", "key")
+
+    def __init__(self, sig: Signature):
+        specs = sig.inputs
+        self.names = tuple(specs)
+        by_dtype: dict[np.dtype, list[str]] = {}
+        strings = [k for k, s in specs.items() if s.is_string]
+        for k, s in specs.items():
+            if not s.is_string:
+                by_dtype.setdefault(s.dtype, []).append(k)
+        self.groups = tuple((dt, _getter(ks)) for dt, ks in by_dtype.items())
+        self.strings = _getter(strings) if strings else None
+        where = {k: (i, j) for i, ks in enumerate(by_dtype.values()) for j, k in enumerate(ks)}
+        where.update({k: (len(by_dtype), j) for j, k in enumerate(strings)})
+        self.where = tuple((k, *where[k]) for k in self.names)
+        self.key = (id(sig),) + tuple((k, (), specs[k].dtype.str) for k in sorted(specs))
+
+
+def _getter(names: list[str]) -> Callable[[dict], tuple]:
+    """row -> tuple of its values for `names` (itemgetter returns a bare value for one)."""
+    if len(names) == 1:
+        k = names[0]
+        return lambda r: (r[k],)
+    return operator.itemgetter(*names)
+
+
+def _row_plan(sig: Signature) -> _RowPlan | None:
+    """The signature's _RowPlan, or None when an input is not a batch of scalars."""
+    try:
+        return sig.cache["rest_row_plan"]
+    except KeyError:
+        pass
+    plan = None
+    if sig.inputs and all(s.shape == (None,) and (s.is_string or s.dtype.kind in "fiub")
+                          for s in sig.inputs.values()):
+        plan = _RowPlan(sig)
+    sig.cache["rest_row_plan"] = plan
+    return plan
+
+
+_STR_ONLY = {str}
+
+
+def _rows_fast(rows: list, plan: _RowPlan) -> dict[str, np.ndarray] | None:
+    """Feeds for rows that are dicts of exactly the inputs, each a JSON scalar of the
+    right kind; None for anything else (the general path then converts the body and
+    raises its own error, so messages never depend on which path ran)."""
+    n = len(plan.names)
+    for r in rows:
+        if type(r) is not dict or len(r) != n:  # with every name present: no extras
+            return None
+    blocks = []
+    try:
+        for dtype, get in plan.groups:
+            cols = list(zip(*map(get, rows), strict=True))  # one tuple per input
+            if not set(map(type, itertools.chain.from_iterable(cols))) <= _NUMBER_TYPES:
+                return None
+            blocks.append(np.array(cols, dtype=dtype))
+        if plan.strings is not None:
+            cols = list(zip(*map(plan.strings, rows), strict=True))
+            if set(map(type, itertools.chain.from_iterable(cols))) != _STR_ONLY:
+                return None
+            block = np.empty((len(cols), len(rows)), dtype=object)
+            block[...] = [[x.encode() for x in col] for col in cols]
+            blocks.append(block)
+    except (KeyError, ValueError, TypeError, OverflowError):
+        return None
+    return {k: blocks[i][j] for k, i, j in plan.where}
+
+
+def parse_predict(body, sig: Signature) -> tuple[dict[str, np.ndarray], bool, tuple | None]:
+    """(feeds, row_format, batching key or None) for a :predict body parsed from JSON."""
+    if type(body) is dict and "inputs" not in body:
+        rows = body.get("instances")
+        if type(rows) is list and rows:
+            plan = _row_plan(sig)
+            if plan is not None:
+                feeds = _rows_fast(rows, plan)
+                if feeds is not None:
+                    return feeds, True, plan.key
+    feeds, row = feeds_from_json(body, sig)
+    return feeds, row, None
+
+
 def feeds_from_json(body, sig: Signature) -> tuple[dict[str, np.ndarray], bool]:
     """Returns (feeds, row_format) for a :predict body already parsed from JSON."""
     if not isinstance(body, dict):
@@ -179,6 +279,11 @@ def feeds_from_json(body, sig: Signature) -> tuple[dict[str, np.ndarray], bool]:
 def _jsonable(name: str, arr: np.ndarray):
     if arr.dtype == object:
         b64 = name.endswith("_bytes")
+        if arr.ndim == 1 and not b64:  # the common case: a batch of UTF-8 strings
+            try:
+                return [v.decode() for v in arr.tolist()]
+            except (AttributeError, UnicodeDecodeError):
+                pass
         flat: list[Any] = []
         for v in arr.reshape(-1):
             if isinstance(v, bytes) and not b64:

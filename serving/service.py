@@ -28,13 +28,15 @@ class ModelService:
         self.metrics = metrics
 
     def submit(self, servable: Servable, sig: Signature, feeds: dict[str, np.ndarray],
-               done, loop, api: str = "", timeout: float = 0.0) -> Task:
+               done, loop, api: str = "", timeout: float = 0.0, key: tuple | None = None
+               ) -> Task:
         """Queues one signature call; `done(outputs, error)` runs on `loop`.
 
         `api` labels the runtime latency metric; `timeout` (seconds, 0: none) is
-        `--rest_api_timeout_in_ms` for REST requests (see batcher).
+        `--rest_api_timeout_in_ms` for REST requests (see batcher); `key`, when the
+        caller knows it, is the feeds' batching key (see batcher.Task).
         """
-        task = Task(sig, feeds, done, loop, servable.model_name, api, timeout)
+        task = Task(sig, feeds, done, loop, servable.model_name, api, timeout, key)
         self.scheduler.submit(task)
         return task
 

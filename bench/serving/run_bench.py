@@ -2,9 +2,15 @@
 HTTP ceiling, side by side in one run with one load generator (wrk), so the ratios hold
 even on a shared 2-core machine. Writes docs/benchmarks-serving.md.
 
-    .venv/bin/python bench/serving/run_bench.py [--seconds 6] [--skip-ray]
+    .venv/bin/python bench/serving/run_bench.py [--seconds 5] [--rounds 5] [--skip-ray]
+        [--penguins-base DIR] [--soak-seconds 120]
 
-Needs `wrk` (apt-get install wrk) and, for the peers, starlette, uvicorn, ray[serve].
+The penguins model is the default pipeline's own export: the script runs `baton run` once
+in a temporary directory and serves the model it pushes (or `--penguins-base`, a model
+base path pushed earlier). Then bench/serving/soak.py runs (`--soak-seconds`, 0 skips it)
+and its results are a section of the report; a failed soak invariant makes the exit
+status 1. Needs `wrk` (apt-get install wrk) and, for the peers, starlette, uvicorn,
+ray[serve].
 """
 
 from __future__ import annotations
@@ -139,12 +145,72 @@ def signature_p50(model_dir: str, body: dict) -> float:
     return ts[len(ts) // 2] * 1e3
 
 
+def pipeline_model(tmp: str) -> str:
+    """Runs the default pipeline (`baton run`) in `tmp`; returns its pushed model's base."""
+    t0 = time.monotonic()
+    log = os.path.join(tmp, "baton-run.log")
+    with open(log, "wb") as f:
+        rc = subprocess.call([os.path.join(os.path.dirname(PY), "baton"), "run", "-q",
+                              "--runs-dir", os.path.join(tmp, "runs")], cwd=tmp, env=ENV,
+                             stdout=f, stderr=subprocess.STDOUT)
+    base = os.path.join(tmp, "models", "penguins")
+    if rc or not os.path.isdir(base):
+        with open(log, errors="replace") as f:
+            raise RuntimeError(f"baton run failed ({rc}):\n{f.read()[-3000:]}")
+    print(f"   default pipeline run in {time.monotonic() - t0:.0f}s: {base}", flush=True)
+    return base
+
+
+def latest_version(base: str) -> str:
+    return os.path.join(base, str(max(int(v) for v in os.listdir(base) if v.isdigit())))
+
+
+def instance_for(model_dir: str) -> dict:
+    """A raw penguin with exactly the serving signature's inputs (the real export adds
+    `year` to the fixture's features)."""
+    import fixture_models as fm
+    import tensorflow as tf
+
+    specs = tf.saved_model.load(model_dir).signatures["serving_default"]
+    names = set(specs.structured_input_signature[1])
+    row = dict(fm.PENGUIN, year=2008.0)
+    missing = names - set(row)
+    if missing:
+        raise RuntimeError(f"no bench value for the model's inputs {sorted(missing)}")
+    return {k: v for k, v in row.items() if k in names}
+
+
+def run_cells(peers_up: dict, bodies: dict, lua: str, seconds: float, rounds: int,
+              results: dict, mname: str) -> None:
+    """Every REST cell of the peers that are up, interleaved: for each concurrency, each
+    round runs every peer once, so a change in the machine's background load hits all
+    peers alike; a cell reports the round with the median req/s, and keeps every round's
+    req/s (`runs`) for the per-round ratios (see ratio)."""
+    for c in (1, 16, 64):
+        runs: dict[str, list[dict]] = {p: [] for p in peers_up}
+        for _ in range(rounds):
+            for peer, (_, url, _) in peers_up.items():
+                runs[peer].append(wrk(url, bodies[peer], lua, c, seconds))
+        for peer, rs in runs.items():
+            results[(mname, peer, "REST", c)] = r = dict(
+                sorted(rs, key=lambda x: x["rps"])[len(rs) // 2],
+                errors=sum(x["errors"] for x in rs), runs=[x["rps"] for x in rs],
+                group=",".join(peers_up))
+            print(f"   {peer:8s} c={c:<3} {r}", flush=True)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--seconds", type=int, default=6)
+    ap.add_argument("--seconds", type=float, default=5, help="per wrk run")
+    ap.add_argument("--rounds", type=int, default=5,
+                    help="interleaved runs per cell; the median is reported")
     ap.add_argument("--skip-ray", action="store_true")
     ap.add_argument("--models", default="mlp,penguins", help="subset while iterating")
     ap.add_argument("--peers", default="baton,naive,constant,ray", help="subset while iterating")
+    ap.add_argument("--penguins-base", help="serve this model base path (a pushed penguins "
+                    "model) instead of running the default pipeline for one")
+    ap.add_argument("--soak-seconds", type=float, default=120,
+                    help="then run soak.py this long (0: skip)")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks-serving.md"))
     a = ap.parse_args()
     import fixture_models as fm
@@ -153,14 +219,25 @@ def main() -> int:
         print("wrk not found: apt-get install -y wrk", file=sys.stderr)
         return 1
     tmp = tempfile.mkdtemp(prefix="baton-bench-")
+    try:
+        return run(a, fm, tmp)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def run(a, fm, tmp: str) -> int:
     lua = os.path.join(tmp, "post.lua")
     with open(lua, "w") as f:
         f.write(LUA)
-    models = {"mlp": (fm.build_mlp(os.path.join(tmp, "mlp", "1")),
-                      {"instances": [[0.5] * 32]}),
-              "penguins": (fm.build_penguins(os.path.join(tmp, "penguins", "1")),
-                           {"instances": [fm.PENGUIN]})}
-    models = {k: v for k, v in models.items() if k in a.models.split(",")}
+    wanted = a.models.split(",")
+    models = {}
+    if "mlp" in wanted:
+        models["mlp"] = (fm.build_mlp(os.path.join(tmp, "mlp", "1")), {"instances": [[0.5] * 32]})
+    if "penguins" in wanted:
+        print("== penguins: the default pipeline's pushed model", flush=True)
+        base = a.penguins_base or pipeline_model(tmp)
+        mdir = latest_version(base)
+        models["penguins"] = (mdir, {"instances": [instance_for(mdir)]})
     peers = [p for p in ["baton", "naive", "constant", "ray"]
              if p in a.peers.split(",") and not (a.skip_ray and p == "ray")]
     results, notes, floor = {}, {}, {}
@@ -169,83 +246,167 @@ def main() -> int:
         bf = os.path.join(tmp, f"{mname}.json")
         with open(bf, "w") as f:
             json.dump(body, f)
-        for peer in peers:
-            print(f"== {mname} / {peer}", flush=True)
+        # baton, naive and the ceiling run side by side (idle when not driven); Ray, whose
+        # cluster keeps the cores busy even when idle, runs alone afterwards
+        for group in ([p for p in peers if p != "ray"], [p for p in peers if p == "ray"]):
+            up = {}
             try:
-                proc, url, gport = start(peer, mdir, tmp)
-            except Exception as e:  # noqa: BLE001
-                notes[peer] = f"could not start on {mname}: {e}"
-                print(f"   {peer} could not start: {e!r}", flush=True)
-                continue
-            try:
-                wait_ok(url, json.dumps(body).encode(), 180, proc)
-                wrk(url, bf, lua, 16, 2)  # warm up
-                for c in (1, 16, 64):
-                    results[(mname, peer, "REST", c)] = r = wrk(url, bf, lua, c, a.seconds)
-                    print(f"   c={c:<3} {r}", flush=True)
-                if gport:
+                for peer in group:
+                    print(f"== {mname} / {peer}", flush=True)
+                    try:
+                        proc, url, gport = start(peer, mdir, tmp)
+                    except Exception as e:  # noqa: BLE001
+                        notes[peer] = f"could not start on {mname}: {e}"
+                        print(f"   {peer} could not start: {e!r}", flush=True)
+                        continue
+                    up[peer] = (proc, url, gport)
+                    try:
+                        wait_ok(url, json.dumps(body).encode(), 180, proc)
+                        wrk(url, bf, lua, 16, 2)  # warm up
+                    except Exception as e:  # noqa: BLE001
+                        notes[peer] = f"failed on {mname}: {e!r}"
+                        print(f"   {peer} failed: {e!r}", flush=True)
+                        stop(up.pop(peer)[0])
+                if not up:
+                    continue
+                run_cells(up, {p: bf for p in up}, lua, a.seconds, a.rounds, results, mname)
+                if "baton" in up:
+                    gport = up["baton"][2]
                     for c in (1, 16, 64):
                         out = subprocess.run([PY, os.path.join(HERE, "grpc_load.py"), str(gport),
                                               "m", json.dumps(body), str(c), str(a.seconds)],
                                              capture_output=True, text=True, env=ENV, check=True)
                         r = json.loads(out.stdout.strip().splitlines()[-1])
-                        results[(mname, peer, "gRPC", c)] = r
-                        print(f"   gRPC c={c:<3} {r}", flush=True)
+                        results[(mname, "baton", "gRPC", c)] = r
+                        print(f"   baton    gRPC c={c:<3} {r}", flush=True)
             except Exception as e:  # noqa: BLE001
-                notes[peer] = f"failed on {mname}: {e!r}"
-                print(f"   {peer} failed: {e!r}", flush=True)
+                notes[",".join(up) or "?"] = f"failed on {mname}: {e!r}"
+                print(f"   failed: {e!r}", flush=True)
             finally:
-                stop(proc)
-    write_report(a.out, results, notes, floor, peers, a.seconds)
+                for proc, _, _ in up.values():
+                    stop(proc)
+    soak = None
+    if a.soak_seconds > 0:
+        print(f"== soak ({a.soak_seconds:g} s)", flush=True)
+        out = os.path.join(tmp, "soak.json")
+        subprocess.call([PY, os.path.join(HERE, "soak.py"), "--seconds", str(a.soak_seconds),
+                         "--json", out], env=ENV)
+        try:
+            with open(out) as f:
+                soak = json.load(f)
+        except (OSError, ValueError) as e:
+            notes["soak"] = f"soak.py wrote no summary: {e!r}"
+    write_report(a.out, results, notes, floor, peers, a, soak)
     print(f"wrote {a.out}")
-    return 0
+    return 0 if soak is None or soak["ok_overall"] or a.soak_seconds <= 0 else 1
 
 
 NAMES = {"baton": "baton serve (batching)", "naive": "naive Starlette+uvicorn",
          "constant": "bare HTTP ceiling (Starlette constant)", "ray": "Ray Serve @serve.batch"}
+MODEL_NOTES = {
+    "mlp": "a 32-256-256-10 MLP, one float input `x` [None, 32] "
+           "(tests/serving/fixture_models.py)",
+    "penguins": "the default pipeline's own export, pushed by `baton run` (raw features in: "
+                "5 floats and 2 strings; the transform graph with its vocabulary lookups and "
+                "the Keras model inside; outputs `probabilities`, `class_ids` and the string "
+                "`classes`)",
+}
 
 
-def write_report(path, results, notes, floor, peers, seconds) -> None:
+def ratio(b: dict, p: dict) -> float:
+    """baton req/s / peer req/s: the median of the per-round ratios when both ran in the
+    same rounds (each round's runs are back to back, so they saw the same background
+    load), else the ratio of the reported cells."""
+    br, pr = b.get("runs"), p.get("runs")
+    if br and pr and len(br) == len(pr) and b.get("group") == p.get("group"):
+        rs = sorted(x / y for x, y in zip(br, pr, strict=True))
+        return rs[len(rs) // 2]
+    return b["rps"] / p["rps"]
+
+
+def goals(mname: str, results: dict, floor: dict) -> list[str]:
+    """The issue's goals for one model: met or missed, with the figures."""
+    b64 = results.get((mname, "baton", "REST", 64))
+    b1 = results.get((mname, "baton", "REST", 1))
+    out = []
+
+    def line(ok, text):
+        out.append(f"- {'met' if ok else '**missed**'}: {text}")
+
+    for peer, want in (("naive", 5.0), ("ray", 30.0), ("constant", 0.6)):
+        r = results.get((mname, peer, "REST", 64))
+        if b64 and r:
+            x = ratio(b64, r)
+            line(x >= want, f">= {want:g}x {NAMES[peer]} at concurrency 64: **{x:.2f}x** "
+                            f"(cells: {b64['rps']:.0f} / {r['rps']:.0f} req/s)")
+        else:
+            out.append(f"- not measured: >= {want:g}x {NAMES[peer]}")
+    for api in ("REST", "gRPC"):
+        r = results.get((mname, "baton", api, 64))
+        if r:
+            line(r["p99_ms"] < 30, f"p99 < 30 ms at concurrency 64 ({api}): "
+                                   f"**{r['p99_ms']:.2f} ms**")
+    if b1 and mname in floor:
+        d = b1["p50_ms"] - floor[mname]
+        line(d <= 0.5, f"concurrency-1 p50 within 0.5 ms of the in-process call: **+{d:.3f} ms** "
+                       f"({b1['p50_ms']:.2f} vs {floor[mname]:.3f} ms)")
+    return out
+
+
+def write_report(path, results, notes, floor, peers, a, soak) -> None:
     lines = ["# Serving benchmark", "",
-             f"Generated by `bench/serving/run_bench.py` on {time.strftime('%Y-%m-%d')} "
-             f"({os.cpu_count()} cores, shared with other work: compare ratios, not absolutes). "
-             f"Load: `wrk -t1` closed loop, one JSON row per request, {seconds:g} s per cell; "
-             "gRPC: a grpc.aio closed-loop generator in its own process.", ""]
+             f"Generated by `bench/serving/run_bench.py --seconds {a.seconds:g} --rounds "
+             f"{a.rounds}` on {time.strftime('%Y-%m-%d')} ({os.cpu_count()} cores, shared "
+             "with other work: compare ratios, not absolutes). Load: `wrk -t1` closed loop, "
+             f"one JSON row per request, {a.seconds:g} s per run. baton, the naive server and "
+             f"the ceiling are up together and driven in turn: each cell is run {a.rounds} "
+             "times interleaved with the other servers' runs and the run with the median req/s "
+             "is reported, so background load on the shared machine hits every server alike "
+             "(ratios between them are medians of the per-round ratios); "
+             "Ray Serve runs alone afterwards (its cluster keeps cores busy while idle). gRPC: "
+             "a grpc.aio closed-loop generator in its own process. baton serve runs with "
+             f"`--enable_batching` and `{BATCHING}`.", ""]
     for mname in ("mlp", "penguins"):
-        lines += [f"## Model: {mname}", "",
+        if not any(k[0] == mname for k in results):
+            continue
+        lines += [f"## Model: {mname}", "", f"Model: {MODEL_NOTES[mname]}.", "",
                   f"In-process signature call, batch 1: p50 {floor.get(mname, 0):.3f} ms", "",
                   "| server | API | conc | req/s | p50 ms | p99 ms | errors |",
                   "|---|---|---|---|---|---|---|"]
-        for peer in peers + ["baton"]:
+        for peer in peers:
             for api in ("REST", "gRPC"):
-                if peer == "baton" and api == "REST" and (mname, peer, "gRPC", 1) in results \
-                        and lines[-1].startswith(f"| {NAMES['baton']} | gRPC"):
-                    continue
                 for c in (1, 16, 64):
                     r = results.get((mname, peer, api, c))
-                    if r is None or (peer == "baton" and api == "REST" and any(
-                            ln.startswith(f"| {NAMES[peer]} | REST | {c} |") and f"| {mname}" not
-                            in ln for ln in [])):
-                        continue
-                    row = (f"| {NAMES[peer]} | {api} | {c} | {r['rps']:.0f} | {r['p50_ms']:.2f} "
-                           f"| {r['p99_ms']:.2f} | {r['errors']} |")
-                    if row not in lines:
-                        lines.append(row)
+                    if r is not None:
+                        lines.append(f"| {NAMES[peer]} | {api} | {c} | {r['rps']:.0f} | "
+                                     f"{r['p50_ms']:.2f} | {r['p99_ms']:.2f} | {r['errors']} |")
         lines.append("")
         b = results.get((mname, "baton", "REST", 64))
         if b:
-            lines += ["Ratios at concurrency 64 (baton REST req/s / peer req/s):", ""]
+            lines += ["Ratios at concurrency 64 (baton REST req/s / peer req/s; for the "
+                      "peers run side by side, the median of the per-round ratios):", ""]
             for peer in ("naive", "ray", "constant"):
                 r = results.get((mname, peer, "REST", 64))
                 if r:
-                    lines.append(f"- vs {NAMES[peer]}: **{b['rps'] / r['rps']:.2f}x**")
+                    lines.append(f"- vs {NAMES[peer]}: **{ratio(b, r):.2f}x**")
             b1 = results.get((mname, "baton", "REST", 1))
             if b1:
                 lines.append(f"- concurrency-1 p50 overhead over the in-process call: "
                              f"**{b1['p50_ms'] - floor[mname]:.3f} ms**")
             lines.append("")
+    lines += ["## Goals", "",
+              "The issue's goals, per model, from the tables above (REST unless stated; "
+              "the throughput ratios compare REST servers, so only the latency goal is "
+              "checked for gRPC too):", ""]
+    for mname in ("mlp", "penguins"):
+        if any(k[0] == mname for k in results):
+            lines += [f"**{mname}**", ""] + goals(mname, results, floor) + [""]
+    if soak is not None:
+        from soak import markdown
+
+        lines += markdown(soak)
     if notes:
-        lines += ["## Peers that did not run", ""] + [f"- {NAMES[k]}: {v}" for k, v in
+        lines += ["## Peers that did not run", ""] + [f"- {NAMES.get(k, k)}: {v}" for k, v in
                                                       notes.items()] + [""]
     os.makedirs(os.path.dirname(path), exist_ok=True)
     with open(path, "w") as f:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import sys
 import urllib.error
 import urllib.request
@@ -16,6 +15,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import fixture_models as fm  # noqa: E402
 
+from serving.testing import install  # noqa: E402,F401 - tests import it from here
+
 
 @pytest.fixture(scope="session")
 def built(tmp_path_factory):
@@ -26,13 +27,6 @@ def built(tmp_path_factory):
         out[f"penguins{b}"] = fm.build_penguins(str(root / f"penguins{b}"), bias=float(b))
     out["regressor"] = fm.build_penguins(str(root / "regressor"), regression=True)
     return out
-
-
-def install(src: str, base: str, version: int) -> str:
-    dst = os.path.join(base, str(version))
-    shutil.copytree(src, dst + ".tmp")
-    os.replace(dst + ".tmp", dst)  # atomic push, as the pusher does
-    return dst
 
 
 @pytest.fixture(scope="module")

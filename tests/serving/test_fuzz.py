@@ -7,6 +7,8 @@ import socket
 import fixture_models as fm
 from conftest import http
 
+from serving.testing import fuzz_bodies
+
 PATHS = ["/v1/models/penguins:predict", "/v1/models/penguins/versions/1:predict",
          "/v1/models/penguins:classify", "/v1/models/regressor:regress",
          "/v1/models/penguins/labels/stable:predict"]
@@ -18,33 +20,7 @@ BAD_PATHS = ["/v1/models/..%2F..%2Fetc%2Fpasswd:predict", "/v1/models/../../etc/
 
 
 def bodies(rng):
-    good = {"instances": [fm.PENGUIN]}
-    yield b""
-    yield b"{"
-    yield b"null"
-    yield b"[]"
-    yield b"\xff\xfe\x00garbage"
-    yield b'{"instances": "x"}'
-    yield b'{"instances": []}'
-    yield b'{"instances": [[1, 2], [3]]}'
-    yield b'{"inputs": {"island": [[["a"]]]}}'
-    yield b'{"instances": [{"bill_length_mm": "abc"}]}'
-    yield b'{"instances": [1e999]}'
-    yield b'{"instances": [{"island": {"b64": "!!!"}}]}'
-    yield json.dumps({"instances": [dict(fm.PENGUIN, bill_length_mm=[1, 2])]}).encode()
-    yield json.dumps({"instances": [dict(fm.PENGUIN, sex=None)]}).encode()
-    yield json.dumps({"instances": [dict(fm.PENGUIN, extra=1)]}).encode()
-    yield json.dumps({"examples": [{"island": [True]}]}).encode()
-    yield json.dumps({"examples": [{"body_mass_g": 2 ** 70}]}).encode()
-    yield json.dumps({"examples": "nope", "context": 3}).encode()
-    yield json.dumps({"signature_name": 7, "instances": [1]}).encode()
-    yield json.dumps(dict(good, inputs={})).encode()
-    yield b"[" * 100000 + b"]" * 100000
-    for _ in range(30):  # random mutations of a valid body
-        raw = bytearray(json.dumps(good).encode())
-        for _ in range(rng.randint(1, 4)):
-            raw[rng.randrange(len(raw))] = rng.randrange(256)
-        yield bytes(raw)
+    return fuzz_bodies(rng, fm.PENGUIN)
 
 
 def check(status, body):

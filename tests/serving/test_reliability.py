@@ -2,7 +2,6 @@
 
 import json
 import os
-import shutil
 import signal
 import threading
 import time
@@ -19,28 +18,11 @@ from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 from serving.client_demo import ServerProcess
 from serving.config import ModelConfig
 from serving.server import ModelServer, ServerOptions
+from serving.testing import corrupt as make_corrupt
+from serving.testing import finish_copy, half_copy
 
 # class id each fixture answers with, by bias: penguinsB adds 10 to class B % 3
 EXPECTED_CLASS = {1: 1, 2: 2, 3: 0}
-
-
-def _half_copy(src, dst):
-    """saved_model.pb and a truncated variables file: what a slow copy looks like midway."""
-    os.makedirs(os.path.join(dst, "variables"))
-    shutil.copy(os.path.join(src, "saved_model.pb"), dst)
-    for f in os.listdir(os.path.join(src, "variables")):
-        s, d = os.path.join(src, "variables", f), os.path.join(dst, "variables", f)
-        with open(s, "rb") as fi, open(d, "wb") as fo:
-            data = fi.read()
-            fo.write(data[: len(data) // 2])
-
-
-def _finish_copy(src, dst):
-    for root, _, files in os.walk(src):
-        for f in files:
-            rel = os.path.relpath(os.path.join(root, f), src)
-            os.makedirs(os.path.dirname(os.path.join(dst, rel)), exist_ok=True)
-            shutil.copy(os.path.join(src, rel), os.path.join(dst, rel))
 
 
 @pytest.mark.slow
@@ -84,15 +66,13 @@ def test_push_versions_under_load_zero_failures(built, tmp_path):
             time.sleep(0.4)
             b = 1 + v % 3
             if v == corrupt:
-                d = install(built[f"penguins{b}"], base, v)
-                with open(os.path.join(d, "saved_model.pb"), "wb") as f:
-                    f.write(b"\x08corrupt")
+                make_corrupt(built[f"penguins{b}"], base, v)
             elif v == half:
                 src, dst = built[f"penguins{b}"], os.path.join(base, str(v))
-                _half_copy(src, dst)
+                half_copy(src, dst)
                 time.sleep(0.4)  # several polls see the half-copied directory
                 bias_of[v] = b
-                _finish_copy(src, dst)
+                finish_copy(src, dst)
             else:
                 bias_of[v] = b
                 install(built[f"penguins{b}"], base, v)

@@ -1,0 +1,157 @@
+"""The REST fast paths give exactly what the general paths give.
+
+Rows of scalars are converted by a per-signature plan (rest_json._rows_fast), string
+outputs are encoded by orjson, a loaded signature is called flat and batch metrics are
+recorded in bulk: each is checked here against the slower path it stands in for, on
+valid input and, for the row plan, on input that must fall back and fail the same way.
+"""
+
+import json
+
+import fixture_models as fm
+import numpy as np
+import pytest
+
+from serving.batcher import Task
+from serving.metrics import Histogram
+from serving.rest_json import (
+    _row_plan,
+    _rows_fast,
+    dumps,
+    feeds_from_json,
+    parse_predict,
+    predict_response,
+)
+from serving.servable import load_servable
+from serving.status import ServingError
+
+
+@pytest.fixture(scope="module")
+def sig(built):
+    return load_servable("penguins", 1, built["penguins1"]).signature("serving_default")
+
+
+def _error(fn):
+    try:
+        fn()
+    except ServingError as e:
+        return e.code, e.message
+    return None
+
+
+GOOD = [
+    {"instances": [fm.PENGUIN]},
+    {"instances": [fm.PENGUIN] * 5},
+    {"instances": [dict(fm.PENGUIN, body_mass_g=4000)]},  # an int for a float
+    {"instances": [dict(fm.PENGUIN, bill_depth_mm=True)]},  # bools are numbers
+    {"instances": [dict(fm.PENGUIN, island="Dream é"), dict(fm.PENGUIN, sex="")]},
+    {"instances": [{k: fm.PENGUIN[k] for k in reversed(list(fm.PENGUIN))}]},
+    {"instances": [dict(fm.PENGUIN, flipper_length_mm=1e300)]},  # inf in float32, as before
+    {"instances": [dict(fm.PENGUIN, body_mass_g=2 ** 70)]},  # a float32 like any other
+]
+BAD = [
+    {"instances": [dict(fm.PENGUIN, bill_length_mm="abc")]},
+    {"instances": [dict(fm.PENGUIN, bill_length_mm=None)]},
+    {"instances": [dict(fm.PENGUIN, bill_length_mm=[1.0])]},
+    {"instances": [dict(fm.PENGUIN, island=7)]},
+    {"instances": [dict(fm.PENGUIN, island={"b64": "!!"})]},
+    {"instances": [dict(fm.PENGUIN, island=["a"])]},
+    {"instances": [dict(fm.PENGUIN, extra=1)]},
+    {"instances": [{k: v for k, v in fm.PENGUIN.items() if k != "sex"}]},
+    {"instances": [fm.PENGUIN, dict(fm.PENGUIN, extra=1)]},
+    {"instances": [fm.PENGUIN, [1, 2]]},
+    {"instances": [fm.PENGUIN], "inputs": {}},
+    {"instances": []},
+]
+
+
+@pytest.mark.filterwarnings("ignore:overflow encountered in cast")
+@pytest.mark.parametrize("body", GOOD)
+def test_row_plan_builds_the_same_feeds_and_key(sig, body):
+    feeds, row, key = parse_predict(body, sig)
+    ref, ref_row = feeds_from_json(body, sig)
+    assert key is not None and row is ref_row is True
+    assert list(feeds) == list(ref)
+    for k in ref:
+        assert feeds[k].dtype == ref[k].dtype and feeds[k].shape == ref[k].shape, k
+        assert feeds[k].flags.c_contiguous
+        np.testing.assert_array_equal(feeds[k], ref[k])
+    general = Task(sig, ref, lambda o, e: None)
+    fast = Task(sig, feeds, lambda o, e: None, key=key)
+    assert (fast.key, fast.size) == (general.key, general.size)
+
+
+@pytest.mark.parametrize("body", BAD)
+def test_row_plan_falls_back_and_fails_the_same_way(sig, body):
+    plan = _row_plan(sig)
+    rows = body["instances"]
+    assert not rows or "inputs" in body or _rows_fast(rows, plan) is None
+    err = _error(lambda: parse_predict(body, sig))
+    assert err is not None and err == _error(lambda: feeds_from_json(body, sig))
+
+
+def test_string_outputs_encode_to_the_same_json(sig):
+    outputs = {
+        "classes": np.array([b"Adelie", "Gentoo é".encode(), b"null", b"tab\there \"q\" \\",
+                             b"\x7f\x01"], dtype=object),
+        "class_ids": np.arange(5, dtype=np.int64),
+        "probabilities": np.array([[0.25, 0.5, 0.25]] * 4 + [[np.nan, 1.0, 0.0]], np.float32),
+        "raw_bytes": np.array([b"\xff\x00"] * 5, dtype=object),
+    }
+    for row in (True, False):
+        for n in (1, 3, 5):
+            out = {k: v[:n] for k, v in outputs.items()}
+            payload = predict_response(out, row)
+            reference = json.dumps(predict_response(out, row))
+            # same JSON values (NaN included: orjson's null falls back to json.dumps)
+            assert json.loads(dumps(payload, out)) == json.loads(reference) or n == 5
+            if n == 5:
+                assert dumps(payload, out) == reference.encode()
+    text = predict_response({"s": np.array([b"\xc3\xa9", b"\xff"], dtype=object)}, True)
+    assert text == {"predictions": ["é", {"b64": "/w=="}]}
+
+
+def test_flat_signature_call_matches_the_structured_call(sig):
+    feeds, _, _ = parse_predict({"instances": [fm.PENGUIN] * 3}, sig)
+    assert sig._flat is not None and sig._flat[0] is sig.fn
+    fast = sig(feeds)
+    flat, sig._flat = sig._flat, None
+    try:
+        slow = sig(feeds)
+        assert fast.keys() == slow.keys()
+        for k in slow:
+            np.testing.assert_array_equal(fast[k], slow[k])
+        # inputs that need a cast go through the structured call, with its own errors
+        as_f64 = dict(feeds, bill_length_mm=feeds["bill_length_mm"].astype(np.float64))
+        sig._flat = flat
+        assert not all(_fits_all(sig, as_f64))
+        assert _error(lambda: sig(as_f64)) == (_error(lambda: _structured(sig, as_f64)))
+    finally:
+        sig._flat = flat
+
+
+def _fits_all(sig, feeds):
+    from serving.servable import _fits
+
+    return [_fits(feeds[k], sig.inputs[k]) for k in sig.inputs]
+
+
+def _structured(sig, feeds):
+    flat, sig._flat = sig._flat, None
+    try:
+        return sig(feeds)
+    finally:
+        sig._flat = flat
+
+
+def test_observe_many_equals_observe():
+    values = [0.5, 3.0, 150.0, 1e9, 10.0]
+    one, many = (Histogram("h", "h", ["a"], [1.0, 10.0, 100.0]) for _ in range(2))
+    for v in values:
+        one.observe(v, "x")
+    many.observe_many(values, "x")
+    many.observe_many([], "x")
+    a, b = [], []
+    one.render(a)
+    many.render(b)
+    assert a == b
