@@ -9,6 +9,7 @@ version: nothing here is visible to clients until `load_version` returns.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import threading
 import time
@@ -18,6 +19,8 @@ from typing import Any
 import numpy as np
 
 from serving.status import Code, ServingError, invalid
+
+log = logging.getLogger("serving")
 
 WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 WARMUP_ITERATIONS = 1
@@ -56,18 +59,17 @@ class Signature:
     cache: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self._flat = _flat_call(self.fn, self.inputs)
+        self._fast = _FastCall.build(self.fn, self.inputs)
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Runs the signature on numpy arrays; TF errors become INVALID_ARGUMENT."""
         import tensorflow as tf
 
         try:
-            fn: Any = self.fn
-            flat = self._flat
-            if flat is not None and flat[0] is fn and feeds.keys() == self.inputs.keys() \
-                    and all(_fits(feeds[k], self.inputs[k]) for k in flat[1]):
-                out = fn._call_flat([tf.constant(feeds[k]) for k in flat[1]], fn.captured_inputs)
+            fast = self._fast
+            if fast is not None and fast.fn is self.fn and feeds.keys() == self.inputs.keys() \
+                    and all(_fits(feeds[k], self.inputs[k]) for k in fast.order):
+                out = fast(feeds) if fast.verified else self._verify(fast, feeds)
             else:
                 out = self.fn(**{k: tf.constant(v) for k, v in feeds.items()})
             return {k: v.numpy() for k, v in out.items()}
@@ -76,33 +78,82 @@ class Signature:
         except tf.errors.OpError as e:
             raise ServingError(Code(e.error_code), _short(e.message)) from None
 
-
-def _flat_call(fn, inputs: dict[str, TensorSpec]) -> tuple[Any, list[str]] | None:
-    """(fn, its flat input order) for a loaded signature whose flat call can be used.
-
-    Calling a restored signature with keyword arguments binds them to its structured
-    signature first (canonicalize, unpack, cast each tensor to its spec): about a fifth
-    of a small model's call, all of it holding the GIL. Inputs that already have the
-    spec's dtype and shape need none of it, so they go straight to the flat call the
-    structured one ends with (`_call_flat(flat_inputs, captured_inputs)`, a private
-    TensorFlow API; when it is not there as expected, None, and every call is
-    structured). Anything else takes the structured call, and its errors, as does a
-    Signature whose `fn` was replaced after construction.
-    """
-    try:
+    def _verify(self, fast: _FastCall, feeds: dict[str, np.ndarray]) -> dict:
+        """First call: the keyword call's result is returned; the fast call is kept for
+        the next calls only if it gave the same outputs."""
         import tensorflow as tf
 
+        out = self.fn(**{k: tf.constant(v) for k, v in feeds.items()})
+        try:
+            got = fast(feeds)
+            same = got.keys() == out.keys() and all(
+                _same(got[k].numpy(), out[k].numpy()) for k in out)
+        except Exception:  # noqa: BLE001 - whatever went wrong, the keyword call is kept
+            same = False
+        if same:
+            fast.verified = True
+        else:
+            log.warning("signature %s: the fast call differs from the keyword call; "
+                        "using the keyword call", self.name)
+            self._fast = None
+        return out
+
+
+class _FastCall:
+    """A restored signature called the way its keyword call ends up calling it.
+
+    A keyword call of a restored signature binds the arguments to its structured
+    signature (canonicalize, unpack, cast each tensor to its spec), maps the captured
+    variables, checks for gradient tapes, then calls the function on the flat list of
+    inputs and captures; tf.constant on each input goes through several layers too. For
+    inputs that already have their spec's dtype and shape none of that changes anything,
+    and in the server it is about a third of a small model's call, all of it holding the
+    GIL the event loop needs. So such inputs become EagerTensors directly and go to the
+    atomic function's `call_preflattened` (no tape ever watches a serving thread).
+
+    These are TensorFlow internals: `build` returns None when they are not there as
+    expected, and the first call is checked against the keyword call (Signature._verify):
+    if the outputs differ, the keyword call is used from then on.
+    """
+
+    __slots__ = ("fn", "order", "dtypes", "call", "tensor", "context", "verified")
+
+    @classmethod
+    def build(cls, fn, inputs: dict[str, TensorSpec]) -> _FastCall | None:
+        try:
+            return cls(fn, inputs)
+        except (AttributeError, TypeError, ValueError, ImportError):
+            return None
+
+    def __init__(self, fn, inputs: dict[str, TensorSpec]):
+        import tensorflow as tf
+        from tensorflow.python.eager import context
+        from tensorflow.python.framework import ops
+
         args, kwargs = fn.structured_input_signature
-        fn._call_flat  # noqa: B018 - both attributes must exist
-        fn.captured_inputs  # noqa: B018
-    except (AttributeError, TypeError, ValueError):
-        return None
-    if args or not isinstance(kwargs, dict) or set(kwargs) != set(inputs):
-        return None
-    order = tf.nest.flatten({k: k for k in kwargs})  # the flattening the call binds to
-    if len(order) != len(kwargs):
-        return None
-    return fn, order
+        if args or not isinstance(kwargs, dict) or set(kwargs) != set(inputs):
+            raise TypeError("not a signature of keyword tensors")
+        inner = fn._inference_function
+        self.fn = fn
+        self.order: list[str] = tf.nest.flatten({k: k for k in kwargs})  # the call's order
+        self.dtypes = [kwargs[k].dtype.as_datatype_enum for k in self.order]
+        fn.captured_inputs  # noqa: B018 - must exist
+        self.call = inner.call_preflattened
+        self.tensor = ops.EagerTensor
+        self.context = context.context
+        self.verified = False
+
+    def __call__(self, feeds: dict[str, np.ndarray]) -> dict:
+        device, tensor = self.context().device_name, self.tensor
+        return self.call([tensor(feeds[k], device, d) for k, d in zip(self.order, self.dtypes,
+                                                                       strict=True)]
+                         + self.fn.captured_inputs)
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    return bool(np.array_equal(a, b, equal_nan=a.dtype.kind in "fc"))
 
 
 def _fits(arr: np.ndarray, spec: TensorSpec) -> bool:

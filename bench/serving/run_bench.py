@@ -184,18 +184,18 @@ def run_cells(peers_up: dict, bodies: dict, lua: str, seconds: float, rounds: in
               results: dict, mname: str) -> None:
     """Every REST cell of the peers that are up, interleaved: for each concurrency, each
     round runs every peer once, so a change in the machine's background load hits all
-    peers alike; a cell reports the round with the median req/s, and keeps every round's
-    req/s (`runs`) for the per-round ratios (see ratio)."""
+    peers alike; a cell reports the median over the rounds of req/s, of p50 and of p99,
+    and keeps every round's req/s (`runs`) for the per-round ratios (see ratio)."""
     for c in (1, 16, 64):
         runs: dict[str, list[dict]] = {p: [] for p in peers_up}
         for _ in range(rounds):
             for peer, (_, url, _) in peers_up.items():
                 runs[peer].append(wrk(url, bodies[peer], lua, c, seconds))
         for peer, rs in runs.items():
-            results[(mname, peer, "REST", c)] = r = dict(
-                sorted(rs, key=lambda x: x["rps"])[len(rs) // 2],
-                errors=sum(x["errors"] for x in rs), runs=[x["rps"] for x in rs],
-                group=",".join(peers_up))
+            results[(mname, peer, "REST", c)] = r = {
+                **{k: median([x[k] for x in rs]) for k in ("rps", "p50_ms", "p99_ms")},
+                "errors": sum(x["errors"] for x in rs), "runs": [x["rps"] for x in rs],
+                "group": ",".join(peers_up)}
             print(f"   {peer:8s} c={c:<3} {r}", flush=True)
 
 
@@ -313,14 +313,17 @@ MODEL_NOTES = {
 }
 
 
+def median(values: list[float]) -> float:
+    return sorted(values)[len(values) // 2]
+
+
 def ratio(b: dict, p: dict) -> float:
     """baton req/s / peer req/s: the median of the per-round ratios when both ran in the
     same rounds (each round's runs are back to back, so they saw the same background
     load), else the ratio of the reported cells."""
     br, pr = b.get("runs"), p.get("runs")
     if br and pr and len(br) == len(pr) and b.get("group") == p.get("group"):
-        rs = sorted(x / y for x, y in zip(br, pr, strict=True))
-        return rs[len(rs) // 2]
+        return median([x / y for x, y in zip(br, pr, strict=True)])
     return b["rps"] / p["rps"]
 
 
@@ -360,8 +363,9 @@ def write_report(path, results, notes, floor, peers, a, soak) -> None:
              "with other work: compare ratios, not absolutes). Load: `wrk -t1` closed loop, "
              f"one JSON row per request, {a.seconds:g} s per run. baton, the naive server and "
              f"the ceiling are up together and driven in turn: each cell is run {a.rounds} "
-             "times interleaved with the other servers' runs and the run with the median req/s "
-             "is reported, so background load on the shared machine hits every server alike "
+             "times interleaved with the other servers' runs and req/s, p50 and p99 are each "
+             "the median over those runs, so background load on the shared machine hits every "
+             "server alike "
              "(ratios between them are medians of the per-round ratios); "
              "Ray Serve runs alone afterwards (its cluster keeps cores busy while idle). gRPC: "
              "a grpc.aio closed-loop generator in its own process. baton serve runs with "

@@ -9,8 +9,9 @@ and exits 1 if an invariant fails:
 
 - no failed request before SIGTERM (an error status, a broken connection, a timeout or a
   wrong answer); after SIGTERM only refusals (connection refused/reset, REST 503
-  "Server is shutting down", gRPC UNAVAILABLE), and at least one request in flight at
-  SIGTERM still answered 200; the server exits 0
+  "Server is shutting down", gRPC UNAVAILABLE, or CANCELLED for calls grpc had not yet
+  handed to a handler), and at least one request in flight at SIGTERM still answered
+  200; the server exits 0
 - every fuzz body answered 200 or 4xx `{"error": ...}`, never 5xx or a dropped connection
 - the corrupt version never answers (gRPC responses name their version; a REST or gRPC
   request for that version explicitly is 404 / NOT_FOUND every time); the half-copied
@@ -55,8 +56,8 @@ EXPECTED_CLASS = {1: 1, 2: 2, 3: 0}
 # What a request may get once SIGTERM has arrived: the listener is closed (refused), a
 # kept-alive connection is closed or answered 503, gRPC is UNAVAILABLE; and CANCELLED for
 # gRPC calls grpc core had received but not yet handed to the server (its shutdown cancels
-# calls no handler has picked up; every handler that started finishes, checked by
-# counting handler starts and completions in an in-process run).
+# calls no handler has picked up; that every handler that started finishes is
+# tests/serving/test_reliability.py::test_stop_under_grpc_load_finishes_every_started_call).
 REFUSALS = {"refused", "reset", "503", "UNAVAILABLE", "CANCELLED"}
 
 

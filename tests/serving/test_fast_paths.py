@@ -111,37 +111,62 @@ def test_string_outputs_encode_to_the_same_json(sig):
     assert text == {"predictions": ["é", {"b64": "/w=="}]}
 
 
-def test_flat_signature_call_matches_the_structured_call(sig):
+def test_fast_signature_call_matches_the_keyword_call(sig):
     feeds, _, _ = parse_predict({"instances": [fm.PENGUIN] * 3}, sig)
-    assert sig._flat is not None and sig._flat[0] is sig.fn
-    fast = sig(feeds)
-    flat, sig._flat = sig._flat, None
+    fast = sig._fast
+    assert fast is not None and fast.fn is sig.fn and fast.verified  # checked by the warmup
+    got = sig(feeds)
+    sig._fast = None
     try:
-        slow = sig(feeds)
-        assert fast.keys() == slow.keys()
-        for k in slow:
-            np.testing.assert_array_equal(fast[k], slow[k])
-        # inputs that need a cast go through the structured call, with its own errors
+        ref = sig(feeds)
+        assert got.keys() == ref.keys()
+        for k in ref:
+            assert got[k].dtype == ref[k].dtype
+            np.testing.assert_array_equal(got[k], ref[k])
+        # inputs that need a cast take the keyword call, and give its errors
         as_f64 = dict(feeds, bill_length_mm=feeds["bill_length_mm"].astype(np.float64))
-        sig._flat = flat
-        assert not all(_fits_all(sig, as_f64))
-        assert _error(lambda: sig(as_f64)) == (_error(lambda: _structured(sig, as_f64)))
+        keyword = _error(lambda: sig(as_f64))
+        sig._fast = fast
+        assert _error(lambda: sig(as_f64)) == keyword
     finally:
-        sig._flat = flat
+        sig._fast = fast
 
 
-def _fits_all(sig, feeds):
-    from serving.servable import _fits
+def test_a_fast_call_that_disagrees_is_dropped_at_its_first_call(built):
+    from serving.servable import _FastCall
 
-    return [_fits(feeds[k], sig.inputs[k]) for k in sig.inputs]
+    sig = load_servable("penguins", 1, built["penguins1"], warmup=False).signature("")
+    feeds, _, _ = parse_predict({"instances": [fm.PENGUIN]}, sig)
+    assert isinstance(sig._fast, _FastCall) and not sig._fast.verified
+    calls = []
+
+    class Wrong:
+        fn, order, verified = sig.fn, sig._fast.order, False
+
+        def __call__(self, feeds):
+            calls.append(1)
+            return {"class_ids": np.zeros(1, np.int64)}
+
+    sig._fast = Wrong()
+    out = sig(feeds)  # the keyword call's outputs, and the fast call is gone
+    assert calls == [1] and sig._fast is None and set(out) == set(sig.outputs)
+    assert sig(feeds).keys() == out.keys() and calls == [1]
 
 
-def _structured(sig, feeds):
-    flat, sig._flat = sig._flat, None
+def test_a_replaced_fn_is_called(sig):
+    fn, calls = sig.fn, []
+
+    def wrapped(**kw):
+        calls.append(1)
+        return fn(**kw)
+
+    feeds, _, _ = parse_predict({"instances": [fm.PENGUIN]}, sig)
+    sig.fn = wrapped
     try:
-        return sig(feeds)
+        sig(feeds)
     finally:
-        sig._flat = flat
+        sig.fn = fn
+    assert calls == [1]
 
 
 def test_observe_many_equals_observe():

@@ -135,6 +135,71 @@ def test_sigterm_finishes_in_flight_and_refuses_new(built, tmp_path):
 
 
 @pytest.mark.slow
+def test_stop_under_grpc_load_finishes_every_started_call(built, tmp_path, monkeypatch):
+    """Stopping under gRPC load: every Predict a handler started completes; clients see
+    only OK, UNAVAILABLE, or CANCELLED for calls grpc cancelled before any handler had
+    them (grpc's shutdown cancels calls not yet handed to the application)."""
+    import asyncio
+
+    from serving import grpc_service
+
+    base = str(tmp_path / "penguins")
+    install(built["penguins1"], base, 1)
+    started, finished = [0], [0]
+    predict = grpc_service.PredictionServicer.Predict
+
+    async def counted(self, request, context):
+        started[0] += 1
+        out = await predict(self, request, context)
+        finished[0] += 1
+        return out
+
+    monkeypatch.setattr(grpc_service.PredictionServicer, "Predict", counted)
+    server = ModelServer(ServerOptions(bind_free_ports=True, enable_batching=True),
+                         [ModelConfig("penguins", base)]).start()
+    req = predict_pb2.PredictRequest()
+    req.model_spec.name = "penguins"
+    for k, v in fm.PENGUIN.items():
+        req.inputs[k].CopyFrom(tf.make_tensor_proto([v]))
+    seen: dict = {}
+
+    async def load():
+        ch = grpc.aio.insecure_channel(f"127.0.0.1:{server.grpc_port}")
+        stub = prediction_service_pb2_grpc.PredictionServiceStub(ch)
+        stopping = threading.Event()
+
+        async def client():
+            while True:
+                try:
+                    await stub.Predict(req, timeout=30)
+                    code = "OK"
+                except grpc.RpcError as e:
+                    code = e.code().name
+                key = (code, stopping.is_set())
+                seen[key] = seen.get(key, 0) + 1
+                if code != "OK":
+                    if not stopping.is_set():
+                        return
+                    await asyncio.sleep(0.01)
+                if stopping.is_set() and not stopper.is_alive():
+                    return
+
+        clients = [asyncio.ensure_future(client()) for _ in range(32)]
+        await asyncio.sleep(1.5)
+        stopping.set()
+        stopper = threading.Thread(target=server.stop, kwargs={"grace": 10})
+        stopper.start()
+        await asyncio.gather(*clients)
+        await ch.close()
+        stopper.join(30)
+
+    asyncio.run(load())
+    assert started[0] == finished[0] > 0, (started, finished, seen)
+    assert not [k for k in seen if not k[1] and k[0] != "OK"], seen  # nothing failed before
+    assert {k[0] for k in seen} <= {"OK", "UNAVAILABLE", "CANCELLED"}, seen
+
+
+@pytest.mark.slow
 def test_demo_helper_prints_one_prediction(built, tmp_path):
     import io
 
