@@ -6,6 +6,7 @@
 FROM python:3.11-slim AS build
 WORKDIR /src
 COPY pyproject.toml README.md* ./
+COPY baton ./baton
 COPY pipeline ./pipeline
 COPY graphs ./graphs
 COPY strategies ./strategies

@@ -25,11 +25,11 @@ $(VENV)/.dev: pyproject.toml $(VENV)/.runtime
 venv: $(VENV)/.dev
 
 demo: $(VENV)/.runtime
-	$(BIN)/python -m pipeline.demo
+	$(BIN)/python -m baton.pipeline.demo
 
 lint: $(VENV)/.dev
 	$(BIN)/ruff check .
-	$(BIN)/mypy pipeline graphs strategies serving k8s
+	$(BIN)/mypy baton
 	$(BIN)/lint-imports
 
 test: lint

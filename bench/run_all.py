@@ -54,7 +54,7 @@ def main() -> int:
                 continue
             print(f"== bench/{area.name}", flush=True)
             t0 = time.monotonic()
-            env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+            env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
             rc = subprocess.call([sys.executable, str(area / "run_bench.py")], cwd=ROOT, env=env)
             print(f"== bench/{area.name}: exit {rc} in {time.monotonic() - t0:.0f}s", flush=True)
             if rc:

@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
-from graphs.feature_spec import FeatureSpec
+from baton.graphs.feature_spec import FeatureSpec
 
 CategoricalMode = Literal["embedding", "one_hot"]
 
@@ -118,9 +118,9 @@ def build_model(
 
 def model_inputs(spec: FeatureSpec) -> dict[str, Any]:
     """One `keras.Input(shape=())` per transformed feature, named and typed as the spec says."""
-    import keras
+    from baton.graphs.model_spec import ModelSpec
 
-    return {f.name: keras.Input(shape=(), dtype=f.dtype, name=f.name) for f in spec.features}
+    return dict(ModelSpec.from_feature_spec(spec).inputs)
 
 
 def build_mlp(spec: FeatureSpec, config: MLPConfig) -> Any:
@@ -235,7 +235,7 @@ def _embedding(name: str, vocab: int, config: Any) -> Any:
     dim = config.embedding_dim
     shards = min(config.embedding_shards, vocab)
     if shards > 1 and vocab * dim * 4 >= config.shard_min_bytes:
-        from graphs.sharded_embedding import ShardedEmbedding
+        from baton.graphs.sharded_embedding import ShardedEmbedding
 
         return ShardedEmbedding(vocab, dim, shards, name=f"{name}_embedding")
     return layers.Embedding(vocab, dim, name=f"{name}_embedding")

@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from graphs.feature_spec import FeatureSpec
+from baton.graphs.feature_spec import FeatureSpec
 
 TOTALS = ("loss_sum", "correct", "examples", "stop")
 

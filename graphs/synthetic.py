@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from graphs.feature_spec import Feature, FeatureSpec, Label, RawFeature
+from baton.graphs.feature_spec import Feature, FeatureSpec, Label, RawFeature
 
 
 def synthetic_spec(

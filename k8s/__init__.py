@@ -11,8 +11,8 @@ heavy imports at module level (the kubernetes client and jsonschema load inside 
 * `submit`    create the manifests with the official kubernetes client
 """
 
-from k8s.errors import ManifestError, ValidationFailed, Violation
-from k8s.options import JobOptions, Resources, RunPolicy, Topology
+from baton.k8s.errors import ManifestError, ValidationFailed, Violation
+from baton.k8s.options import JobOptions, Resources, RunPolicy, Topology
 
 __all__ = ["JobOptions", "ManifestError", "Resources", "RunPolicy", "Topology", "ValidationFailed",
            "Violation"]

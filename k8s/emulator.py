@@ -24,8 +24,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from k8s import tfconfig
-from k8s.emulator_pods import EmulationError, PodPlan, find_configmaps, plan_pod
+from baton.k8s import tfconfig
+from baton.k8s.emulator_pods import EmulationError, PodPlan, find_configmaps, plan_pod
 
 ORDER = ("Chief", "Master", "Worker", "PS", "Evaluator")
 
@@ -123,7 +123,7 @@ class Emulator:
         cluster = tfconfig.operator_cluster(self.job)
         tfconfig.as_cluster_spec(cluster)  # one chief, distinct addresses
         flat = [(k, i) for k in cluster for i in range(len(cluster[k]))]
-        from strategies.cluster import free_ports
+        from baton.strategies.cluster import free_ports
 
         ports = dict(zip(flat, free_ports(len(flat)), strict=True))
         local = {k: [f"127.0.0.1:{ports[(k, i)]}" for i in range(len(v))] for k, v in cluster.items()}
@@ -369,7 +369,7 @@ def emulate_file(path: str | Path, options: EmulatorOptions) -> int:
     """Validate and emulate the TFJob in `path` (the first TFJob document in the file)."""
     import yaml
 
-    from k8s.validate import check
+    from baton.k8s.validate import check
 
     docs = [d for d in yaml.safe_load_all(Path(path).read_text()) if isinstance(d, dict)]
     jobs = [d for d in docs if d.get("kind") == "TFJob"]

@@ -9,8 +9,8 @@ options in the spec; the pod then only submits the pipeline.
 
 from __future__ import annotations
 
-from k8s import pods
-from k8s.options import JobOptions
+from baton.k8s import pods
+from baton.k8s.options import JobOptions
 
 
 def run_command(opts: JobOptions, stages: tuple[str, ...]) -> tuple[list[str], list[str]]:

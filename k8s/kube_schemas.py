@@ -18,7 +18,7 @@ import importlib.util
 import re
 from typing import Any
 
-from k8s.errors import Violation, json_path
+from baton.k8s.errors import Violation, json_path
 
 KUBERNETES_VERSION = "1.30.0"  # oldest minor still in the main clouds' support windows
 
@@ -65,7 +65,7 @@ def _validator(api_version: str, kind: str) -> Any:
 
 
 def _check_json_schema(doc: dict[str, Any]) -> list[Violation]:
-    from k8s.validate import violations_from_errors
+    from baton.k8s.validate import violations_from_errors
 
     validator = _validator(doc["apiVersion"], doc["kind"])
     return violations_from_errors(validator.iter_errors(doc))

@@ -11,7 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from k8s.errors import ManifestError
+from baton.k8s.errors import ManifestError
 
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "parameter_server")
 CLEAN_POD_POLICIES = ("None", "Running", "All")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import shlex
 
-from k8s.options import JobOptions
+from baton.k8s.options import JobOptions
 
 SPEC_DIR = "/etc/baton"
 SPEC_FILE = f"{SPEC_DIR}/pipeline.yaml"

@@ -13,8 +13,8 @@ from typing import Any
 
 import yaml
 
-from k8s import jobs, pods, serving, tfjob
-from k8s.options import JobOptions
+from baton.k8s import jobs, pods, serving, tfjob
+from baton.k8s.options import JobOptions
 
 KUSTOMIZATION = "kustomization.yaml"
 
@@ -76,7 +76,7 @@ def write_manifests(opts: JobOptions, out: str | Path, validate: bool = True) ->
     files = build_all(opts)
     alternatives = {"alternatives/inferenceservice.yaml": [serving.build_inference_service(opts)]}
     if validate:
-        from k8s.validate import check
+        from baton.k8s.validate import check
 
         check([doc for docs in files.values() for doc in docs])
     root = Path(out)

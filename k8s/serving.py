@@ -9,8 +9,8 @@ tune them without rebuilding anything. KServe users get an InferenceService inst
 
 from __future__ import annotations
 
-from k8s import pods
-from k8s.options import JobOptions
+from baton.k8s import pods
+from baton.k8s.options import JobOptions
 
 GRPC_PORT = 8500
 REST_PORT = 8501

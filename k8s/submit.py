@@ -96,7 +96,7 @@ def collect(path: str | Path) -> list[tuple[str, Any]]:
     (stable: files keep their alphabetical order within a kind). A YAML syntax error comes back
     as the document (a `yaml.YAMLError`), for the validator to report with its file.
     """
-    from k8s.validate import load_documents
+    from baton.k8s.validate import load_documents
 
     p = Path(path)
     if not p.exists():
@@ -123,7 +123,7 @@ def _from_kustomization(kust: Path) -> list[tuple[str, Any]]:
     transform (patches, images, name prefixes, bases...) is refused rather than ignored."""
     import yaml
 
-    from k8s.validate import load_documents
+    from baton.k8s.validate import load_documents
 
     try:
         data = yaml.safe_load(kust.read_text())

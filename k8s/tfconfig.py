@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 
-from strategies.cluster import ClusterSpec, TaskId
+from baton.strategies.cluster import ClusterSpec, TaskId
 
 DEFAULT_PORT = 2222
 

@@ -8,8 +8,8 @@ checkpoint saved) and 137 (SIGKILL) restart the pod, 1 (a permanent error) fails
 
 from __future__ import annotations
 
-from k8s import pods
-from k8s.options import JobOptions
+from baton.k8s import pods
+from baton.k8s.options import JobOptions
 
 API_VERSION = "kubeflow.org/v1"
 KIND = "TFJob"

@@ -13,8 +13,8 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
-from k8s.errors import ValidationFailed, Violation, json_path
-from k8s.options import QUANTITY
+from baton.k8s.errors import ValidationFailed, Violation, json_path
+from baton.k8s.options import QUANTITY
 
 SKIP_KINDS = {("kustomize.config.k8s.io/v1beta1", "Kustomization")}
 
@@ -79,8 +79,8 @@ def _pattern_message(pattern: str, instance: Any) -> str:
 def _check_tfjob(doc: dict[str, Any]) -> list[Violation]:
     import jsonschema
 
-    from k8s.crd import tfjob_schema
-    from k8s.webhook import check_tfjob
+    from baton.k8s.crd import tfjob_schema
+    from baton.k8s.webhook import check_tfjob
 
     validator = jsonschema.Draft202012Validator(tfjob_schema())
     return violations_from_errors(validator.iter_errors(doc)) + check_tfjob(doc)
@@ -114,7 +114,7 @@ def validate_doc(doc: Any) -> list[Violation]:
         return out
     if (api, kind) == ("serving.kserve.io/v1beta1", "InferenceService"):
         return out + _check_inference_service(doc)
-    from k8s import kube_schemas
+    from baton.k8s import kube_schemas
 
     if kube_schemas.supports(api, kind):
         return out + kube_schemas.check(doc)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from k8s.errors import Violation
+from baton.k8s.errors import Violation
 
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 REPLICA_TYPES = ("Chief", "Master", "Worker", "PS", "Evaluator")

@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pipeline import store
+from baton.pipeline import store
 
 
 def code_version(files: list[Path]) -> str:

@@ -10,13 +10,15 @@ import importlib
 import os
 import sys
 
+from baton.errors import EXIT_INTERRUPTED, EXIT_USAGE, BatonError
+
 COMMANDS: list[tuple[str, str, str]] = [
-    ("run", "pipeline.commands.run", "run a pipeline (no SPEC: the embedded penguins pipeline)"),
-    ("inspect", "pipeline.commands.inspect", "show a run: stages, metrics, lineage, statistics"),
-    ("serve", "pipeline.commands.serve", "TensorFlow Serving-compatible model server (REST+gRPC)"),
-    ("rollback", "pipeline.commands.rollback", "point serving back at an earlier model version"),
-    ("k8s", "pipeline.commands.k8s", "TFJob/serving manifests: generate, validate, emulate, submit"),
-    ("task", "pipeline.commands.task", "run one task of a distributed stage (TF_CONFIG from env)"),
+    ("run", "baton.pipeline.commands.run", "run a pipeline (no SPEC: the embedded penguins pipeline)"),
+    ("inspect", "baton.pipeline.commands.inspect", "show a run: stages, metrics, lineage, statistics"),
+    ("serve", "baton.pipeline.commands.serve", "TensorFlow Serving-compatible model server (REST+gRPC)"),
+    ("rollback", "baton.pipeline.commands.rollback", "point serving back at an earlier model version"),
+    ("k8s", "baton.pipeline.commands.k8s", "TFJob/serving manifests: generate, validate, emulate, submit"),
+    ("task", "baton.pipeline.commands.task", "run one task of a distributed stage (TF_CONFIG from env)"),
 ]
 
 USAGE = """usage: baton <command> [options]
@@ -42,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else list(argv)
     if not args or args[0] in ("-h", "--help", "help"):
         sys.stdout.write(_usage())
-        return 0 if args else 2
+        return 0 if args else EXIT_USAGE
     if args[0] == "--version":
         from importlib.metadata import version
 
@@ -55,11 +57,10 @@ def main(argv: list[str] | None = None) -> int:
         match = difflib.get_close_matches(args[0], list(by_name), n=1)
         hint = f" (did you mean {match[0]!r}?)" if match else ""
         sys.stderr.write(f"baton: unknown command {args[0]!r}{hint}\n\n{_usage()}")
-        return 2
+        return EXIT_USAGE
     # TensorFlow's C++ INFO/WARNING lines drown the progress output; users can still opt in.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     module = importlib.import_module(by_name[args[0]])
-    from pipeline.errors import BatonError
 
     try:
         return int(module.main(args[1:]) or 0)
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
         return exc.exit_code
     except KeyboardInterrupt:
         sys.stderr.write(f"baton {args[0]}: interrupted\n")
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

@@ -16,13 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-
-class ConfigError(ValueError):
-    """A config value that does not fit its field. `path` is the dotted key, e.g. `gate.min`."""
-
-    def __init__(self, path: str, message: str) -> None:
-        self.path = path
-        super().__init__(f"{path}: {message}" if path else message)
+from baton.errors import ConfigError
 
 
 class ConfigErrors(ConfigError):

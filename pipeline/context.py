@@ -134,6 +134,6 @@ class StageContext:
 
         Used to find baselines (the last blessed model) and the last exported version.
         """
-        from pipeline import lineage
+        from baton.pipeline import lineage
 
         yield from lineage.iter_records(self.runs_root, stage_type=stage_type, exclude_run=self.run_id)

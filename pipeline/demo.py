@@ -18,11 +18,11 @@ RECORD = {
 
 
 def main() -> int:
-    from pipeline import lineage
-    from pipeline.context import RunOptions
-    from pipeline.plan import plan
-    from pipeline.runner import run_pipeline
-    from pipeline.spec import load_spec
+    from baton.pipeline import lineage
+    from baton.pipeline.context import RunOptions
+    from baton.pipeline.plan import plan
+    from baton.pipeline.runner import run_pipeline
+    from baton.pipeline.spec import load_spec
 
     result = run_pipeline(plan(load_spec(None)), RunOptions())
     if not result.ok:
@@ -56,7 +56,7 @@ def main() -> int:
     print(f"  output {label} (p={probs[best]:.3f}; probabilities {np.round(probs, 3).tolist()})")
 
     print("\nREST prediction from `baton serve` (TF Serving API) on the same model directory:")
-    from serving.client_demo import ServerProcess
+    from baton.serving.client_demo import ServerProcess
 
     with ServerProcess(result.run_dir.parent.name, str(base)) as server:
         response = server.predict([RECORD])

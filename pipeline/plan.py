@@ -12,10 +12,10 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
-from pipeline import registry
-from pipeline.configs import ConfigError, build_config, did_you_mean
-from pipeline.errors import SpecError
-from pipeline.spec import PipelineSpec, StageSpec
+from baton.errors import SpecError
+from baton.pipeline import registry
+from baton.pipeline.configs import ConfigError, build_config, did_you_mean
+from baton.pipeline.spec import PipelineSpec, StageSpec
 
 
 @dataclasses.dataclass(frozen=True)

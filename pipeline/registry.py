@@ -18,17 +18,19 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from baton.pipeline.hooks import HOOKS, StageDeclaration, normalize_inputs
+
 STAGES: list[tuple[str, str]] = [
-    ("ingest", "pipeline.stages.ingest"),
-    ("statistics", "pipeline.stages.statistics"),
-    ("validate", "pipeline.stages.validate"),
-    ("transform", "pipeline.stages.transform"),
-    ("train", "pipeline.stages.train"),
-    ("evaluate", "pipeline.stages.evaluate"),
-    ("export", "pipeline.stages.export"),
-    ("check", "pipeline.stages.check"),
-    ("edge", "pipeline.stages.edge"),
-    ("push", "pipeline.stages.push"),
+    ("ingest", "baton.pipeline.stages.ingest"),
+    ("statistics", "baton.pipeline.stages.statistics"),
+    ("validate", "baton.pipeline.stages.validate"),
+    ("transform", "baton.pipeline.stages.transform"),
+    ("train", "baton.pipeline.stages.train"),
+    ("evaluate", "baton.pipeline.stages.evaluate"),
+    ("export", "baton.pipeline.stages.export"),
+    ("check", "baton.pipeline.stages.check"),
+    ("edge", "baton.pipeline.stages.edge"),
+    ("push", "baton.pipeline.stages.push"),
 ]
 
 _BY_NAME = dict(STAGES)
@@ -40,25 +42,43 @@ class UnknownStageType(LookupError):
 
 @dataclasses.dataclass(frozen=True)
 class StageType:
-    """A resolved stage type: its run function and declared interface."""
+    """A resolved stage type: its run function and its declaration (pipeline.hooks)."""
 
     name: str
     module: ModuleType
     run: Callable[..., Any]
-    config_cls: type | None  # None: the config is passed as a plain dict
-    inputs: Mapping[str, bool]  # input name -> required
-    outputs: tuple[str, ...]
-    cacheable: bool
+    declaration: StageDeclaration
+
+    @property
+    def config_cls(self) -> type | None:
+        return self.declaration.config
+
+    @property
+    def inputs(self) -> Mapping[str, bool]:
+        return self.declaration.inputs
+
+    @property
+    def outputs(self) -> tuple[str, ...]:
+        return self.declaration.outputs
+
+    @property
+    def cacheable(self) -> bool:
+        return self.declaration.cacheable
+
+    @property
+    def early_inputs(self) -> tuple[str, ...]:
+        return self.declaration.early_inputs
 
     def hook(self, name: str) -> Callable[..., Any] | None:
-        """An optional hook (`external_inputs`, `check_spec`, `cache_valid`): the function's own,
-        else the module's."""
-        return getattr(self.run, name, None) or getattr(self.module, name, None)
+        """The stage's hook `name` (one of pipeline.hooks.HOOKS), or None if it has none."""
+        if name not in HOOKS:
+            raise KeyError(f"unknown stage hook {name!r}; hooks are {', '.join(HOOKS)}")
+        return self.declaration.hooks.get(name)
 
     def code_files(self) -> list[Path]:
-        """Source files whose text is the stage's code version (module + CODE_DEPS modules)."""
+        """Source files whose text is the stage's code version (module + code_deps modules)."""
         files = [Path(self.module.__file__ or "")]
-        for dep in getattr(self.module, "CODE_DEPS", ()):
+        for dep in self.declaration.code_deps:
             mod = importlib.import_module(dep)
             if mod.__file__:
                 p = Path(mod.__file__)
@@ -116,22 +136,26 @@ def resolve(name: str, search_dir: Path | None = None) -> StageType:
             "or a user stage as 'package.module:function'"
         )
 
-    def declared(attr: str, default: Any) -> Any:
-        # A decorated user function declares its own interface; otherwise the module does.
-        return getattr(fn, f"baton_{attr.lower()}", getattr(module, attr, default))
+    declaration = getattr(fn, "baton_declaration", None)
+    if not isinstance(declaration, StageDeclaration):
+        declaration = module_declaration(module)
+    return StageType(name=name, module=module, run=fn, declaration=declaration)
 
-    inputs = declared("INPUTS", {})
-    if not isinstance(inputs, Mapping):
-        inputs = {n: True for n in inputs}
-    return StageType(
-        name=name,
-        module=module,
-        run=fn,
-        config_cls=declared("Config", None),
-        inputs=dict(inputs),
-        outputs=tuple(declared("OUTPUTS", ())),
-        cacheable=bool(declared("CACHEABLE", True)),
-    )
+
+def module_declaration(module: ModuleType) -> StageDeclaration:
+    """A built-in stage's declaration, from its module attributes (INPUTS, Config, hooks...)."""
+    try:
+        return StageDeclaration(
+            inputs=normalize_inputs(getattr(module, "INPUTS", {})),
+            outputs=tuple(getattr(module, "OUTPUTS", ())),
+            config=getattr(module, "Config", None),
+            cacheable=bool(getattr(module, "CACHEABLE", True)),
+            code_deps=tuple(getattr(module, "CODE_DEPS", ())),
+            early_inputs=tuple(getattr(module, "EARLY_INPUTS", ())),
+            hooks={h: getattr(module, h) for h in HOOKS if callable(getattr(module, h, None))},
+        )
+    except TypeError as exc:
+        raise UnknownStageType(f"stage module {module.__name__!r}: {exc}") from None
 
 
 def stage(
@@ -140,20 +164,38 @@ def stage(
     outputs: tuple[str, ...] = (),
     config: type | None = None,
     cacheable: bool = True,
+    code_deps: tuple[str, ...] = (),
+    early_inputs: tuple[str, ...] = (),
+    check_spec: Callable[..., Any] | None = None,
+    check_options: Callable[..., Any] | None = None,
+    check_inputs: Callable[..., Any] | None = None,
+    external_inputs: Callable[..., Any] | None = None,
+    cache_valid: Callable[..., Any] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare a user stage function's interface, for specs that name it as `module:fn`.
 
+    Every argument is a member of `baton.StageHooks` (pipeline/hooks.py says when each hook
+    runs); an argument that does not fit (an early input that is not an input, a hook that is
+    not callable) is a TypeError at import time, which the spec check reports with file:line.
+
     Example::
 
-        @stage(inputs={"examples": True}, outputs=("report",), config=MyConfig)
+        @stage(inputs={"examples": True}, outputs=("report",), config=MyConfig,
+               external_inputs=lambda config, spec_dir: [spec_dir / config.path])
         def summarize(ctx, config): ...
     """
+    hooks = {name: fn for name, fn in (
+        ("check_spec", check_spec), ("check_options", check_options),
+        ("check_inputs", check_inputs), ("external_inputs", external_inputs),
+        ("cache_valid", cache_valid)) if fn is not None}
+    declaration = StageDeclaration(
+        inputs=normalize_inputs(inputs), outputs=tuple(outputs), config=config,
+        cacheable=cacheable, code_deps=tuple(code_deps), early_inputs=tuple(early_inputs),
+        hooks=hooks,
+    )
 
     def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
-        fn.baton_inputs = inputs  # type: ignore[attr-defined]
-        fn.baton_outputs = outputs  # type: ignore[attr-defined]
-        fn.baton_config = config  # type: ignore[attr-defined]
-        fn.baton_cacheable = cacheable  # type: ignore[attr-defined]
+        fn.baton_declaration = declaration  # type: ignore[attr-defined]
         return fn
 
     return wrap

@@ -19,13 +19,13 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any, TextIO
 
-from pipeline import cache as cache_mod
-from pipeline import lineage, store
-from pipeline.accounting import Meter, Usage
-from pipeline.configs import config_to_dict
-from pipeline.context import RunOptions, StageContext
-from pipeline.errors import BatonError, SpecError, StageError, UsageError
-from pipeline.plan import Plan
+from baton.errors import BatonError, SpecError, StageError, UsageError
+from baton.pipeline import cache as cache_mod
+from baton.pipeline import lineage, store
+from baton.pipeline.accounting import Meter, Usage
+from baton.pipeline.configs import config_to_dict
+from baton.pipeline.context import RunOptions, StageContext
+from baton.pipeline.plan import Plan
 
 
 @dataclasses.dataclass
@@ -132,7 +132,7 @@ def _early_checks(plan: Plan, run_dir: Path, pending: Collection[str], done: set
     problems: list[str] = []
     for name in pending:
         st = plan.types[name]
-        early = getattr(st.run, "early_inputs", None) or getattr(st.module, "EARLY_INPUTS", ())
+        early = st.early_inputs
         hook = st.hook("check_inputs")
         if name in done or hook is None or not early:
             continue

@@ -15,9 +15,9 @@ from typing import Any, Literal
 
 import yaml
 
-from k8s.options import Resources  # one definition: the same quantities become pod requests
-from pipeline.configs import ConfigError, build_config, config_to_dict, did_you_mean
-from pipeline.errors import SpecError
+from baton.errors import SpecError
+from baton.k8s.options import Resources  # one definition: the same quantities become pod requests
+from baton.pipeline.configs import ConfigError, build_config, config_to_dict, did_you_mean
 
 DEFAULT_SPEC = Path(__file__).parent / "specs" / "penguins.yaml"
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")

@@ -8,9 +8,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pipeline import registry
-from pipeline.configs import build_config
-from pipeline.context import RunOptions, StageContext
+from baton.pipeline import registry
+from baton.pipeline.configs import build_config
+from baton.pipeline.context import RunOptions, StageContext
 
 
 def run_stage(

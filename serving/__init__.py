@@ -6,6 +6,6 @@ with the official tensorflow/serving image. Importing this package is cheap: Ten
 and gRPC are imported only by the modules that run models or sockets.
 """
 
-from serving.status import Code, ServingError
+from baton.serving.status import Code, ServingError
 
 __all__ = ["Code", "ServingError"]

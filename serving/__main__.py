@@ -1,7 +1,7 @@
-"""`python -m serving ...` is `baton serve ...`."""
+"""`python -m baton.serving ...` is `baton serve ...`."""
 
 import sys
 
-from serving.cli import main
+from baton.serving.cli import main
 
 sys.exit(main(sys.argv[1:]))

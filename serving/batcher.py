@@ -34,8 +34,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from serving.config import BatchingOptions
-from serving.status import Code, ServingError, invalid, unavailable
+from baton.serving.config import BatchingOptions
+from baton.serving.status import Code, ServingError, invalid, unavailable
 
 QUEUE_TIMEOUT_MESSAGE = "Run() timeout exceeded while waiting in batching queue"
 

@@ -13,6 +13,8 @@ import signal
 import sys
 import threading
 
+from baton.errors import EXIT_USAGE, UsageError
+
 _TRUE = {"true", "1", "yes", "t", "y"}
 _FALSE = {"false", "0", "no", "f", "n"}
 
@@ -47,10 +49,6 @@ USAGE = "usage: baton serve --model_name=NAME --model_base_path=DIR [flags]\n\nf
     f"  --{k:<32}{v[1]}\n" for k, v in FLAGS.items())
 
 
-class UsageError(ValueError):
-    pass
-
-
 def _convert(flag: str, kind: type, raw: str):
     if kind is bool:
         low = raw.lower()
@@ -74,7 +72,7 @@ def _convert(flag: str, kind: type, raw: str):
 
 def parse_args(argv: list[str]):
     """Returns ServerOptions; raises UsageError naming the flag and value received."""
-    from serving.server import ServerOptions
+    from baton.serving.server import ServerOptions
 
     values: dict = {}
     i = 0
@@ -129,10 +127,10 @@ def main(argv: list[str]) -> int:
         opts = parse_args(argv)
     except UsageError as e:
         print(f"baton serve: {e}\n\n{USAGE}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
-    from serving.config import ConfigError
-    from serving.server import ModelServer
+    from baton.serving.config import ConfigError
+    from baton.serving.server import ModelServer
 
     server = ModelServer(opts)
     try:
@@ -140,7 +138,7 @@ def main(argv: list[str]) -> int:
     except ConfigError as e:
         print(f"baton serve: {e}", file=sys.stderr)
         server.stop(grace=0)
-        return 2
+        return EXIT_USAGE
     except OSError as e:
         print(f"baton serve: cannot listen on {opts.host}: {e}", file=sys.stderr)
         server.stop(grace=0)

@@ -5,7 +5,7 @@ plumbing: the server binds free ports (`--bind_free_ports`) and reports them thr
 `--ports_file`, so nothing ever races for a fixed port, and the child is always
 stopped with SIGTERM (then SIGKILL) by its pid, never by name.
 
-    python -m serving.client_demo --model_base_path=DIR --model_name=penguins \\
+    python -m baton.serving.client_demo --model_base_path=DIR --model_name=penguins \\
         --instance '{"bill_length_mm": 39.1, ...}'
 """
 
@@ -26,14 +26,14 @@ from typing import Any
 
 
 class ServerProcess:
-    """A `python -m serving` child on free ports; use as a context manager."""
+    """A `python -m baton.serving` child on free ports; use as a context manager."""
 
     def __init__(self, model_name: str, model_base_path: str, extra_flags: Sequence[str] = (),
                  timeout: float = 120.0, python: str = sys.executable):
         self._dir = tempfile.mkdtemp(prefix="baton-serve-")
         self.ports_file = os.path.join(self._dir, "ports.json")
         self.log_path = os.path.join(self._dir, "server.log")
-        self.args = [python, "-m", "serving", f"--model_name={model_name}",
+        self.args = [python, "-m", "baton.serving", f"--model_name={model_name}",
                      f"--model_base_path={model_base_path}", "--bind_free_ports",
                      f"--ports_file={self.ports_file}", *extra_flags]
         self.model_name = model_name
@@ -42,9 +42,7 @@ class ServerProcess:
         self.rest_port = self.grpc_port = None
 
     def start(self) -> ServerProcess:
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
         env = dict(os.environ)
-        env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
         self._log = open(self.log_path, "wb")  # noqa: SIM115 - lives as long as the child
         self.proc = subprocess.Popen(self.args, stdout=self._log, stderr=subprocess.STDOUT,

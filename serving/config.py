@@ -13,6 +13,8 @@ import dataclasses
 import functools
 import os
 
+from baton.errors import ConfigError
+
 _BATCHING_FIELDS = (
     # (name, wrapper type) as in tensorflow_serving/servables/tensorflow/session_bundle_config.proto
     ("max_batch_size", "Int64Value"),
@@ -24,10 +26,6 @@ _BATCHING_FIELDS = (
     ("enable_large_batch_splitting", "BoolValue"),
     ("max_execution_batch_size", "Int64Value"),
 )
-
-
-class ConfigError(ValueError):
-    """A configuration file or value is invalid; the message names the file and field."""
 
 
 @functools.lru_cache(maxsize=1)

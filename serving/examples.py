@@ -13,8 +13,8 @@ import binascii
 
 import numpy as np
 
-from serving.servable import CLASSIFY, REGRESS, Servable, Signature
-from serving.status import invalid
+from baton.serving.servable import CLASSIFY, REGRESS, Servable, Signature
+from baton.serving.status import invalid
 
 
 def _feature(name: str, value):

@@ -23,12 +23,12 @@ from tensorflow_serving.apis import (
     regression_pb2,
 )
 
-from serving import examples as ex
-from serving.config import ConfigError, model_configs_from_proto
-from serving.servable import CLASSIFY, REGRESS
-from serving.service import ModelService, check_feeds
-from serving.status import Code, ServingError, invalid
-from serving.tensor_proto import from_ndarray, to_ndarray
+from baton.serving import examples as ex
+from baton.serving.config import ConfigError, model_configs_from_proto
+from baton.serving.servable import CLASSIFY, REGRESS
+from baton.serving.service import ModelService, check_feeds
+from baton.serving.status import Code, ServingError, invalid
+from baton.serving.tensor_proto import from_ndarray, to_ndarray
 
 _GRPC_CODE = {c.value[0]: c for c in grpc.StatusCode}
 log = logging.getLogger("serving")

@@ -17,11 +17,11 @@ import threading
 import time
 from collections.abc import Callable
 
-from serving.config import ModelConfig
-from serving.servable import Servable, load_servable
-from serving.status import Code, ServingError, invalid, not_found
+from baton.serving.config import ModelConfig
+from baton.serving.servable import Servable, load_servable
+from baton.serving.status import Code, ServingError, invalid, not_found
 
-log = logging.getLogger("serving.manager")
+log = logging.getLogger("baton.serving.manager")
 
 START, LOADING, AVAILABLE, UNLOADING, END = "START", "LOADING", "AVAILABLE", "UNLOADING", "END"
 

@@ -22,12 +22,12 @@ import time
 from asyncio import get_running_loop
 from urllib.parse import unquote
 
-from serving import examples as ex
-from serving.http import HttpProtocol, error_body
-from serving.rest_json import dumps, loads, parse_predict, predict_response
-from serving.servable import CLASSIFY, REGRESS
-from serving.service import ModelService
-from serving.status import ServingError, invalid
+from baton.serving import examples as ex
+from baton.serving.http import HttpProtocol, error_body
+from baton.serving.rest_json import dumps, loads, parse_predict, predict_response
+from baton.serving.servable import CLASSIFY, REGRESS
+from baton.serving.service import ModelService
+from baton.serving.status import ServingError, invalid
 
 _V1 = re.compile(r"(?ai)/v1/.*")  # kHTTPRestApiHandlerPathRegex
 _PREDICTION = re.compile(  # kPredictionApiGegex (sic)

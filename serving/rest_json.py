@@ -23,8 +23,8 @@ try:  # optional speedup (`orjson>=3.9,<4`); results are identical with or witho
 except ImportError:  # pragma: no cover - depends on the environment
     _orjson = None  # type: ignore[assignment]
 
-from serving.servable import Signature, TensorSpec
-from serving.status import invalid
+from baton.serving.servable import Signature, TensorSpec
+from baton.serving.status import invalid
 
 
 def loads(body: bytes) -> Any:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from serving.status import Code, ServingError, invalid
+from baton.serving.status import Code, ServingError, invalid
 
 log = logging.getLogger("serving")
 
@@ -256,7 +256,7 @@ class Servable:
         import tensorflow as tf
         from tensorflow_serving.apis import prediction_log_pb2
 
-        from serving.tensor_proto import to_ndarray
+        from baton.serving.tensor_proto import to_ndarray
 
         n = 0
         for raw in tf.data.TFRecordDataset(path).as_numpy_iterator():
@@ -267,7 +267,7 @@ class Servable:
                 sig = self.signature(req.model_spec.signature_name)
                 feeds = {k: to_ndarray(v) for k, v in req.inputs.items()}
             elif kind in ("classify_log", "regress_log"):
-                from serving.examples import examples_from_input_proto
+                from baton.serving.examples import examples_from_input_proto
 
                 req = getattr(log, kind).request
                 sig = self.signature(req.model_spec.signature_name)

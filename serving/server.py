@@ -21,19 +21,19 @@ import os
 import threading
 import time
 
-from serving.batcher import BatchScheduler
-from serving.config import (
+from baton.serving.batcher import BatchScheduler
+from baton.serving.config import (
     BatchingOptions,
     ModelConfig,
     load_batching_parameters,
     load_model_config_file,
     load_monitoring_config,
 )
-from serving.http import HttpProtocol, HttpServerState
-from serving.manager import ModelManager
-from serving.metrics import Metrics
-from serving.rest import RestApi
-from serving.service import ModelService
+from baton.serving.http import HttpProtocol, HttpServerState
+from baton.serving.manager import ModelManager
+from baton.serving.metrics import Metrics
+from baton.serving.rest import RestApi
+from baton.serving.service import ModelService
 
 log = logging.getLogger("serving")
 
@@ -63,7 +63,7 @@ def import_runtime() -> None:
     the freeze at start covers them rather than leaving them to every collection."""
     import tensorflow  # noqa: F401
 
-    import serving.grpc_service  # noqa: F401
+    import baton.serving.grpc_service  # noqa: F401
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -191,8 +191,8 @@ class ModelServer:
         still loading is applied once that version is available). A config set over
         gRPC meanwhile is replaced by the file's at the next poll, as in TF Serving.
         """
-        from serving.config import ConfigError
-        from serving.status import ServingError
+        from baton.serving.config import ConfigError
+        from baton.serving.status import ServingError
 
         path = self.options.model_config_file
         try:
@@ -222,7 +222,7 @@ class ModelServer:
     async def _bind(self) -> None:
         import grpc
 
-        from serving.grpc_service import add_services
+        from baton.serving.grpc_service import add_services
 
         o = self.options
         loop = asyncio.get_running_loop()

@@ -12,11 +12,11 @@ import time
 
 import numpy as np
 
-from serving.batcher import BatchScheduler, Task
-from serving.manager import ModelManager
-from serving.metrics import Metrics
-from serving.servable import Servable, Signature
-from serving.status import ServingError, invalid
+from baton.serving.batcher import BatchScheduler, Task
+from baton.serving.manager import ModelManager
+from baton.serving.metrics import Metrics
+from baton.serving.servable import Servable, Signature
+from baton.serving.status import ServingError, invalid
 
 
 class ModelService:

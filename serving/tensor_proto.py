@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from serving.status import invalid
+from baton.serving.status import invalid
 
 # DataType enum values from tensorflow/core/framework/types.proto
 _NP_BY_DT = {

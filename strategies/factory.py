@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any, Literal
 
-from strategies.cluster import STRATEGIES, ClusterSpecError, TFConfig
+from baton.strategies.cluster import STRATEGIES, ClusterSpecError, TFConfig
 
 Implementation = Literal["auto", "ring", "nccl"]
 Partitioning = Literal["none", "min_size", "fixed"]

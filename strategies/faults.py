@@ -17,7 +17,7 @@ import os
 import re
 import signal
 
-from strategies.cluster import TASK_TYPES, TaskId
+from baton.strategies.cluster import TASK_TYPES, TaskId
 
 _RE = re.compile(
     r"^(?P<type>[a-z]+)(?::(?P<index>\d+))?@step:(?P<step>\d+)(?::(?P<sig>kill|term))?$"

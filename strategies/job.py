@@ -14,8 +14,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from strategies.cluster import TFConfig
-from strategies.trainer import TaskRole, TrainResult
+from baton.strategies.cluster import TFConfig
+from baton.strategies.trainer import TaskRole, TrainResult
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +70,7 @@ class TrainJob:
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def spec(self) -> Any:
-        from graphs.feature_spec import FeatureSpec
+        from baton.graphs.feature_spec import FeatureSpec
 
         return FeatureSpec.from_dict(self.feature_spec)
 
@@ -119,7 +119,7 @@ def build_fn(job: TrainJob, num_ps: int = 0) -> Any:
     """
     import keras
 
-    from graphs import models
+    from baton.graphs import models
 
     cfg_cls = {"mlp": models.MLPConfig, "wide_deep": models.WideDeepConfig, "cnn": models.CNNConfig}
     if job.model not in cfg_cls:
@@ -202,7 +202,7 @@ def _make_dataset(
     repeat: bool = False,
 ) -> Any:
     if job.transformed_dir:
-        from graphs.input_pipeline import make_dataset
+        from baton.graphs.input_pipeline import make_dataset
 
         return make_dataset(
             job.transformed_dir,
@@ -215,7 +215,7 @@ def _make_dataset(
             input_context=input_context,
             cache=job.cache,
         )
-    from graphs.synthetic import synthetic_dataset
+    from baton.graphs.synthetic import synthetic_dataset
 
     n = job.synthetic_examples if split == "train" else max(job.synthetic_examples // 4, 1)
     return synthetic_dataset(
@@ -231,8 +231,8 @@ def run_task(job: TrainJob, tf_config: TFConfig | None, role: TaskRole) -> Train
     configure collective ops first); rows not yet counted are counted after it, and the
     planned step count goes to `result.info["planned_steps"]`.
     """
-    from graphs.steps import StepOptions
-    from strategies import factory, trainer
+    from baton.graphs.steps import StepOptions
+    from baton.strategies import factory, trainer
 
     setup_runtime(job)
     comm = factory.CommunicationConfig(**job.communication)
@@ -242,7 +242,7 @@ def run_task(job: TrainJob, tf_config: TFConfig | None, role: TaskRole) -> Train
         if tf_config.task.type in ("ps", "worker"):
             factory.start_server(tf_config).join()
             return None
-        from strategies import ps_trainer
+        from baton.strategies import ps_trainer
 
         strategy = factory.make_strategy(
             job.strategy, tf_config, partition=factory.PartitionConfig(**job.partition)
@@ -285,8 +285,8 @@ def write_model_artifact(
     """
     import keras
 
-    from graphs import models
-    from graphs.sharded_embedding import merge_into
+    from baton.graphs import models
+    from baton.graphs.sharded_embedding import merge_into
 
     out.mkdir(parents=True, exist_ok=True)
     keras.mixed_precision.set_dtype_policy("float32")

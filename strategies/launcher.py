@@ -35,12 +35,13 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from strategies.cluster import ClusterSpec, TaskId, TFConfig
-from strategies.faults import Fault
-from strategies.preemption import stop_on_sigterm
+from baton.errors import EXIT_FAILED, EXIT_PREEMPTED
+from baton.strategies.cluster import ClusterSpec, TaskId, TFConfig
+from baton.strategies.faults import Fault
+from baton.strategies.preemption import stop_on_sigterm
 
-PERMANENT_EXIT = 1
-PREEMPTED_EXIT = 143
+PERMANENT_EXIT = EXIT_FAILED
+PREEMPTED_EXIT = EXIT_PREEMPTED
 
 
 @dataclasses.dataclass(frozen=True)
@@ -330,8 +331,6 @@ def _env(
     env["BATON_ATTEMPT"] = str(attempt)
     env["BATON_STATUS_FILE"] = str(status_file)
     env["BATON_INVENTORY_DIR"] = str(config.state_dir / "inventory")
-    root = str(Path(__file__).resolve().parents[1])  # so `-m pipeline.commands.task` imports
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.pop("BATON_INJECT_FAILURE", None)

@@ -21,17 +21,18 @@ import collections
 import time
 from typing import Any
 
-from graphs import summaries
-from graphs.steps import (
+from baton.errors import Preempted
+from baton.graphs import summaries
+from baton.graphs.steps import (
     StepOptions,
     make_eval_fn,
     make_train_chunk,
     totals_to_metrics,
     xla_compiled_functions,
 )
-from strategies import faults
-from strategies.backup import Backup
-from strategies.trainer import Preempted, TaskRole, TrainResult, _write_status
+from baton.strategies import faults
+from baton.strategies.backup import Backup
+from baton.strategies.trainer import TaskRole, TrainResult, _write_status
 
 # XLA compiles a function only if every variable it reads lives on the device that runs it; here
 # the variables live on the PS tasks and the steps run on the workers ("Trying to access resource
@@ -48,7 +49,7 @@ def train(strategy: Any, job: Any, role: TaskRole, num_ps: int = 1) -> TrainResu
     """Coordinate the job from the chief; returns when `epochs * steps_per_epoch` steps are done."""
     import tensorflow as tf
 
-    from strategies.job import build_fn, dataset_fns
+    from baton.strategies.job import build_fn, dataset_fns
 
     if job.jit_compile:
         raise ValueError(PS_JIT_REFUSED)
@@ -131,7 +132,7 @@ def train(strategy: Any, job: Any, role: TaskRole, num_ps: int = 1) -> TrainResu
                 coordinator.join()  # every scheduled closure has run once it returns
                 step = scheduled
                 save()
-                raise Preempted(step)
+                raise Preempted(step=step)
         coordinator.join()
         step = epoch_end
         record = {

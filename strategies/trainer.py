@@ -20,27 +20,18 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from graphs import summaries
-from graphs.feature_spec import FeatureSpec
-from graphs.steps import (
+from baton.errors import Preempted
+from baton.graphs import summaries
+from baton.graphs.feature_spec import FeatureSpec
+from baton.graphs.steps import (
     StepOptions,
     make_eval_fn,
     make_train_chunk,
     totals_to_metrics,
     xla_compiled_functions,
 )
-from strategies import faults
-from strategies.backup import Backup
-
-PREEMPTED_EXIT = 143
-
-
-class Preempted(Exception):
-    """Raised after a SIGTERM was seen by some task and a backup was saved: exit with 143."""
-
-    def __init__(self, step: int) -> None:
-        self.step = step
-        super().__init__(f"preempted at step {step}; backup saved")
+from baton.strategies import faults
+from baton.strategies.backup import Backup
 
 
 @dataclasses.dataclass(frozen=True)
@@ -170,7 +161,7 @@ def train(
             epoch_totals[3] = 0.0
             if totals[3] > 0:  # some task got SIGTERM: everyone saves at this same step, then stops
                 save()
-                raise Preempted(step)
+                raise Preempted(step=step)
             now = time.perf_counter()
             rate = (step - last_step) / max(now - last_t, 1e-9)
             metrics = totals_to_metrics(totals, task)

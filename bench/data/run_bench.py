@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PY = str(ROOT / ".venv" / "bin" / "python")
 TFT_PY = ROOT / ".venv-tft" / "bin" / "python"
-ENV = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "3"}
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
 
 
 def _peak_mb() -> float:
@@ -40,7 +40,7 @@ def _peak_mb() -> float:
 
 
 def case_prepare(rows: int, out: str) -> dict:
-    from pipeline.testing import run_stage
+    from baton.pipeline.testing import run_stage
 
     cfg = {"source": "synthetic", "splits": {"train": 1.0}, "rows_per_shard": 1_000_000,
            "synthetic": {"rows": rows, "seed": 1, "numeric": 4, "categorical": 1,
@@ -54,7 +54,7 @@ def case_prepare(rows: int, out: str) -> dict:
 def case_stage(stage: str, examples: str, rows: int, args: list[str]) -> dict:
     import tensorflow  # noqa: F401 - imported before timing, as in a pipeline run
 
-    from pipeline.testing import run_stage
+    from baton.pipeline.testing import run_stage
 
     root = tempfile.mkdtemp(prefix=f"bench-{stage}-")
     start = time.perf_counter()
@@ -70,10 +70,10 @@ def case_input(transformed: str, graph: str, batch: int) -> dict:
     import keras
     import tensorflow as tf
 
-    from graphs.feature_spec import FeatureSpec
-    from graphs.input_pipeline import make_dataset
-    from graphs.models import build_model
-    from graphs.steps import make_train_chunk
+    from baton.graphs.feature_spec import FeatureSpec
+    from baton.graphs.input_pipeline import make_dataset
+    from baton.graphs.models import build_model
+    from baton.graphs.steps import make_train_chunk
 
     spec = FeatureSpec.load(graph)
     ds = make_dataset(transformed, "train", spec, batch, shuffle=True, seed=0, repeat=True)

@@ -34,7 +34,7 @@ def main() -> None:
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
     from tensorflow_transform.tf_metadata import dataset_metadata, schema_utils
 
-    from pipeline.datasets import synthetic
+    from baton.pipeline.datasets import synthetic
 
     rows = []
     for chunk in synthetic.generate(args.rows, seed=1, numeric=4, categorical=1, vocab_size=100):

@@ -14,7 +14,7 @@ async def main(port, model, body, conc, seconds):
     import numpy as np
     from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
-    from serving.tensor_proto import from_ndarray
+    from baton.serving.tensor_proto import from_ndarray
 
     inst = json.loads(body)["instances"][0]
     req = predict_pb2.PredictRequest()

@@ -32,7 +32,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path[:0] = [ROOT, os.path.join(ROOT, "tests", "serving")]
 PY = sys.executable
-ENV = dict(os.environ, PYTHONPATH=ROOT, TF_CPP_MIN_LOG_LEVEL="2")
+ENV = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 LUA = """wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 local f = io.open(os.getenv("BODY_FILE"), "r"); wrk.body = f:read("*a"); f:close()

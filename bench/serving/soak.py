@@ -142,7 +142,7 @@ class Load:
     async def grpc_client(self, stub, req) -> None:
         import grpc
 
-        from serving.tensor_proto import to_ndarray
+        from baton.serving.tensor_proto import to_ndarray
 
         while not self.stop.is_set():
             t0 = time.monotonic()
@@ -211,7 +211,7 @@ def predict_request(version: int | None = None):
     import numpy as np
     from tensorflow_serving.apis import predict_pb2
 
-    from serving.tensor_proto import from_ndarray
+    from baton.serving.tensor_proto import from_ndarray
 
     req = predict_pb2.PredictRequest()
     req.model_spec.name = MODEL
@@ -236,7 +236,7 @@ def fuzz_pass(port: int, out: dict) -> None:
     """Every fuzz body on every path; out['fuzz'] = requests, out['fuzz_failures'] = [...]."""
     import fixture_models as fm
 
-    from serving.testing import fuzz_bodies
+    from baton.serving.testing import fuzz_bodies
 
     paths = [f"/v1/models/{MODEL}:predict", f"/v1/models/{MODEL}/versions/1:predict",
              f"/v1/models/{MODEL}:classify", f"/v1/models/{MODEL}:regress",
@@ -291,7 +291,7 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def start_worker(api: str, port: int, clients: int, out: str) -> subprocess.Popen:
-    env = dict(os.environ, PYTHONPATH=ROOT)
+    env = dict(os.environ)
     proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--worker", api,
                              "--port", str(port), "--clients", str(clients), "--out", out],
                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env)
@@ -317,8 +317,8 @@ def soak(seconds: float, concurrency: int, poll: float, tmp: str) -> dict:
     import fixture_models as fm
     import psutil
 
-    from serving.client_demo import ServerProcess
-    from serving.testing import corrupt, finish_copy, half_copy, install
+    from baton.serving.client_demo import ServerProcess
+    from baton.serving.testing import corrupt, finish_copy, half_copy, install
 
     t_build = time.monotonic()
     src = {b: fm.build_penguins(os.path.join(tmp, "built", f"b{b}"), bias=float(b))

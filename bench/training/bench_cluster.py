@@ -23,9 +23,9 @@ sys.path.insert(0, str(ROOT))
 
 
 def run_case(root: Path, name: str, job, workers: int, ps: int) -> dict:
-    from strategies import launcher
-    from strategies.job import run_task, write_model_artifact
-    from strategies.trainer import TaskRole
+    from baton.strategies import launcher
+    from baton.strategies.job import run_task, write_model_artifact
+    from baton.strategies.trainer import TaskRole
 
     d = root / name
     d.mkdir()
@@ -35,7 +35,7 @@ def run_case(root: Path, name: str, job, workers: int, ps: int) -> dict:
     else:
         (d / "job.json").write_text(job.to_json())
 
-        from pipeline.stages.train import task_argv
+        from baton.pipeline.stages.train import task_argv
 
         def command(task) -> list[str]:
             return task_argv(d / "job.json", d / "out", d / "backup")
@@ -68,9 +68,9 @@ def main() -> None:
     args = p.parse_args()
     import dataclasses
 
-    from graphs.synthetic import synthetic_spec
-    from strategies.factory import allreduce_bytes_per_step
-    from strategies.job import TrainJob
+    from baton.graphs.synthetic import synthetic_spec
+    from baton.strategies.factory import allreduce_bytes_per_step
+    from baton.strategies.job import TrainJob
 
     n = args.batch * args.steps // 2
     base = TrainJob(

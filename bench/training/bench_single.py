@@ -48,9 +48,9 @@ def bench_model(
     import keras
     import tensorflow as tf
 
-    from graphs import models
-    from graphs.steps import StepOptions, make_train_chunk
-    from graphs.synthetic import synthetic_dataset, synthetic_spec
+    from baton.graphs import models
+    from baton.graphs.steps import StepOptions, make_train_chunk
+    from baton.graphs.synthetic import synthetic_dataset, synthetic_spec
 
     spec = synthetic_spec(numeric=32, categorical=(16, 8), classes=4)
     cfg = models.MLPConfig(hidden_units=hidden)

@@ -23,9 +23,9 @@ sys.path.insert(0, str(ROOT))
 
 
 def launch(d: Path, job, fault: str | None):
-    from pipeline.stages.train import task_argv
-    from strategies import launcher
-    from strategies.faults import parse_fault
+    from baton.pipeline.stages.train import task_argv
+    from baton.strategies import launcher
+    from baton.strategies.faults import parse_fault
 
     d.mkdir(parents=True)
     (d / "job.json").write_text(job.to_json())
@@ -56,8 +56,8 @@ def main() -> int:
     args = p.parse_args()
     import numpy as np
 
-    from graphs.synthetic import synthetic_spec
-    from strategies.job import TrainJob
+    from baton.graphs.synthetic import synthetic_spec
+    from baton.strategies.job import TrainJob
 
     job = TrainJob(
         feature_spec=synthetic_spec(4, (3, 2), 3).to_dict(),

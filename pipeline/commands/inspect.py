@@ -7,8 +7,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pipeline import lineage
-from pipeline.errors import UsageError
+from baton.errors import UsageError
+from baton.pipeline import lineage
 
 
 def parser() -> argparse.ArgumentParser:
@@ -50,8 +50,8 @@ def resolve_run_dir(path: Path) -> Path:
 
 
 def render_run(run_dir: Path, run: dict[str, Any]) -> str:
-    from pipeline.accounting import Usage
-    from pipeline.runner import StageResult, summary_table
+    from baton.pipeline.accounting import Usage
+    from baton.pipeline.runner import StageResult, summary_table
 
     results = [
         StageResult(s["name"], s["type"], s["status"],
@@ -88,7 +88,7 @@ def _extras(run_dir: Path, run: dict[str, Any]) -> list[str]:
         stage_dir = run_dir / s["name"]
         if s["type"] == "statistics" and (stage_dir / "statistics").is_dir():
             try:
-                from pipeline.dataplane.render import statistics_table
+                from baton.pipeline.dataplane.render import statistics_table
             except ImportError:
                 continue
             out += ["", f"statistics ({s['name']}):", statistics_table(stage_dir / "statistics")]

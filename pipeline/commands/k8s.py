@@ -16,7 +16,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from pipeline.errors import BatonError, UsageError
+from baton.errors import BatonError, UsageError
 
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "parameter_server")
 SUBCOMMANDS = ("validate", "emulate", "submit")
@@ -102,8 +102,8 @@ def cluster_spec_text(spec, models_dir: str) -> str:
 
 def job_options(spec, args: argparse.Namespace):
     """A PipelineSpec plus flags -> k8s.JobOptions (ManifestError names the field)."""
-    from k8s.options import JobOptions, Resources, Topology
-    from pipeline.store import new_run_id
+    from baton.k8s.options import JobOptions, Resources, Topology
+    from baton.pipeline.store import new_run_id
 
     cluster = spec.cluster
     data, train, release, train_inputs, release_inputs = _split_stages(spec)
@@ -142,9 +142,9 @@ def _check_out(out: str) -> None:
 
 
 def generate(argv: list[str]) -> int:
-    from k8s.errors import ManifestError, ValidationFailed
-    from k8s.render import write_manifests
-    from pipeline.spec import load_spec
+    from baton.k8s.errors import ManifestError, ValidationFailed
+    from baton.k8s.render import write_manifests
+    from baton.pipeline.spec import load_spec
 
     args = _generate_parser().parse_args(argv)
     for option in ("--out", "--image", "--namespace", "--name", "--run-id"):
@@ -174,8 +174,8 @@ def generate(argv: list[str]) -> int:
 
 
 def validate(argv: list[str]) -> int:
-    from k8s.kube_schemas import source
-    from k8s.validate import validate_file
+    from baton.k8s.kube_schemas import source
+    from baton.k8s.validate import validate_file
 
     p = _Parser(prog="baton k8s validate", description="Validate manifests: TFJobs against the "
                 "training operator v1.9.0 CRD schema and webhook rules, built-in kinds against "
@@ -197,9 +197,9 @@ def validate(argv: list[str]) -> int:
 
 
 def emulate(argv: list[str]) -> int:
-    from k8s.emulator import EmulatorOptions, emulate_file
-    from k8s.emulator_pods import EmulationError
-    from k8s.errors import ValidationFailed
+    from baton.k8s.emulator import EmulatorOptions, emulate_file
+    from baton.k8s.emulator_pods import EmulationError
+    from baton.k8s.errors import ValidationFailed
 
     p = _Parser(prog="baton k8s emulate", description="Run each replica of a TFJob as a local "
                 "process with the environment the operator would give it; exit 0 when the job "
@@ -228,9 +228,9 @@ def emulate(argv: list[str]) -> int:
 
 
 def submit(argv: list[str]) -> int:
-    from k8s import submit as sub
-    from k8s.options import DNS1123_LABEL
-    from k8s.validate import validate_documents
+    from baton.k8s import submit as sub
+    from baton.k8s.options import DNS1123_LABEL
+    from baton.k8s.validate import validate_documents
 
     p = _Parser(prog="baton k8s submit", description="Create the manifests on a cluster with the "
                 "official kubernetes client (your kubeconfig); TFJobs via CustomObjectsApi. A "

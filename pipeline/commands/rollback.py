@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from pipeline.errors import BatonError, UsageError
+from baton.errors import BatonError, UsageError
 
 
 def parser() -> argparse.ArgumentParser:
@@ -26,7 +26,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    from pipeline.release import versions as V
+    from baton.pipeline.release import versions as V
 
     try:
         args = parser().parse_args(argv)

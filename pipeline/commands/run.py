@@ -14,15 +14,7 @@ import sys
 import threading
 from typing import Any
 
-from pipeline.errors import UsageError
-
-PREEMPTED = 143
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM outside training: unwound like Ctrl-C (temporary stage output discarded)."""
-
-    exit_code = PREEMPTED
+from baton.errors import Preempted, UsageError
 
 STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "parameter_server")
 
@@ -54,10 +46,10 @@ def main(argv: list[str]) -> int:
         value = getattr(args, flag)
         if value is not None and value < (1 if flag == "workers" else 0):
             raise UsageError(f"--{flag} must be >= {1 if flag == 'workers' else 0}. Received: {value}")
-    from pipeline.context import RunOptions
-    from pipeline.plan import plan
-    from pipeline.runner import run_pipeline
-    from pipeline.spec import load_spec
+    from baton.pipeline.context import RunOptions
+    from baton.pipeline.plan import plan
+    from baton.pipeline.runner import run_pipeline
+    from baton.pipeline.spec import load_spec
 
     the_plan = plan(load_spec(args.spec))
     inject = args.inject_failure or os.environ.get("BATON_INJECT_FAILURE") or None
@@ -75,12 +67,9 @@ def main(argv: list[str]) -> int:
     try:
         result = run_pipeline(the_plan, options, runs_dir=args.runs_dir, run_id=args.run_id,
                               only=only)
-    except KeyboardInterrupt as exc:
-        code = getattr(exc, "exit_code", None)
-        if code is None:
-            raise  # Ctrl-C: 130, from pipeline.cli
-        sys.stderr.write(f"baton run: stopped by SIGTERM: {exc or 'before training'}\n")
-        return int(code)
+    except Preempted as exc:  # Ctrl-C goes on to the CLI's 130
+        sys.stderr.write(f"baton run: stopped by SIGTERM: {exc}\n")
+        return exc.exit_code
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
@@ -104,7 +93,7 @@ def _check_options(the_plan: Any, options: Any, only: list[str] | None, inject_s
                          hook(the_plan.configs[name], options, stage, the_plan.spec) or ()]
     if options.inject_failure and not any(the_plan.types[n].hook("check_options")
                                           for n in the_plan.order):
-        from strategies.faults import FaultSpecError, parse_fault
+        from baton.strategies.faults import FaultSpecError, parse_fault
 
         try:
             parse_fault(options.inject_failure)
@@ -127,6 +116,6 @@ def _terminate_on_sigterm() -> Any:
         return None
 
     def handler(signum: int, frame: Any) -> None:
-        raise Terminated(f"signal {signum}")
+        raise Preempted(f"signal {signum} before training")
 
     return signal.signal(signal.SIGTERM, handler)

@@ -2,6 +2,6 @@
 
 
 def main(argv: list[str]) -> int:
-    from serving.cli import main as serve_main
+    from baton.serving.cli import main as serve_main
 
     return serve_main(argv)

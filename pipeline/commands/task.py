@@ -24,7 +24,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-OK, PERMANENT, TRANSIENT, PREEMPTED = 0, 1, 129, 143
+from baton.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, EXIT_TRANSIENT
+
+OK, PERMANENT, TRANSIENT, PREEMPTED = EXIT_OK, EXIT_FAILED, EXIT_TRANSIENT, EXIT_PREEMPTED
 PROGRESS_EVERY = 2.0  # seconds between progress lines of the chief
 
 
@@ -47,9 +49,9 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    from pipeline.errors import BatonError
-    from strategies.cluster import ClusterSpecError, TFConfig
-    from strategies.faults import FaultSpecError, parse_fault
+    from baton.errors import BatonError
+    from baton.strategies.cluster import ClusterSpecError, TFConfig
+    from baton.strategies.faults import FaultSpecError, parse_fault
 
     try:
         tf_config = TFConfig.from_env()
@@ -85,9 +87,10 @@ def run(
     """Run one task of `job` and map the outcome to an exit code."""
     import threading
 
-    from strategies import inventory
-    from strategies.job import run_task, write_model_artifact
-    from strategies.trainer import Preempted, TaskRole
+    from baton.errors import Preempted
+    from baton.strategies import inventory
+    from baton.strategies.job import run_task, write_model_artifact
+    from baton.strategies.trainer import TaskRole
 
     task_name = tf_config.task.name if tf_config else "worker:0"
     is_chief = tf_config.is_chief if tf_config else True
@@ -166,7 +169,7 @@ def run(
 
 
 def _job(args: argparse.Namespace, tf_config: Any) -> tuple[Any, Path]:
-    from strategies.job import TrainJob
+    from baton.strategies.job import TrainJob
 
     if args.job:
         if not args.out:
@@ -174,11 +177,11 @@ def _job(args: argparse.Namespace, tf_config: Any) -> tuple[Any, Path]:
         return TrainJob.from_json(Path(args.job).read_text()), Path(args.out)
     if not args.run_dir:
         raise ValueError("give SPEC --run-dir DIR, or --job FILE --out DIR. Received: run_dir=None")
-    from pipeline import registry
-    from pipeline.configs import build_config
-    from pipeline.context import RunOptions
-    from pipeline.spec import load_spec
-    from pipeline.stages import train as train_stage
+    from baton.pipeline import registry
+    from baton.pipeline.configs import build_config
+    from baton.pipeline.context import RunOptions
+    from baton.pipeline.spec import load_spec
+    from baton.pipeline.stages import train as train_stage
 
     spec = load_spec(args.spec)
     stage = spec.stage(args.stage)

@@ -92,7 +92,7 @@ class NumericAcc:
         self.sketch = QuantileSketch() if sketch else None  # quantiles cost a sort per batch
 
     def add(self, x: np.ndarray, keep_nan: bool = False) -> None:
-        from pipeline.dataplane.reader import ABSENT
+        from baton.pipeline.dataplane.reader import ABSENT
 
         nan = np.isnan(x)
         if keep_nan:
@@ -185,7 +185,7 @@ def new_accumulators(columns: list[Any], sketch: Any = None) -> dict[str, Any]:
 
 def update(accs: dict[str, Any], batch: Any, keep_nan: bool = False) -> None:
     """Add one pyarrow RecordBatch (from `reader.read_batches`, read with the same `keep_nan`)."""
-    from pipeline.dataplane.reader import dictionary_parts, numeric_values
+    from baton.pipeline.dataplane.reader import dictionary_parts, numeric_values
 
     for name, acc in accs.items():
         col = batch.column(name)

@@ -12,9 +12,9 @@ from typing import Any
 
 import numpy as np
 
-from graphs.transform import CATEGORICAL_KINDS, vocab_size
-from pipeline.dataplane.accumulators import NumericAcc, StringAcc
-from pipeline.errors import StageError
+from baton.errors import StageError
+from baton.graphs.transform import CATEGORICAL_KINDS, vocab_size
+from baton.pipeline.dataplane.accumulators import NumericAcc, StringAcc
 
 VERSION = 1
 
@@ -80,7 +80,7 @@ def finalize(
 
 def feature_spec(analysis: Mapping[str, Any]) -> Any:
     """The `graphs.feature_spec.FeatureSpec` the transform produces."""
-    from graphs.feature_spec import Feature, FeatureSpec, Label, RawFeature
+    from baton.graphs.feature_spec import Feature, FeatureSpec, Label, RawFeature
 
     feats = tuple(
         Feature(op["name"], "categorical", vocab_size(op)) if op["kind"] in CATEGORICAL_KINDS

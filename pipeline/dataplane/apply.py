@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from graphs.transform import NUMERIC_KINDS, scale_params
-from pipeline.dataplane.reader import dictionary_parts, numeric_values
+from baton.graphs.transform import NUMERIC_KINDS, scale_params
+from baton.pipeline.dataplane.reader import dictionary_parts, numeric_values
 
 
 def _hash_buckets(values: list[bytes], buckets: int) -> np.ndarray:

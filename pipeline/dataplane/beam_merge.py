@@ -11,7 +11,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from pipeline.dataplane import accumulators as accs_mod
+from baton.pipeline.dataplane import accumulators as accs_mod
 
 
 class MergeShardAccumulators(beam.CombineFn):

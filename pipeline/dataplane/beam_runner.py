@@ -12,7 +12,7 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from pipeline.errors import StageError
+from baton.errors import StageError
 
 LOCAL = ("FnApiRunner", "BundleBasedDirectRunner")
 _STAGE_ERROR = re.compile(r"StageError: (.+)")

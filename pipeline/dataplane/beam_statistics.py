@@ -14,9 +14,9 @@ from typing import Any
 
 import apache_beam as beam
 
-from pipeline.dataplane import accumulators as accs_mod
-from pipeline.dataplane.beam_merge import MergeShardAccumulators
-from pipeline.dataplane.schema_file import Column
+from baton.pipeline.dataplane import accumulators as accs_mod
+from baton.pipeline.dataplane.beam_merge import MergeShardAccumulators
+from baton.pipeline.dataplane.schema_file import Column
 
 
 class StatsShard(beam.DoFn):
@@ -24,7 +24,7 @@ class StatsShard(beam.DoFn):
         self.columns, self.batch_rows = list(columns), batch_rows
 
     def process(self, element: tuple[str, str]) -> Iterator[tuple[str, dict[str, Any]]]:
-        from pipeline.dataplane.reader import read_batches
+        from baton.pipeline.dataplane.reader import read_batches
 
         split, path = element
         accs = accs_mod.new_accumulators(self.columns)
@@ -35,14 +35,14 @@ class StatsShard(beam.DoFn):
 
 class MergeToStats(MergeShardAccumulators):
     def finish(self, acc: dict[str, Any]) -> dict[str, Any]:
-        from pipeline.dataplane.stats import split_stats
+        from baton.pipeline.dataplane.stats import split_stats
 
         return split_stats(acc)
 
 
 def build(p: Any, *, shards: list[tuple[str, str]], columns: Sequence[Column],
           batch_rows: int, out_path: str) -> None:
-    from pipeline.dataplane.beam_transform import _write_json
+    from baton.pipeline.dataplane.beam_transform import _write_json
 
     (
         p

@@ -21,9 +21,9 @@ from typing import Any
 
 import apache_beam as beam
 
-from pipeline.dataplane import accumulators as accs_mod
-from pipeline.dataplane.beam_merge import MergeShardAccumulators
-from pipeline.dataplane.schema_file import Column
+from baton.pipeline.dataplane import accumulators as accs_mod
+from baton.pipeline.dataplane.beam_merge import MergeShardAccumulators
+from baton.pipeline.dataplane.schema_file import Column
 
 
 class AnalyzeShard(beam.DoFn):
@@ -37,7 +37,7 @@ class AnalyzeShard(beam.DoFn):
     def process(self, element: tuple[str, str, int]) -> Iterator[Any]:
         import pyarrow as pa
 
-        from pipeline.dataplane.reader import columnar_path, read_batches
+        from baton.pipeline.dataplane.reader import columnar_path, read_batches
 
         split, path, index = element
         analyze_cols = [c for c in self.columns if c.name in self.analyze]
@@ -72,7 +72,7 @@ class MergeAccumulators(MergeShardAccumulators):
         self.plan, self.raw, self.label = dict(plan), list(raw), dict(label)
 
     def finish(self, acc: dict[str, Any]) -> dict[str, Any]:
-        from pipeline.dataplane.analysis import finalize
+        from baton.pipeline.dataplane.analysis import finalize
 
         return finalize(acc, self.plan, self.raw, self.label)
 
@@ -90,8 +90,8 @@ class ApplyShard(beam.DoFn):
     def process(self, element: tuple[str, str, int], analysis: dict[str, Any]) -> Iterator[Any]:
         import tensorflow as tf
 
-        from pipeline.dataplane.apply import Applier
-        from pipeline.dataplane.transformed_io import write_chunks
+        from baton.pipeline.dataplane.apply import Applier
+        from baton.pipeline.dataplane.transformed_io import write_chunks
 
         if self._applier is None or self._analysis_id != id(analysis):
             self._applier, self._analysis_id = Applier(analysis), id(analysis)
@@ -115,7 +115,7 @@ class ApplyShard(beam.DoFn):
     def _batches(self, split: str, path: str, index: int) -> Iterator[Any]:
         import pyarrow as pa
 
-        from pipeline.dataplane.reader import read_batches
+        from baton.pipeline.dataplane.reader import read_batches
 
         spill = Path(self.spill_dir) / f"{split}-{index:05d}.arrow"
         if not spill.exists():

@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.errors import StageError
+from baton.errors import StageError
 
 SAMPLE_ROWS = 2000
 BOM = b"\xef\xbb\xbf"

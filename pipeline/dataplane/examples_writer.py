@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.dataplane.example_codec import encode_batch
-from pipeline.dataplane.schema_file import Column
+from baton.pipeline.dataplane.example_codec import encode_batch
+from baton.pipeline.dataplane.schema_file import Column
 
 COLUMNAR = "columnar"
 MISSING_KEY = b"baton.missing"  # Arrow schema metadata: b"null" = a null is a missing value

@@ -12,10 +12,10 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from pipeline.dataplane import csv_source
-from pipeline.dataplane.examples_writer import ExamplesWriter
-from pipeline.dataplane.schema_file import Column, ExamplesSchema
-from pipeline.errors import StageError
+from baton.errors import StageError
+from baton.pipeline.dataplane import csv_source
+from baton.pipeline.dataplane.examples_writer import ExamplesWriter
+from baton.pipeline.dataplane.schema_file import Column, ExamplesSchema
 
 
 def ingest(ctx: Any, config: Any, out: Path) -> None:
@@ -40,7 +40,7 @@ def ingest(ctx: Any, config: Any, out: Path) -> None:
     types = csv_source.infer_types(nonempty[0], header, na)
     for name, dtype in config.column_types.items():
         if name not in header:
-            from pipeline.configs import did_you_mean
+            from baton.pipeline.configs import did_you_mean
 
             raise StageError(f"ingest.column_types: no column {name!r}"
                              f"{did_you_mean(name, header)}; CSV columns are {header}")

@@ -13,9 +13,9 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from pipeline.dataplane.examples_writer import ExamplesWriter
-from pipeline.dataplane.schema_file import Column, ExamplesSchema
-from pipeline.datasets import synthetic
+from baton.pipeline.dataplane.examples_writer import ExamplesWriter
+from baton.pipeline.dataplane.schema_file import Column, ExamplesSchema
+from baton.pipeline.datasets import synthetic
 
 
 def ingest(ctx: Any, config: Any, out: Path) -> None:

@@ -22,8 +22,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.dataplane.schema_file import Column
-from pipeline.errors import StageError
+from baton.errors import StageError
+from baton.pipeline.dataplane.schema_file import Column
 
 ABSENT = np.float32(-3.0e38)  # default of an absent float when NaN must stay distinguishable
 
@@ -108,7 +108,7 @@ def _read_columnar(path: Path, columns: Sequence[Column], keep_nan: bool = False
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from pipeline.dataplane.examples_writer import MISSING_KEY
+    from baton.pipeline.dataplane.examples_writer import MISSING_KEY
 
     names = [c.name for c in columns]
     with pa.memory_map(str(path)) as source:

@@ -19,7 +19,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from pipeline.errors import StageError
+from baton.errors import StageError
 
 FILENAME = "schema.json"
 Dtype = Literal["float32", "string"]

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.dataplane.accumulators import NumericAcc, StringAcc
+from baton.pipeline.dataplane.accumulators import NumericAcc, StringAcc
 
 STATS_FILE = "statistics.json"
 SCHEMA_FILE = "schema.json"

@@ -18,8 +18,8 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.dataplane.schema_file import Column, image_columns
-from pipeline.errors import StageError
+from baton.errors import StageError
+from baton.pipeline.dataplane.schema_file import Column, image_columns
 
 MAX_VECTOR = 64
 MAX_IMAGE_PIXELS = 4096  # values per image (H*W*C): cifar10's 32x32x3 = 3072 fits
@@ -29,8 +29,8 @@ def open_builder(name: str, data_dir: Path, *, download: bool) -> Any:
     """`tfds.builder(name, data_dir)`, prepared; StageError naming the dataset and directory."""
     import tensorflow_datasets as tfds
 
-    import pipeline.datasets.penguins
-    import pipeline.datasets.synthetic_tfds  # noqa: F401 - registers baton_* with TFDS
+    import baton.pipeline.datasets.penguins
+    import baton.pipeline.datasets.synthetic_tfds  # noqa: F401 - registers baton_* with TFDS
 
     try:
         builder = tfds.builder(name, data_dir=str(data_dir))
@@ -47,7 +47,7 @@ def open_builder(name: str, data_dir: Path, *, download: bool) -> Any:
             f"TFDS dataset {name!r} is not prepared in data_dir {data_dir} (looked in {where}) "
             "and download is disabled; prepare it there first (tfds build) or set download: true"
         )
-    local = type(builder).__module__.startswith("pipeline.datasets")  # generated offline
+    local = type(builder).__module__.startswith("baton.pipeline.datasets")  # generated offline
     probe = "" if local else network_problem()
     if probe:
         raise StageError(

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from pipeline.dataplane.example_codec import _ld, bytes_entry
+from baton.pipeline.dataplane.example_codec import _ld, bytes_entry
 
 FORMAT = "baton-columnar-tfrecord-v1"
 METADATA = "metadata.json"

@@ -13,7 +13,7 @@ import csv
 import numpy as np
 import tensorflow_datasets as tfds
 
-from pipeline.datasets import PENGUINS_CSV
+from baton.pipeline.datasets import PENGUINS_CSV
 
 NUMERIC = ("bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g", "year")
 CATEGORICAL = ("island", "sex")

@@ -13,7 +13,7 @@ import dataclasses
 import numpy as np
 import tensorflow_datasets as tfds
 
-from pipeline.datasets import synthetic
+from baton.pipeline.datasets import synthetic
 
 
 @dataclasses.dataclass

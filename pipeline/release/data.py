@@ -12,8 +12,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from graphs.feature_spec import FeatureSpec
-from pipeline.errors import StageError
+from baton.errors import StageError
+from baton.graphs.feature_spec import FeatureSpec
 
 
 @dataclasses.dataclass

@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from pipeline.release import metrics as M
+from baton.pipeline.release import metrics as M
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +71,7 @@ def spec_problems(gate: Gate, slices: Iterable[str], where: str = "gate") -> lis
     for key, thresholds in gate.slices.items():
         feature, _ = slice_feature(key)
         if feature not in slices:
-            from pipeline.configs import did_you_mean
+            from baton.pipeline.configs import did_you_mean
 
             problems.append(
                 f"{where}.slices.{key}: unknown slice {feature!r}{did_you_mean(feature, slices)}; "
@@ -84,7 +84,7 @@ def spec_problems(gate: Gate, slices: Iterable[str], where: str = "gate") -> lis
 
 
 def _unknown_metric(path: str, name: str, known: list[str]) -> str:
-    from pipeline.configs import did_you_mean
+    from baton.pipeline.configs import did_you_mean
 
     return (f"{path}: unknown metric {name!r}{did_you_mean(name, known)}; known metrics: "
             f"{', '.join(known)}, precision/<class>, recall/<class>")

@@ -90,7 +90,7 @@ def _expect_io(name: str, kind: str, have: Mapping[str, Any], want: Mapping[str,
 
 def signature_problems(sigs: Mapping[str, Any], info: Mapping[str, Any]) -> list[str]:
     """Check each signature against the contract (export.json tells the raw inputs and task)."""
-    from graphs.signatures import CLASSIFY_METHOD, EXAMPLES_KEY, REGRESS_METHOD
+    from baton.graphs.signatures import CLASSIFY_METHOD, EXAMPLES_KEY, REGRESS_METHOD
 
     regression = info.get("task") == "regression"
     expected = info.get("signatures") or ["serving_default"]
@@ -122,13 +122,11 @@ def signature_problems(sigs: Mapping[str, Any], info: Mapping[str, Any]) -> list
 
 def run_fresh(version_dir: Path, timeout: float) -> dict[str, Any]:
     """Replay the warmup file in a fresh interpreter; returns its JSON report."""
-    repo = Path(__file__).resolve().parents[2]
     env = dict(os.environ)
-    env["PYTHONPATH"] = os.pathsep.join([str(repo), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     with tempfile.TemporaryDirectory(prefix="baton-infra-") as tmp:
         out = Path(tmp) / "report.json"
-        cmd = [sys.executable, "-m", "pipeline.release.infra_worker", str(version_dir), str(out)]
+        cmd = [sys.executable, "-m", "baton.pipeline.release.infra_worker", str(version_dir), str(out)]
         try:
             proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=timeout,
                                   cwd=tmp)

@@ -1,4 +1,4 @@
-"""The fresh process of infra-validation: `python -m pipeline.release.infra_worker DIR OUT`.
+"""The fresh process of infra-validation: `python -m baton.pipeline.release.infra_worker DIR OUT`.
 
 Loads the SavedModel at DIR with TensorFlow alone (no Keras, no Baton objects), replays its
 `assets.extra/tf_serving_warmup_requests` through the signatures each request names, and writes
@@ -27,7 +27,7 @@ def main(argv: list[str]) -> int:
 def validate(model_dir: Path) -> dict:
     import tensorflow as tf
 
-    from graphs.signatures import WARMUP_FILE, read_warmup, run_log
+    from baton.graphs.signatures import WARMUP_FILE, read_warmup, run_log
 
     start = time.perf_counter()
     try:

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from pipeline.release import versions as V
+from baton.pipeline.release import versions as V
 
 MARKER = Path("assets.extra") / "baton_push.json"
 

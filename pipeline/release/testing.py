@@ -19,7 +19,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from graphs.feature_spec import Feature, FeatureSpec, Label, RawFeature
+from baton.graphs.feature_spec import Feature, FeatureSpec, Label, RawFeature
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "penguins.csv"
 NUMERIC = ("bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g")

@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from pipeline.context import StageContext
-from pipeline.errors import StageError
+from baton.errors import StageError
+from baton.pipeline.context import StageContext
 
 INPUTS = {"saved_model": True}
 OUTPUTS = ("check",)
-CODE_DEPS = ("pipeline.release.infra", "pipeline.release.infra_worker", "graphs.signatures")
+CODE_DEPS = ("baton.pipeline.release.infra", "baton.pipeline.release.infra_worker", "baton.graphs.signatures")
 CACHEABLE = True
 
 
@@ -36,8 +36,8 @@ class Config:
 
 
 def run(ctx: StageContext, config: Config) -> None:
-    from pipeline.release import infra
-    from pipeline.stages.export import EXPECTED, EXPORT_INFO, version_dir
+    from baton.pipeline.release import infra
+    from baton.pipeline.stages.export import EXPECTED, EXPORT_INFO, version_dir
 
     root = ctx.inputs["saved_model"]
     vdir = root if (root / "saved_model.pb").exists() else version_dir(root)

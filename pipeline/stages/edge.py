@@ -16,11 +16,11 @@ import json
 import shutil
 from typing import Any, Literal
 
-from pipeline.context import StageContext
+from baton.pipeline.context import StageContext
 
 INPUTS = {"saved_model": True, "examples": True, "transform_graph": True}
 OUTPUTS = ("edge_model",)
-CODE_DEPS = ("pipeline.release.tflite", "pipeline.release.data")
+CODE_DEPS = ("baton.pipeline.release.tflite", "baton.pipeline.release.data")
 CACHEABLE = True
 Variant = Literal["float", "dynamic", "int8", "raw"]
 
@@ -52,9 +52,9 @@ class Config:
 def run(ctx: StageContext, config: Config) -> None:
     import tensorflow as tf
 
-    from graphs.feature_spec import FeatureSpec
-    from pipeline.release import data, tflite
-    from pipeline.stages.export import version_dir
+    from baton.graphs.feature_spec import FeatureSpec
+    from baton.pipeline.release import data, tflite
+    from baton.pipeline.stages.export import version_dir
 
     spec = FeatureSpec.load(ctx.inputs["transform_graph"])
     vdir = version_dir(ctx.inputs["saved_model"])
@@ -127,8 +127,8 @@ def _representative(ctx: StageContext, spec: Any, transform: Any, config: Config
                     fallback: dict[str, Any]):
     """Calibration rows for int8: from the train split when present (never the rows the
     variant is then measured on), else the eval split."""
-    from pipeline.errors import StageError
-    from pipeline.release import data
+    from baton.errors import StageError
+    from baton.pipeline.release import data
 
     try:
         rows = data.read_split(ctx.inputs["examples"], spec, "train",

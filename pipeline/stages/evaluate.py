@@ -18,15 +18,15 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pipeline.configs import did_you_mean
-from pipeline.context import StageContext
-from pipeline.errors import StageError
-from pipeline.release.gate import Gate, slice_feature
+from baton.errors import StageError
+from baton.pipeline.configs import did_you_mean
+from baton.pipeline.context import StageContext
+from baton.pipeline.release.gate import Gate, slice_feature
 
 INPUTS = {"model": True, "transform_graph": True, "examples": True}
 OUTPUTS = ("evaluation", "blessing")
-CODE_DEPS = ("pipeline.release.data", "pipeline.release.metrics", "pipeline.release.gate",
-             "pipeline.release.report", "pipeline.release.baseline")
+CODE_DEPS = ("baton.pipeline.release.data", "baton.pipeline.release.metrics", "baton.pipeline.release.gate",
+             "baton.pipeline.release.report", "baton.pipeline.release.baseline")
 CACHEABLE = True
 
 
@@ -50,7 +50,7 @@ class Config:
 
 def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
     """Refuse gates that name unknown metrics or slices before anything (training) runs."""
-    from pipeline.release.gate import spec_problems
+    from baton.pipeline.release.gate import spec_problems
 
     return spec_problems(config.gate, config.slices)
 
@@ -62,7 +62,7 @@ EARLY_INPUTS = ("transform_graph",)
 def check_inputs(config: Config, inputs: dict[str, Path]) -> list[str]:
     """Gate and slice names that only the data can settle (a slice column the data lacks, a
     metric that does not fit the task or its classes), refused before training starts."""
-    from graphs.feature_spec import FeatureSpec
+    from baton.graphs.feature_spec import FeatureSpec
 
     if "transform_graph" not in inputs:
         return []
@@ -70,9 +70,9 @@ def check_inputs(config: Config, inputs: dict[str, Path]) -> list[str]:
 
 
 def run(ctx: StageContext, config: Config) -> None:
-    from graphs.feature_spec import FeatureSpec
-    from pipeline.release import baseline as B
-    from pipeline.release import data, gate, report
+    from baton.graphs.feature_spec import FeatureSpec
+    from baton.pipeline.release import baseline as B
+    from baton.pipeline.release import data, gate, report
 
     spec = FeatureSpec.load(ctx.inputs["transform_graph"])
     problems = _spec_problems(config, spec)
@@ -125,8 +125,8 @@ def run(ctx: StageContext, config: Config) -> None:
 def evaluate_model(model_dir: Path, transform_dir: Path, split: Any, spec: Any,
                    config: Config) -> dict[str, Any]:
     """Overall and sliced metrics, confusion matrix and calibration of one model on `split`."""
-    from pipeline.release import data
-    from pipeline.release import metrics as M
+    from baton.pipeline.release import data
+    from baton.pipeline.release import metrics as M
 
     transform = data.load_transform(transform_dir)
     model = data.load_model(model_dir)
@@ -154,7 +154,7 @@ def evaluate_model(model_dir: Path, transform_dir: Path, split: Any, spec: Any,
 def _spec_problems(config: Config, spec: Any) -> list[str]:
     """What only the feature spec can tell: slices must be raw categorical columns, gate
     metrics must exist for this task and its classes."""
-    from pipeline.release import metrics as M
+    from baton.pipeline.release import metrics as M
 
     problems = []
     raw = {f.name: f.dtype for f in spec.raw_features}

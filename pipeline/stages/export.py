@@ -20,12 +20,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-from pipeline.context import StageContext
-from pipeline.errors import StageError
+from baton.errors import StageError
+from baton.pipeline.context import StageContext
 
 INPUTS = {"model": True, "transform_graph": True, "examples": True}
 OUTPUTS = ("saved_model",)
-CODE_DEPS = ("graphs.signatures", "pipeline.release.data", "pipeline.release.baseline")
+CODE_DEPS = ("baton.graphs.signatures", "baton.pipeline.release.data", "baton.pipeline.release.baseline")
 CACHEABLE = True
 EXPORT_INFO = "export.json"
 EXPECTED = "expected_outputs.json"
@@ -50,9 +50,9 @@ class Config:
 
 
 def run(ctx: StageContext, config: Config) -> None:
-    from graphs import signatures as S
-    from graphs.feature_spec import FeatureSpec
-    from pipeline.release import baseline, data
+    from baton.graphs import signatures as S
+    from baton.graphs.feature_spec import FeatureSpec
+    from baton.pipeline.release import baseline, data
 
     spec = FeatureSpec.load(ctx.inputs["transform_graph"])
     version = config.version or baseline.last_version(ctx, "export") + 1
@@ -97,7 +97,7 @@ def expected_outputs(transform: Any, model: Any, split: Any, spec: Any) -> list[
     Predict requests come first (one per row), then Classify/Regress (one per row), matching
     `graphs.signatures.warmup_logs`.
     """
-    from pipeline.release import data
+    from baton.pipeline.release import data
 
     if not len(split):
         return []

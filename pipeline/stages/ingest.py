@@ -24,12 +24,12 @@ import shutil
 from pathlib import Path
 from typing import Literal
 
-from pipeline.context import StageContext
-from pipeline.errors import StageError
+from baton.errors import StageError
+from baton.pipeline.context import StageContext
 
 INPUTS: dict[str, bool] = {}
 OUTPUTS = ("examples",)
-CODE_DEPS = ("pipeline.dataplane", "pipeline.datasets")
+CODE_DEPS = ("baton.pipeline.dataplane", "baton.pipeline.datasets")
 CACHEABLE = True
 
 
@@ -65,7 +65,7 @@ class Synthetic:
         if self.noise < 0:
             raise ValueError(f"synthetic.noise must be >= 0. Received: {self.noise}")
         if self.image:
-            from pipeline.datasets.synthetic import PATTERNS
+            from baton.pipeline.datasets.synthetic import PATTERNS
 
             if len(self.image) != 3 or min(self.image[:2]) < 4 or self.image[2] < 1:
                 raise ValueError("synthetic.image must be [height, width, channels] with height "
@@ -126,12 +126,12 @@ class Config:
 
 def external_inputs(config: Config, spec_dir: Path) -> list[Path]:
     """The data files ingest reads, so editing the data reruns ingest (cache key)."""
-    from pipeline.datasets import PENGUINS_CSV
+    from baton.pipeline.datasets import PENGUINS_CSV
 
     if config.source == "penguins":
         return [PENGUINS_CSV]
     if config.source == "csv":
-        from pipeline.dataplane.csv_source import expand_glob
+        from baton.pipeline.dataplane.csv_source import expand_glob
 
         return expand_glob(str(config.path), spec_dir)
     if config.source == "tfds" and config.data_dir is not None:
@@ -143,12 +143,12 @@ def external_inputs(config: Config, spec_dir: Path) -> list[Path]:
 def run(ctx: StageContext, config: Config) -> None:
     out = ctx.output("examples")
     if config.source == "csv":
-        from pipeline.dataplane import ingest_csv
+        from baton.pipeline.dataplane import ingest_csv
 
         ingest_csv.ingest(ctx, config, out)
         return
     if config.source == "synthetic":
-        from pipeline.dataplane import ingest_synthetic
+        from baton.pipeline.dataplane import ingest_synthetic
 
         ingest_synthetic.ingest(ctx, config, out)
         return
@@ -158,14 +158,14 @@ def run(ctx: StageContext, config: Config) -> None:
 def _ingest_tfds(ctx: StageContext, config: Config, out: Path) -> None:
     import tensorflow_datasets as tfds
 
-    from pipeline.dataplane import tfds_source
-    from pipeline.dataplane.examples_writer import ExamplesWriter
-    from pipeline.dataplane.schema_file import Column, ExamplesSchema, image_columns
+    from baton.pipeline.dataplane import tfds_source
+    from baton.pipeline.dataplane.examples_writer import ExamplesWriter
+    from baton.pipeline.dataplane.schema_file import Column, ExamplesSchema, image_columns
 
     tfds.disable_progress_bar()
     scratch = None
     if config.source == "penguins":
-        from pipeline.datasets.penguins import LABEL, BatonPenguins
+        from baton.pipeline.datasets.penguins import LABEL, BatonPenguins
 
         scratch = ctx.work_dir / ".tfds"  # prepared inside the run, removed before the rename
         builder = BatonPenguins(data_dir=str(scratch))
@@ -224,7 +224,7 @@ def _ingest_tfds(ctx: StageContext, config: Config, out: Path) -> None:
 
 def _complete_images(ctx: StageContext, images: dict, columns: list, label: str) -> dict:
     """The images whose every pixel column is kept as a numeric feature (the rest: logged)."""
-    from pipeline.dataplane.schema_file import image_columns
+    from baton.pipeline.dataplane.schema_file import image_columns
 
     numeric = {c.name for c in columns if c.is_numeric and c.name != label}
     kept = {}
@@ -244,7 +244,7 @@ def _col(columns, name):  # noqa: ANN001, ANN202
 def _check_label(label: str, columns) -> None:  # noqa: ANN001
     names = [c.name for c in columns]
     if label not in names:
-        from pipeline.configs import did_you_mean
+        from baton.pipeline.configs import did_you_mean
 
         raise StageError(f"label: column {label!r} not found{did_you_mean(label, names)}; "
                          f"columns are {names}")

@@ -22,12 +22,12 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
-from pipeline.context import StageContext
-from pipeline.errors import StageError
+from baton.errors import StageError
+from baton.pipeline.context import StageContext
 
 INPUTS = {"saved_model": True, "blessing": True, "check": False, "edge_model": False}
 OUTPUTS = ("pushed",)
-CODE_DEPS = ("pipeline.release.pushing", "pipeline.release.versions", "pipeline.release.status")
+CODE_DEPS = ("baton.pipeline.release.pushing", "baton.pipeline.release.versions", "baton.pipeline.release.status")
 CACHEABLE = True
 
 
@@ -64,8 +64,8 @@ def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
 
 
 def run(ctx: StageContext, config: Config) -> None:
-    from pipeline.release import pushing
-    from pipeline.stages.export import EXPORT_INFO, version_dir
+    from baton.pipeline.release import pushing
+    from baton.pipeline.stages.export import EXPORT_INFO, version_dir
 
     base = ctx.resolve(config.serving_base or Path("models") / ctx.pipeline)
     out = ctx.output("pushed")
@@ -101,7 +101,7 @@ def run(ctx: StageContext, config: Config) -> None:
     result.update(serving_base=str(base), edge_released=bool(edge),
                   edge_reason=(edge or {}).get("reason") or _edge_reason(ctx))
     if config.server and result["pushed"]:
-        from pipeline.release import status
+        from baton.pipeline.release import status
 
         name = config.model_name or export_info.get("model_name") or ctx.pipeline
         result["server_status"] = status.wait_available(
@@ -120,7 +120,7 @@ def cache_valid(outputs: dict[str, Path]) -> str | None:
     Reusing it would report "pushed" while nothing is served. A rolled-back version or one
     superseded by a newer version is still accounted for, so a rollback is not undone.
     """
-    from pipeline.release import versions
+    from baton.pipeline.release import versions
 
     try:
         result = json.loads((outputs["pushed"] / "push.json").read_text())

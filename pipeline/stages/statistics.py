@@ -11,12 +11,12 @@ from __future__ import annotations
 import dataclasses
 import json
 
-from pipeline.context import StageContext
-from pipeline.errors import StageError
+from baton.errors import StageError
+from baton.pipeline.context import StageContext
 
 INPUTS = {"examples": True}
 OUTPUTS = ("statistics", "schema")
-CODE_DEPS = ("pipeline.dataplane",)
+CODE_DEPS = ("baton.pipeline.dataplane",)
 CACHEABLE = True
 
 
@@ -34,8 +34,8 @@ class Config:
 
 
 def run(ctx: StageContext, config: Config) -> None:
-    from pipeline.dataplane import beam_runner, beam_statistics, render, stats
-    from pipeline.dataplane.schema_file import ExamplesSchema, shard_files
+    from baton.pipeline.dataplane import beam_runner, beam_statistics, render, stats
+    from baton.pipeline.dataplane.schema_file import ExamplesSchema, shard_files
 
     examples = ctx.inputs["examples"]
     schema = ExamplesSchema.load(examples)

@@ -17,18 +17,18 @@ import sys
 from pathlib import Path
 from typing import Any, Literal
 
-from pipeline.context import StageContext
-from pipeline.errors import StageError
-from strategies.factory import CommunicationConfig, PartitionConfig
+from baton.errors import Preempted, StageError
+from baton.pipeline.context import StageContext
+from baton.strategies.factory import CommunicationConfig, PartitionConfig
 
 INPUTS = {"transformed": True, "transform_graph": True}
 OUTPUTS = ("model",)
 CODE_DEPS = (
-    "graphs.models",
-    "graphs.steps",
-    "strategies.trainer",
-    "strategies.ps_trainer",
-    "strategies.job",
+    "baton.graphs.models",
+    "baton.graphs.steps",
+    "baton.strategies.trainer",
+    "baton.strategies.ps_trainer",
+    "baton.strategies.job",
 )
 CACHEABLE = True
 
@@ -198,7 +198,7 @@ def check_options(config: Config, options: Any, stage: Any, spec: Any) -> list[s
     consistent, XLA must be supported by the resolved strategy, and a fault to inject must parse
     and name a task of that topology.
     """
-    from strategies.faults import FaultSpecError, parse_fault
+    from baton.strategies.faults import FaultSpecError, parse_fault
 
     cluster = spec.cluster if spec is not None else None
     problems, topo, source = _resolve(config, options, cluster)
@@ -267,8 +267,8 @@ def make_job(
     (`strategies.job.with_example_count`). `data_hash` (the inputs' content hashes) makes the
     backup fingerprint independent of the run directory the inputs sit in.
     """
-    from graphs.feature_spec import FeatureSpec
-    from strategies.job import TrainJob, count_examples
+    from baton.graphs.feature_spec import FeatureSpec
+    from baton.strategies.job import TrainJob, count_examples
 
     spec_path = inputs["transform_graph"]
     try:
@@ -308,16 +308,6 @@ def make_job(
     return dataclasses.replace(job, num_train_examples=n)
 
 
-class Preempted(KeyboardInterrupt):
-    """SIGTERM during training: a backup was saved; `baton run` exits with `exit_code` (143).
-
-    A KeyboardInterrupt, so the runner handles it like Ctrl-C (discards the stage's temporary
-    directory, records the run as interrupted, re-raises); the backup lives outside it.
-    """
-
-    exit_code = 143
-
-
 def backup_dir(ctx: StageContext, job: Any) -> Path:
     """Where this stage's training backups live: stable across pids and run ids.
 
@@ -333,7 +323,7 @@ def backup_dir(ctx: StageContext, job: Any) -> Path:
     """
     import hashlib
 
-    from pipeline import cache, registry
+    from baton.pipeline import cache, registry
 
     code = cache.code_version(registry.resolve(ctx.stage_type).code_files())
     key = hashlib.sha256(f"{code}\n{job.fingerprint()}".encode()).hexdigest()[:16]
@@ -342,7 +332,7 @@ def backup_dir(ctx: StageContext, job: Any) -> Path:
 
 def _content_hash(path: Path) -> str:
     """An input's content hash: from its producer's lineage record, else hashed here."""
-    from pipeline import lineage, store
+    from baton.pipeline import lineage, store
 
     rec = lineage.read(path.parent) or {}
     out = rec.get("outputs", {}).get(path.name, {})
@@ -350,7 +340,7 @@ def _content_hash(path: Path) -> str:
 
 
 def run(ctx: StageContext, config: Config) -> None:
-    from strategies import inventory
+    from baton.strategies import inventory
 
     topo = topology(config, ctx.options, _spec_cluster(ctx))
     data_hash = _content_hash(Path(ctx.inputs["transformed"]))
@@ -384,9 +374,9 @@ def run(ctx: StageContext, config: Config) -> None:
 def _run_in_process(
     ctx: StageContext, job: Any, out: Path, node: dict, defaults: dict, backups: Path
 ) -> None:
-    from strategies import faults, trainer
-    from strategies.job import run_task, write_model_artifact
-    from strategies.preemption import stop_on_sigterm
+    from baton.strategies import faults, trainer
+    from baton.strategies.job import run_task, write_model_artifact
+    from baton.strategies.preemption import stop_on_sigterm
 
     bar = ctx.progress(job.epochs * job.steps_per_epoch(), "steps", label=ctx.stage)
 
@@ -406,9 +396,9 @@ def _run_in_process(
         role.after_strategy = sigterm.install  # a multi-worker strategy installs its own
         try:
             result = run_task(job, None, role)
-        except trainer.Preempted as exc:
+        except Preempted as exc:
             bar.close()
-            raise Preempted(f"training {exc} in {backups}; rerun to resume") from None
+            raise Preempted(f"training {exc} in {backups}; rerun to resume", step=exc.step) from None
     bar.close()
     assert result is not None
     write_model_artifact(
@@ -424,14 +414,14 @@ def _run_in_process(
 
 def task_argv(job_file: Path, out: Path, backup_dir: Path) -> list[str]:
     """The command of one local task: `baton task` in its explicit form (a counted job file)."""
-    return [sys.executable, "-m", "pipeline.commands.task", "--job", str(job_file),
+    return [sys.executable, "-m", "baton.pipeline.commands.task", "--job", str(job_file),
             "--out", str(out), "--backup-dir", str(backup_dir)]
 
 
 def _run_cluster(
     ctx: StageContext, config: Config, job: Any, topo: Topology, out: Path, backups: Path
 ) -> None:
-    from strategies import faults, launcher
+    from baton.strategies import faults, launcher
 
     job_file = ctx.work_dir / "job.json"
     job_file.write_text(job.to_json())
@@ -474,7 +464,7 @@ def _run_cluster(
 
 
 def _spec_cluster(ctx: StageContext) -> Any:
-    from pipeline.spec import load_spec
+    from baton.pipeline.spec import load_spec
 
     try:
         return load_spec(ctx.spec_path).cluster if ctx.spec_path else None

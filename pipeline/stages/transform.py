@@ -25,12 +25,12 @@ import shutil
 import time
 from typing import Literal
 
-from pipeline.context import StageContext
-from pipeline.errors import StageError
+from baton.errors import StageError
+from baton.pipeline.context import StageContext
 
 INPUTS = {"examples": True}
 OUTPUTS = ("transformed", "transform_graph")
-CODE_DEPS = ("graphs.transform", "graphs.feature_spec", "pipeline.dataplane")
+CODE_DEPS = ("baton.graphs.transform", "baton.graphs.feature_spec", "baton.pipeline.dataplane")
 CACHEABLE = True
 
 Kind = Literal["zscore", "minmax", "identity", "bucketize", "vocabulary", "hash", "drop"]
@@ -73,7 +73,7 @@ class Config:
 
 def plan_columns(config: Config, schema) -> dict[str, dict]:  # noqa: ANN001
     """Column -> transform settings, from the defaults and `columns:` overrides."""
-    from pipeline.configs import did_you_mean
+    from baton.pipeline.configs import did_you_mean
 
     names = [c.name for c in schema.features]
     for name in config.columns:
@@ -101,11 +101,11 @@ def plan_columns(config: Config, schema) -> dict[str, dict]:  # noqa: ANN001
 
 
 def run(ctx: StageContext, config: Config) -> None:
-    from graphs import transform as tgraph
-    from pipeline.dataplane import beam_runner, beam_transform
-    from pipeline.dataplane.analysis import feature_spec
-    from pipeline.dataplane.schema_file import ExamplesSchema, shard_files
-    from pipeline.dataplane.transformed_io import write_metadata
+    from baton.graphs import transform as tgraph
+    from baton.pipeline.dataplane import beam_runner, beam_transform
+    from baton.pipeline.dataplane.analysis import feature_spec
+    from baton.pipeline.dataplane.schema_file import ExamplesSchema, shard_files
+    from baton.pipeline.dataplane.transformed_io import write_metadata
 
     examples = ctx.inputs["examples"]
     schema = ExamplesSchema.load(examples)
@@ -157,7 +157,7 @@ def run(ctx: StageContext, config: Config) -> None:
 
 def _images(ctx: StageContext, schema, plan: dict[str, dict]) -> tuple:  # noqa: ANN001
     """The images of the examples whose every pixel stays a numeric feature (others: logged)."""
-    from graphs.feature_spec import Image
+    from baton.graphs.feature_spec import Image
 
     out = []
     for name, shape in schema.images.items():

@@ -13,12 +13,12 @@ import dataclasses
 import json
 from pathlib import Path
 
-from pipeline.context import StageContext
-from pipeline.errors import StageError
+from baton.errors import StageError
+from baton.pipeline.context import StageContext
 
 INPUTS = {"statistics": True, "schema": True}
 OUTPUTS = ("anomalies",)
-CODE_DEPS = ("pipeline.dataplane.validation", "pipeline.dataplane.stats")
+CODE_DEPS = ("baton.pipeline.dataplane.validation", "baton.pipeline.dataplane.stats")
 CACHEABLE = True
 
 
@@ -32,11 +32,11 @@ class Config:
     splits: list[str] = dataclasses.field(default_factory=list)  # default: every split
 
     def __post_init__(self) -> None:
-        from pipeline.dataplane.validation import KINDS
+        from baton.pipeline.dataplane.validation import KINDS
 
         for kind in self.allow:
             if kind not in (*KINDS, "all"):
-                from pipeline.configs import did_you_mean
+                from baton.pipeline.configs import did_you_mean
 
                 raise ValueError(f"allow: unknown anomaly kind {kind!r}{did_you_mean(kind, KINDS)}"
                                  f"; kinds are {', '.join(KINDS)} or all")
@@ -53,8 +53,8 @@ def external_inputs(config: Config, spec_dir: Path | None) -> list[Path]:
 
 
 def run(ctx: StageContext, config: Config) -> None:
-    from pipeline.dataplane.stats import SCHEMA_FILE, load_statistics
-    from pipeline.dataplane.validation import check
+    from baton.pipeline.dataplane.stats import SCHEMA_FILE, load_statistics
+    from baton.pipeline.dataplane.validation import check
 
     statistics = load_statistics(ctx.inputs["statistics"])
     path = ctx.resolve(config.schema_path) if config.schema_path else ctx.inputs["schema"]

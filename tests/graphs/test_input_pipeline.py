@@ -6,9 +6,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from graphs.feature_spec import FeatureSpec
-from graphs.input_pipeline import make_dataset
-from pipeline.testing import run_stage
+from baton.graphs.feature_spec import FeatureSpec
+from baton.graphs.input_pipeline import make_dataset
+from baton.pipeline.testing import run_stage
 
 
 @pytest.fixture(scope="module")

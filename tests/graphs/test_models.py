@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from graphs import models
-from graphs.feature_spec import Feature, FeatureSpec, Image, Label, RawFeature
-from graphs.synthetic import synthetic_arrays, synthetic_spec
+from baton.graphs import models
+from baton.graphs.feature_spec import Feature, FeatureSpec, Image, Label, RawFeature
+from baton.graphs.synthetic import synthetic_arrays, synthetic_spec
 
 
 def _batch(spec: FeatureSpec, n: int = 5) -> dict:
@@ -134,7 +134,7 @@ def test_bad_configs_name_the_value_received(make, message: str) -> None:
 
 def test_an_empty_image_shape_from_the_train_job_means_the_spec_image() -> None:
     """What the train stage passes for an unset image_shape (`[]`) builds the spec's image."""
-    from strategies.job import TrainJob, build_fn
+    from baton.strategies.job import TrainJob, build_fn
 
     job = TrainJob(feature_spec=_image_spec((4, 4, 1)).to_dict(), model="cnn",
                    model_config={"image_shape": [], "filters": [4], "dense_units": 8})

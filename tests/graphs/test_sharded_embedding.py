@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from graphs import models
-from graphs.sharded_embedding import ShardedEmbedding, merge_into, shard_rows
-from graphs.synthetic import synthetic_arrays, synthetic_spec
+from baton.graphs import models
+from baton.graphs.sharded_embedding import ShardedEmbedding, merge_into, shard_rows
+from baton.graphs.synthetic import synthetic_arrays, synthetic_spec
 
 
 def test_div_partitioning_of_rows() -> None:

@@ -1,4 +1,4 @@
-"""graphs.signatures: the serving signatures TF Serving clients expect, for both tasks."""
+"""baton.graphs.signatures: the serving signatures TF Serving clients expect, for both tasks."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ def _export(up, path):
     import keras
     import tensorflow as tf
 
-    from graphs import signatures as S
+    from baton.graphs import signatures as S
 
     transform = tf.saved_model.load(str(up.transform_graph))
     model = keras.saving.load_model(up.model / "model.keras", compile=False)
@@ -20,7 +20,7 @@ def _export(up, path):
 
 @pytest.fixture(scope="module")
 def regression(tmp_path_factory):
-    from pipeline.release.testing import regression_upstream
+    from baton.pipeline.release.testing import regression_upstream
 
     up = regression_upstream()
     path = tmp_path_factory.mktemp("reg") / "1"
@@ -31,7 +31,7 @@ def regression(tmp_path_factory):
 def test_regression_model_has_a_regress_signature_tf_serving_accepts(regression):
     from tensorflow.core.protobuf import saved_model_pb2
 
-    from pipeline.release import infra
+    from baton.pipeline.release import infra
 
     up, path, _, _ = regression
     sm = saved_model_pb2.SavedModel.FromString((path / "saved_model.pb").read_bytes())
@@ -48,8 +48,8 @@ def test_regression_model_has_a_regress_signature_tf_serving_accepts(regression)
 def test_regress_and_predict_agree_with_the_keras_model(regression):
     import tensorflow as tf
 
-    from graphs import signatures as S
-    from pipeline.release import data
+    from baton.graphs import signatures as S
+    from baton.pipeline.release import data
 
     up, path, transform, model = regression
     split = data.read_split(up.examples, up.spec).take(3)
@@ -65,8 +65,8 @@ def test_regress_and_predict_agree_with_the_keras_model(regression):
 
 
 def test_regression_metrics_and_gate(tmp_path):
-    from pipeline.release.testing import regression_upstream
-    from pipeline.testing import run_stage
+    from baton.pipeline.release.testing import regression_upstream
+    from baton.pipeline.testing import run_stage
 
     up = regression_upstream()
     inputs = {"model": up.model, "transform_graph": up.transform_graph, "examples": up.examples}
@@ -81,8 +81,8 @@ def test_regression_metrics_and_gate(tmp_path):
 def test_a_missing_example_feature_is_parsed_as_missing():
     import tensorflow as tf
 
-    from graphs import signatures as S
-    from pipeline.release.testing import to_example
+    from baton.graphs import signatures as S
+    from baton.pipeline.release.testing import to_example
     from tests.pipeline.release.helpers import exported
 
     loaded = tf.saved_model.load(str(exported() / "1"))

@@ -5,9 +5,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from graphs import models
-from graphs.steps import TOTALS, make_eval_fn, make_train_chunk, totals_to_metrics
-from graphs.synthetic import synthetic_dataset, synthetic_spec
+from baton.graphs import models
+from baton.graphs.steps import TOTALS, make_eval_fn, make_train_chunk, totals_to_metrics
+from baton.graphs.synthetic import synthetic_dataset, synthetic_spec
 
 
 def _setup(seed: int = 0):
@@ -64,7 +64,7 @@ def test_jit_compiled_step_is_compiled_and_matches_the_plain_step(scope) -> None
     """XLA really compiles (the traced graph marks the function must-compile), same weights."""
     import tensorflow as tf
 
-    from graphs.steps import StepOptions, xla_compiled_functions
+    from baton.graphs.steps import StepOptions, xla_compiled_functions
 
     results, compiled = [], []
     for jit in (False, True):
@@ -84,7 +84,7 @@ def test_jit_compiled_step_is_compiled_and_matches_the_plain_step(scope) -> None
 def test_auto_jit_scope_compiles_gradients_only_under_multi_worker_strategies() -> None:
     import tensorflow as tf
 
-    from graphs.steps import StepOptions, resolve_jit_scope
+    from baton.graphs.steps import StepOptions, resolve_jit_scope
 
     on = StepOptions(jit_compile=True)
     assert resolve_jit_scope(StepOptions(), tf.distribute.get_strategy()) is None

@@ -7,8 +7,8 @@ import pyarrow as pa
 import pytest
 import tensorflow as tf
 
-from graphs import transform as tgraph
-from pipeline.dataplane.apply import Applier
+from baton.graphs import transform as tgraph
+from baton.pipeline.dataplane.apply import Applier
 
 ANALYSIS = {
     "version": 1,

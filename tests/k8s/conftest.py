@@ -6,7 +6,7 @@ import copy
 
 import pytest
 
-from k8s.options import JobOptions, Topology
+from baton.k8s.options import JobOptions, Topology
 
 
 def make_options(strategy: str = "multi_worker_mirrored", workers: int = 2, ps: int = 0,
@@ -25,6 +25,6 @@ def make_options(strategy: str = "multi_worker_mirrored", workers: int = 2, ps: 
 @pytest.fixture
 def tfjob() -> dict:
     """A valid parameter-server TFJob (Chief, 2 Workers, 1 PS) to hand-edit."""
-    from k8s.tfjob import build_tfjob
+    from baton.k8s.tfjob import build_tfjob
 
     return copy.deepcopy(build_tfjob(make_options("parameter_server", 2, 1)))

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k8s.validate import validate_doc, validate_file
+from baton.k8s.validate import validate_doc, validate_file
 
 K8S = Path(__file__).resolve().parents[2] / "k8s"
 

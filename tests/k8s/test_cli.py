@@ -7,8 +7,8 @@ import sys
 import pytest
 import yaml
 
-from pipeline.cli import main as baton
-from pipeline.commands.k8s import main
+from baton.pipeline.cli import main as baton
+from baton.pipeline.commands.k8s import main
 
 
 def test_generate_default_pipeline_both_strategies(tmp_path, capsys):
@@ -90,7 +90,7 @@ def test_emulate_cli_runs_the_generated_job(tmp_path, capsys):
 
 
 def test_shipped_spec_pushes_to_the_shared_volume(tmp_path):
-    from pipeline.spec import spec_from_dict
+    from baton.pipeline.spec import spec_from_dict
 
     assert main(["--out", str(tmp_path), "--run-id", "r1"]) == 0
     cm = yaml.safe_load((tmp_path / "pipeline-spec.yaml").read_text())

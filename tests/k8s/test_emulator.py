@@ -8,9 +8,9 @@ import sys
 import time
 from pathlib import Path
 
-from k8s.emulator import Emulator, EmulatorOptions, exit_code
-from k8s.render import write_manifests
-from k8s.tfjob import build_tfjob
+from baton.k8s.emulator import Emulator, EmulatorOptions, exit_code
+from baton.k8s.render import write_manifests
+from baton.k8s.tfjob import build_tfjob
 
 from .conftest import make_options
 
@@ -201,7 +201,7 @@ def test_single_replica_job_gets_no_tf_config(tmp_path, monkeypatch):
 
 
 def test_is_distributed_follows_the_operator():
-    from k8s.tfconfig import is_distributed
+    from baton.k8s.tfconfig import is_distributed
 
     def job(**replicas):
         return {"spec": {"tfReplicaSpecs": {t: ({} if n is None else {"replicas": n})

@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from k8s.emulator import EmulatorOptions, emulate_file
+from baton.k8s.emulator import EmulatorOptions, emulate_file
 
 pytestmark = [pytest.mark.slow, pytest.mark.multi_worker, pytest.mark.timeout(180)]
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 import yaml
 
-from k8s.errors import ManifestError
-from k8s.options import JobOptions, Resources, RunPolicy, Topology
-from k8s.render import build_all, write_manifests
-from k8s.tfjob import build_tfjob
-from k8s.validate import validate_doc, validate_file
+from baton.k8s.errors import ManifestError
+from baton.k8s.options import JobOptions, Resources, RunPolicy, Topology
+from baton.k8s.render import build_all, write_manifests
+from baton.k8s.tfjob import build_tfjob
+from baton.k8s.validate import validate_doc, validate_file
 
 from .conftest import make_options
 

@@ -7,8 +7,8 @@ import json
 import pytest
 import yaml
 
-from k8s import submit as sub
-from k8s.render import build_all
+from baton.k8s import submit as sub
+from baton.k8s.render import build_all
 
 from .conftest import make_options
 
@@ -79,7 +79,7 @@ def test_namespace_override_and_api_errors():
 
 # --------------------------------------------------------------------------- through the CLI
 def _write(tmp_path, **kwargs):
-    from k8s.render import write_manifests
+    from baton.k8s.render import write_manifests
 
     out = tmp_path / "m"
     write_manifests(make_options("parameter_server", 2, 1, namespace="ml", **kwargs), out)
@@ -88,7 +88,7 @@ def _write(tmp_path, **kwargs):
 
 def _cli_submit(monkeypatch, argv, status: int = 201):
     """`baton k8s submit ARGV` against the recording client; (exit code, requests sent)."""
-    from pipeline.cli import main as baton
+    from baton.pipeline.cli import main as baton
 
     api, sent = _client(status)
     monkeypatch.setattr(sub, "load_client", lambda kubeconfig=None, context=None: api)
@@ -204,7 +204,7 @@ def _kubeconfig(tmp_path, server: str):
 
 
 def test_no_kubeconfig_is_a_usage_error(tmp_path, monkeypatch, capsys):
-    from pipeline.cli import main as baton
+    from baton.pipeline.cli import main as baton
 
     out = _write(tmp_path)
     monkeypatch.setenv("KUBECONFIG", str(tmp_path / "nope"))
@@ -224,7 +224,7 @@ def test_no_kubeconfig_is_a_usage_error(tmp_path, monkeypatch, capsys):
 def test_unreachable_server_names_the_address(tmp_path, monkeypatch, capsys):
     import socket
 
-    from pipeline.cli import main as baton
+    from baton.pipeline.cli import main as baton
 
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))

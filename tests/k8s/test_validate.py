@@ -7,10 +7,10 @@ import copy
 import pytest
 import yaml
 
-from k8s import kube_schemas
-from k8s.crd import tfjob_schema, to_json_schema
-from k8s.render import build_all
-from k8s.validate import validate_doc, validate_file
+from baton.k8s import kube_schemas
+from baton.k8s.crd import tfjob_schema, to_json_schema
+from baton.k8s.render import build_all
+from baton.k8s.validate import validate_doc, validate_file
 
 from .conftest import make_options
 

@@ -7,7 +7,7 @@ import os
 import time
 from pathlib import Path
 
-from pipeline.registry import stage
+from baton.pipeline.registry import stage
 
 CALLS: list[str] = []
 
@@ -26,14 +26,11 @@ def _source_files(config: SourceConfig, spec_dir: Path) -> list[Path]:
     return [spec_dir / config.path]
 
 
-@stage(outputs=("lines",), config=SourceConfig)
+@stage(outputs=("lines",), config=SourceConfig, external_inputs=_source_files)
 def source(ctx, config: SourceConfig) -> None:
     CALLS.append(ctx.stage)
     text = ctx.resolve(config.path).read_text()
     (ctx.output("lines") / "data.txt").write_text(text * config.repeat)
-
-
-source.external_inputs = _source_files  # type: ignore[attr-defined]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +66,7 @@ def slow_writer(ctx, config: dict) -> None:
 
 @stage(inputs={"lines": True}, outputs=("never",))
 def failing(ctx, config: dict) -> None:
-    from pipeline.errors import StageError
+    from baton.errors import StageError
 
     (ctx.output("never") / "junk").write_text("x")
     raise StageError("the data was bad: 3 rows could not be parsed")
@@ -80,7 +77,13 @@ class PublishConfig:
     dest: str = "published.txt"
 
 
-@stage(inputs={"lines": True}, outputs=("receipt",), config=PublishConfig)
+def _publish_cache_valid(outputs: dict[str, Path]) -> str | None:
+    dest = Path((outputs["receipt"] / "dest.txt").read_text())
+    return None if dest.exists() else f"{dest} is gone"
+
+
+@stage(inputs={"lines": True}, outputs=("receipt",), config=PublishConfig,
+       cache_valid=_publish_cache_valid)
 def publish(ctx, config: PublishConfig) -> None:
     """Writes outside the run (as push does): a cached result stands only while that file exists."""
     CALLS.append(ctx.stage)
@@ -89,23 +92,9 @@ def publish(ctx, config: PublishConfig) -> None:
     (ctx.output("receipt") / "dest.txt").write_text(str(dest))
 
 
-def _publish_cache_valid(outputs: dict[str, Path]) -> str | None:
-    dest = Path((outputs["receipt"] / "dest.txt").read_text())
-    return None if dest.exists() else f"{dest} is gone"
-
-
-publish.cache_valid = _publish_cache_valid  # type: ignore[attr-defined]
-
-
 @dataclasses.dataclass(frozen=True)
 class JudgeConfig:
     word: str = "A"
-
-
-@stage(inputs={"lines": True, "upper": True}, outputs=("verdict",), config=JudgeConfig)
-def judge(ctx, config: JudgeConfig) -> None:
-    CALLS.append(ctx.stage)
-    (ctx.output("verdict") / "ok.txt").write_text("yes")
 
 
 def _judge_check(config: JudgeConfig, inputs: dict[str, Path]) -> list[str]:
@@ -114,5 +103,8 @@ def _judge_check(config: JudgeConfig, inputs: dict[str, Path]) -> list[str]:
     return [] if config.word in words else [f"config.word: {config.word!r} is not in the data: {words}"]
 
 
-judge.early_inputs = ("lines",)  # type: ignore[attr-defined]
-judge.check_inputs = _judge_check  # type: ignore[attr-defined]
+@stage(inputs={"lines": True, "upper": True}, outputs=("verdict",), config=JudgeConfig,
+       early_inputs=("lines",), check_inputs=_judge_check)
+def judge(ctx, config: JudgeConfig) -> None:
+    CALLS.append(ctx.stage)
+    (ctx.output("verdict") / "ok.txt").write_text("yes")

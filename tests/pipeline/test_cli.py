@@ -12,13 +12,13 @@ F = "tests.pipeline.fake_stages"
 
 
 def baton(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *args], cwd=cwd,
+    return subprocess.run([sys.executable, "-m", "baton.pipeline.cli", *args], cwd=cwd,
                           capture_output=True, text=True, timeout=120,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"})
+                          env={"PATH": "/usr/bin:/bin"})
 
 
 def test_help_is_fast_and_imports_no_tensorflow():
-    code = ("import sys, time; t=time.perf_counter(); from pipeline.cli import main; "
+    code = ("import sys, time; t=time.perf_counter(); from baton.pipeline.cli import main; "
             "import io, contextlib\n"
             "with contextlib.redirect_stdout(io.StringIO()): main(['--help'])\n"
             "print(time.perf_counter()-t, 'tensorflow' in sys.modules, 'apache_beam' in sys.modules, "

@@ -12,12 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from pipeline import lineage
-from pipeline.context import RunOptions
-from pipeline.errors import SpecError
-from pipeline.plan import plan
-from pipeline.runner import run_pipeline
-from pipeline.spec import load_spec
+from baton.errors import SpecError
+from baton.pipeline import lineage
+from baton.pipeline.context import RunOptions
+from baton.pipeline.plan import plan
+from baton.pipeline.runner import run_pipeline
+from baton.pipeline.spec import load_spec
 from tests.pipeline import fake_stages
 
 F = "tests.pipeline.fake_stages"
@@ -197,7 +197,7 @@ def test_killed_mid_write_leaves_nothing_that_looks_complete(tmp_path):
     p.write_text(p.read_text() + f"  - name: slow\n    type: {F}:slow_writer\n"
                  f"    inputs: {{lines: source.lines}}\n    config: {{ready_file: {ready}}}\n")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.cli", "run", str(p), "--runs-dir", str(tmp_path / "runs"), "-q"],
+        [sys.executable, "-m", "baton.pipeline.cli", "run", str(p), "--runs-dir", str(tmp_path / "runs"), "-q"],
         cwd=Path(__file__).resolve().parents[2],
     )
     try:
@@ -221,7 +221,7 @@ def test_killed_mid_write_leaves_nothing_that_looks_complete(tmp_path):
 
 
 def test_only_requires_upstream_outputs(tmp_path):
-    from pipeline.errors import UsageError
+    from baton.errors import UsageError
 
     with pytest.raises(UsageError, match="has no finished outputs"):
         run(make(tmp_path), tmp_path, run_id="r1", only=["upper"])

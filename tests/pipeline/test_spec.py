@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.errors import SpecError
-from pipeline.plan import plan
-from pipeline.spec import PipelineSpec, StageSpec, load_spec, spec_from_dict
+from baton.errors import SpecError
+from baton.pipeline.plan import plan
+from baton.pipeline.spec import PipelineSpec, StageSpec, load_spec, spec_from_dict
 
 F = "tests.pipeline.fake_stages"
 
@@ -133,7 +133,7 @@ def test_user_stage_module_that_cannot_import(tmp_path):
 
 def test_user_stage_beside_the_spec_imports_without_pythonpath(tmp_path):
     (tmp_path / "my_beside_stages.py").write_text(
-        "from pipeline.registry import stage\n\n"
+        "from baton import stage\n\n"
         "@stage(outputs=('out',))\n"
         "def hello(ctx, config):\n"
         "    (ctx.output('out') / 'hi.txt').write_text('hi')\n")

@@ -15,7 +15,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import fixture_models as fm  # noqa: E402
 
-from serving.testing import install  # noqa: E402,F401 - tests import it from here
+from baton.serving.testing import install  # noqa: E402,F401 - tests import it from here
 
 
 @pytest.fixture(scope="session")
@@ -32,8 +32,8 @@ def built(tmp_path_factory):
 @pytest.fixture(scope="module")
 def server(built, tmp_path_factory):
     """One server with penguins (versions 1, 2, label stable=1) and a regressor."""
-    from serving.config import ModelConfig, VersionPolicy
-    from serving.server import ModelServer, ServerOptions
+    from baton.serving.config import ModelConfig, VersionPolicy
+    from baton.serving.server import ModelServer, ServerOptions
 
     root = tmp_path_factory.mktemp("models")
     pb, rb = str(root / "penguins"), str(root / "regressor")

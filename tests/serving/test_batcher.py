@@ -8,9 +8,9 @@ import time
 import numpy as np
 import pytest
 
-from serving.batcher import BatchScheduler, Task
-from serving.config import BatchingOptions
-from serving.status import Code, ServingError
+from baton.serving.batcher import BatchScheduler, Task
+from baton.serving.config import BatchingOptions
+from baton.serving.status import Code, ServingError
 
 
 class FakeSignature:

@@ -1,7 +1,7 @@
 import pytest
 
-from serving.cli import UsageError, main, parse_args
-from serving.config import (
+from baton.serving.cli import UsageError, main, parse_args
+from baton.serving.config import (
     BatchingOptions,
     ConfigError,
     VersionPolicy,

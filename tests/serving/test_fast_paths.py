@@ -12,9 +12,9 @@ import fixture_models as fm
 import numpy as np
 import pytest
 
-from serving.batcher import Task
-from serving.metrics import Histogram
-from serving.rest_json import (
+from baton.serving.batcher import Task
+from baton.serving.metrics import Histogram
+from baton.serving.rest_json import (
     _row_plan,
     _rows_fast,
     dumps,
@@ -22,8 +22,8 @@ from serving.rest_json import (
     parse_predict,
     predict_response,
 )
-from serving.servable import load_servable
-from serving.status import ServingError
+from baton.serving.servable import load_servable
+from baton.serving.status import ServingError
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +133,7 @@ def test_fast_signature_call_matches_the_keyword_call(sig):
 
 
 def test_a_fast_call_that_disagrees_is_dropped_at_its_first_call(built):
-    from serving.servable import _FastCall
+    from baton.serving.servable import _FastCall
 
     sig = load_servable("penguins", 1, built["penguins1"], warmup=False).signature("")
     feeds, _, _ = parse_predict({"instances": [fm.PENGUIN]}, sig)

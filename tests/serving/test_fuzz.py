@@ -7,7 +7,7 @@ import socket
 import fixture_models as fm
 from conftest import http
 
-from serving.testing import fuzz_bodies
+from baton.serving.testing import fuzz_bodies
 
 PATHS = ["/v1/models/penguins:predict", "/v1/models/penguins/versions/1:predict",
          "/v1/models/penguins:classify", "/v1/models/regressor:regress",

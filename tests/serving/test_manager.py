@@ -6,9 +6,9 @@ import shutil
 import pytest
 from conftest import install
 
-from serving.config import ModelConfig, VersionPolicy
-from serving.manager import AVAILABLE, END, ModelManager
-from serving.status import Code, ServingError
+from baton.serving.config import ModelConfig, VersionPolicy
+from baton.serving.manager import AVAILABLE, END, ModelManager
+from baton.serving.status import Code, ServingError
 
 
 class FakeServable:

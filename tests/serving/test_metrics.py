@@ -1,6 +1,6 @@
 """The Prometheus exposition itself: TF Serving's names, buckets and text (no TensorFlow)."""
 
-from serving.metrics import LATENCY_US, Metrics
+from baton.serving.metrics import LATENCY_US, Metrics
 
 
 def lines(m):

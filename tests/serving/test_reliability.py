@@ -15,11 +15,11 @@ import tensorflow as tf
 from conftest import install
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
-from serving.client_demo import ServerProcess
-from serving.config import ModelConfig
-from serving.server import ModelServer, ServerOptions
-from serving.testing import corrupt as make_corrupt
-from serving.testing import finish_copy, half_copy
+from baton.serving.client_demo import ServerProcess
+from baton.serving.config import ModelConfig
+from baton.serving.server import ModelServer, ServerOptions
+from baton.serving.testing import corrupt as make_corrupt
+from baton.serving.testing import finish_copy, half_copy
 
 # class id each fixture answers with, by bias: penguinsB adds 10 to class B % 3
 EXPECTED_CLASS = {1: 1, 2: 2, 3: 0}
@@ -141,7 +141,7 @@ def test_stop_under_grpc_load_finishes_every_started_call(built, tmp_path, monke
     them (grpc's shutdown cancels calls not yet handed to the application)."""
     import asyncio
 
-    from serving import grpc_service
+    from baton.serving import grpc_service
 
     base = str(tmp_path / "penguins")
     install(built["penguins1"], base, 1)
@@ -203,7 +203,7 @@ def test_stop_under_grpc_load_finishes_every_started_call(built, tmp_path, monke
 def test_demo_helper_prints_one_prediction(built, tmp_path):
     import io
 
-    from serving.client_demo import demo
+    from baton.serving.client_demo import demo
 
     base = str(tmp_path / "penguins")
     install(built["penguins2"], base, 1)

@@ -12,8 +12,8 @@ import tensorflow as tf
 from conftest import http, install
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
-from serving.config import ModelConfig
-from serving.server import ModelServer, ServerOptions
+from baton.serving.config import ModelConfig
+from baton.serving.server import ModelServer, ServerOptions
 
 
 def wait_until(check, timeout=60.0, every=0.1):

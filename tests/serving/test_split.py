@@ -17,7 +17,7 @@ import tensorflow as tf
 from conftest import install
 from tensorflow_serving.apis import predict_pb2, prediction_service_pb2_grpc
 
-from serving.client_demo import ServerProcess
+from baton.serving.client_demo import ServerProcess
 
 N = 40  # split requests per API: each must complete (generous timeouts, no timing asserts)
 ROWS = [dict(fm.PENGUIN, body_mass_g=3000.0 + 250 * i,

@@ -19,9 +19,9 @@ import sys
 def main(argv: list[str]) -> int:
     import tensorflow as tf
 
-    from strategies import factory, ps_trainer
-    from strategies.cluster import ClusterSpec, TaskId, TFConfig
-    from strategies.job import TrainJob, dataset_fns, setup_runtime
+    from baton.strategies import factory, ps_trainer
+    from baton.strategies.cluster import ClusterSpec, TaskId, TFConfig
+    from baton.strategies.job import TrainJob, dataset_fns, setup_runtime
 
     job = TrainJob.from_json(argv[0])
     batches = int(argv[1])

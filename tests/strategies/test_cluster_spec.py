@@ -7,7 +7,7 @@ import socket
 
 import pytest
 
-from strategies.cluster import ClusterSpec, ClusterSpecError, TaskId, TFConfig, free_ports
+from baton.strategies.cluster import ClusterSpec, ClusterSpecError, TaskId, TFConfig, free_ports
 
 OPERATOR_TF_CONFIG = (
     '{"cluster": {"chief": ["job-chief-0.ns.svc:2222"], "worker": ["job-worker-0.ns.svc:2222", '

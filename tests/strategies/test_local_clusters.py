@@ -21,11 +21,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from graphs.synthetic import synthetic_spec
-from pipeline.stages.train import task_argv
-from strategies import launcher
-from strategies.faults import parse_fault
-from strategies.job import TrainJob
+from baton.graphs.synthetic import synthetic_spec
+from baton.pipeline.stages.train import task_argv
+from baton.strategies import launcher
+from baton.strategies.faults import parse_fault
+from baton.strategies.job import TrainJob
 
 pytestmark = [pytest.mark.multi_worker, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -219,9 +219,9 @@ def test_ctrl_c_on_the_launcher_leaves_no_orphans(tmp_path) -> None:
     job = _job(synthetic_examples=4096, batch_size=32, epochs=200, backup_every=0)
     (tmp_path / "job.json").write_text(job.to_json())
     code = (
-        "import sys; from pathlib import Path; from strategies import launcher\n"
+        "import sys; from pathlib import Path; from baton.strategies import launcher\n"
         f"d = Path({str(tmp_path)!r})\n"
-        "cmd = lambda t: [sys.executable, '-m', 'pipeline.commands.task',"
+        "cmd = lambda t: [sys.executable, '-m', 'baton.pipeline.commands.task',"
         " '--job', str(d / 'job.json'),"
         " '--out', str(d / 'out'), '--backup-dir', str(d / 'backup')]\n"
         "launcher.launch(launcher.LaunchConfig(workers=2, state_dir=d / 'state'), cmd)\n"

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from graphs.synthetic import synthetic_spec
-from strategies.job import TrainJob
+from baton.graphs.synthetic import synthetic_spec
+from baton.strategies.job import TrainJob
 
 pytestmark = [pytest.mark.multi_worker, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,7 +25,7 @@ def _first_batches(job: TrainJob, batches: int) -> dict[str, list[tuple[float, .
     res = subprocess.run(
         [sys.executable, "-m", "tests.strategies.ps_probe", job.to_json(), str(batches)],
         cwd=ROOT, capture_output=True, text=True, timeout=180,
-        env={"PATH": "/usr/bin:/bin", "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"},
+        env={"PATH": "/usr/bin:/bin", "TF_CPP_MIN_LOG_LEVEL": "2"},
     )
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
@@ -62,7 +62,7 @@ def test_parameter_server_workers_read_disjoint_shards_of_synthetic_data() -> No
 def test_parameter_server_workers_read_disjoint_shards_of_transformed_data(
     penguins_transformed,
 ) -> None:
-    from graphs.feature_spec import FeatureSpec
+    from baton.graphs.feature_spec import FeatureSpec
 
     art = penguins_transformed
     job = _job(

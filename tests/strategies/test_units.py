@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from strategies import factory, faults, inventory
-from strategies.cluster import ClusterSpec, TaskId, TFConfig
+from baton.strategies import factory, faults, inventory
+from baton.strategies.cluster import ClusterSpec, TaskId, TFConfig
 
 
 def test_parse_fault_forms() -> None:
@@ -88,9 +88,9 @@ def test_inventory_reports_round_trip(tmp_path) -> None:
 def test_mixed_bfloat16_trains_and_exports_a_float32_model(tmp_path) -> None:
     import keras
 
-    from graphs.synthetic import synthetic_spec
-    from strategies.job import TrainJob, run_task, write_model_artifact
-    from strategies.trainer import TaskRole
+    from baton.graphs.synthetic import synthetic_spec
+    from baton.strategies.job import TrainJob, run_task, write_model_artifact
+    from baton.strategies.trainer import TaskRole
 
     job = TrainJob(
         feature_spec=synthetic_spec(4, (3,), 3).to_dict(),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pipeline.testing import run_stage
+from baton.pipeline.testing import run_stage
 
 _CACHE: dict[str, dict[str, Path]] = {}
 

@@ -9,9 +9,9 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-from pipeline.registry import stage
-from pipeline.release.testing import scratch, upstream
-from pipeline.testing import run_stage
+from baton.pipeline.registry import stage
+from baton.pipeline.release.testing import scratch, upstream
+from baton.pipeline.testing import run_stage
 
 
 def upstream_inputs(model: Path | None = None) -> dict[str, Path]:
@@ -87,7 +87,7 @@ class UpstreamConfig:
 @stage(outputs=("model", "transform_graph", "examples"), config=UpstreamConfig)
 def fixture_upstream(ctx, config: UpstreamConfig) -> None:
     """A user stage for runner tests: the fixture train/transform/ingest outputs."""
-    from pipeline.release.testing import weak_model
+    from baton.pipeline.release.testing import weak_model
 
     for name, src in upstream_inputs(weak_model() if config.weak else None).items():
         dst = ctx.output(name)

@@ -7,11 +7,11 @@ import json
 
 import pytest
 
-from pipeline.context import RunOptions
-from pipeline.plan import plan
-from pipeline.release import versions as V
-from pipeline.runner import run_pipeline
-from pipeline.spec import load_spec
+from baton.pipeline.context import RunOptions
+from baton.pipeline.plan import plan
+from baton.pipeline.release import versions as V
+from baton.pipeline.runner import run_pipeline
+from baton.pipeline.spec import load_spec
 
 SPEC = """\
 pipeline: release

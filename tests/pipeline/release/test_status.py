@@ -8,7 +8,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from pipeline.release import status
+from baton.pipeline.release import status
 
 
 @pytest.fixture

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.commands import rollback
-from pipeline.errors import BatonError
-from pipeline.release import pushing
-from pipeline.release import versions as V
+from baton.errors import BatonError
+from baton.pipeline.commands import rollback
+from baton.pipeline.release import pushing
+from baton.pipeline.release import versions as V
 
 
 def _model(tmp_path: Path, name: str, size: int = 1000) -> Path:
@@ -77,7 +77,7 @@ def test_rollback_errors_name_the_problem(tmp_path, capsys):
 KILL_SCRIPT = textwrap.dedent("""
     import shutil, sys, time
     from pathlib import Path
-    from pipeline.release import pushing
+    from baton.pipeline.release import pushing
 
     def slow_copy(src, dst):
         shutil.copy2(src, dst)
@@ -100,7 +100,7 @@ def test_a_push_killed_midway_leaves_only_complete_versions(tmp_path):
         (big / "variables" / f"extra-{i}").write_bytes(os.urandom(100))
     script = tmp_path / "push_slowly.py"
     script.write_text(KILL_SCRIPT)
-    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[3])}
+    env = {**os.environ}
     proc = subprocess.Popen([sys.executable, str(script), str(big), str(base)], env=env)
     try:
         deadline = time.monotonic() + 30

@@ -7,12 +7,12 @@ import shutil
 
 import pytest
 
-from pipeline.context import RunOptions
-from pipeline.errors import StageError
-from pipeline.plan import plan
-from pipeline.runner import run_pipeline
-from pipeline.spec import load_spec
-from pipeline.testing import run_stage
+from baton.errors import StageError
+from baton.pipeline.context import RunOptions
+from baton.pipeline.plan import plan
+from baton.pipeline.runner import run_pipeline
+from baton.pipeline.spec import load_spec
+from baton.pipeline.testing import run_stage
 from tests.pipeline.release.helpers import damage, exported
 
 
@@ -48,7 +48,7 @@ def test_broken_models_are_refused_with_the_problem_named(tmp_path, how, fragmen
 
 
 def test_wrong_classify_method_name_is_refused(tmp_path):
-    from graphs.signatures import set_method_names
+    from baton.graphs.signatures import set_method_names
 
     sm = _copy(tmp_path)
     set_method_names(sm / "1", {"classify": "tensorflow/serving/predict"})
@@ -58,7 +58,7 @@ def test_wrong_classify_method_name_is_refused(tmp_path):
 
 
 def test_outputs_differing_from_the_in_process_model_are_named():
-    from pipeline.release.infra import compare
+    from baton.pipeline.release.infra import compare
 
     want = [{"probabilities": [[0.9, 0.1]], "class_ids": [0], "classes": ["a"]}]
     same = [{"probabilities": [[0.9, 0.1 + 1e-6]], "class_ids": [0], "classes": ["a"]}]

@@ -7,9 +7,9 @@ import json
 import numpy as np
 import pytest
 
-from pipeline.release import tflite
-from pipeline.release.testing import upstream
-from pipeline.testing import run_stage
+from baton.pipeline.release import tflite
+from baton.pipeline.release.testing import upstream
+from baton.pipeline.testing import run_stage
 from tests.pipeline.release.helpers import exported
 
 
@@ -47,7 +47,7 @@ def test_every_variant_is_measured_against_the_saved_model(edge):
 def test_released_file_answers_like_the_cloud_model(edge):
     import tensorflow as tf
 
-    from pipeline.release import data
+    from baton.pipeline.release import data
 
     d, _ = edge
     u = upstream()

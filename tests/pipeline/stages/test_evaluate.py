@@ -7,11 +7,11 @@ from types import SimpleNamespace
 
 import pytest
 
-from pipeline.configs import build_config
-from pipeline.errors import StageError
-from pipeline.release.testing import weak_model
-from pipeline.stages import evaluate
-from pipeline.testing import run_stage
+from baton.errors import StageError
+from baton.pipeline.configs import build_config
+from baton.pipeline.release.testing import weak_model
+from baton.pipeline.stages import evaluate
+from baton.pipeline.testing import run_stage
 from tests.pipeline.release.helpers import record, upstream_inputs
 
 GATE = {"thresholds": {"accuracy": 0.9, "loss": {"max": 0.5}},
@@ -115,9 +115,9 @@ def test_check_spec_refuses_unknown_metrics_and_slices(gate, slices, fragment):
 
 
 def test_a_gate_naming_an_unknown_metric_is_a_spec_error_before_anything_runs(tmp_path):
-    from pipeline.errors import SpecError
-    from pipeline.plan import plan
-    from pipeline.spec import load_spec
+    from baton.errors import SpecError
+    from baton.pipeline.plan import plan
+    from baton.pipeline.spec import load_spec
 
     spec = tmp_path / "spec.yaml"
     spec.write_text(

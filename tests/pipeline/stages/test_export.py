@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from pipeline.testing import run_stage
+from baton.pipeline.testing import run_stage
 from tests.pipeline.release.helpers import record, upstream_inputs
 
 
@@ -69,7 +69,7 @@ def test_classify_signature_is_what_tf_serving_accepts(exported):
 def test_warmup_outputs_match_the_in_process_model(exported):
     import tensorflow as tf
 
-    from graphs import signatures as S
+    from baton.graphs import signatures as S
 
     _, outs, _ = exported
     d = outs["saved_model"] / "1"

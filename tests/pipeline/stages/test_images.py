@@ -15,10 +15,10 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from pipeline.configs import ConfigError
-from pipeline.dataplane.schema_file import ExamplesSchema, shard_files
-from pipeline.errors import StageError
-from pipeline.testing import run_stage
+from baton.errors import StageError
+from baton.pipeline.configs import ConfigError
+from baton.pipeline.dataplane.schema_file import ExamplesSchema, shard_files
+from baton.pipeline.testing import run_stage
 
 ROWS, SHAPE = 40, (6, 5, 3)
 
@@ -113,7 +113,7 @@ def test_tfds_image_over_max_image_pixels_is_refused_naming_feature_and_shape(tm
 
 
 def test_tfds_image_without_a_fixed_shape_is_refused(tmp_path):
-    from pipeline.dataplane import tfds_source
+    from baton.pipeline.dataplane import tfds_source
 
     builder = BatonAnySizeImages(data_dir=str(tmp_path))  # info only: nothing is prepared
     with pytest.raises(StageError, match=r"image feature 'photo' .* has no fixed shape "

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from pipeline.dataplane.schema_file import ExamplesSchema, shard_files
-from pipeline.errors import StageError
-from pipeline.stages import ingest
-from pipeline.testing import run_stage
+from baton.errors import StageError
+from baton.pipeline.dataplane.schema_file import ExamplesSchema, shard_files
+from baton.pipeline.stages import ingest
+from baton.pipeline.testing import run_stage
 from tests.pipeline.dataplane.helpers import penguins
 
 
@@ -40,7 +40,7 @@ def test_penguins_examples_follow_the_contract(tmp_path_factory):
 
 
 def test_tfds_by_name_reads_a_prepared_data_dir(tmp_path):
-    from pipeline.datasets.penguins import BatonPenguins
+    from baton.pipeline.datasets.penguins import BatonPenguins
 
     data_dir = tmp_path / "tfds"
     BatonPenguins(data_dir=str(data_dir)).download_and_prepare()
@@ -121,7 +121,7 @@ def test_synthetic_is_deterministic_and_sharded(tmp_path):
 
 
 def test_tfds_download_offline_fails_fast_naming_dataset_and_directory(tmp_path, monkeypatch):
-    from pipeline.dataplane import tfds_source
+    from baton.pipeline.dataplane import tfds_source
 
     monkeypatch.setattr(tfds_source, "network_problem", lambda: "cannot connect to x: offline")
     cfg = {"source": "tfds", "dataset": "mnist", "data_dir": str(tmp_path / "d")}

@@ -7,9 +7,9 @@ import shutil
 
 import pytest
 
-from pipeline.errors import StageError
-from pipeline.release import versions as V
-from pipeline.testing import run_stage
+from baton.errors import StageError
+from baton.pipeline.release import versions as V
+from baton.pipeline.testing import run_stage
 from tests.pipeline.release.helpers import upstream_inputs
 
 
@@ -64,7 +64,7 @@ def test_rerun_with_the_same_model_does_not_push_a_duplicate(tmp_path, export_di
 def test_cached_push_stands_only_while_its_version_is_accounted_for(tmp_path, export_dir):
     """The runner reuses a cached push only if `cache_valid` finds its version still accounted
     for; otherwise `baton run` would report "pushed" while nothing is served."""
-    from pipeline.stages.push import cache_valid
+    from baton.pipeline.stages.push import cache_valid
 
     outs, _ = _push(tmp_path, export_dir, _blessing(tmp_path, True))
     base = tmp_path / "serving"
@@ -119,9 +119,9 @@ def test_edge_model_travels_with_the_cloud_model_only_when_released(tmp_path, ex
 
 
 def test_a_push_without_a_check_stage_is_a_spec_error_unless_allowed(tmp_path):
-    from pipeline.errors import SpecError
-    from pipeline.plan import plan
-    from pipeline.spec import load_spec
+    from baton.errors import SpecError
+    from baton.pipeline.plan import plan
+    from baton.pipeline.spec import load_spec
 
     spec = tmp_path / "spec.yaml"
     text = ("pipeline: p\nstages:\n"

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from pipeline.dataplane.render import html_path, statistics_table
-from pipeline.testing import run_stage
+from baton.pipeline.dataplane.render import html_path, statistics_table
+from baton.pipeline.testing import run_stage
 from tests.pipeline.dataplane.helpers import penguins
 
 
@@ -23,7 +23,7 @@ def stats(tmp_path_factory):
 def test_statistics_match_the_csv(stats):
     import csv
 
-    from pipeline.datasets import PENGUINS_CSV
+    from baton.pipeline.datasets import PENGUINS_CSV
 
     out, metrics = stats
     data = json.loads((out["statistics"] / "statistics.json").read_text())

@@ -7,13 +7,13 @@ import json
 import numpy as np
 import pytest
 
-from graphs.feature_spec import FeatureSpec
-from graphs.input_pipeline import make_dataset
-from pipeline.configs import ConfigError, build_config
-from pipeline.context import RunOptions
-from pipeline.errors import StageError
-from pipeline.stages import train
-from pipeline.testing import run_stage
+from baton.errors import StageError
+from baton.graphs.feature_spec import FeatureSpec
+from baton.graphs.input_pipeline import make_dataset
+from baton.pipeline.configs import ConfigError, build_config
+from baton.pipeline.context import RunOptions
+from baton.pipeline.stages import train
+from baton.pipeline.testing import run_stage
 from tests.pipeline.dataplane.helpers import penguins
 
 

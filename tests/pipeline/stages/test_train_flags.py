@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.context import RunOptions
-from pipeline.spec import spec_from_dict
-from pipeline.stages import train
+from baton.pipeline.context import RunOptions
+from baton.pipeline.spec import spec_from_dict
+from baton.pipeline.stages import train
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -38,9 +38,9 @@ stages:
 def baton(tmp_path: Path, *args: str, env: dict[str, str] | None = None, extra: str = ""):
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC.format(extra=extra))
-    full_env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", **(env or {})}
+    full_env = {"PATH": "/usr/bin:/bin", **(env or {})}
     return subprocess.run(
-        [sys.executable, "-m", "pipeline.cli", "run", str(spec), "--runs-dir",
+        [sys.executable, "-m", "baton.pipeline.cli", "run", str(spec), "--runs-dir",
          str(tmp_path / "runs"), *args],
         cwd=tmp_path, capture_output=True, text=True, timeout=120, env=full_env,
     )

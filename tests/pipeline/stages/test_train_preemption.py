@@ -40,9 +40,9 @@ PLANNED = EPOCHS * (278 // 8)
 
 def _baton(tmp_path: Path, *args: str) -> subprocess.Popen:
     (tmp_path / "spec.yaml").write_text(SPEC)
-    env = {**os.environ, "PYTHONPATH": str(ROOT), "TF_CPP_MIN_LOG_LEVEL": "2"}
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     return subprocess.Popen(
-        [sys.executable, "-m", "pipeline.cli", "run", str(tmp_path / "spec.yaml"),
+        [sys.executable, "-m", "baton.pipeline.cli", "run", str(tmp_path / "spec.yaml"),
          "--runs-dir", str(tmp_path / "runs"), *args],
         cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )

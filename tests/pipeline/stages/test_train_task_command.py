@@ -7,7 +7,7 @@ import signal
 
 import pytest
 
-from pipeline.commands import task
+from baton.pipeline.commands import task
 from tests.pipeline.dataplane.helpers import penguins
 
 
@@ -78,8 +78,8 @@ def test_spec_form_runs_no_tensorflow_op_before_the_strategy(run_dir) -> None:
     probe = (
         "import sys\n"
         "from tensorflow.python.eager import context\n"
-        "from pipeline.commands import task\n"
-        "from strategies.cluster import TFConfig\n"
+        "from baton.pipeline.commands import task\n"
+        "from baton.strategies.cluster import TFConfig\n"
         "args = task.parser().parse_args(['--stage', 'train', '--run-dir', sys.argv[1]])\n"
         "job, out = task._job(args, TFConfig.from_env())\n"
         "assert job.strategy == 'multi_worker_mirrored', job.strategy\n"
@@ -100,7 +100,7 @@ def test_spec_form_runs_no_tensorflow_op_before_the_strategy(run_dir) -> None:
 
 def test_tf_config_with_ps_tasks_beats_the_spec_cluster_section(run_dir, monkeypatch) -> None:
     """The embedded spec says `ps: 0`; the PS tasks the operator started decide."""
-    from strategies.cluster import TFConfig
+    from baton.strategies.cluster import TFConfig
 
     monkeypatch.setenv("TF_CONFIG", json.dumps({
         "cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"], "ps": ["127.0.0.1:3"]},
@@ -128,8 +128,8 @@ def test_broken_collective_exits_with_the_retryable_code(
     retries (>= 128); a bug stays permanent (1)."""
     import tensorflow as tf
 
-    from strategies import job as job_module
-    from strategies.cluster import TFConfig
+    from baton.strategies import job as job_module
+    from baton.strategies.cluster import TFConfig
 
     def broken(*_args, **_kwargs):
         if error == "ValueError":
@@ -149,7 +149,7 @@ def test_broken_collective_exits_with_the_retryable_code(
 def test_xla_with_ps_tasks_is_refused_before_any_task_starts(run_dir, tmp_path, monkeypatch) -> None:
     """A TFJob with PS replicas and `jit_compile: true` fails permanently in every replica,
     instead of the chief crashing in XLA while the servers wait."""
-    from strategies.cluster import TFConfig
+    from baton.strategies.cluster import TFConfig
 
     spec = tmp_path / "spec.yaml"
     spec.write_text(

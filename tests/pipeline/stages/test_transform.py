@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from graphs.feature_spec import FeatureSpec
-from graphs.input_pipeline import make_dataset
-from pipeline.errors import StageError
-from pipeline.testing import run_stage
+from baton.errors import StageError
+from baton.graphs.feature_spec import FeatureSpec
+from baton.graphs.input_pipeline import make_dataset
+from baton.pipeline.testing import run_stage
 from tests.pipeline.dataplane.helpers import penguins
 
 
@@ -71,8 +71,8 @@ def test_beam_output_equals_the_exported_graph_on_the_same_rows(art, tmp_path):
     """The parity proof: Beam/numpy-transformed rows == SavedModel transform_features(raw rows)."""
     import tensorflow as tf
 
-    from pipeline.dataplane.reader import read_batches
-    from pipeline.dataplane.schema_file import ExamplesSchema, shard_files
+    from baton.pipeline.dataplane.reader import read_batches
+    from baton.pipeline.dataplane.schema_file import ExamplesSchema, shard_files
 
     out, _ = run_stage("transform", ALL_KINDS, {"examples": art["examples"]}, tmp_path)
     spec = FeatureSpec.load(out["transform_graph"])

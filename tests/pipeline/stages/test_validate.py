@@ -7,9 +7,9 @@ import json
 
 import pytest
 
-from pipeline.dataplane.validation import check
-from pipeline.errors import StageError
-from pipeline.testing import run_stage
+from baton.errors import StageError
+from baton.pipeline.dataplane.validation import check
+from baton.pipeline.testing import run_stage
 from tests.pipeline.dataplane.helpers import penguins
 
 
@@ -73,7 +73,7 @@ def test_stage_fails_unless_allowed_and_writes_report(stats, tmp_path):
 
 
 def test_unknown_allowed_kind_is_a_config_error(tmp_path):
-    from pipeline.configs import ConfigError
+    from baton.pipeline.configs import ConfigError
 
     with pytest.raises(ConfigError, match="did you mean 'drift'"):
         run_stage("validate", {"allow": ["drfit"]}, {"statistics": tmp_path, "schema": tmp_path},
@@ -81,8 +81,8 @@ def test_unknown_allowed_kind_is_a_config_error(tmp_path):
 
 
 def test_a_curated_schema_file_is_part_of_the_cache_key(tmp_path):
-    from pipeline.configs import build_config
-    from pipeline.stages import validate
+    from baton.pipeline.configs import build_config
+    from baton.pipeline.stages import validate
 
     cfg = build_config(validate.Config, {"schema_path": "schemas/schema.json"}, "validate")
     assert validate.external_inputs(cfg, tmp_path) == [tmp_path / "schemas" / "schema.json"]

@@ -1,0 +1,51 @@
+"""What a model function is handed: `function(spec: baton.ModelSpec) -> keras.Model`.
+
+The contract of an own model (TFX's `run_fn(fn_args)`, reduced to what a model needs): the
+transformed features as `keras.Input`s of the right dtype and shape, the feature spec they
+come from, the task and its number of classes, the label's name, and the stage's
+`model_params:` mapping exactly as written in the spec. Baton calls the function inside the
+strategy's scope on every task, so the variables it creates are mirrored or sharded as the
+strategy decides; the model is called on the features dict and returns logits
+`[B, num_classes]` (`[B]` or `[B, 1]` for regression).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from baton.graphs.feature_spec import FeatureSpec, Task
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelSpec:
+    """Everything a model function needs to build a model for the transformed features.
+
+    Attributes:
+        inputs: feature name -> `keras.Input` with the transformed feature's dtype and shape
+            (float32 numerics and int64 categorical ids, `[B]`).
+        feature_spec: the transform's FeatureSpec (vocabulary sizes, images, raw features).
+        task: "classification" or "regression".
+        num_classes: classes of the label (1 for regression).
+        label: the label's name.
+        params: the stage's `model_params:` mapping, as written in the spec.
+    """
+
+    inputs: Mapping[str, Any]
+    feature_spec: FeatureSpec
+    task: Task
+    num_classes: int
+    label: str
+    params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    @classmethod
+    def from_feature_spec(cls, spec: FeatureSpec,
+                          params: Mapping[str, Any] | None = None) -> ModelSpec:
+        """A ModelSpec with fresh `keras.Input`s for `spec` (call it inside the strategy scope)."""
+        import keras
+
+        inputs = {f.name: keras.Input(shape=(), dtype=f.dtype, name=f.name) for f in spec.features}
+        return cls(inputs=inputs, feature_spec=spec, task=spec.label.task,
+                   num_classes=spec.label.num_classes, label=spec.label.name,
+                   params=dict(params or {}))
