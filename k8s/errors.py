@@ -11,9 +11,13 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Iterable
 
+from baton.errors import EXIT_USAGE, BatonError
 
-class ManifestError(ValueError):
+
+class ManifestError(BatonError, ValueError):
     """Options that no valid manifest can express; `field` names the offending option."""
+
+    exit_code = EXIT_USAGE
 
     def __init__(self, field: str, message: str) -> None:
         self.field = field
@@ -43,8 +47,10 @@ class Violation:
         return f"{where}{self.path or '<root>'}: {self.message} [{self.rule}]"
 
 
-class ValidationFailed(ValueError):
+class ValidationFailed(BatonError, ValueError):
     """Raised by `k8s.validate.check` when a manifest has violations; carries all of them."""
+
+    exit_code = EXIT_USAGE
 
     def __init__(self, violations: Iterable[Violation]) -> None:
         self.violations = list(violations)

@@ -24,6 +24,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
+from baton.errors import EXIT_USAGE, BatonError
+
 # (apiVersion, kind) -> (API class, create method). Every kind here is namespaced.
 _CREATE = {
     ("v1", "PersistentVolumeClaim"): ("CoreV1Api", "create_namespaced_persistent_volume_claim"),
@@ -51,16 +53,20 @@ _CLUSTER_SCOPED = {"Namespace", "PersistentVolume"}
 CONNECT_TIMEOUT, READ_TIMEOUT = 10.0, 120.0
 
 
-class SubmitError(RuntimeError):
+class SubmitError(BatonError, RuntimeError):
     """A document that cannot be submitted, or an API error (status and reason included)."""
 
 
 class ManifestSetError(SubmitError):
     """A path, directory or kustomization that cannot be read as a set of manifests."""
 
+    exit_code = EXIT_USAGE
+
 
 class KubeconfigError(SubmitError):
     """No usable kubeconfig (missing file, unknown context, not a kubeconfig)."""
+
+    exit_code = EXIT_USAGE
 
 
 @dataclasses.dataclass(frozen=True)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from typing import Any
 
 from baton.errors import EXIT_INTERRUPTED, EXIT_USAGE, BatonError
 
@@ -60,16 +61,38 @@ def main(argv: list[str] | None = None) -> int:
         return EXIT_USAGE
     # TensorFlow's C++ INFO/WARNING lines drown the progress output; users can still opt in.
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+    log = _configure_logging(args[0])
+    if log is None:
+        return EXIT_USAGE
     module = importlib.import_module(by_name[args[0]])
 
     try:
         return int(module.main(args[1:]) or 0)
     except BatonError as exc:
-        sys.stderr.write(f"baton {args[0]}: error: {exc}\n")
+        log.error("baton %s: error: %s", args[0], exc)
         return exc.exit_code
     except KeyboardInterrupt:
-        sys.stderr.write(f"baton {args[0]}: interrupted\n")
+        log.error("baton %s: interrupted", args[0])
         return EXIT_INTERRUPTED
+
+
+def _configure_logging(command: str) -> Any:
+    """The one log handler, from BATON_LOG_FORMAT (text|json) and BATON_LOG_LEVEL (INFO):
+    read here, at the edge. None (after saying why) when either is not valid."""
+    from baton import logs
+
+    fmt = os.environ.get("BATON_LOG_FORMAT", "text").strip().lower() or "text"
+    level = os.environ.get("BATON_LOG_LEVEL", "INFO").strip().upper() or "INFO"
+    if fmt not in logs.FORMATS:
+        sys.stderr.write(f"baton {command}: BATON_LOG_FORMAT must be one of "
+                         f"{', '.join(logs.FORMATS)}. Received: {fmt!r}\n")
+        return None
+    if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
+        sys.stderr.write(f"baton {command}: BATON_LOG_LEVEL must be DEBUG, INFO, WARNING, "
+                         f"ERROR or CRITICAL. Received: {level!r}\n")
+        return None
+    logs.configure(fmt, level)
+    return logs.get(f"cli.{command}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from baton import logs
+
+_STAGE_LOG = logs.get("stage")
+
 
 @dataclasses.dataclass(frozen=True)
 class RunOptions:
@@ -120,9 +124,10 @@ class StageContext:
         return Progress(label or self.stage, total, unit, self.stream, self.options.quiet)
 
     def log(self, message: str) -> None:
+        """A line about this stage's progress, through the `baton.stage` logger (baton.logs)."""
         if not self.options.quiet:
-            self.stream.write(f"  [{self.stage}] {message}\n")
-            self.stream.flush()
+            _STAGE_LOG.info(message, extra={"stage": self.stage, "pipeline": self.pipeline,
+                                            "run_id": self.run_id})
 
     def record(self, **metrics: Any) -> None:
         """Numbers and short strings that go into this stage's lineage record and summary."""

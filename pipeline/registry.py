@@ -18,6 +18,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from baton.errors import EXIT_USAGE, BatonError
 from baton.pipeline.hooks import HOOKS, StageDeclaration, normalize_inputs
 
 STAGES: list[tuple[str, str]] = [
@@ -36,8 +37,10 @@ STAGES: list[tuple[str, str]] = [
 _BY_NAME = dict(STAGES)
 
 
-class UnknownStageType(LookupError):
+class UnknownStageType(BatonError, LookupError):
     """A stage type that is neither registered nor a loadable `module:function` path."""
+
+    exit_code = EXIT_USAGE
 
 
 @dataclasses.dataclass(frozen=True)
@@ -122,9 +125,15 @@ def resolve(name: str, search_dir: Path | None = None) -> StageType:
             if isinstance(exc, SyntaxError) and exc.filename:
                 where = f" ({exc.filename}, line {exc.lineno})"
             else:
+                # the user's line, not the line inside Baton that refused it (@stage checks)
                 frames = traceback.extract_tb(exc.__traceback__)
-                if frames:
-                    where = f" ({frames[-1].filename}, line {frames[-1].lineno})"
+                ours = str(Path(__file__).resolve().parent)  # baton.pipeline
+                theirs = [f for f in frames if not f.filename.startswith("<")
+                          and not str(Path(f.filename).resolve()).startswith(ours)
+                          and "importlib" not in f.filename]
+                frame = (theirs or frames or [None])[-1]
+                if frame is not None:
+                    where = f" ({frame.filename}, line {frame.lineno})"
             raise UnknownStageType(f"cannot import stage module {mod_name!r}: "
                                    f"{type(exc).__name__}: {exc}{where}") from None
         fn = getattr(module, fn_name, None)

@@ -19,6 +19,7 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any, TextIO
 
+from baton import logs
 from baton.errors import BatonError, SpecError, StageError, UsageError
 from baton.pipeline import cache as cache_mod
 from baton.pipeline import lineage, store
@@ -26,6 +27,8 @@ from baton.pipeline.accounting import Meter, Usage
 from baton.pipeline.configs import config_to_dict
 from baton.pipeline.context import RunOptions, StageContext
 from baton.pipeline.plan import Plan
+
+_LOG = logs.get("pipeline.runner")
 
 
 @dataclasses.dataclass
@@ -294,9 +297,10 @@ def _require_outputs(plan: Plan, run_dir: Path, name: str) -> None:
 
 
 def _say(stream: TextIO, options: RunOptions, text: str) -> None:
+    """A line of the run's progress, through the `baton.pipeline.runner` logger (baton.logs);
+    `stream` keeps the progress bars and the summary table, which are terminal output."""
     if not options.quiet:
-        stream.write(text + "\n")
-        stream.flush()
+        _LOG.info(text)
 
 
 def _write_run_record(

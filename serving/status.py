@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import enum
 
+from baton.errors import BatonError
+
 
 class Code(enum.IntEnum):
     """absl/gRPC canonical codes (values match `grpc.StatusCode` and error_codes.proto)."""
@@ -53,7 +55,7 @@ HTTP_STATUS = {
 }
 
 
-class ServingError(Exception):
+class ServingError(BatonError):
     """A failure with a canonical code; the message is shown to the client verbatim."""
 
     def __init__(self, code: Code, message: str):

@@ -15,12 +15,15 @@ import socket
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from baton.errors import EXIT_USAGE, BatonError
+
 TASK_TYPES = ("chief", "worker", "ps", "evaluator")
-STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "parameter_server")
 
 
-class ClusterSpecError(ValueError):
+class ClusterSpecError(BatonError, ValueError):
     """A topology or TF_CONFIG that cannot describe a runnable cluster."""
+
+    exit_code = EXIT_USAGE
 
 
 @dataclasses.dataclass(frozen=True)

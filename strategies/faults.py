@@ -17,6 +17,7 @@ import os
 import re
 import signal
 
+from baton.errors import EXIT_USAGE, BatonError
 from baton.strategies.cluster import TASK_TYPES, TaskId
 
 _RE = re.compile(
@@ -24,8 +25,10 @@ _RE = re.compile(
 )
 
 
-class FaultSpecError(ValueError):
+class FaultSpecError(BatonError, ValueError):
     """A fault-injection spec that cannot be parsed."""
+
+    exit_code = EXIT_USAGE
 
 
 @dataclasses.dataclass(frozen=True)

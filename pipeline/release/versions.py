@@ -23,6 +23,8 @@ import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
+from baton.errors import BatonError
+
 LOCK = ".baton.lock"
 TMP_PREFIX = ".tmp-"
 RETIRED_PREFIX = ".retired-"
@@ -30,7 +32,7 @@ ROLLED_BACK_PREFIX = ".rolledback-"
 _ROLLED = re.compile(r"^\.rolledback-(\d+)(?:-\d+)?$")
 
 
-class VersionError(Exception):
+class VersionError(BatonError):
     """A version operation that cannot be done (unknown version, nothing to roll back to)."""
 
 
