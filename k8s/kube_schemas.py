@@ -19,6 +19,7 @@ import re
 from typing import Any
 
 from baton.k8s.errors import Violation, json_path
+from baton.k8s.schema_errors import violations_from_errors
 
 KUBERNETES_VERSION = "1.30.0"  # oldest minor still in the main clouds' support windows
 
@@ -65,8 +66,6 @@ def _validator(api_version: str, kind: str) -> Any:
 
 
 def _check_json_schema(doc: dict[str, Any]) -> list[Violation]:
-    from baton.k8s.validate import violations_from_errors
-
     validator = _validator(doc["apiVersion"], doc["kind"])
     return violations_from_errors(validator.iter_errors(doc))
 

@@ -15,6 +15,7 @@ import numpy as np
 
 from baton.serving.servable import CLASSIFY, REGRESS, Servable, Signature
 from baton.serving.status import invalid
+from baton.serving.tensor_proto import examples_from_input_proto
 
 
 def _feature(name: str, value):
@@ -84,23 +85,6 @@ def examples_from_json(body: dict) -> np.ndarray:
     arr = np.empty(len(exs), dtype=object)
     for i, e in enumerate(exs):
         arr[i] = prefix + _example_bytes(e, f"examples[{i}]")
-    return arr
-
-
-def examples_from_input_proto(inp) -> np.ndarray:
-    """A tensorflow.serving.Input (example_list or example_list_with_context)."""
-    kind = inp.WhichOneof("kind")
-    if kind == "example_list":
-        items = [e.SerializeToString() for e in inp.example_list.examples]
-    elif kind == "example_list_with_context":
-        ctx = inp.example_list_with_context.context.SerializeToString()
-        items = [ctx + e.SerializeToString() for e in inp.example_list_with_context.examples]
-    else:
-        raise invalid("Input is empty: set example_list or example_list_with_context")
-    if not items:
-        raise invalid("Input is empty: no examples")
-    arr = np.empty(len(items), dtype=object)
-    arr[:] = items
     return arr
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from baton.serving.status import Code, ServingError, invalid
+from baton.serving.tensor_proto import examples_from_input_proto, to_ndarray
 
 log = logging.getLogger("serving")
 
@@ -256,8 +257,6 @@ class Servable:
         import tensorflow as tf
         from tensorflow_serving.apis import prediction_log_pb2
 
-        from baton.serving.tensor_proto import to_ndarray
-
         n = 0
         for raw in tf.data.TFRecordDataset(path).as_numpy_iterator():
             log = prediction_log_pb2.PredictionLog.FromString(raw)
@@ -267,8 +266,6 @@ class Servable:
                 sig = self.signature(req.model_spec.signature_name)
                 feeds = {k: to_ndarray(v) for k, v in req.inputs.items()}
             elif kind in ("classify_log", "regress_log"):
-                from baton.serving.examples import examples_from_input_proto
-
                 req = getattr(log, kind).request
                 sig = self.signature(req.model_spec.signature_name)
                 name = next(iter(sig.inputs))

@@ -3,7 +3,8 @@
 gRPC Predict converts every input and output tensor; the TF helpers cost tens of
 microseconds each, which matters at thousands of requests per second. Numeric tensors
 travel as `tensor_content` bytes, strings as `string_val`, both of which every TF
-Serving client (tf.make_ndarray) reads.
+Serving client (tf.make_ndarray) reads. `examples_from_input_proto` decodes a
+tensorflow.serving.Input (gRPC Classify/Regress, and their warmup logs) likewise.
 """
 
 from __future__ import annotations
@@ -81,3 +82,20 @@ def from_ndarray(arr: np.ndarray, proto) -> None:
         )
     else:
         proto.tensor_content = np.ascontiguousarray(arr).tobytes()
+
+
+def examples_from_input_proto(inp) -> np.ndarray:
+    """A tensorflow.serving.Input (example_list or example_list_with_context)."""
+    kind = inp.WhichOneof("kind")
+    if kind == "example_list":
+        items = [e.SerializeToString() for e in inp.example_list.examples]
+    elif kind == "example_list_with_context":
+        ctx = inp.example_list_with_context.context.SerializeToString()
+        items = [ctx + e.SerializeToString() for e in inp.example_list_with_context.examples]
+    else:
+        raise invalid("Input is empty: set example_list or example_list_with_context")
+    if not items:
+        raise invalid("Input is empty: no examples")
+    arr = np.empty(len(items), dtype=object)
+    arr[:] = items
+    return arr

@@ -251,7 +251,12 @@ def run_task(job: TrainJob, tf_config: TFConfig | None, role: TaskRole) -> Train
             role.after_strategy()
         job = with_example_count(job)
         role.fingerprint = role.fingerprint or job.fingerprint()
-        result = ps_trainer.train(strategy, job, role, num_ps=len(tf_config.cluster.ps))
+        num_ps = len(tf_config.cluster.ps)
+        train_ds, eval_ds = dataset_fns(job)
+        # the builder runs inside the strategy scope, after ps_trainer's own checks
+        result = ps_trainer.train(
+            strategy, job, role, lambda: build_fn(job, num_ps)(), train_ds, eval_ds
+        )
         result.info.setdefault("planned_steps", job.epochs * job.steps_per_epoch())
         return result
     strategy = factory.make_strategy(job.strategy, tf_config, communication=comm)

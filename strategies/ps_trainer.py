@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import collections
 import time
+from collections.abc import Callable
 from typing import Any
 
 from baton.errors import Preempted
@@ -32,7 +33,7 @@ from baton.graphs.steps import (
 )
 from baton.strategies import faults
 from baton.strategies.backup import Backup
-from baton.strategies.trainer import TaskRole, TrainResult, _write_status
+from baton.strategies.trainer import DatasetFn, TaskRole, TrainResult, _write_status
 
 # XLA compiles a function only if every variable it reads lives on the device that runs it; here
 # the variables live on the PS tasks and the steps run on the workers ("Trying to access resource
@@ -45,18 +46,27 @@ PS_JIT_REFUSED = (
 )
 
 
-def train(strategy: Any, job: Any, role: TaskRole, num_ps: int = 1) -> TrainResult:
-    """Coordinate the job from the chief; returns when `epochs * steps_per_epoch` steps are done."""
-    import tensorflow as tf
+def train(
+    strategy: Any,
+    job: Any,
+    role: TaskRole,
+    build: Callable[[], tuple[Any, Any]],
+    train_ds: DatasetFn,
+    eval_ds: Callable[[], Any],
+) -> TrainResult:
+    """Coordinate the job from the chief; returns when `epochs * steps_per_epoch` steps are done.
 
-    from baton.strategies.job import build_fn, dataset_fns
+    Like the synchronous `trainer.train`, it is handed the model builder (called inside the
+    strategy scope) and the dataset functions (`job.build_fn`, `job.dataset_fns`).
+    """
+    import tensorflow as tf
 
     if job.jit_compile:
         raise ValueError(PS_JIT_REFUSED)
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
     spec = job.spec()
     with strategy.scope():
-        model, optimizer = build_fn(job, num_ps)()
+        model, optimizer = build()
         optimizer.build(model.trainable_variables)
     backup = (
         Backup(
@@ -80,7 +90,6 @@ def train(strategy: Any, job: Any, role: TaskRole, num_ps: int = 1) -> TrainResu
     resumed_from = step
     spe = job.steps_per_epoch()
     total = job.epochs * spe
-    train_ds, eval_ds = dataset_fns(job)
 
     # Each worker resumes roughly where it was: the closures ran on whichever worker was free,
     # so per-worker positions are not recorded; `step / workers` batches is their mean.
