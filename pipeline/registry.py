@@ -131,9 +131,9 @@ def resolve(name: str, search_dir: Path | None = None) -> StageType:
                 theirs = [f for f in frames if not f.filename.startswith("<")
                           and not str(Path(f.filename).resolve()).startswith(ours)
                           and "importlib" not in f.filename]
-                frame = (theirs or frames or [None])[-1]
-                if frame is not None:
-                    where = f" ({frame.filename}, line {frame.lineno})"
+                picked = theirs or frames
+                if picked:
+                    where = f" ({picked[-1].filename}, line {picked[-1].lineno})"
             raise UnknownStageType(f"cannot import stage module {mod_name!r}: "
                                    f"{type(exc).__name__}: {exc}{where}") from None
         fn = getattr(module, fn_name, None)
