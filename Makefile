@@ -1,12 +1,13 @@
 # Baton: `make demo` runs the default pipeline end to end and serves one prediction;
-# `make test` runs lint, types, the import-layer contract and the whole test suite.
+# `make test` runs lint, types, the import-layer contract and the whole test suite;
+# `make test-fast` only the suite, without the slow and multi_worker tests.
 PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --no-compile --disable-pip-version-check
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: demo test lint bench venv clean
+.PHONY: demo test test-fast lint bench venv clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -34,6 +35,10 @@ lint: $(VENV)/.dev
 
 test: lint
 	bash .ci/pytest.sh $(BIN)/pytest
+
+# The edit-test loop: no lint, no tests marked slow or multi_worker (none collected fails).
+test-fast: $(VENV)/.dev
+	bash .ci/pytest.sh $(BIN)/pytest -m "not slow and not multi_worker"
 
 # The serving benchmark drives load with wrk (Debian's package); the data benchmark's peer,
 # tensorflow-transform, pins its own versions and so lives in its own venv.

@@ -1,8 +1,11 @@
 """`baton serve`: tensorflow_model_server's flags, our server.
 
-Accepts `--flag=value` and `--flag value`; booleans also as bare `--flag`. Usage errors
-exit 2 naming the flag and the value received. SIGTERM/SIGINT stop the server
-gracefully (in-flight requests finish, new ones are refused), then exit 0.
+The flags are parsed by absl.flags (the library TensorFlow's own Python tools use) on a
+private `FlagValues`, never the global `absl.flags.FLAGS`: `--flag=value` and `--flag value`;
+booleans also as bare `--flag`, `--noflag` and `--flag=true|false`; `--flagfile=FILE` reads
+more flags from a file. Usage errors exit 2 naming the flag and the value received; an
+unknown flag gets a "did you mean". SIGTERM/SIGINT stop the server gracefully (in-flight
+requests finish, new ones are refused), then exit 0.
 """
 
 from __future__ import annotations
@@ -12,100 +15,145 @@ import logging
 import signal
 import sys
 import threading
+from typing import Any
+
+from absl import flags
 
 from baton.errors import EXIT_USAGE, UsageError
+from baton.serving.conventions import DEFAULT_GRPC_PORT, DEFAULT_REST_PORT
 
-_TRUE = {"true", "1", "yes", "t", "y"}
-_FALSE = {"false", "0", "no", "f", "n"}
+_PORT = flags.IntegerParser(0, 65535)
+_NON_NEGATIVE = flags.IntegerParser(0)
 
-# flag -> (type, help). Types: int, float, str, bool.
-FLAGS: dict[str, tuple[type, str]] = {
-    "port": (int, "gRPC port (default 8500)"),
-    "rest_api_port": (int, "REST port (default 8501; 0 disables REST)"),
-    "host": (str, "address to bind (default 127.0.0.1)"),
-    "model_name": (str, "name of the model (default 'default')"),
-    "model_base_path": (str, "directory holding <version>/saved_model.pb"),
-    "model_config_file": (str, "ModelServerConfig text proto (overrides the two above)"),
+# flag -> (absl parser, default, help). The defaults are ServerOptions' (a test checks);
+# only flags given on the command line are passed on, so ServerOptions stays the one source.
+SERVER_FLAGS: dict[str, tuple[flags.ArgumentParser, Any, str]] = {
+    "port": (_PORT, DEFAULT_GRPC_PORT, "gRPC port"),
+    "rest_api_port": (_PORT, DEFAULT_REST_PORT, "REST port (0 disables REST)"),
+    "host": (flags.ArgumentParser(), "127.0.0.1", "address to bind"),
+    "model_name": (flags.ArgumentParser(), "default", "name of the model"),
+    "model_base_path": (flags.ArgumentParser(), "",
+                        "directory holding <version>/saved_model.pb"),
+    "model_config_file": (flags.ArgumentParser(), "",
+                          "ModelServerConfig text proto (instead of the two above)"),
     "model_config_file_poll_wait_seconds": (
-        float, "seconds between re-reads of --model_config_file (default 0: read once)"),
-    "enable_batching": (bool, "merge concurrent requests into one signature call"),
-    "batching_parameters_file": (str, "BatchingParameters text proto"),
-    "file_system_poll_wait_seconds": (float, "seconds between base path polls (default 1)"),
-    "monitoring_config_file": (str, "MonitoringConfig text proto (Prometheus path)"),
-    "rest_api_timeout_in_ms": (int, "REST request timeout (default 30000)"),
-    "enable_model_warmup": (bool, "replay assets.extra warmup requests (default true)"),
-    "grpc_max_message_bytes": (int, "ours: max gRPC message size"),
-    "rest_api_max_body_bytes": (int, "ours: larger REST bodies get 413 (default 32 MiB)"),
-    "bind_free_ports": (bool, "ours: bind both APIs to free ports and print them"),
-    "ports_file": (str, "ours: write {'grpc','rest','pid'} JSON here once listening"),
+        flags.FloatParser(), 0.0, "seconds between re-reads of --model_config_file (0: once)"),
+    "enable_batching": (flags.BooleanParser(), False,
+                        "merge concurrent requests into one signature call"),
+    "batching_parameters_file": (flags.ArgumentParser(), "", "BatchingParameters text proto"),
+    "file_system_poll_wait_seconds": (flags.FloatParser(), 1.0,
+                                      "seconds between base path polls"),
+    "monitoring_config_file": (flags.ArgumentParser(), "",
+                               "MonitoringConfig text proto (Prometheus path)"),
+    "rest_api_timeout_in_ms": (_NON_NEGATIVE, 30000, "REST request timeout"),
+    "enable_model_warmup": (flags.BooleanParser(), True, "replay assets.extra warmup requests"),
+    "grpc_max_message_bytes": (_NON_NEGATIVE, 64 * 1024 * 1024, "ours: max gRPC message size"),
+    "rest_api_max_body_bytes": (_NON_NEGATIVE, 32 * 1024 * 1024,
+                                "ours: larger REST bodies get 413"),
+    "bind_free_ports": (flags.BooleanParser(), False,
+                        "ours: bind both APIs to free ports and print them"),
+    "ports_file": (flags.ArgumentParser(), "",
+                   "ours: write {'grpc','rest','pid'} JSON here once listening"),
 }
-# Accepted for drop-in compatibility; no effect here.
-IGNORED = {"rest_api_num_threads", "tensorflow_session_parallelism",
-           "tensorflow_intra_op_parallelism", "tensorflow_inter_op_parallelism",
-           "enable_signature_method_name_check",
-           "xla_cpu_compilation_enabled", "per_process_gpu_memory_fraction"}
+# Accepted for drop-in compatibility, with tensorflow_model_server's types; no effect here.
+IGNORED: dict[str, flags.ArgumentParser] = {
+    "rest_api_num_threads": flags.IntegerParser(),
+    "tensorflow_session_parallelism": flags.IntegerParser(),
+    "tensorflow_intra_op_parallelism": flags.IntegerParser(),
+    "tensorflow_inter_op_parallelism": flags.IntegerParser(),
+    "enable_signature_method_name_check": flags.BooleanParser(),
+    "xla_cpu_compilation_enabled": flags.BooleanParser(),
+    "per_process_gpu_memory_fraction": flags.FloatParser(),
+}
+USAGE_LINE = "usage: baton serve --model_name=NAME --model_base_path=DIR [flags]"
 
-USAGE = "usage: baton serve --model_name=NAME --model_base_path=DIR [flags]\n\nflags:\n" + "".join(
-    f"  --{k:<32}{v[1]}\n" for k, v in FLAGS.items())
+
+class _Invalid(Exception):
+    """A flag value that does not parse. Deliberately not a ValueError: absl.flags recasts
+    a parser's ValueError into its own message, which names neither flag nor value our way."""
 
 
-def _convert(flag: str, kind: type, raw: str):
-    if kind is bool:
-        low = raw.lower()
-        if low in _TRUE:
-            return True
-        if low in _FALSE:
-            return False
-        raise UsageError(f"--{flag} must be true or false. Received: {raw!r}")
+class _Phrased(flags.ArgumentParser):
+    """A stock absl parser whose failure names the flag and the value received."""
+
+    def __init__(self, *, name: str, inner: flags.ArgumentParser):
+        self.name = name
+        self.inner = inner
+        self.syntactic_help = inner.syntactic_help
+
+    def flag_type(self) -> str:
+        return self.inner.flag_type()
+
+    def parse(self, argument):
+        try:
+            return self.inner.parse(argument)
+        except (TypeError, ValueError):
+            raise _Invalid(f"--{self.name} must be {self._expected(argument)}. "
+                           f"Received: {argument!r}") from None
+
+    def _expected(self, argument) -> str:
+        if isinstance(self.inner, flags.BooleanParser):
+            return "true or false"
+        if isinstance(self.inner, flags.IntegerParser):
+            try:  # an integer out of the flag's range, or no integer at all?
+                flags.IntegerParser().parse(argument)
+            except (TypeError, ValueError):
+                return "an integer"
+        return self.inner.syntactic_help or "valid"
+
+
+def flag_values() -> flags.FlagValues:
+    """A fresh FlagValues holding `baton serve`'s flags (absl keeps parse state in it)."""
+    fv = flags.FlagValues()
+    table = [(n, p, d, h) for n, (p, d, h) in SERVER_FLAGS.items()]
+    table += [(n, p, None, "accepted for compatibility; no effect")
+              for n, p in IGNORED.items()]
+    for name, parser, default, help_text in table:
+        flag = flags.Flag(_Phrased(name=name, inner=parser), None, name,
+                          default, help_text, boolean=isinstance(parser, flags.BooleanParser))
+        flags.DEFINE_flag(flag, flag_values=fv, module_name="baton serve")
+    return fv
+
+
+def usage() -> str:
+    return f"{USAGE_LINE}\n{flag_values().get_help(prefix='')}\n"
+
+
+def _parse(argv: list[str]) -> dict[str, Any]:
+    """The flags given in argv and their values; UsageError naming the flag and value."""
+    fv = flag_values()
     try:
-        value = kind(raw)
-    except ValueError:
-        raise UsageError(f"--{flag} must be {'an integer' if kind is int else 'a number'}. "
-                         f"Received: {raw!r}") from None
-    if flag in ("port", "rest_api_port") and not 0 <= value <= 65535:
-        raise UsageError(f"--{flag} must be a port in 0..65535. Received: {raw!r}")
-    if flag in ("rest_api_timeout_in_ms", "grpc_max_message_bytes",
-                "rest_api_max_body_bytes") and value < 0:
-        raise UsageError(f"--{flag} must be >= 0. Received: {raw!r}")
-    return value
+        rest = fv(["baton serve", *argv])[1:]
+    except _Invalid as e:
+        raise UsageError(str(e)) from None
+    except flags.UnrecognizedFlagError as e:
+        hint = difflib.get_close_matches(e.flagname, SERVER_FLAGS, n=1)
+        raise UsageError(f"unknown flag --{e.flagname}"
+                         + (f"; did you mean --{hint[0]}?" if hint else "")) from None
+    except flags.Error as e:
+        message = str(e)
+        if message.startswith("Missing value for flag "):  # only the last argument can be
+            raise UsageError(f"{message.rsplit(' ', 1)[-1]} needs a value. "
+                             "Received: nothing") from None
+        raise UsageError(message.removeprefix("ERROR:: ")) from None
+    except ValueError as e:  # `--noenable_batching=1 does not take an argument`
+        raise UsageError(str(e)) from None
+    if rest:
+        # absl stops at the first argument that is not a flag; the rest is left over
+        where = len(argv) - len(rest)
+        after = argv[where - 1] if where else ""
+        name, tip = after.lstrip("-"), ""
+        if after.startswith("-") and name in fv and fv[name].boolean:
+            tip = f" (a boolean flag takes its value after '=': {after}={rest[0]})"
+        raise UsageError(f"unexpected argument. Received: {rest[0]!r}{tip}")
+    return {name: fv[name].value for name in SERVER_FLAGS if fv[name].present}
 
 
 def parse_args(argv: list[str]):
     """Returns ServerOptions; raises UsageError naming the flag and value received."""
     from baton.serving.server import ServerOptions
 
-    values: dict = {}
-    i = 0
-    while i < len(argv):
-        arg = argv[i]
-        i += 1
-        if not arg.startswith("--") or arg == "--":
-            raise UsageError(f"unexpected argument. Received: {arg!r}")
-        name, eq, raw = arg[2:].partition("=")
-        negated = not eq and name.startswith("no") and FLAGS.get(name[2:], (None,))[0] is bool
-        key = name[2:] if negated else name
-        if key in IGNORED:
-            if not eq and i < len(argv) and not argv[i].startswith("--"):
-                i += 1
-            continue
-        if key not in FLAGS:
-            hint = difflib.get_close_matches(key, FLAGS, n=1)
-            raise UsageError(f"unknown flag --{name}" + (f"; did you mean --{hint[0]}?"
-                                                         if hint else ""))
-        kind = FLAGS[key][0]
-        if negated:
-            values[key] = False
-            continue
-        if not eq:
-            if kind is bool and (i >= len(argv) or argv[i].lower() not in _TRUE | _FALSE):
-                values[key] = True
-                continue
-            if i >= len(argv):
-                raise UsageError(f"--{key} needs a value. Received: nothing")
-            raw = argv[i]
-            i += 1
-        values[key] = _convert(key, kind, raw)
-    opts = ServerOptions(**values)
+    opts = ServerOptions(**_parse(argv))
     if not opts.model_config_file and not opts.model_base_path:
         raise UsageError("--model_base_path (or --model_config_file) is required. "
                          "Received: nothing")
@@ -121,12 +169,12 @@ def parse_args(argv: list[str]):
 
 def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help", "--helpfull") for a in argv):
-        print(USAGE)
+        print(usage())
         return 0
     try:
         opts = parse_args(argv)
     except UsageError as e:
-        print(f"baton serve: {e}\n\n{USAGE}", file=sys.stderr)
+        print(f"baton serve: {e}\n{USAGE_LINE}\n(--help lists the flags)", file=sys.stderr)
         return EXIT_USAGE
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     from baton.serving.config import ConfigError

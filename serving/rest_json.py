@@ -17,30 +17,24 @@ from collections.abc import Callable
 from typing import Any
 
 import numpy as np
-
-try:  # optional speedup (`orjson>=3.9,<4`); results are identical with or without it
-    import orjson as _orjson
-except ImportError:  # pragma: no cover - depends on the environment
-    _orjson = None  # type: ignore[assignment]
+import orjson
 
 from baton.serving.servable import Signature, TensorSpec
 from baton.serving.status import invalid
 
 
 def loads(body: bytes) -> Any:
-    """json.loads, via orjson when installed.
+    """json.loads, via orjson where orjson parses the same values.
 
     orjson accepts a strict subset of what json.loads accepts (RFC 8259 only: no NaN or
     Infinity literals, no lone surrogates, no huge exponents or > 64-bit integers, no
     BOMs or UTF-16/32) and parses that subset to the same values; anything it refuses
     is parsed by json.loads, so results and error messages are json.loads' own.
     """
-    if _orjson is not None:
-        try:
-            return _orjson.loads(body)
-        except _orjson.JSONDecodeError:
-            pass
-    return json.loads(body)
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return json.loads(body)
 
 
 def dumps(payload: Any, outputs: dict[str, np.ndarray] | None = None) -> bytes:
@@ -53,10 +47,9 @@ def dumps(payload: Any, outputs: dict[str, np.ndarray] | None = None) -> bytes:
     payloads (and any whose text happens to contain "null") go to json.dumps. Both
     escape quotes, backslashes and control characters, so string values are equal.
     """
-    if _orjson is not None and outputs is not None and all(
-            a.dtype.kind in _NUMERIC_KINDS for a in outputs.values()):
+    if outputs is not None and all(a.dtype.kind in _NUMERIC_KINDS for a in outputs.values()):
         try:
-            data = _orjson.dumps(payload)
+            data = orjson.dumps(payload)
         except TypeError:  # e.g. an integer beyond 64 bits
             pass
         else:

@@ -67,21 +67,19 @@ def import_runtime() -> None:
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
-    """uvloop when installed (optional, `uvloop>=0.19`), else the stdlib loop.
+    """uvloop's loop (a dependency, `uvloop>=0.19`, on every platform but Windows, which
+    uvloop does not support; there, and with BATON_SERVING_UVLOOP=0, the stdlib loop).
 
     The REST path is one recv and one send per request; uvloop's libuv transports do
     those with far less Python around them (~10% more req/s under load). Nothing else
     differs: the HTTP protocol, gRPC (grpc.aio) and the batcher hand-offs are plain
-    asyncio APIs. BATON_SERVING_UVLOOP=0 forces the stdlib loop.
+    asyncio APIs.
     """
-    if os.environ.get("BATON_SERVING_UVLOOP", "1") != "0":
-        try:
-            import uvloop
-        except ImportError:
-            pass
-        else:
-            return uvloop.new_event_loop()
-    return asyncio.new_event_loop()
+    if os.name == "nt" or os.environ.get("BATON_SERVING_UVLOOP", "1") == "0":
+        return asyncio.new_event_loop()
+    import uvloop
+
+    return uvloop.new_event_loop()
 
 
 @dataclasses.dataclass(frozen=True)

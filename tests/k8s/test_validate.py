@@ -112,16 +112,19 @@ def test_service_and_job_against_kubernetes_schema():
     assert "spec.template.spec.restartPolicy" in {v.path for v in validate_doc(job)}
 
 
-def test_client_model_fallback_finds_unknown_fields_and_types():
+def test_kubernetes_schema_finds_unknown_fields_and_types():
     deploy = copy.deepcopy(build_all(make_options())["serving-deployment.yaml"][0])
     c = deploy["spec"]["template"]["spec"]["containers"][0]
     c["imagePullPolicy"] = 3
     c["livenesProbe"] = {}
-    found = {v.path: v.message for v in kube_schemas._check_client_models(deploy)}
-    assert "expected str" in found["spec.template.spec.containers[0].imagePullPolicy"]
-    assert "unknown field" in found["spec.template.spec.containers[0].livenesProbe"]
+    found = {v.path: v.message for v in kube_schemas.check(deploy)}
+    assert found["spec.template.spec.containers[0].imagePullPolicy"] == (
+        "expected string. Received: 3")
+    assert found["spec.template.spec.containers[0].livenesProbe"] == (
+        "unknown field 'livenesProbe'")
     clean = build_all(make_options())["serving-deployment.yaml"][0]
-    assert kube_schemas._check_client_models(clean) == []
+    assert kube_schemas.check(clean) == []
+    assert kube_schemas.source().startswith("kubernetes-validate")
 
 
 def test_validate_file_labels_documents_and_reports_yaml_errors(tmp_path, tfjob):

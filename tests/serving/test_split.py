@@ -1,4 +1,4 @@
-"""Large-batch splitting end to end, on the server's default event loop (uvloop if installed).
+"""Large-batch splitting end to end, on the server's default event loop (uvloop).
 
 The server runs as a subprocess so that a crash of the server process (a split request
 used to be completed off the event loop: SIGSEGV under uvloop) fails these tests instead
@@ -35,7 +35,7 @@ def split_server(built, tmp_path_factory):
                       "num_batch_threads { value: 2 }\n"
                       "max_enqueued_batches { value: 1000 }\n")
     mp = pytest.MonkeyPatch()
-    mp.setenv("BATON_SERVING_UVLOOP", "1")  # the default: uvloop when installed
+    mp.setenv("BATON_SERVING_UVLOOP", "1")  # the default: uvloop
     srv = ServerProcess("penguins", base, ["--enable_batching",
                                            f"--batching_parameters_file={params}"])
     try:

@@ -1,0 +1,95 @@
+"""bench/training/report.py renders docs/benchmarks-training.md from the result files alone."""
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def report():
+    spec = importlib.util.spec_from_file_location(
+        "bench_training_report", ROOT / "bench" / "training" / "report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def single_row(kind, hidden, jit, ours, fit, params, fraction):
+    return {"model": f"mlp {kind} ({', '.join(map(str, hidden))})", "baton_jit_compile": jit,
+            "keras_fit_jit_compile": False, "hidden_units": list(hidden), "params": params,
+            "batch": 128, "steps_per_execution": 50, "baton_examples_per_sec": ours,
+            "keras_fit_examples_per_sec": fit, "speedup": round(ours / fit, 2),
+            "baton_gflops": 1.0, "keras_fit_gflops": 0.5, "roof_gflops": 100.0,
+            "baton_fraction_of_roof": fraction}
+
+
+@pytest.fixture
+def results(tmp_path):
+    single = [
+        single_row("default", (64, 32), False, 30_000, 10_000, 5540, 0.02),
+        single_row("default", (64, 32), True, 33_000, 10_000, 5540, 0.4),
+        single_row("wider", (256, 256), False, 12_000, 10_000, 79556, 0.1),
+        single_row("wide", (1024, 1024, 512), False, 5_000, 4_000, 1626820, 0.5),
+    ]
+    cluster = [
+        {"case": "1 process (one_device)", "examples_per_sec": 20000.0, "steps": 100,
+         "params": 79556, "eval_accuracy": 0.95, "allreduce_bytes_per_step_per_worker": 0},
+        {"case": "2 workers mirrored fp32", "examples_per_sec": 10000.0, "steps": 100,
+         "params": 79556, "eval_accuracy": 0.9612, "allreduce_bytes_per_step_per_worker": 318224},
+        {"case": "2 workers mirrored fp16 all-reduce", "examples_per_sec": 9000.0, "steps": 100,
+         "params": 79556, "eval_accuracy": 0.96, "allreduce_bytes_per_step_per_worker": 159112},
+        {"case": "2 workers + 1 PS", "examples_per_sec": 9500.0, "steps": 100, "params": 79556,
+         "eval_accuracy": 0.94, "allreduce_bytes_per_step_per_worker": 0},
+    ]
+    trial = {"ok": True, "restarts": 1, "steps": 32, "planned": 32, "weights_equal": True,
+             "passed": True}
+    sweep = [{**trial, "trial": 0, "kill_step": 5, "resumed_from": 4, "seconds": 21.4},
+             {**trial, "trial": 1, "kill_step": 9, "resumed_from": 8, "seconds": 30.6,
+              "weights_equal": False, "passed": False},
+             {"seed": 7, "trials": 2, "failures": 1}]
+    (tmp_path / "single.json").write_text(json.dumps(single))
+    (tmp_path / "cluster.json").write_text(json.dumps(cluster))
+    (tmp_path / "sweep.jsonl").write_text("".join(json.dumps(r) + "\n" for r in sweep))
+    return tmp_path
+
+
+def test_tables_ratios_and_goals_come_from_the_results(report, results):
+    text = report.render(report.load(results))
+    assert "| MLP (64, 32) default | 5.5k | off | 30,000 | 10,000 | **3.00x** | 1.0 | 2.0% |" in text
+    assert "| MLP (64, 32) default | 5.5k | on | 33,000 | 10,000 | **3.30x** | 1.0 | **40%** |" in text
+    assert "% of roof (100 GFLOP/s)" in text and "batch 128" in text
+    assert "- met: examples/s at least 1.5x `model.fit`, default MLP: **3.00x** (3.30x)" in text
+    assert "- **missed**: examples/s at least 1.5x `model.fit`, wider MLP: **1.20x**" in text
+    assert "- **missed**: 35% of the matmul roof, default MLP: **2.0%** (40%)" in text
+    assert "- not a goal, the extra wide MLP: 1.25x `model.fit`, 50% of the roof (above" in text
+    assert ("| 2 workers, multi-worker mirrored, fp32 all-reduce | 10,000 | 318,224 | 0.961 |"
+            in text)
+    assert "| 2 workers + 1 PS (ClusterCoordinator) | 9,500 | n/a (pull/push to PS) |" in text
+    assert "(318 KB -> 159 KB)" in text and "reach 0.50x of one process" in text
+    assert "(-10% here)" in text and "100 steps" in text
+    assert "| 2 | **1** | 1 | 2/2 (32 = 32) | 1/2 |" in text
+    assert "Kill steps (seed 7): 5, 9; resumed from 4, 8. Each trial takes 21-31 s" in text
+
+
+def test_earlier_runs_are_kept_and_marked(report, results):
+    text = report.render(report.load(results))
+    head, earlier = text.split("## From earlier runs (hand-recorded; not in")
+    assert "69,668 vs 33,733" in earlier and "8,568 / 7,731 / 6,035 / 7,846" in earlier
+    assert "69,668" not in head
+    assert "load average\n  ~1.2" in earlier  # no meta.json: the hand-recorded conditions
+    (results / "meta.json").write_text(json.dumps({
+        "date": "2026-01-02 03:04", "machine": "x86_64", "cpus": 2, "tensorflow": "2.21.0",
+        "keras": "3.15.0", "load_average": {"single": "0.8 / 1.1", "cluster": "1.1 / 1.9"}}))
+    text = report.render(report.load(results))
+    assert "Run 2026-01-02 03:04 on x86_64, 2 cores; TensorFlow 2.21.0, Keras 3.15.0." in text
+    assert "Load average (1 min) before / after: 0.8 / 1.1." in text
+    assert "~1.2" not in text and "69,668 vs 33,733" in text
+
+
+def test_checked_in_document_is_the_rendering_of_the_checked_in_results(report):
+    results = report.load(ROOT / "bench" / "training" / "results")
+    assert report.render(results) == (ROOT / "docs" / "benchmarks-training.md").read_text()
