@@ -19,6 +19,7 @@ import datetime
 import json
 import logging
 import sys
+from collections.abc import Mapping
 from typing import Any, TextIO
 
 ROOT = "baton"
@@ -33,12 +34,19 @@ def get(name: str) -> logging.Logger:
 
 
 class TextFormatter(logging.Formatter):
-    """The CLI's lines: the message itself; a stage's lines indented under its name."""
+    """The CLI's lines: the message itself; a stage's lines indented under its name. A
+    long-running server's lines (`timestamps=True`) start with the time and the logger."""
+
+    def __init__(self, timestamps: bool = False) -> None:
+        super().__init__()
+        self.timestamps = timestamps
 
     def format(self, record: logging.LogRecord) -> str:
         message = record.getMessage()
         stage = getattr(record, "stage", None)
         text = f"  [{stage}] {message}" if stage else message
+        if self.timestamps:
+            text = f"{self.formatTime(record)} {record.name} {text}"
         if record.exc_info:
             text += "\n" + self.formatException(record.exc_info)
         return text
@@ -78,14 +86,32 @@ class _Handler(logging.StreamHandler):
         super().emit(record)
 
 
+LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
+def settings_from_env(environ: Mapping[str, str]) -> tuple[str, str]:
+    """(format, level) from BATON_LOG_FORMAT and BATON_LOG_LEVEL, for an edge to pass to
+    `configure`; ValueError naming the variable and what it holds when either is not valid."""
+    fmt = environ.get("BATON_LOG_FORMAT", "text").strip().lower() or "text"
+    level = environ.get("BATON_LOG_LEVEL", "INFO").strip().upper() or "INFO"
+    if fmt not in FORMATS:
+        raise ValueError(f"BATON_LOG_FORMAT must be one of {', '.join(FORMATS)}. "
+                         f"Received: {fmt!r}")
+    if level not in LEVELS:
+        raise ValueError(f"BATON_LOG_LEVEL must be {', '.join(LEVELS[:-1])} or {LEVELS[-1]}. "
+                         f"Received: {level!r}")
+    return fmt, level
+
+
 def configure(fmt: str = "text", level: str | int = "INFO",
-              stream: TextIO | None = None) -> logging.Logger:
+              stream: TextIO | None = None, timestamps: bool = False) -> logging.Logger:
     """Install the one handler on the `baton` logger (replacing an earlier one).
 
     Args:
         fmt: "text" (the CLI's lines) or "json" (one object per line, for log routers).
         level: a logging level name or number.
         stream: where to write; None means sys.stderr as it is when each line is written.
+        timestamps: text lines start with the time and the logger (a server's log).
     """
     if fmt not in FORMATS:
         raise ValueError(f"log format must be one of {', '.join(FORMATS)}. Received: {fmt!r}")
@@ -93,7 +119,7 @@ def configure(fmt: str = "text", level: str | int = "INFO",
     for old in [h for h in logger.handlers if isinstance(h, _Handler)]:
         logger.removeHandler(old)
     handler = _Handler(stream)
-    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter())
+    handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter(timestamps))
     logger.addHandler(handler)
     logger.setLevel(level if isinstance(level, int) else str(level).upper())
     logger.propagate = False

@@ -81,15 +81,10 @@ def _configure_logging(command: str) -> Any:
     read here, at the edge. None (after saying why) when either is not valid."""
     from baton import logs
 
-    fmt = os.environ.get("BATON_LOG_FORMAT", "text").strip().lower() or "text"
-    level = os.environ.get("BATON_LOG_LEVEL", "INFO").strip().upper() or "INFO"
-    if fmt not in logs.FORMATS:
-        sys.stderr.write(f"baton {command}: BATON_LOG_FORMAT must be one of "
-                         f"{', '.join(logs.FORMATS)}. Received: {fmt!r}\n")
-        return None
-    if level not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
-        sys.stderr.write(f"baton {command}: BATON_LOG_LEVEL must be DEBUG, INFO, WARNING, "
-                         f"ERROR or CRITICAL. Received: {level!r}\n")
+    try:
+        fmt, level = logs.settings_from_env(os.environ)
+    except ValueError as exc:
+        sys.stderr.write(f"baton {command}: {exc}\n")
         return None
     logs.configure(fmt, level)
     return logs.get(f"cli.{command}")

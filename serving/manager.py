@@ -21,7 +21,7 @@ from baton.serving.config import ModelConfig
 from baton.serving.servable import Servable, load_servable
 from baton.serving.status import Code, ServingError, invalid, not_found
 
-log = logging.getLogger("baton.serving.manager")
+log = logging.getLogger(__name__)
 
 START, LOADING, AVAILABLE, UNLOADING, END = "START", "LOADING", "AVAILABLE", "UNLOADING", "END"
 
