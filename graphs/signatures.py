@@ -29,11 +29,20 @@ from typing import Any
 
 from baton.graphs.feature_spec import FeatureSpec
 
-CLASSIFY_METHOD = "tensorflow/serving/classify"
-REGRESS_METHOD = "tensorflow/serving/regress"
-PREDICT_METHOD = "tensorflow/serving/predict"
-EXAMPLES_KEY = "inputs"  # signature_constants.CLASSIFY_INPUTS == REGRESS_INPUTS
-WARMUP_FILE = "tf_serving_warmup_requests"
+# Method names, signature keys and tensor keys are tf.saved_model's (CLASSIFY_METHOD_NAME,
+# DEFAULT_SERVING_SIGNATURE_DEF_KEY, CLASSIFY_INPUTS, ...), read where TensorFlow is imported.
+ASSETS_EXTRA = "assets.extra"  # TF Serving's extra files of a version (serving.conventions too)
+WARMUP_FILE = "tf_serving_warmup_requests"  # under ASSETS_EXTRA
+
+
+def __getattr__(name: str) -> Any:
+    """`EXAMPLES_KEY`: the input key of Classify and Regress signatures, TensorFlow's
+    CLASSIFY_INPUTS (== REGRESS_INPUTS), without importing TensorFlow with this module."""
+    if name == "EXAMPLES_KEY":
+        import tensorflow as tf
+
+        return tf.saved_model.CLASSIFY_INPUTS
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def raw_inputs(spec: FeatureSpec) -> list[tuple[str, str]]:
@@ -93,16 +102,19 @@ def build_module(transform: Any, model: Any, spec: FeatureSpec):
     def serving_default(raw):
         return heads(model(transformed(raw), training=False))
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=EXAMPLES_KEY)])
+    sm = tf.saved_model
+
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=sm.CLASSIFY_INPUTS)])
     def classify(inputs):
         probs = heads(model(transformed(tf.io.parse_example(inputs, parse_spec))))["probabilities"]
         n = tf.shape(probs)[0]
-        return {"classes": tf.tile(module.classes[None, :], [n, 1]), "scores": probs}
+        return {sm.CLASSIFY_OUTPUT_CLASSES: tf.tile(module.classes[None, :], [n, 1]),
+                sm.CLASSIFY_OUTPUT_SCORES: probs}
 
-    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=EXAMPLES_KEY)])
+    @tf.function(input_signature=[tf.TensorSpec([None], tf.string, name=sm.REGRESS_INPUTS)])
     def regress(inputs):
         out = heads(model(transformed(tf.io.parse_example(inputs, parse_spec))))
-        return {"outputs": out["predictions"]}
+        return {sm.REGRESS_OUTPUTS: out["predictions"]}
 
     @tf.function(input_signature=[raw_sig])
     def transform_features(raw):
@@ -126,8 +138,11 @@ def build_module(transform: Any, model: Any, spec: FeatureSpec):
 
 def signature_names(spec: FeatureSpec) -> list[str]:
     """The signatures `build_module` defines for this task, in a stable order."""
+    import tensorflow as tf
+
     task = "regress" if spec.label.task == "regression" else "classify"
-    return ["serving_default", task, "transform_features", "predict_transformed"]
+    return [tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY, task, "transform_features",
+            "predict_transformed"]
 
 
 def save(module: Any, export_dir: str | Path, spec: FeatureSpec) -> Path:
@@ -136,7 +151,8 @@ def save(module: Any, export_dir: str | Path, spec: FeatureSpec) -> Path:
 
     sigs = {name: getattr(module, name) for name in signature_names(spec)}
     tf.saved_model.save(module, str(export_dir), signatures=sigs)
-    methods = {"classify": CLASSIFY_METHOD, "regress": REGRESS_METHOD}
+    methods = {"classify": tf.saved_model.CLASSIFY_METHOD_NAME,
+               "regress": tf.saved_model.REGRESS_METHOD_NAME}
     set_method_names(export_dir, {k: v for k, v in methods.items() if k in sigs})
     return Path(export_dir)
 
@@ -177,7 +193,7 @@ def warmup_logs(
     for i in range(n):
         req = predict_pb2.PredictRequest()
         req.model_spec.name = model_name
-        req.model_spec.signature_name = "serving_default"
+        req.model_spec.signature_name = tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY
         for name, dtype in raw_inputs(spec):
             value = np.asarray([rows[name][i]], dtype=object if dtype == "string" else dtype)
             req.inputs[name].CopyFrom(tf.make_tensor_proto(value, dtype=_tf_dtype(dtype)))
@@ -204,7 +220,7 @@ def write_warmup(export_dir: str | Path, logs: Sequence[Any]) -> Path:
     """Write `assets.extra/tf_serving_warmup_requests` (TFRecord of PredictionLog)."""
     import tensorflow as tf
 
-    extra = Path(export_dir) / "assets.extra"
+    extra = Path(export_dir) / ASSETS_EXTRA
     extra.mkdir(parents=True, exist_ok=True)
     path = extra / WARMUP_FILE
     with tf.io.TFRecordWriter(str(path)) as w:
@@ -233,14 +249,16 @@ def run_log(loaded: Any, log: Any) -> dict[str, Any]:
     kind = log.WhichOneof("log_type")
     if kind == "predict_log":
         req = log.predict_log.request
-        fn = loaded.signatures[req.model_spec.signature_name or "serving_default"]
+        fn = loaded.signatures[
+            req.model_spec.signature_name or tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY]
         args = {k: tf.constant(tf.make_ndarray(v)) for k, v in req.inputs.items()}
     elif kind in ("classify_log", "regress_log"):
         req = getattr(log, kind).request
         default = "classify" if kind == "classify_log" else "regress"
         fn = loaded.signatures[req.model_spec.signature_name or default]
         examples = [e.SerializeToString() for e in req.input.example_list.examples]
-        args = {EXAMPLES_KEY: tf.constant(examples, dtype=tf.string)}
+        key = tf.saved_model.CLASSIFY_INPUTS if kind == "classify_log" else tf.saved_model.REGRESS_INPUTS
+        args = {key: tf.constant(examples, dtype=tf.string)}
     else:
         raise ValueError(f"unsupported warmup record kind. Received: {kind!r}")
     return {k: v.numpy() for k, v in fn(**args).items()}

@@ -12,8 +12,13 @@ import dataclasses
 import re
 
 from baton.k8s.errors import ManifestError
+from baton.strategies.factory import (
+    MULTI_WORKER_MIRRORED,
+    PARAMETER_SERVER,
+    SINGLE_WORKER,
+    STRATEGIES,
+)
 
-STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "parameter_server")
 CLEAN_POD_POLICIES = ("None", "Running", "All")
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
@@ -83,7 +88,7 @@ class Topology:
     * `one_device` / `mirrored`: a single Chief pod using every device it is given.
     """
 
-    strategy: str = "multi_worker_mirrored"
+    strategy: str = MULTI_WORKER_MIRRORED
     workers: int = 2
     ps: int = 0
     chief: int = 1
@@ -108,7 +113,7 @@ class Topology:
             )
         if self.ps < 0:
             raise ManifestError("cluster.ps", f"must be >= 0. Received: ps={self.ps}")
-        if self.strategy == "parameter_server":
+        if self.strategy == PARAMETER_SERVER:
             if self.ps < 1:
                 raise ManifestError(
                     "cluster.ps", f"parameter_server needs at least one PS. Received: ps={self.ps}"
@@ -124,7 +129,7 @@ class Topology:
                 f"only parameter_server uses parameter servers; strategy {self.strategy} "
                 f"does not. Received: ps={self.ps}",
             )
-        if self.strategy in ("one_device", "mirrored") and self.workers != 1:
+        if self.strategy in SINGLE_WORKER and self.workers != 1:
             raise ManifestError(
                 "cluster.workers",
                 f"strategy {self.strategy} trains in one pod; use multi_worker_mirrored for "
@@ -134,11 +139,11 @@ class Topology:
     def replica_counts(self) -> dict[str, int]:
         """TFJob replica types (operator spelling) and their counts, in operator order."""
         counts: dict[str, int] = {}
-        if self.strategy == "parameter_server":
+        if self.strategy == PARAMETER_SERVER:
             counts = {"Chief": 1, "Worker": self.workers, "PS": self.ps}
-        elif self.strategy == "multi_worker_mirrored" and self.chief:
+        elif self.strategy == MULTI_WORKER_MIRRORED and self.chief:
             counts = {"Chief": 1, "Worker": self.workers - 1}
-        elif self.strategy == "multi_worker_mirrored":
+        elif self.strategy == MULTI_WORKER_MIRRORED:
             counts = {"Worker": self.workers}
         else:
             counts = {"Chief": 1}

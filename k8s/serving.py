@@ -11,10 +11,10 @@ from __future__ import annotations
 
 from baton.k8s import pods
 from baton.k8s.options import JobOptions
+from baton.serving.conventions import DEFAULT_GRPC_PORT as GRPC_PORT
+from baton.serving.conventions import DEFAULT_PROMETHEUS_PATH as METRICS_PATH
+from baton.serving.conventions import DEFAULT_REST_PORT as REST_PORT
 
-GRPC_PORT = 8500
-REST_PORT = 8501
-METRICS_PATH = "/monitoring/prometheus/metrics"
 CONFIG_DIR = "/etc/tfserving"
 
 BATCHING_PARAMETERS = """\

@@ -2,8 +2,9 @@
 
 Each replica runs ONE task of the train stage: `baton task SPEC --stage train --run-dir DIR`.
 The operator injects TF_CONFIG naming the task; the task reads it once at the edge. The replica
-restart policy is `ExitCode`, so the task's own exit code decides retries: 143 (SIGTERM,
-checkpoint saved) and 137 (SIGKILL) restart the pod, 1 (a permanent error) fails the job.
+restart policy is `ExitCode`, so the task's own exit code (baton.errors) decides retries:
+`EXIT_PREEMPTED` (143: SIGTERM, checkpoint saved), `EXIT_TRANSIENT` (129: a dead peer) and 137
+(SIGKILL) restart the pod, `EXIT_FAILED` (1: a permanent error) fails the job.
 """
 
 from __future__ import annotations

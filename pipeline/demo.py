@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+from baton.errors import EXIT_FAILED, EXIT_OK
+
 RECORD = {
     "island": "Biscoe", "bill_length_mm": 48.6, "bill_depth_mm": 16.0,
     "flipper_length_mm": 230.0, "body_mass_g": 5800.0, "sex": "male", "year": 2009.0,
@@ -27,12 +29,12 @@ def main() -> int:
     result = run_pipeline(plan(load_spec(None)), RunOptions())
     if not result.ok:
         print(f"demo: {result.error}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     metrics = json.loads((result.run_dir / "evaluate" / "evaluation" / "metrics.json").read_text())
     pushed = json.loads((result.run_dir / "push" / "pushed" / "push.json").read_text())
     if not pushed.get("pushed"):
         print(f"demo: the model was not pushed: {pushed}", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     accuracy = metrics["overall"]["accuracy"]
     base, version = Path(pushed["serving_base"]), pushed["version"]
     cached = (lineage.read(result.run_dir / "train") or {}).get("cache", {}).get("hit")
@@ -45,7 +47,7 @@ def main() -> int:
     import tensorflow as tf
 
     model = tf.saved_model.load(str(base / str(version)))
-    fn = model.signatures["serving_default"]
+    fn = model.signatures[tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY]
     feeds = {k: tf.constant([v], dtype=tf.string if isinstance(v, str) else tf.float32)
              for k, v in RECORD.items()}
     out = {k: v.numpy() for k, v in fn(**feeds).items()}
@@ -62,7 +64,7 @@ def main() -> int:
         response = server.predict([RECORD])
         print(f"  POST {server.url}:predict")
         print(f"  {json.dumps(response['predictions'][0])}")
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

@@ -11,13 +11,14 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import yaml
 
 from baton.errors import SpecError
 from baton.k8s.options import Resources  # one definition: the same quantities become pod requests
 from baton.pipeline.configs import ConfigError, build_config, config_to_dict, did_you_mean
+from baton.strategies.factory import ONE_DEVICE, PARAMETER_SERVER, Strategy
 
 DEFAULT_SPEC = Path(__file__).parent / "specs" / "penguins.yaml"
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
@@ -30,9 +31,7 @@ STAGE_KEYS = ("name", "type", "config", "inputs")
 class ClusterConfig:
     """The training topology; `baton run --workers/--ps/--strategy` override it."""
 
-    strategy: Literal["one_device", "mirrored", "multi_worker_mirrored", "parameter_server"] = (
-        "one_device"
-    )
+    strategy: Strategy = ONE_DEVICE
     workers: int = 1
     ps: int = 0
     image: str = "baton:latest"
@@ -44,7 +43,7 @@ class ClusterConfig:
             raise ValueError(f"workers must be >= 1. Received: workers={self.workers}")
         if self.ps < 0:
             raise ValueError(f"ps must be >= 0. Received: ps={self.ps}")
-        if self.strategy == "parameter_server" and self.ps < 1:
+        if self.strategy == PARAMETER_SERVER and self.ps < 1:
             raise ValueError("strategy parameter_server needs ps >= 1. Received: ps=0")
 
 

@@ -24,6 +24,8 @@ import urllib.request
 from collections.abc import Sequence
 from typing import Any
 
+from baton.errors import EXIT_OK
+
 
 class ServerProcess:
     """A `python -m baton.serving` child on free ports; use as a context manager."""
@@ -131,7 +133,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--instance", required=True, help="one JSON object of raw features")
     a = p.parse_args(argv)
     demo(a.model_base_path, a.model_name, json.loads(a.instance))
-    return 0
+    return EXIT_OK
 
 
 if __name__ == "__main__":

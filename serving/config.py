@@ -14,6 +14,7 @@ import functools
 import os
 
 from baton.errors import ConfigError
+from baton.serving.conventions import DEFAULT_PROMETHEUS_PATH
 
 _BATCHING_FIELDS = (
     # (name, wrapper type) as in tensorflow_serving/servables/tensorflow/session_bundle_config.proto
@@ -142,7 +143,7 @@ def load_monitoring_config(path: str | None) -> str | None:
     pc = msg.prometheus_config
     if not pc.enable:
         return None
-    p = pc.path or "/monitoring/prometheus/metrics"
+    p = pc.path or DEFAULT_PROMETHEUS_PATH
     if not p.startswith("/"):
         raise ConfigError(f"prometheus_config.path must start with '/'. Received: {p!r}")
     return p

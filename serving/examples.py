@@ -13,7 +13,14 @@ import binascii
 
 import numpy as np
 
-from baton.serving.servable import CLASSIFY, REGRESS, Servable, Signature
+from baton.serving.conventions import (
+    CLASSIFY_METHOD_NAME,
+    CLASSIFY_OUTPUT_CLASSES,
+    CLASSIFY_OUTPUT_SCORES,
+    DEFAULT_SERVING_SIGNATURE_DEF_KEY,
+    REGRESS_OUTPUTS,
+)
+from baton.serving.servable import Servable, Signature
 from baton.serving.status import invalid
 from baton.serving.tensor_proto import examples_from_input_proto
 
@@ -91,14 +98,14 @@ def examples_from_json(body: dict) -> np.ndarray:
 def signature_for(servable: Servable, name: str, method: str) -> Signature:
     """The classify/regress signature: the named one, else the only one of that method."""
     if not name:
-        default = servable.signatures.get("serving_default")
+        default = servable.signatures.get(DEFAULT_SERVING_SIGNATURE_DEF_KEY)
         if default is None or default.method_name != method:
             matches = [s for s in servable.signatures.values() if s.method_name == method]
             if len(matches) == 1:
                 return matches[0]
     sig = servable.signature(name)
     if sig.method_name != method:
-        kind = "classification" if method == CLASSIFY else "regression"
+        kind = "classification" if method == CLASSIFY_METHOD_NAME else "regression"
         raise invalid(f"Expected {kind} signature method_name to be {method}. "
                       f"Was: {sig.method_name}")
     if len(sig.inputs) != 1:
@@ -108,10 +115,11 @@ def signature_for(servable: Servable, name: str, method: str) -> Signature:
 
 def classification_rows(sig: Signature, out: dict[str, np.ndarray]) -> list[list[tuple]]:
     """[[(label, score), ...] per example]; labels empty when the model has no classes."""
-    scores = out.get("scores")
-    classes = out.get("classes")
+    scores = out.get(CLASSIFY_OUTPUT_SCORES)
+    classes = out.get(CLASSIFY_OUTPUT_CLASSES)
     if scores is None and classes is None:
-        raise invalid(f"signature {sig.name} has neither 'classes' nor 'scores' outputs")
+        raise invalid(f"signature {sig.name} has neither '{CLASSIFY_OUTPUT_CLASSES}' nor "
+                      f"'{CLASSIFY_OUTPUT_SCORES}' outputs")
     ref = scores if scores is not None else classes
     assert ref is not None
     n = ref.shape[0]
@@ -130,10 +138,10 @@ def classification_rows(sig: Signature, out: dict[str, np.ndarray]) -> list[list
 
 
 def regression_values(sig: Signature, out: dict[str, np.ndarray]) -> list[float]:
-    vals = out.get("outputs")
+    vals = out.get(REGRESS_OUTPUTS)
     if vals is None:
         if len(out) != 1:
-            raise invalid(f"signature {sig.name} has no 'outputs' output")
+            raise invalid(f"signature {sig.name} has no '{REGRESS_OUTPUTS}' output")
         vals = next(iter(out.values()))
     n = vals.shape[0] if vals.ndim else 1
     flat = vals.reshape(n, -1)
@@ -143,5 +151,5 @@ def regression_values(sig: Signature, out: dict[str, np.ndarray]) -> list[float]
     return [float(v) for v in flat[:, 0]]
 
 
-__all__ = ["CLASSIFY", "REGRESS", "examples_from_json", "examples_from_input_proto",
-           "signature_for", "classification_rows", "regression_values"]
+__all__ = ["examples_from_json", "examples_from_input_proto", "signature_for",
+           "classification_rows", "regression_values"]

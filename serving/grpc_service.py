@@ -25,7 +25,7 @@ from tensorflow_serving.apis import (
 
 from baton.serving import examples as ex
 from baton.serving.config import ConfigError, model_configs_from_proto
-from baton.serving.servable import CLASSIFY, REGRESS
+from baton.serving.conventions import CLASSIFY_METHOD_NAME, REGRESS_METHOD_NAME
 from baton.serving.service import ModelService, check_feeds
 from baton.serving.status import Code, ServingError, invalid
 from baton.serving.tensor_proto import from_ndarray, to_ndarray
@@ -98,7 +98,8 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
     async def Classify(self, request, context):
         async def body():
             servable = self.manager.resolve(*_spec_args(request.model_spec))
-            sig = ex.signature_for(servable, request.model_spec.signature_name, CLASSIFY)
+            sig = ex.signature_for(servable, request.model_spec.signature_name,
+                                   CLASSIFY_METHOD_NAME)
             examples = ex.examples_from_input_proto(request.input)
             self.service.metrics.examples(self.service.known(servable.model_name),
                                           len(examples))
@@ -119,7 +120,8 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
     async def Regress(self, request, context):
         async def body():
             servable = self.manager.resolve(*_spec_args(request.model_spec))
-            sig = ex.signature_for(servable, request.model_spec.signature_name, REGRESS)
+            sig = ex.signature_for(servable, request.model_spec.signature_name,
+                                   REGRESS_METHOD_NAME)
             examples = ex.examples_from_input_proto(request.input)
             self.service.metrics.examples(self.service.known(servable.model_name),
                                           len(examples))

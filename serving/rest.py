@@ -23,9 +23,9 @@ from asyncio import get_running_loop
 from urllib.parse import unquote
 
 from baton.serving import examples as ex
+from baton.serving.conventions import CLASSIFY_METHOD_NAME, REGRESS_METHOD_NAME
 from baton.serving.http import HttpProtocol, error_body
 from baton.serving.rest_json import dumps, loads, parse_predict, predict_response
-from baton.serving.servable import CLASSIFY, REGRESS
 from baton.serving.service import ModelService
 from baton.serving.status import ServingError, invalid
 
@@ -160,8 +160,8 @@ class RestApi:
             sig = servable.signature(sig_name)
             feeds, row, key = parse_predict(req, sig)
         else:
-            sig = ex.signature_for(servable, sig_name, CLASSIFY if verb == "classify"
-                                   else REGRESS)
+            sig = ex.signature_for(servable, sig_name, CLASSIFY_METHOD_NAME
+                                   if verb == "classify" else REGRESS_METHOD_NAME)
             examples = ex.examples_from_json(req)
             self.service.metrics.examples(self.service.known(name), len(examples))
             feeds = {next(iter(sig.inputs)): examples}

@@ -18,18 +18,13 @@ from typing import Any
 
 import numpy as np
 
+from baton.serving.conventions import DEFAULT_SERVING_SIGNATURE_DEF_KEY, WARMUP_FILE
 from baton.serving.status import Code, ServingError, invalid
 from baton.serving.tensor_proto import examples_from_input_proto, to_ndarray
 
 log = logging.getLogger("serving")
 
-WARMUP_FILE = os.path.join("assets.extra", "tf_serving_warmup_requests")
 WARMUP_ITERATIONS = 1
-
-PREDICT = "tensorflow/serving/predict"
-CLASSIFY = "tensorflow/serving/classify"
-REGRESS = "tensorflow/serving/regress"
-DEFAULT_SIGNATURE = "serving_default"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -229,7 +224,7 @@ class Servable:
             )
 
     def signature(self, name: str | None) -> Signature:
-        name = name or DEFAULT_SIGNATURE
+        name = name or DEFAULT_SERVING_SIGNATURE_DEF_KEY
         sig = self.signatures.get(name)
         if sig is None:
             raise invalid(f"Serving signature name: \"{name}\" not found in signature def. "

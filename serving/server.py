@@ -29,6 +29,7 @@ from baton.serving.config import (
     load_model_config_file,
     load_monitoring_config,
 )
+from baton.serving.conventions import DEFAULT_GRPC_PORT, DEFAULT_REST_PORT
 from baton.serving.http import HttpProtocol, HttpServerState
 from baton.serving.manager import ModelManager
 from baton.serving.metrics import Metrics
@@ -86,8 +87,8 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 class ServerOptions:
     """tensorflow_model_server's flags (and a few of ours, marked)."""
 
-    port: int = 8500
-    rest_api_port: int = 8501
+    port: int = DEFAULT_GRPC_PORT
+    rest_api_port: int = DEFAULT_REST_PORT
     host: str = "127.0.0.1"  # ours: TF Serving binds 0.0.0.0; we bind loopback by default
     model_name: str = "default"
     model_base_path: str = ""

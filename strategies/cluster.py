@@ -18,6 +18,7 @@ from typing import Any
 from baton.errors import EXIT_USAGE, BatonError
 
 TASK_TYPES = ("chief", "worker", "ps", "evaluator")
+TF_CONFIG_ENV = "TF_CONFIG"  # the variable the operator (and strategies.launcher) sets
 
 
 class ClusterSpecError(BatonError, ValueError):
@@ -204,7 +205,7 @@ class TFConfig:
         )
 
     def to_env(self) -> dict[str, str]:
-        return {"TF_CONFIG": self.to_json()}
+        return {TF_CONFIG_ENV: self.to_json()}
 
     @property
     def is_chief(self) -> bool:
@@ -236,7 +237,7 @@ class TFConfig:
     def from_env(cls, environ: Mapping[str, str] | None = None) -> TFConfig | None:
         """TF_CONFIG from the environment, or None when the process runs alone."""
         env = os.environ if environ is None else environ
-        text = env.get("TF_CONFIG", "").strip()
+        text = env.get(TF_CONFIG_ENV, "").strip()
         return cls.from_json(text) if text else None
 
 

@@ -8,9 +8,18 @@ test can build any task's strategy without touching `os.environ`.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from typing import Any, Literal
 
-from baton.strategies.cluster import STRATEGIES, ClusterSpecError, TFConfig
+from baton.strategies.cluster import ClusterSpecError, TFConfig
+
+# The one definition of the strategy names: the spec's `cluster.strategy`, the train stage's
+# `strategy`, `baton run/k8s --strategy` and the k8s job options all take these.
+Strategy = Literal["one_device", "mirrored", "multi_worker_mirrored", "parameter_server"]
+STRATEGIES: tuple[Strategy, ...] = typing.get_args(Strategy)
+ONE_DEVICE, MIRRORED, MULTI_WORKER_MIRRORED, PARAMETER_SERVER = STRATEGIES
+MULTI_WORKER: tuple[Strategy, ...] = (MULTI_WORKER_MIRRORED, PARAMETER_SERVER)  # several tasks
+SINGLE_WORKER: tuple[Strategy, ...] = (ONE_DEVICE, MIRRORED)  # one process
 
 Implementation = Literal["auto", "ring", "nccl"]
 Partitioning = Literal["none", "min_size", "fixed"]
@@ -137,12 +146,12 @@ def make_strategy(
         raise ValueError(
             f"strategy must be one of {', '.join(STRATEGIES)}. Received: strategy={name!r}"
         )
-    if name == "one_device":
+    if name == ONE_DEVICE:
         gpus = tf.config.list_logical_devices("GPU")
         return tf.distribute.OneDeviceStrategy(gpus[0].name if gpus else "/cpu:0")
-    if name == "mirrored":
+    if name == MIRRORED:
         return tf.distribute.MirroredStrategy()
-    if name == "multi_worker_mirrored":
+    if name == MULTI_WORKER_MIRRORED:
         options = communication_options(communication or CommunicationConfig())
         if tf_config is None:
             return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)

@@ -15,7 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from baton.strategies.cluster import TFConfig
+from baton.strategies.factory import ONE_DEVICE, PARAMETER_SERVER
 from baton.strategies.trainer import TaskRole, TrainResult
+
+# The `model` artifact `write_model_artifact` writes (the train stage's output).
+MODEL_FILE = "model.keras"
+HISTORY_FILE = "history.json"
+TRAIN_INFO_FILE = "train_info.json"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -40,7 +46,7 @@ class TrainJob:
     mixed_precision: str = "off"
     deterministic: bool = True
     cache: bool = True
-    strategy: str = "one_device"
+    strategy: str = ONE_DEVICE
     communication: dict[str, Any] = dataclasses.field(default_factory=dict)
     partition: dict[str, Any] = dataclasses.field(default_factory=dict)
     # Content hash of the inputs (set by the train stage). When set, the backup fingerprint uses
@@ -237,7 +243,7 @@ def run_task(job: TrainJob, tf_config: TFConfig | None, role: TaskRole) -> Train
     setup_runtime(job)
     comm = factory.CommunicationConfig(**job.communication)
     result: TrainResult
-    if job.strategy == "parameter_server":
+    if job.strategy == PARAMETER_SERVER:
         assert tf_config is not None, "parameter_server needs TF_CONFIG"
         if tf_config.task.type in ("ps", "worker"):
             factory.start_server(tf_config).join()
@@ -297,8 +303,8 @@ def write_model_artifact(
     keras.mixed_precision.set_dtype_policy("float32")
     clean = build_fn(dataclasses.replace(job, mixed_precision="off"))()[0]
     merge_into(result.model, clean)
-    clean.save(out / "model.keras")
-    (out / "history.json").write_text(json.dumps(result.history, indent=2) + "\n")
+    clean.save(out / MODEL_FILE)
+    (out / HISTORY_FILE).write_text(json.dumps(result.history, indent=2) + "\n")
     info = {
         "steps": result.steps,
         "resumed_from_step": result.resumed_from,
@@ -315,4 +321,4 @@ def write_model_artifact(
         **result.info,
         **info,
     }
-    (out / "train_info.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
+    (out / TRAIN_INFO_FILE).write_text(json.dumps(info, indent=2, default=str) + "\n")

@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from baton.errors import UsageError
+from baton.errors import EXIT_OK, UsageError
 from baton.pipeline import lineage
 
 
@@ -27,15 +27,15 @@ def main(argv: list[str]) -> int:
     run = json.loads((run_dir / "run.json").read_text())
     if args.json:
         print(json.dumps(run, indent=2))
-        return 0
+        return EXIT_OK
     if args.stage:
         rec = lineage.read(run_dir / args.stage)
         if rec is None:
             raise UsageError(f"--stage: no finished stage {args.stage!r} in {run_dir}")
         print(json.dumps(rec, indent=2))
-        return 0
+        return EXIT_OK
     print(render_run(run_dir, run))
-    return 0
+    return EXIT_OK
 
 
 def resolve_run_dir(path: Path) -> Path:

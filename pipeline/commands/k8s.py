@@ -16,9 +16,9 @@ import shlex
 import sys
 from pathlib import Path
 
-from baton.errors import BatonError, UsageError
+from baton.errors import EXIT_FAILED, EXIT_OK, BatonError, UsageError
+from baton.strategies.factory import STRATEGIES
 
-STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "parameter_server")
 SUBCOMMANDS = ("validate", "emulate", "submit")
 _FLAG_FOR_FIELD = {
     "cluster.workers": "--workers", "cluster.ps": "--ps", "cluster.strategy": "--strategy",
@@ -170,7 +170,7 @@ def generate(argv: list[str]) -> int:
     topo = opts.topology.replica_counts()
     print(f"wrote {len(written)} files to {args.out}: TFJob {opts.job_name} "
           f"({', '.join(f'{k} x{v}' for k, v in topo.items())}), run id {opts.run_id}")
-    return 0
+    return EXIT_OK
 
 
 def validate(argv: list[str]) -> int:
@@ -190,10 +190,10 @@ def validate(argv: list[str]) -> int:
         print(v)
     if found:
         print(f"{len(found)} violation(s)", file=sys.stderr)
-        return 1
+        return EXIT_FAILED
     print(f"ok: {', '.join(args.files)} (TFJob: kubeflow.org_tfjobs.v1.9.0 + webhook rules; "
           f"built-in kinds: {source()})")
-    return 0
+    return EXIT_OK
 
 
 def emulate(argv: list[str]) -> int:
@@ -270,7 +270,7 @@ def submit(argv: list[str]) -> int:
         sub.submit(requests, api_client, on_created=lambda line: print(line, flush=True))
     except sub.SubmitError as exc:
         raise BatonError(str(exc)) from exc
-    return 0
+    return EXIT_OK
 
 
 def main(argv: list[str]) -> int:

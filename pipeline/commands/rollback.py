@@ -13,7 +13,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from baton.errors import BatonError, UsageError
+from baton.errors import EXIT_OK, BatonError, UsageError
 
 
 def parser() -> argparse.ArgumentParser:
@@ -31,7 +31,7 @@ def main(argv: list[str]) -> int:
     try:
         args = parser().parse_args(argv)
     except SystemExit as exc:  # argparse already printed the usage message
-        return int(exc.code or 0)
+        return int(exc.code or EXIT_OK)
     base = Path(args.model_dir)
     if not base.is_dir():
         raise UsageError(f"MODEL_DIR {str(base)!r} is not a directory")
@@ -39,7 +39,7 @@ def main(argv: list[str]) -> int:
         present, rolled = V.versions(base), V.rolled_back(base)
         print(f"{base}: versions {present or 'none'} (serving {present[-1] if present else '-'})"
               + (f"; rolled back: {rolled}" if rolled else ""))
-        return 0
+        return EXIT_OK
     if args.to is not None and args.to < 1:
         raise UsageError(f"--to must be a positive version number. Received: {args.to}")
     try:
@@ -49,4 +49,4 @@ def main(argv: list[str]) -> int:
     print(f"rolled back {base} to version {target}; moved aside: "
           + ", ".join(f"{v} -> .rolledback-{v}" for v in moved))
     sys.stdout.flush()
-    return 0
+    return EXIT_OK

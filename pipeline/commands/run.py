@@ -14,9 +14,8 @@ import sys
 import threading
 from typing import Any
 
-from baton.errors import Preempted, UsageError
-
-STRATEGIES = ("one_device", "mirrored", "multi_worker_mirrored", "parameter_server")
+from baton.errors import EXIT_FAILED, EXIT_OK, Preempted, UsageError
+from baton.strategies.factory import STRATEGIES
 
 
 def parser() -> argparse.ArgumentParser:
@@ -62,7 +61,7 @@ def main(argv: list[str]) -> int:
                    else "BATON_INJECT_FAILURE")
     if args.check:
         print(f"spec ok: pipeline {the_plan.spec.name!r}, stages: {' -> '.join(the_plan.order)}")
-        return 0
+        return EXIT_OK
     previous = _terminate_on_sigterm()
     try:
         result = run_pipeline(the_plan, options, runs_dir=args.runs_dir, run_id=args.run_id,
@@ -75,9 +74,9 @@ def main(argv: list[str]) -> int:
             signal.signal(signal.SIGTERM, previous)
     if not result.ok:
         sys.stderr.write(f"baton run: {result.error}\n")
-        return 1
+        return EXIT_FAILED
     print(result.run_dir)
-    return 0
+    return EXIT_OK
 
 
 def _check_options(the_plan: Any, options: Any, only: list[str] | None, inject_src: str) -> None:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from baton.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, EXIT_TRANSIENT
+from baton.strategies.factory import MULTI_WORKER_MIRRORED, ONE_DEVICE, PARAMETER_SERVER
 
 OK, PERMANENT, TRANSIENT, PREEMPTED = EXIT_OK, EXIT_FAILED, EXIT_TRANSIENT, EXIT_PREEMPTED
 PROGRESS_EVERY = 2.0  # seconds between progress lines of the chief
@@ -95,7 +96,7 @@ def run(
     task_name = tf_config.task.name if tf_config else "worker:0"
     is_chief = tf_config.is_chief if tf_config else True
     serving_only = (
-        job.strategy == "parameter_server" and tf_config and tf_config.task.type != "chief"
+        job.strategy == PARAMETER_SERVER and tf_config and tf_config.task.type != "chief"
     )
     stop = threading.Event()
     _install_sigterm(stop, exit_now=bool(serving_only))
@@ -145,7 +146,7 @@ def run(
         return OK
     nodes = inventory.gather(inventory_dir) if inventory_dir else [node]
     cluster = tf_config.cluster.as_dict() if tf_config else {}
-    compute = ("worker",) if job.strategy == "parameter_server" else ("worker", "chief")
+    compute = ("worker",) if job.strategy == PARAMETER_SERVER else ("worker", "chief")
     defaults = inventory.derive_defaults(
         [n for n in nodes if str(n.get("task", "worker")).split(":")[0] in compute] or nodes,
         job.batch_size,
@@ -203,9 +204,9 @@ def _job(args: argparse.Namespace, tf_config: Any) -> tuple[Any, Path]:
         cluster = tf_config.cluster
         ps = len(cluster.ps)
         strategy = (
-            "parameter_server"
+            PARAMETER_SERVER
             if ps
-            else ("multi_worker_mirrored" if cluster.num_workers() > 1 else "one_device")
+            else (MULTI_WORKER_MIRRORED if cluster.num_workers() > 1 else ONE_DEVICE)
         )
         # ps and workers too: the spec's `cluster:` section (ps: 0 by default) must not veto
         # the PS tasks the operator actually started.

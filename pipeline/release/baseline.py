@@ -12,6 +12,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from baton.strategies.job import MODEL_FILE
+
 
 def output_path(record: Mapping[str, Any], name: str, roots: Iterable[Path]) -> Path | None:
     """The directory of output `name` of a lineage record, if it still exists."""
@@ -59,7 +61,7 @@ def find(ctx: Any, reevaluate: Callable[[Path, Path], Mapping[str, float]] | Non
         if reevaluate and blessing:
             model = Path(blessing.get("model", ""))
             transform = Path(blessing.get("transform_graph", ""))
-            if (model / "model.keras").is_file() and transform.is_dir():
+            if (model / MODEL_FILE).is_file() and transform.is_dir():
                 base["metrics"] = dict(reevaluate(model, transform))
                 base["source"] = "re-evaluated on this eval split"
         return base

@@ -14,6 +14,7 @@ from typing import Any
 
 from baton.errors import StageError
 from baton.graphs.feature_spec import FeatureSpec
+from baton.strategies.job import MODEL_FILE
 
 
 @dataclasses.dataclass
@@ -127,7 +128,7 @@ def load_transform(transform_dir: Path) -> Any:
 def load_model(model_dir: Path) -> Any:
     import keras
 
-    path = model_dir / "model.keras"
+    path = model_dir / MODEL_FILE
     if not path.is_file():
         raise StageError(f"model: expected model.keras in {model_dir}; found "
                          f"{sorted(p.name for p in model_dir.iterdir())}")

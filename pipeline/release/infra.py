@@ -90,24 +90,25 @@ def _expect_io(name: str, kind: str, have: Mapping[str, Any], want: Mapping[str,
 
 def signature_problems(sigs: Mapping[str, Any], info: Mapping[str, Any]) -> list[str]:
     """Check each signature against the contract (export.json tells the raw inputs and task)."""
-    from baton.graphs.signatures import CLASSIFY_METHOD, EXAMPLES_KEY, REGRESS_METHOD
+    import tensorflow as tf
 
+    sm = tf.saved_model
+    default = sm.DEFAULT_SERVING_SIGNATURE_DEF_KEY
     regression = info.get("task") == "regression"
-    expected = info.get("signatures") or ["serving_default"]
+    expected = info.get("signatures") or [default]
     problems = [f"signature {s!r} is missing; the SavedModel has {sorted(sigs)}"
                 for s in expected if s not in sigs]
-    if "serving_default" in sigs:
+    if default in sigs:
         raw = {f["name"]: _DTYPE[f["dtype"]] for f in info.get("raw_inputs", [])}
         if raw:
-            problems += _expect_io("serving_default", "input", sigs["serving_default"].inputs,
-                                   raw, exact=True)
+            problems += _expect_io(default, "input", sigs[default].inputs, raw, exact=True)
         outs = {"predictions": FLOAT} if regression else {
             "probabilities": FLOAT, "class_ids": INT64, "classes": STRING}
-        problems += _expect_io("serving_default", "output", sigs["serving_default"].outputs,
-                               outs, exact=False)
-    for name, method, outs in (
-        ("classify", CLASSIFY_METHOD, {"classes": STRING, "scores": FLOAT}),
-        ("regress", REGRESS_METHOD, {"outputs": FLOAT}),
+        problems += _expect_io(default, "output", sigs[default].outputs, outs, exact=False)
+    for name, method, inputs, outs in (
+        ("classify", sm.CLASSIFY_METHOD_NAME, sm.CLASSIFY_INPUTS,
+         {sm.CLASSIFY_OUTPUT_CLASSES: STRING, sm.CLASSIFY_OUTPUT_SCORES: FLOAT}),
+        ("regress", sm.REGRESS_METHOD_NAME, sm.REGRESS_INPUTS, {sm.REGRESS_OUTPUTS: FLOAT}),
     ):
         if name not in sigs:
             continue
@@ -115,7 +116,7 @@ def signature_problems(sigs: Mapping[str, Any], info: Mapping[str, Any]) -> list
         if sig.method_name != method:
             problems.append(f"signature {name!r}: method_name is {sig.method_name!r}, TF Serving "
                             f"requires {method!r}")
-        problems += _expect_io(name, "input", sig.inputs, {EXAMPLES_KEY: STRING}, exact=True)
+        problems += _expect_io(name, "input", sig.inputs, {inputs: STRING}, exact=True)
         problems += _expect_io(name, "output", sig.outputs, outs, exact=True)
     return problems
 

@@ -13,6 +13,8 @@ import sys
 import time
 from pathlib import Path
 
+from baton.errors import EXIT_FAILED, EXIT_OK
+
 
 def main(argv: list[str]) -> int:
     model_dir, out = Path(argv[0]), Path(argv[1])
@@ -21,13 +23,13 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # noqa: BLE001 - every failure becomes the report's message
         report = {"error": f"{type(exc).__name__}: {exc}".strip()[:2000]}
     out.write_text(json.dumps(report))
-    return 0 if "error" not in report else 1
+    return EXIT_OK if "error" not in report else EXIT_FAILED
 
 
 def validate(model_dir: Path) -> dict:
     import tensorflow as tf
 
-    from baton.graphs.signatures import WARMUP_FILE, read_warmup, run_log
+    from baton.graphs.signatures import ASSETS_EXTRA, WARMUP_FILE, read_warmup, run_log
 
     start = time.perf_counter()
     try:
@@ -36,7 +38,7 @@ def validate(model_dir: Path) -> dict:
         return {"error": f"TensorFlow cannot load the SavedModel: {type(exc).__name__}: "
                          f"{str(exc).strip().splitlines()[0][:500]}"}
     load_s = time.perf_counter() - start
-    warmup = model_dir / "assets.extra" / WARMUP_FILE
+    warmup = model_dir / ASSETS_EXTRA / WARMUP_FILE
     if not warmup.is_file():
         return {"error": f"warmup file {warmup} is missing"}
     try:

@@ -18,9 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from baton.graphs.signatures import ASSETS_EXTRA
 from baton.pipeline.release import versions as V
 
-MARKER = Path("assets.extra") / "baton_push.json"
+MARKER = Path(ASSETS_EXTRA) / "baton_push.json"
 
 
 def digest(src: Path) -> str:

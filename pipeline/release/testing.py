@@ -20,6 +20,8 @@ import tempfile
 from pathlib import Path
 
 from baton.graphs.feature_spec import Feature, FeatureSpec, Label, RawFeature
+from baton.graphs.transform import ANALYSIS_FILE
+from baton.strategies.job import HISTORY_FILE, MODEL_FILE, TRAIN_INFO_FILE
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "penguins.csv"
 NUMERIC = ("bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g")
@@ -142,7 +144,7 @@ def write_transform_graph(out: Path, spec: FeatureSpec, analysis: dict,
     out.mkdir(parents=True, exist_ok=True)
     tf.saved_model.save(Transform(), str(out))
     spec.save(out)
-    (out / "analysis.json").write_text(json.dumps(analysis, indent=2))
+    (out / ANALYSIS_FILE).write_text(json.dumps(analysis, indent=2))
     return out
 
 
@@ -186,10 +188,10 @@ def write_model(out: Path, transform_dir: Path, rows: list[dict], spec: FeatureS
     )
     hist = model.fit(feats, labels, epochs=epochs, batch_size=64, verbose=0)
     out.mkdir(parents=True, exist_ok=True)
-    model.save(out / "model.keras")
+    model.save(out / MODEL_FILE)
     history = {k: [float(x) for x in v] for k, v in hist.history.items()}
-    (out / "history.json").write_text(json.dumps(history))
-    (out / "train_info.json").write_text(json.dumps({"steps": epochs * 4, "strategy": "default"}))
+    (out / HISTORY_FILE).write_text(json.dumps(history))
+    (out / TRAIN_INFO_FILE).write_text(json.dumps({"steps": epochs * 4, "strategy": "default"}))
     return out
 
 
@@ -257,5 +259,5 @@ def regression_upstream() -> Upstream:
     examples = write_examples(root / "examples", rows)
     tg = write_transform_graph(root / "transform_graph", spec, analysis, numeric)
     (root / "model").mkdir()
-    build_model(spec).save(root / "model" / "model.keras")
+    build_model(spec).save(root / "model" / MODEL_FILE)
     return Upstream(examples, tg, root / "model", spec)

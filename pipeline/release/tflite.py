@@ -35,7 +35,8 @@ def convert(version_dir: Path, variant: str,
     import tensorflow as tf
 
     loaded = tf.saved_model.load(str(version_dir))
-    signature = "serving_default" if variant == "raw" else TRANSFORMED_SIGNATURE
+    signature = (tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY if variant == "raw"
+                 else TRANSFORMED_SIGNATURE)
     fn = loaded.signatures[signature]
     conv = tf.lite.TFLiteConverter.from_concrete_functions([fn], loaded)
     if variant == "raw":

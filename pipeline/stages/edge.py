@@ -52,7 +52,9 @@ class Config:
 def run(ctx: StageContext, config: Config) -> None:
     import tensorflow as tf
 
+    from baton.graphs.feature_spec import FILENAME as FEATURE_SPEC_FILE
     from baton.graphs.feature_spec import FeatureSpec
+    from baton.graphs.transform import ANALYSIS_FILE
     from baton.pipeline.release import data, tflite
     from baton.pipeline.stages.export import version_dir
 
@@ -65,7 +67,8 @@ def run(ctx: StageContext, config: Config) -> None:
     regression = spec.label.task == "regression"
     key = "predictions" if regression else "probabilities"
 
-    cloud_fn = tf.saved_model.load(str(vdir)).signatures["serving_default"]
+    cloud_fn = tf.saved_model.load(str(vdir)).signatures[
+        tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY]
     cloud = {k: v.numpy() for k, v in cloud_fn(**{n: tf.constant(v) for n, v in raw.items()}
                                               ).items()}[key]
     cloud_latency = tflite.latency_ms(lambda **kw: cloud_fn(
@@ -101,7 +104,7 @@ def run(ctx: StageContext, config: Config) -> None:
         shutil.copyfile(out / measured[decision["variant"]]["file"], out / "model.tflite")
         files.append("model.tflite")
         if decision["variant"] != "raw":  # the transform runs beside the model on the device
-            for name in ("feature_spec.json", "analysis.json"):
+            for name in (FEATURE_SPEC_FILE, ANALYSIS_FILE):
                 src = ctx.inputs["transform_graph"] / name
                 if src.is_file():
                     shutil.copyfile(src, out / name)

@@ -22,6 +22,7 @@ from baton.errors import StageError
 from baton.pipeline.configs import did_you_mean
 from baton.pipeline.context import StageContext
 from baton.pipeline.release.gate import Gate, slice_feature
+from baton.strategies.job import HISTORY_FILE
 
 INPUTS = {"model": True, "transform_graph": True, "examples": True}
 OUTPUTS = ("evaluation", "blessing")
@@ -193,7 +194,7 @@ def _history(model_dir: Path) -> dict | None:
     """Per-epoch curves from history.json: a Keras-style {name: [values]} mapping, or a list of
     per-epoch records ({"epoch": 1, "train_loss": ...}) as the train stage writes it."""
     try:
-        hist = json.loads((model_dir / "history.json").read_text())
+        hist = json.loads((model_dir / HISTORY_FILE).read_text())
     except (OSError, ValueError):
         return None
     if isinstance(hist, dict) and isinstance(hist.get("history"), dict | list):

@@ -23,12 +23,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 from baton.errors import StageError
+from baton.graphs.signatures import ASSETS_EXTRA
 from baton.pipeline.context import StageContext
 
 INPUTS = {"saved_model": True, "blessing": True, "check": False, "edge_model": False}
 OUTPUTS = ("pushed",)
 CODE_DEPS = ("baton.pipeline.release.pushing", "baton.pipeline.release.versions", "baton.pipeline.release.status")
 CACHEABLE = True
+EDGE_DIR = f"{ASSETS_EXTRA}/edge"  # the edge files travel inside the pushed version
 
 
 @dataclasses.dataclass(frozen=True)
@@ -145,8 +147,8 @@ def _edge(ctx: StageContext) -> dict[str, Any] | None:
     info = _read_json(d / "edge.json", "edge_model")
     if not info.get("released"):
         return None
-    files = {f"assets.extra/edge/{name}": d / name for name in info.get("release_files", [])}
-    files["assets.extra/edge/edge.json"] = d / "edge.json"
+    files = {f"{EDGE_DIR}/{name}": d / name for name in info.get("release_files", [])}
+    files[f"{EDGE_DIR}/edge.json"] = d / "edge.json"
     return {"files": files, "reason": info.get("reason")}
 
 

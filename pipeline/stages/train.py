@@ -19,7 +19,17 @@ from typing import Any, Literal
 
 from baton.errors import Preempted, StageError
 from baton.pipeline.context import StageContext
-from baton.strategies.factory import CommunicationConfig, PartitionConfig
+from baton.strategies.factory import (
+    MULTI_WORKER,
+    MULTI_WORKER_MIRRORED,
+    ONE_DEVICE,
+    PARAMETER_SERVER,
+    SINGLE_WORKER,
+    CommunicationConfig,
+    PartitionConfig,
+    Strategy,
+)
+from baton.strategies.job import HISTORY_FILE, MODEL_FILE, TRAIN_INFO_FILE
 
 INPUTS = {"transformed": True, "transform_graph": True}
 OUTPUTS = ("model",)
@@ -31,8 +41,6 @@ CODE_DEPS = (
     "baton.strategies.job",
 )
 CACHEABLE = True
-
-StrategyName = Literal["one_device", "mirrored", "multi_worker_mirrored", "parameter_server"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,7 +67,7 @@ class Config:
     mixed_precision: Literal["off", "mixed_float16", "mixed_bfloat16"] = "off"
     deterministic: bool = True
     cache: bool = True
-    strategy: StrategyName | None = None
+    strategy: Strategy | None = None
     workers: int | None = None
     ps: int | None = None
     max_restarts: int = 3
@@ -109,12 +117,9 @@ class Topology:
 
     @property
     def multi_process(self) -> bool:
-        return self.strategy == "parameter_server" or (
-            self.strategy == "multi_worker_mirrored" and self.workers > 1
+        return self.strategy == PARAMETER_SERVER or (
+            self.strategy == MULTI_WORKER_MIRRORED and self.workers > 1
         )
-
-
-MULTI_WORKER = ("multi_worker_mirrored", "parameter_server")
 
 
 def topology(config: Config, options: Any, cluster: Any = None) -> Topology:
@@ -154,28 +159,28 @@ def _resolve(config: Config, options: Any, cluster: Any) -> tuple[list[str], Top
     )
     if strategy is None:
         if ps:
-            strategy = "parameter_server"
+            strategy = PARAMETER_SERVER
             if ps_src:
                 s_src = f"implied by {ps_src}"
-            elif cluster is not None and cluster.strategy == "parameter_server":
+            elif cluster is not None and cluster.strategy == PARAMETER_SERVER:
                 s_src = "cluster.strategy=parameter_server"
             else:
                 s_src = f"implied by cluster.ps={ps}"
         elif options.workers and options.workers > 1:
-            strategy, s_src = "multi_worker_mirrored", f"implied by {w_src}"
+            strategy, s_src = MULTI_WORKER_MIRRORED, f"implied by {w_src}"
         else:
-            strategy = cluster.strategy if cluster else "one_device"
+            strategy = cluster.strategy if cluster else ONE_DEVICE
             s_src = f"cluster.strategy={strategy}" if cluster else "the default"
-            if strategy == "one_device" and workers > 1:
-                strategy, s_src = "multi_worker_mirrored", f"implied by {w_src}"
+            if strategy == ONE_DEVICE and workers > 1:
+                strategy, s_src = MULTI_WORKER_MIRRORED, f"implied by {w_src}"
     problems = []
-    if strategy == "parameter_server" and ps < 1:
+    if strategy == PARAMETER_SERVER and ps < 1:
         given = ps_src or "no --ps"
         problems.append(
             f"strategy parameter_server ({s_src}) needs at least one ps task: pass --ps M "
             f"(M >= 1). Received: {given}"
         )
-    if strategy != "parameter_server" and ps and ps_src:
+    if strategy != PARAMETER_SERVER and ps and ps_src:
         problems.append(
             f"{ps_src} needs strategy parameter_server, but the strategy is {strategy} "
             f"({s_src}); drop the ps tasks or use --strategy parameter_server. "
@@ -187,7 +192,7 @@ def _resolve(config: Config, options: Any, cluster: Any) -> tuple[list[str], Top
             f"but the strategy is {strategy} ({s_src}), which trains in one process. "
             f"Received: {w_src}"
         )
-    topo = Topology(strategy, workers, ps if strategy == "parameter_server" else 0)
+    topo = Topology(strategy, workers, ps if strategy == PARAMETER_SERVER else 0)
     return problems, topo, s_src
 
 
@@ -202,7 +207,7 @@ def check_options(config: Config, options: Any, stage: Any, spec: Any) -> list[s
 
     cluster = spec.cluster if spec is not None else None
     problems, topo, source = _resolve(config, options, cluster)
-    if not problems and config.jit_compile and topo.strategy == "parameter_server":
+    if not problems and config.jit_compile and topo.strategy == PARAMETER_SERVER:
         problems.append(_jit_problem(stage.name, f"{topo.strategy} ({source})"))
     try:
         fault = parse_fault(options.inject_failure)
@@ -223,14 +228,14 @@ def check_options(config: Config, options: Any, stage: Any, spec: Any) -> list[s
 def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
     """Contradictions inside the stage config itself (refused by `plan`, for every command)."""
     problems = []
-    if config.jit_compile and config.strategy == "parameter_server":
-        problems.append(_jit_problem(stage.name, "parameter_server"))
-    if config.ps and config.strategy not in (None, "parameter_server"):
+    if config.jit_compile and config.strategy == PARAMETER_SERVER:
+        problems.append(_jit_problem(stage.name, PARAMETER_SERVER))
+    if config.ps and config.strategy not in (None, PARAMETER_SERVER):
         problems.append(
             f"config.ps={config.ps} needs strategy parameter_server. "
             f"Received: strategy={config.strategy}"
         )
-    if (config.workers or 1) > 1 and config.strategy in ("one_device", "mirrored"):
+    if (config.workers or 1) > 1 and config.strategy in SINGLE_WORKER:
         problems.append(
             f"config.workers={config.workers} needs a multi-worker strategy. "
             f"Received: strategy={config.strategy}"
@@ -250,7 +255,7 @@ def _jit_problem(stage_name: str, strategy: str) -> str:
 def _task_names(topo: Topology) -> list[str]:
     if not topo.multi_process:
         return ["worker:0"]
-    if topo.strategy == "parameter_server":
+    if topo.strategy == PARAMETER_SERVER:
         return ["chief:0"] + [f"worker:{i}" for i in range(topo.workers)] + [
             f"ps:{i}" for i in range(topo.ps)
         ]
@@ -360,8 +365,8 @@ def run(ctx: StageContext, config: Config) -> None:
         _run_cluster(ctx, config, job, topo, out, backups)
     else:
         _run_in_process(ctx, job, out, node, defaults, backups)
-    info = json.loads((out / "train_info.json").read_text())
-    history = json.loads((out / "history.json").read_text())
+    info = json.loads((out / TRAIN_INFO_FILE).read_text())
+    history = json.loads((out / HISTORY_FILE).read_text())
     last = history[-1] if history else {}
     ctx.record(
         steps=info["steps"],
@@ -452,14 +457,14 @@ def _run_cluster(
     if not result.ok:
         raise StageError(f"training cluster failed: {result.error}")
     produced = cluster_out / "model"
-    if not (produced / "model.keras").is_file():
+    if not (produced / MODEL_FILE).is_file():
         raise StageError(f"the chief finished but wrote no model into {produced}")
     shutil.rmtree(out)
     produced.replace(out)
-    info = json.loads((out / "train_info.json").read_text())
+    info = json.loads((out / TRAIN_INFO_FILE).read_text())
     info["restarts"] = result.restarts
     info["launcher"] = result.summary()
-    (out / "train_info.json").write_text(json.dumps(info, indent=2, default=str) + "\n")
+    (out / TRAIN_INFO_FILE).write_text(json.dumps(info, indent=2, default=str) + "\n")
     shutil.rmtree(backups, ignore_errors=True)
 
 

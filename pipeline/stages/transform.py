@@ -130,10 +130,10 @@ def run(ctx: StageContext, config: Config) -> None:
     try:
         beam_runner.run(lambda p: beam_transform.build(
             p, shards=shards, columns=columns, plan=plan, raw=raw, label=label,
-            spill_dir=str(spill), out_dir=str(out_t), analysis_path=str(scratch / "analysis.json"),
+            spill_dir=str(spill), out_dir=str(out_t), analysis_path=str(scratch / tgraph.ANALYSIS_FILE),
             counts_path=str(scratch / "counts.json"), batch_rows=config.batch_rows,
             chunk_rows=config.chunk_rows), config.beam_pipeline_args)
-        analysis = json.loads((scratch / "analysis.json").read_text())
+        analysis = json.loads((scratch / tgraph.ANALYSIS_FILE).read_text())
         counts = json.loads((scratch / "counts.json").read_text())
     finally:
         shutil.rmtree(spill, ignore_errors=True)

@@ -1,0 +1,38 @@
+"""TensorFlow Serving's names and numbers, for every serving module, without importing TensorFlow.
+
+The server starts (and `baton --help` prints) without loading TensorFlow, so the SavedModel
+signature constants of `tf.saved_model` are mirrored here once; tests/serving/test_conventions.py
+checks each against TensorFlow's. Everything in serving takes them from this module.
+
+The warmup file is TF Serving's convention too; graphs.signatures writes it under the same
+path (serving may not import graphs; the same test pins the two together).
+"""
+
+from __future__ import annotations
+
+import os
+
+# tf.saved_model.*_METHOD_NAME: the method_name of a SignatureDef, which picks the API it serves.
+PREDICT_METHOD_NAME = "tensorflow/serving/predict"
+CLASSIFY_METHOD_NAME = "tensorflow/serving/classify"
+REGRESS_METHOD_NAME = "tensorflow/serving/regress"
+
+# tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY: the signature a request without one gets.
+DEFAULT_SERVING_SIGNATURE_DEF_KEY = "serving_default"
+
+# tf.saved_model.CLASSIFY_* / REGRESS_*: the tensor keys the Classify and Regress APIs use.
+CLASSIFY_INPUTS = "inputs"
+CLASSIFY_OUTPUT_CLASSES = "classes"
+CLASSIFY_OUTPUT_SCORES = "scores"
+REGRESS_INPUTS = "inputs"
+REGRESS_OUTPUTS = "outputs"
+
+# tensorflow_model_server's default ports (--port, --rest_api_port); k8s manifests use them too.
+DEFAULT_GRPC_PORT = 8500
+DEFAULT_REST_PORT = 8501
+# MonitoringConfig's prometheus_config.path when it names none.
+DEFAULT_PROMETHEUS_PATH = "/monitoring/prometheus/metrics"
+
+# Warmup requests (TFRecord of PredictionLog) inside a SavedModel version directory.
+ASSETS_EXTRA = "assets.extra"
+WARMUP_FILE = os.path.join(ASSETS_EXTRA, "tf_serving_warmup_requests")
