@@ -1,10 +1,20 @@
-"""A lean HTTP/1.1 server on asyncio.Protocol (keep-alive, pipelining, 100-continue).
+"""HTTP/1.1 on asyncio.Protocol with llhttp (httptools) parsing requests.
 
-The REST hot path is parse -> route -> submit to the batcher -> write, with no task or
-coroutine per request: handlers either answer at once or call `respond` later from a
-batch completion. Only what TF Serving's REST API needs is implemented: Content-Length
-and chunked bodies, a body size limit (413), a header size limit (431) and per-request
-timeouts swept by one periodic timer instead of a timer per request.
+Keep-alive, pipelining and 100-continue. The REST hot path is parse -> route -> submit
+to the batcher -> write, with no task or coroutine per request: handlers either answer
+at once or call `respond` later from a batch completion. Only what TF Serving's REST API
+needs is implemented: Content-Length and chunked bodies, a body size limit (413), a
+header size limit (431) and per-request timeouts swept by one periodic timer instead of
+a timer per request.
+
+Requests are parsed by llhttp, Node.js's parser, through httptools (the binding uvicorn
+uses), in its strict default mode. A request it refuses (a malformed request line, an
+unknown method, an invalid HTTP version, bad header syntax, a bad chunk size, two
+Content-Length headers, Content-Length with Transfer-Encoding, a Transfer-Encoding that
+does not end in chunked, ...) is answered 400 and the connection is closed; so are the
+few things llhttp accepts that RFC 9112 says a server must not (see on_headers_complete).
+Pipelined requests are parsed as they arrive and answered in order, one in flight at a
+time; reading pauses while MAX_PIPELINE of them are waiting.
 
 The timeout is `--rest_api_timeout_in_ms`, which TF Serving applies to the model run: a
 request whose run outlives it is answered 504 with DirectSession's DEADLINE_EXCEEDED
@@ -17,7 +27,10 @@ from __future__ import annotations
 import asyncio
 import json
 import time
+from collections import deque
 from collections.abc import Callable
+
+import httptools
 
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
             404: "Not Found", 405: "Method Not Allowed", 409: "Conflict",
@@ -26,8 +39,11 @@ _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden"
             500: "Internal Server Error", 501: "Not Implemented",
             503: "Service Unavailable", 504: "Gateway Timeout"}
 MAX_HEADER_BYTES = 64 * 1024
+MAX_PIPELINE = 32  # parsed requests waiting behind the one in flight before reading pauses
 # (status, content type) -> response head up to the Content-Length value
 _HEAD_CACHE: dict[tuple[int, bytes], bytes] = {}
+_METHODS: dict[bytes, str] = {}  # llhttp's method names (a fixed set) as str
+_CONTINUE = b"HTTP/1.1 100 Continue\r\n\r\n"
 
 
 # What TF Serving's REST API answers (504) when the run exceeds --rest_api_timeout_in_ms.
@@ -36,6 +52,13 @@ TIMEOUT_MESSAGE = "Timed out waiting for notification"
 
 def error_body(message: str) -> bytes:
     return json.dumps({"error": message}).encode()
+
+
+class _Reject(Exception):  # noqa: N818 - raised in a parser callback: answer and close
+    def __init__(self, status: int, message: str):
+        super().__init__(message)
+        self.status = status
+        self.message = message
 
 
 class HttpServerState:
@@ -72,19 +95,43 @@ class HttpServerState:
 
 
 class HttpProtocol(asyncio.Protocol):
-    __slots__ = ("state", "transport", "buf", "busy", "keep_alive", "started", "seq",
-                 "task", "_discard")
+    """One connection. The parser calls the on_* methods back from `feed_data`."""
+
+    __slots__ = ("state", "transport", "parser", "busy", "keep_alive", "started", "seq",
+                 "task", "queue", "_dead", "_paused", "_drain_left", "_drain_transport",
+                 "_url", "_body", "_parts", "_length", "_te", "_expect", "_keep",
+                 "_in_body", "_head_bytes", "_head_size", "_body_bytes")
 
     def __init__(self, state: HttpServerState):
         self.state = state
         self.transport = None
-        self.buf = b""
-        self.busy = False
+        self.parser = httptools.HttpRequestParser(self)
+        self.busy = False  # a request has been handed to the handler and not answered
         self.keep_alive = True
         self.started = 0.0
         self.seq = 0
         self.task = None  # the batching Task of the request in flight, if any
-        self._discard = 0  # body bytes still to swallow after a 413 before closing
+        # parsed requests behind the one in flight: (method, target, body, keep alive),
+        # or (None, status, message, False) for a refused one, answered in its turn
+        self.queue: deque[tuple] = deque()
+        self._dead = False  # refused or upgraded: nothing more is parsed
+        self._paused = False
+        self._drain_left = 0  # body bytes still to swallow after a 413 before closing
+        self._drain_transport = None
+        # the message being parsed
+        self._url = b""
+        self._body = b""
+        self._parts: list[bytes] | None = None  # body fragments after the first
+        self._length = -1  # its Content-Length, -1 if none
+        self._te: bytes | None = None  # its Transfer-Encoding
+        self._expect = False  # Expect: 100-continue, 100 not sent yet
+        self._keep = True
+        self._in_body = False  # between headers complete and message complete
+        # bytes received while reading a head (httptools buffers an unfinished header
+        # value: this bounds it), and the head's url and header bytes (431 past the limit)
+        self._head_bytes = 0
+        self._head_size = 0
+        self._body_bytes = 0
 
     def connection_made(self, transport):
         self.transport = transport
@@ -95,130 +142,189 @@ class HttpProtocol(asyncio.Protocol):
         self.busy = False
         self.transport = None
         self.task = None
+        self.queue.clear()
+        self._dead = True
+        del self.parser  # it holds our bound callbacks: no cycle left for the collector
 
     def data_received(self, data: bytes):
-        if self._discard:
-            self._discard -= min(self._discard, len(data))
-            if not self._discard and self.transport is not None:
-                self.transport.close()
+        if self._dead:
+            if self._drain_left > 0:
+                self._drain_left -= len(data)
+                if self._drain_left <= 0 and self._drain_transport is not None:
+                    self._drain_transport.close()
             return
-        self.buf = self.buf + data if self.buf else data
-        if not self.busy:
-            self._process()
+        if not self._in_body:
+            self._head_bytes += len(data)
+        try:
+            self.parser.feed_data(data)
+        except httptools.HttpParserCallbackError as e:
+            err = e.__context__
+            if isinstance(err, _Reject):
+                if err.status == 413 and 0 < self._length <= 4 * self.state.max_body_bytes:
+                    # Swallow what the client is still sending (up to a bound, for at most
+                    # a few seconds) so it reads the 413 instead of a broken pipe.
+                    end = data.find(b"\r\n\r\n")
+                    self._drain_left = self._length - (len(data) - end - 4 if end >= 0 else 0)
+                self._refuse(err.status, err.message)
+            else:
+                self._refuse(400, f"Malformed HTTP request: {err or e}")
+            return
+        except httptools.HttpParserUpgrade:
+            # Upgrade and CONNECT are not supported: the request itself was complete and is
+            # answered as any other, with Connection: close (see on_headers_complete).
+            self._dead = True
+            return
+        except httptools.HttpParserError as e:
+            self._refuse(400, f"Malformed HTTP request: {e}")
+            return
+        if not self._in_body and self._head_bytes > MAX_HEADER_BYTES:
+            self._refuse(431, "Request headers too large")
+        elif self._expect:
+            self._continue()
 
-    def _fail(self, status: int, message: str):
+    # -- parser callbacks ------------------------------------------------------------
+    def on_url(self, url: bytes):
+        self._url += url
+
+    def on_header(self, name: bytes, value: bytes):
+        n = len(name)
+        self._head_size += n + len(value)
+        if n == 14:
+            if name.lower() == b"content-length":
+                if self._length >= 0:
+                    # RFC 9112 6.3: differing Content-Length values are unrecoverable (a
+                    # smuggling vector). llhttp refuses any second one already; this keeps
+                    # it refused whatever llhttp's leniency settings.
+                    raise _Reject(400, "Duplicate Content-Length header")
+                self._length = int(value)
+        elif n == 17:
+            if name.lower() == b"transfer-encoding":
+                self._te = value if self._te is None else self._te + b"," + value
+        elif n == 6 and name.lower() == b"expect":
+            self._expect = value.strip().lower() == b"100-continue"
+
+    def on_headers_complete(self):
+        p = self.parser
+        version = p.get_http_version()
+        if version != "1.1" and version != "1.0":
+            # llhttp accepts HTTP/0.9 (no version), 2.0 and 3.0 request lines; only 1.x
+            # framing is spoken here.
+            raise _Reject(400, f"Unsupported HTTP version {version}")
+        te = self._te
+        if te is not None:
+            if self._length >= 0:
+                # RFC 9112 6.1: a server may reject a request with both (CL.TE smuggling);
+                # llhttp refuses it already, this keeps it so regardless of leniencies.
+                raise _Reject(400, "Content-Length together with Transfer-Encoding")
+            if version == "1.0":
+                # RFC 9112 6.1: Transfer-Encoding in HTTP/1.0 is faulty framing; llhttp
+                # accepts it.
+                raise _Reject(400, "Transfer-Encoding in an HTTP/1.0 request")
+            if te.strip().lower() != b"chunked":
+                if te.rsplit(b",", 1)[-1].strip().lower() != b"chunked":
+                    # RFC 9112 6.3: chunked not last, the length cannot be determined:
+                    # 400 and close (llhttp refuses it too, after on_headers_complete)
+                    raise _Reject(400, "Transfer-Encoding must end in chunked")
+                # llhttp accepts codings before chunked ("gzip, chunked"); only chunked
+                # itself is implemented (RFC 9112 6.1: 501).
+                raise _Reject(501, f"Transfer-Encoding {te.decode('latin-1')!r} "
+                                   f"is not implemented")
+        if self._head_size + len(self._url) > MAX_HEADER_BYTES:  # a whole head in one read
+            raise _Reject(431, "Request headers too large")
+        if te is None and self._length > self.state.max_body_bytes:
+            raise _Reject(413, f"Request body of {self._length} bytes exceeds the limit of "
+                               f"{self.state.max_body_bytes} bytes")
+        # Upgrade/CONNECT are not supported: answered, then the connection closes.
+        self._keep = p.should_keep_alive() and not p.should_upgrade()
+        self._in_body = True
+        self._head_bytes = self._head_size = 0
+
+    def on_body(self, body: bytes):
+        n = self._body_bytes = self._body_bytes + len(body)
+        if n > self.state.max_body_bytes:  # chunked (Content-Length was checked)
+            raise _Reject(413, f"Request body exceeds the limit of "
+                               f"{self.state.max_body_bytes} bytes")
+        if not self._body:
+            self._body = body
+        elif self._parts is None:
+            self._parts = [self._body, body]
+        else:
+            self._parts.append(body)
+
+    def on_message_complete(self):
+        m = self.parser.get_method()
+        method = _METHODS.get(m)
+        if method is None:
+            method = _METHODS[m] = m.decode("latin-1")
+        target = self._url.decode("latin-1")
+        body = self._body if self._parts is None else b"".join(self._parts)
+        keep = self._keep
+        self._url = self._body = b""
+        self._parts = None
+        self._length = -1
+        self._te = None
+        self._expect = self._in_body = False
+        self._body_bytes = 0
+        if self._dead:
+            return
+        if self.busy or self.queue:
+            self.queue.append((method, target, body, keep))
+            if len(self.queue) >= MAX_PIPELINE:
+                self._pause()
+            return
+        self._dispatch(method, target, body, keep)
+
+    # -- requests --------------------------------------------------------------------
+    def _dispatch(self, method: str, target: str, body: bytes, keep: bool) -> None:
+        self.busy = True
+        self.keep_alive = keep
+        self.started = time.monotonic()
+        self.seq += 1
+        if self.state.closing:
+            self.respond(503, error_body("Server is shutting down"), close=True)
+            return
+        try:
+            self.state.handler(self, method, target, body)
+        except Exception as e:  # noqa: BLE001 - never drop a connection silently
+            self.respond(500, error_body(f"Internal error: {e}"))
+
+    def _refuse(self, status: int, message: str) -> None:
+        """Answers `status` and closes, after the requests parsed before this one."""
+        self._dead = True
+        if self.transport is None:
+            return
+        if self.busy or self.queue:
+            self._drain_left = 0
+            self.queue.append((None, status, message, False))
+            self._pause()
+            return
         self.busy = True
         self.respond(status, error_body(message), close=True)
 
-    def _process(self):
-        while self.buf and not self.busy and self.transport is not None:
-            buf = self.buf
-            end = buf.find(b"\r\n\r\n")
-            if end < 0:
-                if len(buf) > MAX_HEADER_BYTES:
-                    self._fail(431, "Request headers too large")
-                return
-            try:
-                head = buf[:end].decode("latin-1")
-                lines = head.split("\r\n")
-                method, target, version = lines[0].split(" ")
-            except ValueError:
-                self._fail(400, "Malformed HTTP request line")
-                return
-            length = 0
-            chunked = False
-            expect = False
-            keep_alive = version == "HTTP/1.1"
-            try:
-                for line in lines[1:]:
-                    name, _, value = line.partition(":")
-                    name = name.strip().lower()
-                    if name == "content-length":
-                        length = int(value)
-                        if length < 0:
-                            raise ValueError
-                    elif name == "transfer-encoding":
-                        chunked = "chunked" in value.lower()
-                    elif name == "connection":
-                        v = value.strip().lower()
-                        keep_alive = v == "keep-alive" if v in ("keep-alive", "close") \
-                            else keep_alive
-                    elif name == "expect":
-                        expect = value.strip().lower() == "100-continue"
-            except ValueError:
-                self._fail(400, "Invalid Content-Length header")
-                return
-            if length > self.state.max_body_bytes:
-                # Answer now, then swallow what the client is still sending (up to a bound,
-                # for at most a few seconds) so it reads a 413 instead of a broken pipe.
-                transport = self.transport
-                left = length - (len(buf) - end - 4)
-                if left > 0 and length <= 4 * self.state.max_body_bytes:
-                    self._discard = left
-                    asyncio.get_running_loop().call_later(5.0, transport.close)
-                self._fail(413, f"Request body of {length} bytes exceeds the limit of "
-                                f"{self.state.max_body_bytes} bytes")
-                if self._discard:
-                    self.transport = transport
-                return
-            start = end + 4
-            if chunked:
-                parsed = self._dechunk(buf, start)
-                if parsed is None:
-                    if expect and len(buf) == start:
-                        self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-                    return
-                if parsed is False:
-                    return
-                body, consumed = parsed
-            else:
-                if len(buf) < start + length:
-                    if expect and len(buf) == start:
-                        self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-                    return
-                body = buf[start:start + length]
-                consumed = start + length
-            self.buf = buf[consumed:]
+    def _next(self) -> None:
+        if self.busy or self.transport is None or not self.queue:
+            return
+        item = self.queue.popleft()
+        if not self.queue and self._paused and not self._dead:
+            self._paused = False
+            self.transport.resume_reading()
+        if item[0] is None:
             self.busy = True
-            self.keep_alive = keep_alive
-            self.started = time.monotonic()
-            self.seq += 1
-            if self.state.closing:
-                self.respond(503, error_body("Server is shutting down"), close=True)
-                return
-            try:
-                self.state.handler(self, method, target, body)
-            except Exception as e:  # noqa: BLE001 - never drop a connection silently
-                self.respond(500, error_body(f"Internal error: {e}"))
+            self.respond(item[1], error_body(item[2]), close=True)
+        else:
+            self._dispatch(*item)
 
-    def _dechunk(self, buf: bytes, pos: int):
-        """(body, end) when complete, None when more data is needed, False on error."""
-        parts: list[bytes] = []
-        total = 0
-        while True:
-            eol = buf.find(b"\r\n", pos)
-            if eol < 0:
-                return None
-            try:
-                size = int(buf[pos:eol].split(b";")[0], 16)
-            except ValueError:
-                self._fail(400, "Malformed chunked body")
-                return False
-            total += size
-            if total > self.state.max_body_bytes:
-                self._fail(413, f"Request body exceeds the limit of "
-                                f"{self.state.max_body_bytes} bytes")
-                return False
-            if size == 0:
-                trailer_end = buf.find(b"\r\n", eol + 2)
-                if trailer_end < 0:
-                    return None
-                # no trailers supported beyond an empty line
-                return b"".join(parts), trailer_end + 2
-            if len(buf) < eol + 2 + size + 2:
-                return None
-            parts.append(buf[eol + 2:eol + 2 + size])
-            pos = eol + 2 + size + 2
+    def _pause(self) -> None:
+        if not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def _continue(self) -> None:
+        """100 Continue once the request is the next to answer and no body has come."""
+        if (self._in_body and not self._body_bytes and not self.busy and not self.queue
+                and self.transport is not None):
+            self._expect = False
+            self.transport.write(_CONTINUE)
 
     def respond(self, status: int, body: bytes, content_type: bytes = b"application/json",
                 close: bool = False, seq: int | None = None) -> None:
@@ -236,9 +342,16 @@ class HttpProtocol(asyncio.Protocol):
         self.busy = False
         self.task = None
         if not keep:
-            if not self._discard:
-                self.transport.close()
-            self.transport = None
+            transport, self.transport = self.transport, None
+            self._dead = True
+            self.queue.clear()
             self.state.connections.discard(self)
-        elif self.buf:
-            asyncio.get_running_loop().call_soon(self._process)
+            if self._drain_left > 0:
+                self._drain_transport = transport
+                asyncio.get_running_loop().call_later(5.0, transport.close)
+            else:
+                transport.close()
+        elif self.queue:
+            asyncio.get_running_loop().call_soon(self._next)
+        elif self._expect:
+            self._continue()

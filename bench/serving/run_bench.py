@@ -3,7 +3,12 @@ HTTP ceiling, side by side in one run with one load generator (wrk), so the rati
 even on a shared 2-core machine. Writes docs/benchmarks-serving.md.
 
     .venv/bin/python bench/serving/run_bench.py [--seconds 5] [--rounds 5] [--skip-ray]
-        [--penguins-base DIR] [--soak-seconds 120]
+        [--penguins-base DIR] [--soak-seconds 120] [--concurrency 1,16,64] [--no-grpc]
+
+A/B of two source trees (e.g. `git worktree add /tmp/old HEAD`), REST only, interleaved,
+no report written: `--models mlp --peers baton --concurrency 64 --no-grpc --soak-seconds 0
+--baton-trees old=/tmp/old,new=/tmp/new` serves each tree's code (PYTHONPATH=DIR) as
+its own peer and prints every round's req/s and the per-round ratios to the first tree.
 
 The penguins model is the default pipeline's own export: the script runs `baton run` once
 in a temporary directory and serves the model it pushes (or `--penguins-base`, a model
@@ -37,6 +42,7 @@ LUA = """wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 local f = io.open(os.getenv("BODY_FILE"), "r"); wrk.body = f:read("*a"); f:close()
 """
+TREES: dict[str, str] = {}  # --baton-trees: peer "baton-<name>" -> source tree
 BATCHING = ("max_batch_size { value: 256 } batch_timeout_micros { value: 0 } "
             "max_enqueued_batches { value: 64 } num_batch_threads { value: 1 }")
 
@@ -82,7 +88,9 @@ def wrk(url: str, body_file: str, lua: str, conc: int, seconds: float) -> dict:
 
 def start(kind: str, model_dir: str, tmp: str):
     """Returns (proc, url, grpc_port or None)."""
-    if kind == "baton":
+    if kind == "baton" or kind in TREES:
+        tree = TREES.get(kind)
+        env = ENV if tree is None else dict(ENV, PYTHONPATH=tree)
         cfg = os.path.join(tmp, "batching.config")
         with open(cfg, "w") as f:
             f.write(BATCHING)
@@ -90,7 +98,7 @@ def start(kind: str, model_dir: str, tmp: str):
         proc = subprocess.Popen([PY, "-m", "serving", "--model_name=m",
                                  f"--model_base_path={os.path.dirname(model_dir)}",
                                  "--bind_free_ports", f"--ports_file={pf}", "--enable_batching",
-                                 f"--batching_parameters_file={cfg}"], env=ENV,
+                                 f"--batching_parameters_file={cfg}"], env=env, cwd=tree,
                                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         while not os.path.exists(pf):
             if proc.poll() is not None:
@@ -181,12 +189,12 @@ def instance_for(model_dir: str) -> dict:
 
 
 def run_cells(peers_up: dict, bodies: dict, lua: str, seconds: float, rounds: int,
-              results: dict, mname: str) -> None:
+              results: dict, mname: str, concs=(1, 16, 64)) -> None:
     """Every REST cell of the peers that are up, interleaved: for each concurrency, each
     round runs every peer once, so a change in the machine's background load hits all
     peers alike; a cell reports the median over the rounds of req/s, of p50 and of p99,
     and keeps every round's req/s (`runs`) for the per-round ratios (see ratio)."""
-    for c in (1, 16, 64):
+    for c in concs:
         runs: dict[str, list[dict]] = {p: [] for p in peers_up}
         for _ in range(rounds):
             for peer, (_, url, _) in peers_up.items():
@@ -211,6 +219,9 @@ def main() -> int:
                     "model) instead of running the default pipeline for one")
     ap.add_argument("--soak-seconds", type=float, default=120,
                     help="then run soak.py this long (0: skip)")
+    ap.add_argument("--concurrency", default="1,16,64", help="REST/gRPC cells' concurrencies")
+    ap.add_argument("--no-grpc", action="store_true", help="REST cells only")
+    ap.add_argument("--baton-trees", default="", help="name=DIR,...: A/B source trees")
     ap.add_argument("--out", default=os.path.join(ROOT, "docs", "benchmarks-serving.md"))
     a = ap.parse_args()
     import fixture_models as fm
@@ -240,6 +251,12 @@ def run(a, fm, tmp: str) -> int:
         models["penguins"] = (mdir, {"instances": [instance_for(mdir)]})
     peers = [p for p in ["baton", "naive", "constant", "ray"]
              if p in a.peers.split(",") and not (a.skip_ray and p == "ray")]
+    concs = [int(c) for c in a.concurrency.split(",")]
+    for item in filter(None, a.baton_trees.split(",")):
+        name, _, tree = item.partition("=")
+        TREES[f"baton-{name}"] = os.path.abspath(tree)
+    if TREES:
+        peers = [p for p in peers if p != "baton"] + list(TREES)
     results, notes, floor = {}, {}, {}
     for mname, (mdir, body) in models.items():
         floor[mname] = signature_p50(mdir, body)
@@ -269,10 +286,11 @@ def run(a, fm, tmp: str) -> int:
                         stop(up.pop(peer)[0])
                 if not up:
                     continue
-                run_cells(up, {p: bf for p in up}, lua, a.seconds, a.rounds, results, mname)
-                if "baton" in up:
+                run_cells(up, {p: bf for p in up}, lua, a.seconds, a.rounds, results, mname,
+                          concs)
+                if "baton" in up and not a.no_grpc:
                     gport = up["baton"][2]
-                    for c in (1, 16, 64):
+                    for c in concs:
                         out = subprocess.run([PY, os.path.join(HERE, "grpc_load.py"), str(gport),
                                               "m", json.dumps(body), str(c), str(a.seconds)],
                                              capture_output=True, text=True, env=ENV, check=True)
@@ -285,6 +303,14 @@ def run(a, fm, tmp: str) -> int:
             finally:
                 for proc, _, _ in up.values():
                     stop(proc)
+    if TREES:  # an A/B: every round, and the per-round ratios to the first tree
+        first = next(iter(TREES))
+        for (mname, peer, api, c), r in sorted(results.items()):
+            base = results.get((mname, first, api, c))
+            x = ratio(r, base) if base else float("nan")
+            print(f"A/B {mname} {peer} {api} c={c}: runs {r['runs']} req/s, median "
+                  f"{r['rps']:.0f}; per-round ratio to {first}: median {x:.3f}")
+        return 0
     soak = None
     if a.soak_seconds > 0:
         print(f"== soak ({a.soak_seconds:g} s)", flush=True)
