@@ -7,17 +7,17 @@ The controller loop mirrors the operator's: create every pod, restart a replica 
 what is left (`cleanPodPolicy`) and report the job's conditions with the operator's types and
 reasons. One difference: v1.9.0 does not count ExitCode pod re-creations toward backoffLimit;
 the emulator does, so a crash-looping replica ends a local run instead of looping forever.
+
+The processes are run by `strategies.supervisor.ProcessGroup` (one member per pod: its init
+containers, then `tensorflow`) and the restart decisions are its `ReplicaRestart` policy; this
+module keeps the operator's bookkeeping: conditions, success policy, deadline, status.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as _dt
 import json
-import os
-import signal
-import subprocess
 import sys
 import time
 from collections.abc import Callable, Mapping
@@ -26,6 +26,15 @@ from typing import Any, TextIO
 
 from baton.k8s import tfconfig
 from baton.k8s.emulator_pods import EmulationError, PodPlan, find_configmaps, plan_pod
+from baton.strategies.supervisor import (
+    Action,
+    Command,
+    Exit,
+    ProcessGroup,
+    ReplicaRestart,
+    Verdict,
+    exit_code,
+)
 
 ORDER = ("Chief", "Master", "Worker", "PS", "Evaluator")
 
@@ -59,9 +68,7 @@ class EmulatorOptions:
 @dataclasses.dataclass
 class _Pod:
     plan: PodPlan
-    step: int = 0
-    proc: subprocess.Popen | None = None
-    log: Any = None
+    step: int = 0  # the container running (init containers first)
     phase: str = "Pending"  # Pending, Running, Succeeded, Failed
     restarts: int = 0
     exit_codes: list[int] = dataclasses.field(default_factory=list)
@@ -69,16 +76,6 @@ class _Pod:
     # the exit code it gave on SIGTERM, or 137 when the grace period ran out. Kept apart from
     # exit_codes, which the restart policy and backoffLimit count.
     deleted_exit_code: int | None = None
-
-
-def exit_code(returncode: int) -> int:
-    """Popen's -N for "killed by signal N" becomes the kubelet's 128+N (SIGKILL -> 137)."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def is_retryable(code: int) -> bool:
-    """The operator's IsRetryableExitCode: 128 and above (signals, e.g. preemption) are retried."""
-    return code >= 128
 
 
 class Emulator:
@@ -99,9 +96,18 @@ class Emulator:
         self.conditions: list[dict[str, str]] = []
         self.history: list[str] = []  # every condition type set, in order (for reports and tests)
         self.pods: dict[str, _Pod] = {}
-        self.total_restarts = 0
+        # The processes: one member per pod (its init containers, then `tensorflow`), deleted
+        # together at the end; the operator's restartPolicy per replica decides on each exit.
+        self.group = ProcessGroup(grace=options.grace_seconds, on_start=self._started,
+                                  exec_failure_exit=127)  # the kubelet's "executable not found"
+        self.policy = ReplicaRestart({}, self.backoff_limit)
         self.started = time.monotonic()
         self.start_time = ""
+
+    @property
+    def total_restarts(self) -> int:
+        """Pod restarts so far, all replicas together (what backoffLimit counts)."""
+        return self.policy.restarts
 
     # ------------------------------------------------------------------ setup
     def _plan(self) -> None:
@@ -194,32 +200,29 @@ class Emulator:
     def _write_status(self) -> None:
         (self.opts.work_dir / "status.json").write_text(json.dumps(self.status(), indent=2))
 
-    # ------------------------------------------------------------------ processes
-    def _start_step(self, pod: _Pod) -> None:
-        step = pod.plan.steps[pod.step]
-        log_path = self.opts.work_dir / "logs" / f"{pod.plan.name}.log"
-        log_path.parent.mkdir(parents=True, exist_ok=True)
-        pod.log = open(log_path, "a")  # noqa: SIM115 (closed when the step exits)
-        pod.log.write(f"===== {pod.plan.name} container {step.name} (attempt {pod.restarts}) =====\n")
-        pod.log.flush()
-        try:
-            pod.proc = subprocess.Popen(step.argv, env=step.env, cwd=step.cwd, stdout=pod.log,
-                                        stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                        start_new_session=True)
-        except OSError as exc:  # the kubelet's "executable not found": exit code 127
-            pod.log.write(f"cannot start {step.argv[0]!r}: {exc}\n")
-            pod.proc = None
-            pod.exit_codes.append(127)
-            return
-        pod.phase = "Running"
-        self._event("started", pod.plan.name, pid=pod.proc.pid, container=step.name,
-                    attempt=pod.restarts)
-        if step.name == "tensorflow" or pod.step == len(pod.plan.steps) - 1:
-            self._say(f"{pod.plan.name}: started pid {pod.proc.pid} (attempt {pod.restarts})")
+    def _restart_policies(self) -> dict[str, str]:
+        return {name: self.replica_specs[pod.plan.rtype].get("restartPolicy", "Never")
+                for name, pod in self.pods.items()}
 
+    # ------------------------------------------------------------------ processes
     def _start_pod(self, pod: _Pod) -> None:
+        """Start the pod's containers (init containers first, each after the last exits 0)."""
         pod.step = 0
-        self._start_step(pod)
+        log = self.opts.work_dir / "logs" / f"{pod.plan.name}.log"
+        commands = [
+            Command(step.argv, step.env, step.cwd, log=log, label=step.name,
+                    header=f"===== {pod.plan.name} container {step.name} (attempt {pod.restarts}) =====\n")
+            for step in pod.plan.steps
+        ]
+        self.group.start(pod.plan.name, commands, grace=pod.plan.grace_seconds)
+
+    def _started(self, name: str, index: int, command: Command, pid: int) -> None:
+        pod = self.pods[name]
+        pod.step = index
+        pod.phase = "Running"
+        self._event("started", name, pid=pid, container=command.label, attempt=pod.restarts)
+        if command.label == "tensorflow" or index == len(pod.plan.steps) - 1:
+            self._say(f"{name}: started pid {pid} (attempt {pod.restarts})")
 
     def _stop_all(self) -> list[str]:
         """Delete every pod still running, all at once as the API server does: SIGTERM each
@@ -228,42 +231,10 @@ class Emulator:
         Concurrent, not one after another: three pods blocked in `Server.join()` would otherwise
         hold the job's end for three grace periods.
         """
-        running = [(p, p.proc) for p in self.pods.values() if p.proc is not None and p.proc.poll() is None]
-        now = time.monotonic()
-        deadlines = {}
-        for pod, proc in running:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGTERM)
-            deadlines[pod.plan.name] = now + min(pod.plan.grace_seconds, self.opts.grace_seconds)
-        for pod, proc in running:
-            try:
-                proc.wait(timeout=max(0.0, deadlines[pod.plan.name] - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                with contextlib.suppress(ProcessLookupError):
-                    os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-            pod.deleted_exit_code = exit_code(proc.returncode)
-            if pod.log:
-                pod.log.close()
-        return [pod.plan.name for pod, _ in running]
-
-    def _poll(self, pod: _Pod) -> int | None:
-        """Advance a pod; returns the main container's exit code when the pod finished."""
-        if pod.phase not in ("Running", "Pending"):
-            return None
-        if pod.proc is None:  # could not start
-            return pod.exit_codes[-1] if pod.exit_codes else 127
-        rc = pod.proc.poll()
-        if rc is None:
-            return None
-        code = exit_code(rc)
-        pod.log.close()
-        if code == 0 and pod.step < len(pod.plan.steps) - 1:  # init container done
-            pod.step += 1
-            self._start_step(pod)
-            return None
-        pod.exit_codes.append(code)
-        return code
+        stopped = self.group.stop(grace=self.opts.grace_seconds)
+        for name, rc in stopped.items():  # None: not even SIGKILL ended it in time
+            self.pods[name].deleted_exit_code = exit_code(-9 if rc is None else rc)
+        return list(stopped)
 
     # ------------------------------------------------------------------ controller
     def _succeeded(self) -> bool:
@@ -275,21 +246,19 @@ class Emulator:
             return bool(workers) and all(p.phase == "Succeeded" for p in workers)
         return any(p.plan.index == 0 and p.phase == "Succeeded" for p in workers)
 
-    def _handle_exit(self, pod: _Pod, code: int) -> str | None:
-        """Apply the restart policy; returns "Failed" when the job fails."""
+    def _handle_exit(self, pod: _Pod, ended: Exit, verdict: Verdict) -> str | None:
+        """Carry out the restart policy's verdict; returns "Failed" when the job fails."""
         rtype = pod.plan.rtype
+        code = ended.code
+        pod.exit_codes.append(code)
         if code == 0:
             pod.phase = "Succeeded"
             self._say(f"{pod.plan.name}: exited 0")
             self._event("exited", pod.plan.name, code=0)
             return None
-        policy = self.replica_specs[rtype].get("restartPolicy", "Never")
-        retry = (policy == "ExitCode" and is_retryable(code)) or policy in ("OnFailure", "Always")
         self._event("exited", pod.plan.name, code=code)
-        why = "retryable" if retry else "permanent"
-        self._say(f"{pod.plan.name}: exited {code} ({why} under restartPolicy {policy})")
-        if retry and (self.backoff_limit is None or self.total_restarts < self.backoff_limit):
-            self.total_restarts += 1
+        self._say(f"{pod.plan.name}: {verdict.reason}")
+        if verdict.action is Action.RESTART:
             pod.restarts += 1
             self.set_condition(
                 "Restarting",
@@ -301,7 +270,7 @@ class Emulator:
             return None
         pod.phase = "Failed"
         self._tail(pod)
-        if retry:
+        if verdict.exhausted:
             self.set_condition(
                 "Failed",
                 f"TFJob {self.namespace}/{self.name} has failed because it has reached the "
@@ -328,6 +297,7 @@ class Emulator:
         self.started = time.monotonic()
         self.start_time = _dt.datetime.now(_dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         self._plan()
+        self.policy.policies = self._restart_policies()
         self.set_condition("Created", f"TFJob {self.name} is created.")
         result = "Failed"
         try:
@@ -349,10 +319,12 @@ class Emulator:
         return 0 if result == "Succeeded" else 1
 
     def _loop(self) -> str:
+        exits = self.group.poll()
         while True:
-            for pod in list(self.pods.values()):
-                code = self._poll(pod)
-                if code is not None and self._handle_exit(pod, code) == "Failed":
+            for ended in exits:
+                pod = self.pods[ended.name]
+                verdict = self.policy.decide(self.group, ended)
+                if self._handle_exit(pod, ended, verdict) == "Failed":
                     return "Failed"
             if self._succeeded():
                 self.set_condition("Succeeded", f"TFJob {self.namespace}/{self.name} successfully completed.")
@@ -362,7 +334,7 @@ class Emulator:
                                    f"exceeded activeDeadlineSeconds={self.deadline}.",
                                    reason="DeadlineExceeded")
                 return "Failed"
-            time.sleep(self.opts.poll_seconds)
+            exits = self.group.wait(self.opts.poll_seconds)
 
 
 def emulate_file(path: str | Path, options: EmulatorOptions) -> int:

@@ -18,16 +18,17 @@ the rest and returns `preempted=True` without retrying.
 Teardown is unconditional: on success, failure, Ctrl-C or SIGTERM every process group it started
 is sent SIGTERM, then SIGKILL after a grace period; each child also gets PR_SET_PDEATHSIG so it
 dies if the launcher itself is killed with SIGKILL. Only pids started here are ever signalled.
+
+The processes are run by `strategies.supervisor.ProcessGroup` (one per attempt) and the rules
+above are its `GroupRestart` policy (`policy_for`); this module only builds the tasks' commands,
+environments and logs, follows the chief's step, injects faults and reports.
 """
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
-import signal
-import subprocess
 import sys
 import threading
 import time
@@ -39,6 +40,14 @@ from baton.errors import EXIT_FAILED, EXIT_PREEMPTED
 from baton.strategies.cluster import ClusterSpec, TaskId, TFConfig
 from baton.strategies.faults import Fault
 from baton.strategies.preemption import stop_on_sigterm
+from baton.strategies.supervisor import (
+    Action,
+    Command,
+    GroupRestart,
+    ProcessGroup,
+    Verdict,
+    describe,
+)
 
 PERMANENT_EXIT = EXIT_FAILED
 PREEMPTED_EXIT = EXIT_PREEMPTED
@@ -87,63 +96,38 @@ class LaunchResult:
         }
 
 
-class _Task:
-    """One running task process, its output pump and its log file."""
-
-    def __init__(self, task: TaskId, argv: list[str], env: dict[str, str], sink: _Sink, log: Path):
-        self.task = task
-        self.log = log
-        self.proc = subprocess.Popen(
-            argv,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL,
-            start_new_session=True,
-            preexec_fn=_die_with_parent,
-        )
-        self._pump = threading.Thread(
-            target=sink.pump, args=(task.name, self.proc.stdout, log), daemon=True
-        )
-        self._pump.start()
-
-    def poll(self) -> int | None:
-        return self.proc.poll()
-
-    def signal(self, signum: int) -> None:
-        if self.proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(self.proc.pid, signum)  # the group we created (start_new_session)
-
-    def join_output(self) -> None:
-        self._pump.join(timeout=2.0)
-
-
 class _Sink:
-    """Prefixes each line with its task and writes it to the stream and to the task's log."""
+    """Prefixes each output line with its task and writes it to the stream."""
 
     def __init__(self, stream: IO[str], quiet: bool):
         self.stream, self.quiet = stream, quiet
         self.lock = threading.Lock()
 
-    def pump(self, name: str, pipe: IO[bytes] | None, log: Path) -> None:
-        if pipe is None:
-            return
-        with open(log, "ab") as fh:
-            for raw in iter(pipe.readline, b""):
-                fh.write(raw)
-                fh.flush()
-                line = raw.decode(errors="replace").rstrip()
-                if line and not self.quiet and not _noise(line):
-                    with self.lock:
-                        self.stream.write(f"  [{name}] {line}\n")
-                        self.stream.flush()
+    def line(self, name: str, line: str) -> None:
+        if line and not self.quiet and not _noise(line):
+            with self.lock:
+                self.stream.write(f"  [{name}] {line}\n")
+                self.stream.flush()
 
     def say(self, text: str) -> None:
         if not self.quiet:
             with self.lock:
                 self.stream.write(f"  [launcher] {text}\n")
                 self.stream.flush()
+
+
+def policy_for(config: LaunchConfig, cluster: ClusterSpec) -> GroupRestart:
+    """Multi-worker mirrored: every task must finish, any failure restarts the group. Parameter
+    server: the coordinator's success ends the job, a worker is restarted alone, a PS restarts
+    the group."""
+    if not config.parameter_server:
+        return GroupRestart(config.max_restarts, permanent=(PERMANENT_EXIT,))
+    tasks = cluster.tasks()
+    chief = next(t.name for t in tasks if cluster.is_chief(t))
+    alone = [t.name for t in tasks if t.name != chief and t.type != "ps"]
+    return GroupRestart(
+        config.max_restarts, required=[chief], alone=alone, permanent=(PERMANENT_EXIT,)
+    )
 
 
 def launch(
@@ -162,26 +146,31 @@ def launch(
     start = time.monotonic()
     attempt = 0
     preempt = threading.Event()
+    policy = policy_for(config, config.cluster())
     with stop_on_sigterm(preempt.set):
         while True:
             status_file.unlink(missing_ok=True)
             cluster = config.cluster()
-            group: dict[str, _Task] = {}
-            try:
+            # Leaving the block stops every task: SIGTERM, SIGKILL after the grace period.
+            with ProcessGroup(
+                grace=config.grace_seconds, echo=sink.line, die_with_parent=True
+            ) as group:
                 envs = {
                     t.name: _env(config, cluster, t, attempt, status_file) for t in cluster.tasks()
                 }
                 for t in cluster.tasks():
-                    log = state / "logs" / f"{t.name.replace(':', '-')}.attempt{attempt}.log"
-                    group[t.name] = _Task(t, command(t), envs[t.name], sink, log)
+                    group.start(
+                        t.name, Command(command(t), envs[t.name], log=_log(state, t, attempt))
+                    )
                 sink.say(
-                    f"attempt {attempt}: started {', '.join(group)} "
+                    f"attempt {attempt}: started {', '.join(group.names)} "
                     f"({json.dumps(cluster.as_dict())})"
                 )
-                outcome = _supervise(
+                verdict = _supervise(
                     config,
                     cluster,
                     group,
+                    policy,
                     envs,
                     command,
                     sink,
@@ -192,25 +181,20 @@ def launch(
                     state,
                     preempt,
                 )
-            finally:
-                _stop_all(group.values(), config.grace_seconds)
+            outcome = verdict.reason
             result.events.append(f"attempt {attempt}: {outcome}")
-            if outcome == "ok":
+            if verdict.action is Action.SUCCEED:
                 result.ok = True
                 break
-            if outcome.startswith("preempted"):
+            if verdict.action is Action.FAIL:  # permanent, preempted, or no restarts left
                 result.error = outcome
-                break
-            if outcome.startswith("permanent"):
-                result.error = outcome
-                break
-            if attempt >= config.max_restarts:
-                result.error = f"{outcome}; retry budget of {config.max_restarts} restarts used up"
+                if verdict.exhausted:
+                    result.error += f"; retry budget of {config.max_restarts} restarts used up"
                 break
             if preempt.is_set():  # SIGTERM while the group was failing: do not start another
                 result.error = f"{outcome}; preempted by SIGTERM before a restart"
                 break
-            attempt += 1
+            attempt = policy.restarts
             result.restarts = attempt
             sink.say(
                 f"{outcome}: restarting the whole group from the last backup "
@@ -222,10 +206,16 @@ def launch(
     return result
 
 
+def _log(state: Path, task: TaskId, attempt: int, restart: int | None = None) -> Path:
+    suffix = "" if restart is None else f".r{restart}"
+    return state / "logs" / f"{task.name.replace(':', '-')}.attempt{attempt}{suffix}.log"
+
+
 def _supervise(
     config: LaunchConfig,
     cluster: ClusterSpec,
-    group: dict[str, _Task],
+    group: ProcessGroup,
+    policy: GroupRestart,
     envs: dict[str, dict[str, str]],
     command: Callable[[TaskId], list[str]],
     sink: _Sink,
@@ -235,14 +225,15 @@ def _supervise(
     on_step: Callable[[int], None] | None,
     state: Path,
     preempt: threading.Event | None = None,
-) -> str:
-    """Watch the group until it finishes or must be restarted; returns the outcome."""
+) -> Verdict:
+    """Watch the group until it finishes or must be restarted; returns the policy's verdict."""
     fault = config.fault if attempt == 0 else None
     external_fault = fault is not None and config.parameter_server and fault.task.type != "chief"
     last_step = -1
+    tasks = {t.name: t for t in cluster.tasks()}
     chief = next(t.name for t in cluster.tasks() if cluster.is_chief(t))
     while True:
-        time.sleep(0.05)
+        exits = group.wait(0.05)
         if preempt is not None and preempt.is_set():
             return _preempt(config, group, chief, sink)
         step = _read_step(status_file)
@@ -251,75 +242,45 @@ def _supervise(
             if on_step is not None:
                 on_step(step)
         if external_fault and step is not None and step >= fault.step:  # type: ignore[union-attr]
-            target = group.get(fault.task.name)  # type: ignore[union-attr]
-            if target is not None:
+            if fault.task.name in group:  # type: ignore[union-attr]
                 sink.say(f"injecting fault {fault} at step {step}")
-                target.signal(fault.signum)  # type: ignore[union-attr]
+                group.signal(fault.task.name, fault.signum)  # type: ignore[union-attr]
             external_fault = False
-        codes = {name: t.poll() for name, t in group.items()}
-        if config.parameter_server:
-            code = codes[chief]
-            if code == 0:
-                return "ok"
-            if code is not None:
-                return _classify(chief, code)
-            for name, c in codes.items():
-                if c is None or name == chief:
-                    continue
-                task = group[name].task
-                if task.type == "ps":
-                    return f"{name} exited with {_code(c)}"
-                sink.say(f"{name} exited with {_code(c)}; restarting it at the same address")
-                result.worker_restarts += 1
-                time.sleep(config.worker_restart_delay)
-                log = (
-                    state
-                    / "logs"
-                    / f"{name.replace(':', '-')}.attempt{attempt}.r{result.worker_restarts}.log"
-                )
-                group[name] = _Task(task, command(task), envs[name], sink, log)
-            continue
-        if all(c == 0 for c in codes.values()):
-            return "ok"
-        for name, c in codes.items():
-            if c not in (None, 0):
-                return _classify(name, c)
+        for ended in exits:
+            verdict = policy.decide(group, ended)
+            if verdict.action is Action.CONTINUE:
+                continue
+            if verdict.action is not Action.RESTART:
+                return verdict
+            sink.say(f"{verdict.reason}; restarting it at the same address")
+            result.worker_restarts = policy.member_restarts
+            time.sleep(config.worker_restart_delay)
+            task = tasks[ended.name]
+            log = _log(state, task, attempt, result.worker_restarts)
+            group.start(ended.name, Command(command(task), envs[ended.name], log=log))
 
 
-def _preempt(config: LaunchConfig, group: dict[str, _Task], chief: str, sink: _Sink) -> str:
+def _preempt(config: LaunchConfig, group: ProcessGroup, chief: str, sink: _Sink) -> Verdict:
     """SIGTERM the training tasks, wait for them to save and exit; the caller stops the rest.
 
     Under the parameter-server strategy only the coordinator trains (and saves: the variables
     live on the PS tasks, which must stay up until it has); under multi-worker mirrored every
     worker runs the loop and they agree on the stopping step through the all-reduce.
     """
-    names = [chief] if config.parameter_server else list(group)
+    names = [chief] if config.parameter_server else group.names
     sink.say(f"SIGTERM: asking {', '.join(names)} to save a backup and stop")
-    for name in names:
-        group[name].signal(signal.SIGTERM)
-    deadline = time.monotonic() + config.preempt_grace_seconds
-    for name in names:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            group[name].proc.wait(timeout=max(deadline - time.monotonic(), 0.01))
-    codes = {name: group[name].poll() for name in names}
+    group.stop(names, grace=config.preempt_grace_seconds, kill=False)
+    codes = {name: group.returncode(name) for name in names}
     if all(c == 0 for c in codes.values()):
-        return "ok"  # training had just finished: the model is written
-    saved = group[chief].poll() == PREEMPTED_EXIT
-    shown = ", ".join(f"{n} {'still running' if c is None else _code(c)}" for n, c in codes.items())
-    return f"preempted by SIGTERM ({shown}; {'backup saved' if saved else 'no backup confirmed'})"
-
-
-def _classify(name: str, code: int) -> str:
-    if code == PERMANENT_EXIT:
-        return f"permanent failure: {name} exited with 1 (bad config or a bug; not retried)"
-    return f"{name} exited with {_code(code)}"
-
-
-def _code(code: int) -> str:
-    if code < 0:
-        with contextlib.suppress(ValueError):
-            return f"signal {signal.Signals(-code).name}"
-    return f"code {code}"
+        return Verdict(Action.SUCCEED, "ok")  # training had just finished: the model is written
+    saved = group.returncode(chief) == PREEMPTED_EXIT
+    shown = ", ".join(
+        f"{n} {'still running' if c is None else describe(c)}" for n, c in codes.items()
+    )
+    return Verdict(
+        Action.FAIL,
+        f"preempted by SIGTERM ({shown}; {'backup saved' if saved else 'no backup confirmed'})",
+    )
 
 
 def _env(
@@ -344,31 +305,6 @@ def _read_step(path: Path) -> int | None:
         return int(json.loads(path.read_text())["step"])
     except (OSError, ValueError, KeyError):
         return None
-
-
-def _stop_all(tasks: Any, grace: float) -> None:
-    tasks = list(tasks)
-    for t in tasks:
-        t.signal(signal.SIGTERM)
-    deadline = time.monotonic() + grace
-    for t in tasks:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            t.proc.wait(timeout=max(deadline - time.monotonic(), 0.01))
-    for t in tasks:
-        t.signal(signal.SIGKILL)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            t.proc.wait(timeout=5.0)
-        t.join_output()
-
-
-def _die_with_parent() -> None:
-    """In the child before exec: get SIGKILL when the launcher dies (Linux PR_SET_PDEATHSIG)."""
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-    except (OSError, AttributeError):  # pragma: no cover - not Linux
-        pass
 
 
 _NOISE = (

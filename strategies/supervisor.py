@@ -1,0 +1,532 @@
+"""One process supervisor: a group of named member processes, and the policies that restart them.
+
+Used by the local training cluster (`strategies.launcher`) and by the TFJob emulator
+(`k8s.emulator`); neither starts, signals or reaps a process itself.
+
+`ProcessGroup` runs each member in its own session (so its process group id is its pid and a
+signal reaches its children too). A member is a sequence of `Command`s run in order, the next
+one starting when the previous exits 0 (a pod's init containers, then its main container); the
+member has exited when a command fails or the last one ends. The group:
+
+- `start(name, commands)` starts (or, once it has exited, restarts) a member;
+- `wait(timeout)` blocks until some member exits, or the timeout passes, and returns the new
+  `Exit`s in member order;
+- `signal(name, signum)` signals a member's process group;
+- `stop(names, grace)` deletes members the way the kubelet does, all at once: SIGTERM to every
+  running member's group, one shared grace period (each member may cap it lower), then SIGKILL
+  to what is left; `close()` (or leaving `with`) stops every member and joins the output pumps.
+
+When a member's main process exits, whatever it left running in its process group is killed
+before it is reaped (while the zombie still holds the pid, so the group id cannot have been
+reused): no process outlives its member. Only process groups this object created are ever
+signalled. With `die_with_parent` each child also gets PR_SET_PDEATHSIG, so it dies even if the
+supervising process is killed with SIGKILL.
+
+What to do when a member exits is a restart policy's decision (`decide(group, ended)`
+returning a `Verdict`); the caller carries it out (it knows how to rebuild a member's command):
+
+- `GroupRestart`: the local cluster's. A failed member restarts the whole group (from the last
+  backup), up to `max_restarts` times; exit code 1 (EXIT_FAILED: bad config, a bug) is
+  permanent; anything else (143 preempted, 129 transient, a signal) is retried. Members in
+  `alone` (parameter-server workers) are restarted by themselves instead. The group succeeds
+  when every `required` member (default: all) has exited 0.
+- `ReplicaRestart`: the Kubeflow training operator's per-replica `restartPolicy` (Never,
+  OnFailure, Always, ExitCode: 128 and above retryable), restarts counted against
+  `runPolicy.backoffLimit`. Success is the job's success policy, the emulator's to decide.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import os
+import select
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import IO, Protocol
+
+from baton.errors import EXIT_FAILED
+
+KILL_WAIT_SECONDS = 5.0  # after SIGKILL: how long to wait for the kernel to end a process
+
+
+def exit_code(returncode: int) -> int:
+    """Popen's -N for "killed by signal N" becomes the kubelet's 128+N (SIGKILL -> 137)."""
+    return 128 - returncode if returncode < 0 else returncode
+
+
+def describe(returncode: int) -> str:
+    """`signal SIGKILL` for Popen's -9, `code 143` for an exit code."""
+    if returncode < 0:
+        with contextlib.suppress(ValueError):
+            return f"signal {signal.Signals(-returncode).name}"
+    return f"code {returncode}"
+
+
+def is_retryable(code: int) -> bool:
+    """The operator's IsRetryableExitCode: 128 and above (signals, e.g. preemption) are retried."""
+    return code >= 128
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """One process of a member.
+
+    Attributes:
+        argv: the program and its arguments.
+        env: the whole environment (None: this process's).
+        cwd: working directory (None: this process's).
+        log: file the output (stdout and stderr) is appended to.
+        header: text appended to `log` just before the process starts.
+        label: a name for this command, passed to `on_start` (a container name).
+    """
+
+    argv: Sequence[str]
+    env: Mapping[str, str] | None = None
+    cwd: str | Path | None = None
+    log: Path | None = None
+    header: str = ""
+    label: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Exit:
+    """A member that ended on its own (not stopped): its last process's Popen return code."""
+
+    name: str
+    returncode: int
+    command: int = 0  # index of the command that ended the member
+
+    @property
+    def code(self) -> int:
+        """The exit code as the kubelet reports it (128+N for signal N)."""
+        return exit_code(self.returncode)
+
+    def describe(self) -> str:
+        return describe(self.returncode)
+
+
+@dataclasses.dataclass(eq=False)
+class _Member:
+    name: str
+    commands: tuple[Command, ...]
+    grace: float | None
+    index: int = 0
+    proc: subprocess.Popen | None = None
+    pidfd: int | None = None
+    returncode: int | None = None
+    reported: bool = False  # its exit was returned by wait() (or it was stopped): never again
+    stopping: bool = False  # signalled by stop(): its exit is stop()'s to report, not wait()'s
+
+
+class ProcessGroup:
+    """Named member processes, each in its own session; see the module docstring.
+
+    Args:
+        grace: default grace period of `stop()` (seconds between SIGTERM and SIGKILL).
+        echo: called with (member name, line) for every output line; the output is then piped
+            through a thread that also appends it to the command's log. Without it the child
+            writes to its log directly.
+        on_start: called with (member name, command index, command, pid) after each start.
+        die_with_parent: PR_SET_PDEATHSIG in each child (Linux): SIGKILL when we die.
+        exec_failure_exit: a command that cannot be started (no such program) makes its member
+            exit with this code, as the kubelet's 127; None lets the OSError propagate.
+    """
+
+    def __init__(
+        self,
+        *,
+        grace: float = 5.0,
+        echo: Callable[[str, str], None] | None = None,
+        on_start: Callable[[str, int, Command, int], None] | None = None,
+        die_with_parent: bool = False,
+        exec_failure_exit: int | None = None,
+    ) -> None:
+        self.grace = grace
+        self.echo = echo
+        self.on_start = on_start
+        self.die_with_parent = die_with_parent
+        self.exec_failure_exit = exec_failure_exit
+        self._members: dict[str, _Member] = {}
+        self._pumps: list[threading.Thread] = []
+
+    # ------------------------------------------------------------------ state
+    @property
+    def names(self) -> list[str]:
+        return list(self._members)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._members
+
+    def pid(self, name: str) -> int | None:
+        """Pid (= process group id) of the member's current process; None if it never started."""
+        proc = self._members[name].proc
+        return None if proc is None else proc.pid
+
+    def returncode(self, name: str) -> int | None:
+        """The member's last return code as far as `wait()`/`stop()` have seen; None: running."""
+        return self._members[name].returncode
+
+    def running(self, name: str) -> bool:
+        m = self._members.get(name)
+        return m is not None and m.returncode is None and m.proc is not None
+
+    # ------------------------------------------------------------------ start
+    def start(
+        self, name: str, commands: Command | Sequence[Command], grace: float | None = None
+    ) -> bool:
+        """Start member `name` (again, if it has exited); returns False if it could not start.
+
+        `grace` caps the group's grace period for this member in `stop()`.
+        """
+        old = self._members.get(name)
+        if old is not None and old.returncode is None and old.proc is not None:
+            raise RuntimeError(f"member {name!r} is still running (pid {old.proc.pid})")
+        cmds = (commands,) if isinstance(commands, Command) else tuple(commands)
+        if not cmds:
+            raise ValueError(f"member {name!r} has no command")
+        member = _Member(name, cmds, grace)
+        self._members[name] = member  # a restarted member keeps its place in the order
+        return self._spawn(member)
+
+    def _spawn(self, m: _Member) -> bool:
+        cmd = m.commands[m.index]
+        m.proc, m.pidfd, m.returncode = None, None, None
+        log: IO[bytes] | None = None
+        if cmd.log is not None:
+            cmd.log.parent.mkdir(parents=True, exist_ok=True)
+            log = open(cmd.log, "ab")  # noqa: SIM115 (closed below; the child keeps its copy)
+            if cmd.header:
+                log.write(cmd.header.encode())
+                log.flush()
+        try:
+            m.proc = subprocess.Popen(
+                list(cmd.argv),
+                env=None if cmd.env is None else dict(cmd.env),
+                cwd=cmd.cwd,
+                stdout=subprocess.PIPE if self.echo is not None else log,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,  # its own process group: signalled with its children
+                preexec_fn=_die_with_parent if self.die_with_parent else None,
+            )
+        except OSError as exc:
+            if log is not None:
+                log.write(f"cannot start {cmd.argv[0]!r}: {exc}\n".encode())
+                log.close()
+            if self.exec_failure_exit is None:
+                raise
+            m.returncode = self.exec_failure_exit
+            return False
+        if log is not None:
+            log.close()
+        with contextlib.suppress(AttributeError, OSError):
+            m.pidfd = os.pidfd_open(m.proc.pid)
+        if self.echo is not None:
+            pump = threading.Thread(
+                target=_pump, args=(m.name, m.proc.stdout, cmd.log, self.echo), daemon=True
+            )
+            pump.start()
+            self._pumps.append(pump)
+        if self.on_start is not None:
+            self.on_start(m.name, m.index, cmd, m.proc.pid)
+        return True
+
+    # ------------------------------------------------------------------ signals
+    def signal(self, name: str, signum: int) -> bool:
+        """Send `signum` to the member's process group if its process has not been reaped."""
+        m = self._members.get(name)
+        if m is None or m.proc is None or m.proc.returncode is not None:
+            return False
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(m.proc.pid, signum)  # the group we created (start_new_session)
+            return True
+        return False
+
+    # ------------------------------------------------------------------ exits
+    def _reaped(self, m: _Member) -> bool:
+        """True once the member's current process has exited: its leftovers killed, it reaped."""
+        proc = m.proc
+        if proc is None:
+            return True
+        if proc.returncode is not None:
+            return True
+        try:
+            info = os.waitid(os.P_PID, proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:  # reaped already (Popen's own bookkeeping): nothing to kill
+            return proc.poll() is not None
+        if info is None:
+            return False
+        # A zombie still holds its pid, so its group id cannot have been reused: kill whatever
+        # it left running in its group, then reap it.
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        if m.pidfd is not None:
+            os.close(m.pidfd)
+            m.pidfd = None
+        return True
+
+    def _advance(self, m: _Member) -> Exit | None:
+        """Check one member; start its next command after a 0; return its Exit when it ended."""
+        while not m.reported and not m.stopping:
+            if m.returncode is None:
+                if not self._reaped(m):
+                    return None
+                assert m.proc is not None
+                m.returncode = m.proc.returncode
+            if m.returncode == 0 and m.index < len(m.commands) - 1:
+                m.index += 1  # an init container finished: the next command starts
+                self._spawn(m)
+                continue
+            m.reported = True
+            return Exit(m.name, int(m.returncode), m.index)
+        return None
+
+    def poll(self) -> list[Exit]:
+        """Members that ended since the last call, in member order (does not block)."""
+        return [e for m in list(self._members.values()) if (e := self._advance(m)) is not None]
+
+    def wait(self, timeout: float | None = None) -> list[Exit]:
+        """Block until a member ends (or `timeout` seconds pass); the new Exits, in member order.
+
+        Returns [] at once when no member is running and `timeout` is None.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            exits = self.poll()
+            if exits:
+                return exits
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return []
+            watched = [m for m in self._members.values() if self._watched(m)]
+            if not watched:
+                if remaining is not None:
+                    time.sleep(remaining)
+                return []
+            self._block(watched, remaining)
+
+    @staticmethod
+    def _watched(m: _Member) -> bool:
+        return m.proc is not None and m.returncode is None and not m.stopping
+
+    @staticmethod
+    def _block(members: Sequence[_Member], timeout: float | None) -> None:
+        """Sleep until one of `members` exits (readable pidfds) or `timeout` passes."""
+        fds = [m.pidfd for m in members if m.pidfd is not None]
+        if len(fds) < len(members):  # no pidfd (an old kernel): look again soon
+            time.sleep(0.02 if timeout is None else max(0.0, min(timeout, 0.02)))
+            return
+        poller = select.poll()
+        for fd in fds:
+            poller.register(fd, select.POLLIN)
+        poller.poll(None if timeout is None else int(timeout * 1000) + 1)
+
+    # ------------------------------------------------------------------ stop
+    def stop(
+        self, names: Iterable[str] | None = None, grace: float | None = None, kill: bool = True
+    ) -> dict[str, int | None]:
+        """Delete the running members among `names` (default: all) at once.
+
+        SIGTERM goes to every one's process group at the same moment; each then has until the
+        end of the one shared grace period (`grace`, default the group's, capped by the member's
+        own `grace`) to exit, after which, with `kill`, SIGKILL ends what is left. Members that
+        had already exited are left out. Returns {name: return code} for the members signalled
+        (None: still running, only without `kill`); their exits are not reported by `wait()`.
+        """
+        grace = self.grace if grace is None else grace
+        chosen = self._members.values() if names is None else [self._members[n] for n in names]
+        targets = []
+        for m in chosen:
+            if m.proc is None or m.returncode is not None or m.reported:
+                continue
+            if m.stopping:  # signalled by an earlier stop(kill=False) and still running
+                targets.append(m)
+                continue
+            if self._reaped(m):  # it has just exited by itself: not one to delete
+                m.returncode = m.proc.returncode
+                continue
+            targets.append(m)
+        begun = time.monotonic()
+        for m in targets:
+            m.stopping = True
+            self.signal(m.name, signal.SIGTERM)
+        for m in targets:
+            own = grace if m.grace is None else min(grace, m.grace)
+            self._wait_exit(m, begun + own)
+        if kill:
+            left = [m for m in targets if m.returncode is None]
+            for m in left:
+                self.signal(m.name, signal.SIGKILL)
+            killed = time.monotonic()
+            for m in left:
+                self._wait_exit(m, killed + KILL_WAIT_SECONDS)
+        return {m.name: m.returncode for m in targets}
+
+    def _wait_exit(self, m: _Member, deadline: float) -> bool:
+        while not self._reaped(m):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            self._block([m], remaining)
+        assert m.proc is not None
+        m.returncode = m.proc.returncode
+        return True
+
+    def close(self, grace: float | None = None) -> dict[str, int | None]:
+        """Stop every member still running and wait for their output to be written."""
+        try:
+            return self.stop(grace=grace)
+        finally:
+            for pump in self._pumps:
+                pump.join(timeout=2.0)
+            for m in self._members.values():
+                if m.pidfd is not None:
+                    os.close(m.pidfd)
+                    m.pidfd = None
+
+    def __enter__(self) -> ProcessGroup:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _pump(
+    name: str, pipe: IO[bytes] | None, log: Path | None, echo: Callable[[str, str], None]
+) -> None:
+    """Append a child's output to its log and pass each line on (until the pipe closes)."""
+    if pipe is None:
+        return
+    with contextlib.ExitStack() as stack:
+        fh = stack.enter_context(open(log, "ab")) if log is not None else None
+        stack.callback(pipe.close)
+        for raw in iter(pipe.readline, b""):
+            if fh is not None:
+                fh.write(raw)
+                fh.flush()
+            echo(name, raw.decode(errors="replace").rstrip())
+
+
+def _die_with_parent() -> None:
+    """In the child before exec: get SIGKILL when the parent dies (Linux PR_SET_PDEATHSIG)."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # pragma: no cover - not Linux
+        pass
+
+
+# ---------------------------------------------------------------------------------- policies
+class Action(enum.Enum):
+    CONTINUE = "continue"  # nothing to do: keep watching (e.g. a member finished with 0)
+    RESTART = "restart"  # start the exited member again, by itself
+    RESTART_GROUP = "restart group"  # stop every member and start the whole group again
+    SUCCEED = "succeed"  # the group is done
+    FAIL = "fail"  # the group failed: stop it, no retry
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    action: Action
+    reason: str  # what happened, for the log and the events ("worker:1 exited with code 143")
+    exhausted: bool = False  # FAIL although the exit was retryable: the restart budget is spent
+
+
+class RestartPolicy(Protocol):
+    def decide(self, group: ProcessGroup, ended: Exit) -> Verdict:
+        """What to do about `ended` (called for each Exit `wait()` returns, in order)."""
+        ...
+
+
+class GroupRestart:
+    """The local cluster's policy: a failure restarts the whole group, up to `max_restarts`.
+
+    Args:
+        max_restarts: group restarts allowed (counted in `restarts`).
+        required: members whose exit 0 the group waits for (None: every member); the group
+            succeeds when all of them have exited 0. Any other member's exit is a failure.
+        alone: members restarted by themselves, whatever their code, without touching the
+            others (parameter-server workers: the coordinator reschedules their work); counted
+            in `member_restarts`, not against `max_restarts`.
+        permanent: return codes never retried (1: bad config or a bug).
+    """
+
+    def __init__(
+        self,
+        max_restarts: int,
+        *,
+        required: Collection[str] | None = None,
+        alone: Collection[str] = (),
+        permanent: Collection[int] = (EXIT_FAILED,),
+    ) -> None:
+        self.max_restarts = max_restarts
+        self.required = None if required is None else tuple(required)
+        self.alone = frozenset(alone)
+        self.permanent = frozenset(permanent)
+        self.restarts = 0
+        self.member_restarts = 0
+
+    def decide(self, group: ProcessGroup, ended: Exit) -> Verdict:
+        required = group.names if self.required is None else self.required
+        what = f"{ended.name} exited with {ended.describe()}"
+        if ended.name in required and ended.returncode == 0:
+            if all(group.returncode(n) == 0 for n in required):
+                return Verdict(Action.SUCCEED, "ok")
+            return Verdict(Action.CONTINUE, what)
+        if ended.name in self.alone and ended.name not in required:
+            self.member_restarts += 1
+            return Verdict(Action.RESTART, what)
+        if ended.returncode in self.permanent:
+            return Verdict(
+                Action.FAIL,
+                f"permanent failure: {ended.name} exited with {ended.returncode} "
+                "(bad config or a bug; not retried)",
+            )
+        if self.restarts >= self.max_restarts:
+            return Verdict(Action.FAIL, what, exhausted=True)
+        self.restarts += 1
+        return Verdict(Action.RESTART_GROUP, what)
+
+
+RESTART_POLICIES = ("Never", "OnFailure", "Always", "ExitCode")
+
+
+class ReplicaRestart:
+    """The training operator's per-replica `restartPolicy`, restarts against `backoffLimit`.
+
+    Args:
+        policies: member name -> restartPolicy (Never, OnFailure, Always, ExitCode); a member
+            not listed is Never.
+        backoff_limit: restarts allowed in all (None: unlimited); counted in `restarts`.
+
+    An exit 0 is a success (CONTINUE: the job's success policy decides what it means); any
+    other code is restarted under OnFailure and Always, under ExitCode only when retryable
+    (128 and above), never under Never.
+    """
+
+    def __init__(self, policies: Mapping[str, str], backoff_limit: int | None = None) -> None:
+        self.policies = dict(policies)
+        self.backoff_limit = backoff_limit
+        self.restarts = 0
+
+    def decide(self, group: ProcessGroup, ended: Exit) -> Verdict:
+        code = ended.code
+        if code == 0:
+            return Verdict(Action.CONTINUE, "exited 0")
+        policy = self.policies.get(ended.name, "Never")
+        retry = (policy == "ExitCode" and is_retryable(code)) or policy in ("OnFailure", "Always")
+        reason = (
+            f"exited {code} ({'retryable' if retry else 'permanent'} under restartPolicy {policy})"
+        )
+        if retry and (self.backoff_limit is None or self.restarts < self.backoff_limit):
+            self.restarts += 1
+            return Verdict(Action.RESTART, reason)
+        return Verdict(Action.FAIL, reason, exhausted=retry)
