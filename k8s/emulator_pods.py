@@ -26,9 +26,13 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from baton.errors import EXIT_USAGE, BatonError
 
-class EmulationError(ValueError):
+
+class EmulationError(BatonError, ValueError):
     """A TFJob the emulator cannot run locally (unsupported volume, missing ConfigMap...)."""
+
+    exit_code = EXIT_USAGE
 
 
 @dataclasses.dataclass(frozen=True)

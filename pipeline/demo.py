@@ -8,6 +8,7 @@ the transform graph inside the SavedModel turns it into model features.
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -68,4 +69,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from baton import logs
+
+    logs.configure(*logs.settings_from_env(os.environ))  # this is an edge: the run's lines
     sys.exit(main())

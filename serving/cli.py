@@ -11,7 +11,7 @@ requests finish, new ones are refused), then exit 0.
 from __future__ import annotations
 
 import difflib
-import logging
+import os
 import signal
 import sys
 import threading
@@ -19,8 +19,11 @@ from typing import Any
 
 from absl import flags
 
+from baton import logs
 from baton.errors import EXIT_USAGE, UsageError
 from baton.serving.conventions import DEFAULT_GRPC_PORT, DEFAULT_REST_PORT
+
+log = logs.get("serving.cli")
 
 _PORT = flags.IntegerParser(0, 65535)
 _NON_NEGATIVE = flags.IntegerParser(0)
@@ -176,7 +179,12 @@ def main(argv: list[str]) -> int:
     except UsageError as e:
         print(f"baton serve: {e}\n{USAGE_LINE}\n(--help lists the flags)", file=sys.stderr)
         return EXIT_USAGE
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    try:  # this is an edge too (`python -m baton.serving`): the environment is read here
+        fmt, level = logs.settings_from_env(os.environ)
+    except ValueError as e:
+        print(f"baton serve: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    logs.configure(fmt, level, timestamps=True)
     from baton.serving.config import ConfigError
     from baton.serving.server import ModelServer
 
@@ -203,7 +211,7 @@ def main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, on_signal)
     while not done.wait(0.5):
         pass
-    logging.getLogger("serving").info("shutting down")
+    log.info("shutting down")
     server.stop(grace=10.0)
     return 0
 

@@ -31,7 +31,7 @@ from baton.serving.status import Code, ServingError, invalid
 from baton.serving.tensor_proto import from_ndarray, to_ndarray
 
 _GRPC_CODE = {c.value[0]: c for c in grpc.StatusCode}
-log = logging.getLogger("serving")
+log = logging.getLogger(__name__)
 
 
 def _spec_args(spec) -> tuple[str, int | None, str | None]:

@@ -22,7 +22,7 @@ from baton.serving.conventions import DEFAULT_SERVING_SIGNATURE_DEF_KEY, WARMUP_
 from baton.serving.status import Code, ServingError, invalid
 from baton.serving.tensor_proto import examples_from_input_proto, to_ndarray
 
-log = logging.getLogger("serving")
+log = logging.getLogger(__name__)
 
 WARMUP_ITERATIONS = 1
 

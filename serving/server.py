@@ -36,7 +36,7 @@ from baton.serving.metrics import Metrics
 from baton.serving.rest import RestApi
 from baton.serving.service import ModelService
 
-log = logging.getLogger("serving")
+log = logging.getLogger(__name__)
 
 # Young-generation threshold while serving (CPython's default is 700). Request handling
 # allocates short-lived, almost always acyclic objects; fewer, slightly larger young

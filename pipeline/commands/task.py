@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from baton import logs
 from baton.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, EXIT_TRANSIENT
 from baton.strategies.factory import MULTI_WORKER_MIRRORED, ONE_DEVICE, PARAMETER_SERVER
 
@@ -262,9 +263,11 @@ def _install_sigterm(stop: Any, exit_now: bool) -> None:
 
 
 def _say(text: str) -> None:
-    sys.stdout.write(text + "\n")
-    sys.stdout.flush()
+    """A line of this task's progress, through the `baton.task` logger (baton.logs): in a pod,
+    BATON_LOG_FORMAT=json makes it a record a log router can parse."""
+    logs.get("task").info(text)
 
 
-if __name__ == "__main__":
+if __name__ == "__main__":  # the local launcher's form; `baton task` configures in baton.pipeline.cli
+    logs.configure(*logs.settings_from_env(os.environ))
     sys.exit(main(sys.argv[1:]))

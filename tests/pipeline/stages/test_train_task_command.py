@@ -7,6 +7,7 @@ import signal
 
 import pytest
 
+from baton import logs
 from baton.pipeline.commands import task
 from tests.pipeline.dataplane.helpers import penguins
 
@@ -56,13 +57,15 @@ def test_bad_environment_is_a_permanent_failure(run_dir, monkeypatch, capsys, en
     monkeypatch.delenv("TF_CONFIG", raising=False)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
+    logs.configure()  # as the CLI edge does; the lines are log records on stderr
     assert task.main(["--stage", "train", "--run-dir", str(run_dir)]) == task.PERMANENT
-    assert message in capsys.readouterr().out
+    assert message in capsys.readouterr().err
 
 
 def test_unknown_stage_is_a_permanent_failure(run_dir, capsys) -> None:
+    logs.configure()
     assert task.main(["--stage", "evaluate", "--run-dir", str(run_dir)]) == task.PERMANENT
-    assert "runs train stages only" in capsys.readouterr().out
+    assert "runs train stages only" in capsys.readouterr().err
 
 
 def test_spec_form_runs_no_tensorflow_op_before_the_strategy(run_dir) -> None:
