@@ -26,15 +26,8 @@ from typing import Any, TextIO
 
 from baton.k8s import tfconfig
 from baton.k8s.emulator_pods import EmulationError, PodPlan, find_configmaps, plan_pod
-from baton.strategies.supervisor import (
-    Action,
-    Command,
-    Exit,
-    ProcessGroup,
-    ReplicaRestart,
-    Verdict,
-    exit_code,
-)
+from baton.strategies.restart_policies import Action, ReplicaRestart, Verdict
+from baton.strategies.supervisor import Command, Exit, ProcessGroup, exit_code
 
 ORDER = ("Chief", "Master", "Worker", "PS", "Evaluator")
 

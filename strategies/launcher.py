@@ -40,14 +40,8 @@ from baton.errors import EXIT_FAILED, EXIT_PREEMPTED
 from baton.strategies.cluster import ClusterSpec, TaskId, TFConfig
 from baton.strategies.faults import Fault
 from baton.strategies.preemption import stop_on_sigterm
-from baton.strategies.supervisor import (
-    Action,
-    Command,
-    GroupRestart,
-    ProcessGroup,
-    Verdict,
-    describe,
-)
+from baton.strategies.restart_policies import Action, GroupRestart, Verdict
+from baton.strategies.supervisor import Command, ProcessGroup, describe
 
 PERMANENT_EXIT = EXIT_FAILED
 PREEMPTED_EXIT = EXIT_PREEMPTED

@@ -18,15 +18,8 @@ import pytest
 
 from baton.errors import EXIT_FAILED, EXIT_PREEMPTED, EXIT_TRANSIENT
 from baton.strategies import launcher
-from baton.strategies.supervisor import (
-    Action,
-    Command,
-    Exit,
-    GroupRestart,
-    ProcessGroup,
-    ReplicaRestart,
-    exit_code,
-)
+from baton.strategies.restart_policies import Action, GroupRestart, ReplicaRestart
+from baton.strategies.supervisor import Command, Exit, ProcessGroup, exit_code
 
 PY = sys.executable
 
