@@ -49,6 +49,8 @@ def env(opts: JobOptions) -> list[dict]:
         {"name": "PYTHONUNBUFFERED", "value": "1"},
         {"name": "TF_CPP_MIN_LOG_LEVEL", "value": "1"},
         {"name": "BATON_RUN_ID", "value": opts.run_id},
+        # one JSON record per line (baton.logs): what a cluster's log router parses into fields
+        {"name": "BATON_LOG_FORMAT", "value": "json"},
     ]
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 
@@ -104,3 +106,25 @@ def test_unexpressible_options_are_refused_naming_the_field(build, field, receiv
 def test_job_name_defaults_to_pipeline_and_run_id():
     opts = JobOptions(pipeline="penguins", run_id="r1")
     assert opts.job_name == "penguins-r1" and opts.run_dir == "/artifacts/runs/penguins/r1"
+
+
+def test_every_baton_container_logs_json_records_for_the_log_router():
+    """Pods' Baton lines are one JSON object each (baton.logs), which Fluent Bit, Vector or a
+    cloud logging agent parse into fields; the checked-in base says the same."""
+    job = build_tfjob(make_options("multi_worker_mirrored", 2, 0))
+    for replica in job["spec"]["tfReplicaSpecs"].values():
+        [container] = replica["template"]["spec"]["containers"]
+        assert {"name": "BATON_LOG_FORMAT", "value": "json"} in container["env"]
+    base = Path(__file__).resolve().parents[2] / "k8s" / "base"
+    for name in ("tfjob.yaml", "data-job.yaml", "release-job.yaml"):
+        text = (base / name).read_text()
+        envs = [c.get("env", []) for d in yaml.safe_load_all(text) if d
+                for c in _containers(d)]
+        assert envs and all({"name": "BATON_LOG_FORMAT", "value": "json"} in e for e in envs), name
+
+
+def _containers(doc: dict) -> list[dict]:
+    if doc.get("kind") == "TFJob":
+        return [c for r in doc["spec"]["tfReplicaSpecs"].values()
+                for c in r["template"]["spec"]["containers"]]
+    return list(doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []))
