@@ -4,15 +4,19 @@ Written by the transform stage as `feature_spec.json` beside the transform graph
 builders, the input pipeline, evaluation and export. Keeping it typed (rather than a dict passed
 around) is what lets a model builder refuse a feature it cannot handle with a clear message.
 
-An image travels as numeric features, one per pixel value (`image_0 ... image_{H*W*C-1}`,
-row-major HWC); `images` records each image's name and (height, width, channels), so the CNN
-knows which features to stack and how to reshape them without being told.
+A feature may be a fixed-shape tensor: `shape` is its per-example shape (`()` for a scalar,
+`(D,)` for a vector, `(H, W, C)` for an image), so the model input, the input pipeline and the
+serving signature take it as one `[B, *shape]` tensor. `images` names the features that are
+images, with their (height, width, channels): a tensor feature of that shape (written since
+tensor features exist), or, in feature specs written before, `H*W*C` scalar pixel features
+`<name>_0 ... <name>_{H*W*C-1}` (row-major HWC), which still load and still build the CNN.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
+import math
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -28,21 +32,34 @@ class RawFeature:
 
     name: str
     dtype: Literal["float32", "int64", "string"]
+    shape: tuple[int, ...] = ()  # per-example shape; () = a scalar
+
+    def __post_init__(self) -> None:
+        _check_shape(self.name, self.shape)
+        if self.shape and self.dtype == "string":
+            raise ValueError(f"raw feature {self.name!r}: tensor features are numeric. "
+                             f"Received: dtype='string', shape={self.shape}")
 
 
 @dataclasses.dataclass(frozen=True)
 class Feature:
     """A transformed feature as the model sees it.
 
-    numeric: float32 per example (already scaled). categorical: int64 id in [0, vocab_size),
-    out-of-vocabulary and missing values mapped to dedicated ids inside that range.
+    numeric: float32 per example (already scaled), of shape `shape` (`()` a scalar, `(H, W, C)`
+    an image: a tensor feature). categorical: int64 id in [0, vocab_size), out-of-vocabulary
+    and missing values mapped to dedicated ids inside that range.
     """
 
     name: str
     kind: Kind
     vocab_size: int = 0
+    shape: tuple[int, ...] = ()  # per-example shape of a numeric feature; () = a scalar
 
     def __post_init__(self) -> None:
+        _check_shape(self.name, self.shape)
+        if self.shape and self.kind != "numeric":
+            raise ValueError(f"feature {self.name!r}: only numeric features may be tensors. "
+                             f"Received: kind={self.kind!r}, shape={self.shape}")
         if self.kind not in ("numeric", "categorical"):
             raise ValueError(f"feature {self.name!r}: kind must be numeric or categorical. "
                              f"Received: kind={self.kind!r}")
@@ -53,6 +70,11 @@ class Feature:
     @property
     def dtype(self) -> str:
         return "float32" if self.kind == "numeric" else "int64"
+
+    @property
+    def size(self) -> int:
+        """Values per example (1 for a scalar)."""
+        return math.prod(self.shape)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +92,8 @@ class Label:
 
 @dataclasses.dataclass(frozen=True)
 class Image:
-    """An image among the features: the numeric features `pixels`, shaped (H, W, C)."""
+    """An image among the features, shaped (H, W, C): the tensor feature `name` of that shape,
+    or (feature specs written before tensor features) the scalar numeric features `pixels`."""
 
     name: str
     shape: tuple[int, ...]
@@ -82,7 +105,7 @@ class Image:
 
     @property
     def pixels(self) -> list[str]:
-        """The feature names of its pixel values, row-major over (height, width, channels)."""
+        """The names of its pixel features in the pixel-column layout, row-major over HWC."""
         n = self.shape[0] * self.shape[1] * self.shape[2]
         return [f"{self.name}_{i}" for i in range(n)]
 
@@ -97,6 +120,12 @@ class FeatureSpec:
     def __post_init__(self) -> None:
         numeric = {f.name for f in self.features if f.kind == "numeric"}
         for image in self.images:
+            tensor = self.tensor(image.name)
+            if tensor is not None:
+                if tensor.shape != image.shape:
+                    raise ValueError(f"image {image.name!r} of shape {image.shape}: its feature "
+                                     f"has shape {tensor.shape}")
+                continue
             missing = [p for p in image.pixels if p not in numeric]
             if missing:
                 raise ValueError(f"image {image.name!r} of shape {image.shape}: {len(missing)} of "
@@ -111,6 +140,15 @@ class FeatureSpec:
     def categorical(self) -> list[Feature]:
         return [f for f in self.features if f.kind == "categorical"]
 
+    @property
+    def tensors(self) -> list[Feature]:
+        """The tensor features (numeric features with a per-example shape)."""
+        return [f for f in self.features if f.shape]
+
+    def tensor(self, name: str) -> Feature | None:
+        """The tensor feature `name`, or None (absent, or a scalar feature)."""
+        return next((f for f in self.features if f.name == name and f.shape), None)
+
     def feature(self, name: str) -> Feature:
         for f in self.features:
             if f.name == name:
@@ -119,8 +157,8 @@ class FeatureSpec:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "raw_features": [dataclasses.asdict(f) for f in self.raw_features],
-            "features": [dataclasses.asdict(f) for f in self.features],
+            "raw_features": [_asdict(f) for f in self.raw_features],
+            "features": [_asdict(f) for f in self.features],
             "label": {**dataclasses.asdict(self.label), "vocabulary": list(self.label.vocabulary)},
             **({"images": [{"name": i.name, "shape": list(i.shape)} for i in self.images]}
                if self.images else {}),
@@ -131,8 +169,8 @@ class FeatureSpec:
         label = dict(data["label"])
         label["vocabulary"] = tuple(label.get("vocabulary", ()))
         return cls(
-            raw_features=tuple(RawFeature(**f) for f in data["raw_features"]),
-            features=tuple(Feature(**f) for f in data["features"]),
+            raw_features=tuple(RawFeature(**_shaped(f)) for f in data["raw_features"]),
+            features=tuple(Feature(**_shaped(f)) for f in data["features"]),
             label=Label(**label),
             images=tuple(Image(i["name"], tuple(int(d) for d in i["shape"]))
                          for i in data.get("images", ())),
@@ -150,3 +188,27 @@ class FeatureSpec:
         if p.is_dir():
             p = p / FILENAME
         return cls.from_dict(json.loads(p.read_text()))
+
+
+def _check_shape(name: str, shape: tuple[int, ...]) -> None:
+    if not isinstance(shape, tuple) or any(
+            isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in shape):
+        raise ValueError(f"feature {name!r}: shape must be a tuple of positive integers. "
+                         f"Received: shape={shape!r}")
+
+
+def _asdict(feature: RawFeature | Feature) -> dict[str, Any]:
+    """A feature as JSON: `shape` only for tensors, so scalar specs read as they always did."""
+    out = dataclasses.asdict(feature)
+    if out["shape"]:
+        out["shape"] = list(out["shape"])
+    else:
+        del out["shape"]
+    return out
+
+
+def _shaped(data: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(data)
+    if "shape" in out:
+        out["shape"] = tuple(int(d) for d in out["shape"])
+    return out

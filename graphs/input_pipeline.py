@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 _NUMPY_TO_TF = {"float32": "float32", "int64": "int64"}
+WINDOW_VALUES = 1 << 23  # at most ~8M values (32 MB of float32) per shuffle window
 
 
 def _files(transformed_dir: str | Path, split: str) -> list[str]:
@@ -56,6 +57,9 @@ def make_dataset(
 ) -> Any:
     """A `tf.data.Dataset` of `(features: dict[str, Tensor[B]], label: Tensor[B])`.
 
+    A tensor feature (one with a `shape` in the feature spec) is `[B, *shape]`, e.g. an image
+    `[B, H, W, C]`.
+
     Args:
         transformed_dir: the `transformed` artifact directory.
         split: "train" or "eval" (any split the transform wrote).
@@ -76,11 +80,19 @@ def make_dataset(
     label = feature_spec.label.name
     tf_dtypes = {k: tf.as_dtype(_NUMPY_TO_TF[v]) for k, v in dtypes.items()}
     spec = {k: tf.io.FixedLenFeature([], tf.string) for k in dtypes}
+    shapes = {f.name: tuple(f.shape) for f in feature_spec.features if getattr(f, "shape", ())}
 
     def parse(record):  # noqa: ANN001, ANN202
         raw = tf.io.parse_single_example(record, spec)
         cols = {k: tf.io.decode_raw(raw[k], tf_dtypes[k], little_endian=True) for k in dtypes}
+        for k, shape in shapes.items():  # a tensor feature's chunk: n * prod(shape) values
+            cols[k] = tf.reshape(cols[k], [-1, *shape])
         return {k: v for k, v in cols.items() if k != label}, cols[label]
+
+    # Rows held at once by the shuffle window (and the row-sharding batch) are bounded in
+    # values, so a window of images stays tens of MB instead of 16384 images.
+    row_values = sum(f.size if getattr(f, "shape", ()) else 1 for f in feature_spec.features)
+    shuffle_buffer = max(batch_size, min(shuffle_buffer, WINDOW_VALUES // max(row_values, 1)))
 
     deterministic = seed is not None or not shuffle  # a seed promises a reproducible order
     ds = tf.data.Dataset.from_tensor_slices(files)
@@ -102,7 +114,7 @@ def make_dataset(
         ds = ds.cache()
     if not by_file:
         ds = ds.unbatch().shard(input_context.num_input_pipelines, input_context.input_pipeline_id)
-        ds = ds.batch(4096)
+        ds = ds.batch(max(1, min(4096, WINDOW_VALUES // max(row_values, 1))))
     if repeat:
         ds = ds.repeat()
     if shuffle:

@@ -24,7 +24,8 @@ class ModelSpec:
 
     Attributes:
         inputs: feature name -> `keras.Input` with the transformed feature's dtype and shape
-            (float32 numerics and int64 categorical ids, `[B]`).
+            (float32 numerics and int64 categorical ids `[B]`; a tensor feature `[B, *shape]`,
+            e.g. an image `[B, H, W, C]`).
         feature_spec: the transform's FeatureSpec (vocabulary sizes, images, raw features).
         task: "classification" or "regression".
         num_classes: classes of the label (1 for regression).
@@ -45,7 +46,7 @@ class ModelSpec:
         """A ModelSpec with fresh `keras.Input`s for `spec` (call it inside the strategy scope)."""
         import keras
 
-        inputs = {f.name: keras.Input(shape=(), dtype=f.dtype, name=f.name) for f in spec.features}
+        inputs = {f.name: keras.Input(shape=f.shape, dtype=f.dtype, name=f.name) for f in spec.features}
         return cls(inputs=inputs, feature_spec=spec, task=spec.label.task,
                    num_classes=spec.label.num_classes, label=spec.label.name,
                    params=dict(params or {}))

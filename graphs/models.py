@@ -65,14 +65,14 @@ class WideDeepConfig:
 
 @dataclasses.dataclass(frozen=True)
 class CNNConfig:
-    """A small CNN for image datasets whose pixels arrive as numeric features.
+    """A small CNN over one image `[B, H, W, C]`.
 
-    The contract keeps every feature a `[B]` tensor, so an image is its pixel features
-    (`image_0 ... image_{H*W*C-1}`, row-major HWC), stacked and reshaped to (H, W, C). When the
-    feature spec records an image (ingest of TFDS or synthetic images), its pixels and shape are
-    used and `image_shape` may stay empty; other features are then left out of the model. A
-    spec without images must give `image_shape`, and then every numeric feature, in spec order,
-    is a pixel.
+    The image is the feature spec's image tensor feature (ingest of TFDS or synthetic images),
+    taken as it arrives; `image_shape` may stay empty (or reshape it to another shape with as
+    many values); other features are left out of the model. Feature specs written before
+    tensor features hold an image as pixel features (`image_0 ... image_{H*W*C-1}`, row-major
+    HWC), which are stacked and reshaped. A spec without an image must give `image_shape`, and
+    then every numeric feature, in spec order, is a pixel.
     """
 
     image_shape: tuple[int, ...] = ()  # (): the feature spec's image shape
@@ -170,20 +170,54 @@ def build_wide_deep(spec: FeatureSpec, config: WideDeepConfig) -> Any:
 
 
 def build_cnn(spec: FeatureSpec, config: CNNConfig) -> Any:
+    import keras
+    from keras import layers
+
+    inputs = model_inputs(spec)
+    x = _cnn_image(spec, config, inputs)
+    for i, filters in enumerate(config.filters):
+        x = layers.Conv2D(
+            filters, config.kernel_size, padding="same", activation="relu", name=f"conv_{i}"
+        )(x)
+        if min(x.shape[1], x.shape[2]) >= 2:
+            x = layers.MaxPooling2D(2, name=f"pool_{i}")(x)
+    x = layers.Flatten(name="flatten")(x)
+    x = layers.Dense(config.dense_units, activation="relu", name="dense")(x)
+    outputs = layers.Dense(spec.label.num_classes, name="logits", dtype="float32")(x)
+    return keras.Model(inputs, outputs, name="cnn")
+
+
+def _cnn_image(spec: FeatureSpec, config: CNNConfig, inputs: dict[str, Any]) -> Any:
+    """The CNN's `[B, H, W, C]` image: the spec's image tensor feature as it is, or (pixel
+    features: feature specs from before tensor features, or `image_shape` over plain numeric
+    features) the pixel features stacked and reshaped, row-major HWC."""
     import math
 
     import keras
     from keras import layers
 
-    inputs = model_inputs(spec)
     image = spec.images[0] if spec.images else None
-    shape = tuple(config.image_shape) or (image.shape if image else ())
+    tensor = spec.tensor(image.name) if image is not None else None
+    if image is None and len(spec.tensors) == 1 and len(spec.tensors[0].shape) == 3:
+        tensor = spec.tensors[0]  # one 3-d tensor feature: the image
+    shape = tuple(config.image_shape) or (tuple(tensor.shape) if tensor is not None else
+                                          image.shape if image is not None else ())
     if not shape:
         raise ValueError(
             "the cnn needs image_shape (height, width, channels): the feature spec records no "
             "image (only ingest of image data does). Received: image_shape=()"
         )
     need = math.prod(shape)
+    if tensor is not None:
+        if need != tensor.size:
+            raise ValueError(
+                f"the cnn's image_shape={shape} has {need} pixel values, but the feature spec's "
+                f"image {tensor.name!r} has shape {tensor.shape} ({tensor.size} values); set "
+                f"image_shape to {list(tensor.shape)} or leave it unset. "
+                f"Received: image_shape={shape}"
+            )
+        x = inputs[tensor.name]  # [B, H, W, C] as it arrives
+        return x if shape == tensor.shape else layers.Reshape(shape, name="image_reshape")(x)
     if image is not None:
         if need != len(image.pixels):
             raise ValueError(
@@ -203,17 +237,7 @@ def build_cnn(spec: FeatureSpec, config: CNNConfig) -> Any:
     # One stack op, not a Reshape layer per pixel: building (and loading) a model with
     # thousands of layers takes seconds per thousand.
     x = keras.ops.stack([inputs[p] for p in pixels], axis=-1)
-    x = layers.Reshape(shape, name="image")(x)
-    for i, filters in enumerate(config.filters):
-        x = layers.Conv2D(
-            filters, config.kernel_size, padding="same", activation="relu", name=f"conv_{i}"
-        )(x)
-        if min(x.shape[1], x.shape[2]) >= 2:
-            x = layers.MaxPooling2D(2, name=f"pool_{i}")(x)
-    x = layers.Flatten(name="flatten")(x)
-    x = layers.Dense(config.dense_units, activation="relu", name="dense")(x)
-    outputs = layers.Dense(spec.label.num_classes, name="logits", dtype="float32")(x)
-    return keras.Model(inputs, outputs, name="cnn")
+    return layers.Reshape(shape, name="image")(x)
 
 
 def count_params(model: Any) -> int:
@@ -222,10 +246,11 @@ def count_params(model: Any) -> int:
 
 # ------------------------------------------------------------------ helpers
 def _numeric_block(spec: FeatureSpec, inputs: dict[str, Any]) -> list[Any]:
-    """Numeric `[B]` inputs as `[B, 1]` columns (Reshape, not Lambda, so the model serialises)."""
+    """Numeric `[B]` inputs as `[B, 1]` columns, tensor features `[B, *shape]` flattened to
+    `[B, prod(shape)]` (Reshape, not Lambda, so the model serialises)."""
     from keras import layers
 
-    return [layers.Reshape((1,), name=f"{f.name}_col")(inputs[f.name]) for f in spec.numeric]
+    return [layers.Reshape((f.size,), name=f"{f.name}_col")(inputs[f.name]) for f in spec.numeric]
 
 
 def _embedding(name: str, vocab: int, config: Any) -> Any:

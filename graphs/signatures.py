@@ -5,7 +5,9 @@ inside the served graph and there is no train/serve skew. Signatures follow what
 Serving clients expect:
 
 - `serving_default` (Predict): raw features, each `[None]` (float32 with NaN for missing,
-  string with "" for missing) -> `probabilities` [None, C], `class_ids` [None] int64,
+  string with "" for missing), a tensor feature `[None, *shape]` (an image `[None, H, W, C]`,
+  so TF Serving's JSON takes it as one nested list per instance) -> `probabilities` [None, C],
+  `class_ids` [None] int64,
   `classes` [None] string; for regression -> `predictions` [None] float32.
 - `classify` (Classify API): serialized tf.Example under the input key `inputs` -> `classes`
   [None, C] string and `scores` [None, C] float32. TF Serving's classifier looks the input up
@@ -50,14 +52,24 @@ def raw_inputs(spec: FeatureSpec) -> list[tuple[str, str]]:
     return [(f.name, f.dtype) for f in spec.raw_features if f.name != spec.label.name]
 
 
+def raw_shapes(spec: FeatureSpec) -> dict[str, tuple[int, ...]]:
+    """Per-example shape of each raw serving input (`()` for a scalar)."""
+    return {f.name: tuple(f.shape) for f in spec.raw_features if f.name != spec.label.name}
+
+
 def _tf_dtype(name: str):
     import tensorflow as tf
 
     return {"float32": tf.float32, "int64": tf.int64, "string": tf.string}[name]
 
 
-def _default(dtype: str) -> Any:
-    return {"float32": float("nan"), "int64": 0, "string": ""}[dtype]
+def _default(dtype: str, shape: tuple[int, ...] = ()) -> Any:
+    value = {"float32": float("nan"), "int64": 0, "string": ""}[dtype]
+    if not shape:
+        return value
+    import numpy as np
+
+    return np.full(shape, value, dtype)  # parse_example wants the whole default tensor
 
 
 def build_module(transform: Any, model: Any, spec: FeatureSpec):
@@ -72,12 +84,15 @@ def build_module(transform: Any, model: Any, spec: FeatureSpec):
 
     regression = spec.label.task == "regression"
     names = [f.name for f in spec.features]
-    raw_sig = {n: tf.TensorSpec([None], _tf_dtype(d), name=n) for n, d in raw_inputs(spec)}
+    shapes = raw_shapes(spec)
+    raw_sig = {n: tf.TensorSpec([None, *shapes[n]], _tf_dtype(d), name=n)
+               for n, d in raw_inputs(spec)}
     transformed_sig = {
-        f.name: tf.TensorSpec([None], _tf_dtype(f.dtype), name=f.name) for f in spec.features
+        f.name: tf.TensorSpec([None, *f.shape], _tf_dtype(f.dtype), name=f.name)
+        for f in spec.features
     }
     parse_spec = {
-        n: tf.io.FixedLenFeature([], _tf_dtype(d), default_value=_default(d))
+        n: tf.io.FixedLenFeature(list(shapes[n]), _tf_dtype(d), default_value=_default(d, shapes[n]))
         for n, d in raw_inputs(spec)
     }
 

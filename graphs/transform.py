@@ -18,6 +18,10 @@ All arithmetic is float32 with the two constants rounded to float32 once. Multip
 reciprocal (rather than dividing) is deliberate: Grappler rewrites division by a constant into
 multiplication, so dividing would differ from numpy by one ulp.
 Hashes are TensorFlow's `to_hash_bucket_fast` (FarmHash fingerprint64) on both paths.
+
+A tensor feature (an image `[H, W, C]`, a vector `[D]`; `shape` in its raw_features and
+features entries) takes the numeric kinds only, applied elementwise with one mean/variance or
+min/max over all of its values: a NaN element becomes 0, a missing tensor (all NaN) zeros.
 """
 
 from __future__ import annotations
@@ -65,14 +69,16 @@ def build_module(analysis: Mapping[str, Any]) -> Any:
     """A `tf.Module` with `transform_features(raw)` and `transform_label(raw_label)`.
 
     `raw` maps every raw feature name to a `[None]` tensor (float32 with NaN for missing,
-    string with "" for missing); the result maps transformed feature names to `[None]` tensors
-    (float32 numeric, int64 categorical). `transform_label` maps raw labels to int64 class ids
+    string with "" for missing), or `[None, *shape]` for a tensor feature (`shape` in its
+    raw_features entry); the result maps transformed feature names to tensors of the same
+    shapes (float32 numeric, int64 categorical). `transform_label` maps raw labels to int64 class ids
     (-1 for an unknown class) or float32 regression targets.
     """
     import tensorflow as tf
 
     raw_specs = {
-        r["name"]: tf.TensorSpec([None], tf.float32 if r["dtype"] == "float32" else tf.string,
+        r["name"]: tf.TensorSpec([None, *r.get("shape", ())],
+                                 tf.float32 if r["dtype"] == "float32" else tf.string,
                                  name=r["name"])
         for r in analysis["raw_features"]
     }

@@ -3,7 +3,9 @@
 Each accumulator is updated with a whole numpy column of one batch and merged with others
 (Beam's combiner contract: any grouping, any order). Memory is bounded by design: numeric
 columns keep moments, extremes and a fixed-size weighted quantile sketch; string columns keep
-one count per distinct value (bounded by the vocabulary, not the row count).
+one count per distinct value (bounded by the vocabulary, not the row count). A tensor column
+(an image) gets a `TensorAcc`: rows present or missing, and the numeric summaries over all of
+its values.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 import numpy as np
 
 SKETCH_SIZE = 2048
+SKETCH_SAMPLE = 1 << 18  # values of a tensor column's batch that reach its quantile sketch
 
 
 class QuantileSketch:
@@ -143,6 +146,43 @@ class NumericAcc:
         return self.m2 / self.count if self.count else 0.0
 
 
+class TensorAcc(NumericAcc):
+    """A tensor column: `missing` and `present` count rows (a row is missing when all of its
+    values are); count, mean, std, min, max, nan, inf, zeros and the sketch are over the values
+    of the present rows. The sketch sees at most SKETCH_SAMPLE values per batch (evenly
+    strided), so a batch of images costs one sort of a bounded sample.
+    """
+
+    def __init__(self, shape: tuple[int, ...], sketch: bool = True) -> None:
+        super().__init__(sketch)
+        self.shape = tuple(shape)
+        self.present = 0
+
+    def add(self, x: np.ndarray, keep_nan: bool = False) -> None:
+        from baton.pipeline.dataplane.reader import ABSENT
+
+        x = x.reshape(len(x), -1)
+        absent = (x == ABSENT).all(axis=1) if keep_nan else np.isnan(x).all(axis=1)
+        self.missing += int(absent.sum())
+        values = x[~absent].reshape(-1)
+        self.present += int((~absent).sum())
+        missing, sketch = self.missing, self.sketch
+        if sketch is not None and len(values) > SKETCH_SAMPLE:
+            self.sketch = None  # the sample goes to the sketch below
+        super().add(values, keep_nan=False)  # NaN values of present rows: counted in `nan`
+        self.nan += self.missing - missing
+        self.missing = missing
+        self.sketch = sketch
+        if sketch is not None and len(values) > SKETCH_SAMPLE:
+            sample = values[:: -(-len(values) // SKETCH_SAMPLE)]
+            sketch.add(sample[np.isfinite(sample)].astype(np.float64))
+
+    def merge(self, other: NumericAcc) -> NumericAcc:
+        super().merge(other)
+        self.present += getattr(other, "present", 0)
+        return self
+
+
 class StringAcc:
     """missing ("") and a count per distinct value."""
 
@@ -179,17 +219,20 @@ class StringAcc:
 
 def new_accumulators(columns: list[Any], sketch: Any = None) -> dict[str, Any]:
     """Fresh accumulators; `sketch` (names) limits quantile sketches to those columns."""
-    return {c.name: NumericAcc(sketch is None or c.name in sketch) if c.is_numeric
+    return {c.name: TensorAcc(c.shape, sketch is None or c.name in sketch) if c.shape
+            else NumericAcc(sketch is None or c.name in sketch) if c.is_numeric
             else StringAcc() for c in columns}
 
 
 def update(accs: dict[str, Any], batch: Any, keep_nan: bool = False) -> None:
     """Add one pyarrow RecordBatch (from `reader.read_batches`, read with the same `keep_nan`)."""
-    from baton.pipeline.dataplane.reader import dictionary_parts, numeric_values
+    from baton.pipeline.dataplane.reader import dictionary_parts, numeric_values, tensor_values
 
     for name, acc in accs.items():
         col = batch.column(name)
-        if isinstance(acc, NumericAcc):
+        if isinstance(acc, TensorAcc):
+            acc.add(tensor_values(col), keep_nan)
+        elif isinstance(acc, NumericAcc):
             acc.add(numeric_values(col), keep_nan)
         else:
             acc.add_dictionary(*dictionary_parts(col))

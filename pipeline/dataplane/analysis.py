@@ -22,7 +22,7 @@ VERSION = 1
 def finalize(
     accs: Mapping[str, Any],
     plan: Mapping[str, Mapping[str, Any]],
-    raw: Sequence[tuple[str, str]],
+    raw: Sequence[tuple[Any, ...]],
     label: Mapping[str, str],
 ) -> dict[str, Any]:
     """The analysis dict.
@@ -30,17 +30,21 @@ def finalize(
     Args:
         accs: column name -> merged accumulator (features and label, train split).
         plan: column name -> {"kind", "buckets", "top_k", "oov_buckets", "min_frequency"}.
-        raw: (name, dtype) of every raw feature, in order.
+        raw: (name, dtype) or (name, dtype, shape) of every raw feature, in order; a shape
+            (a tensor feature) goes into its raw_features entry and its op.
         label: {"name", "dtype", "task"}.
     """
     lab = accs.get(label["name"])
     if lab is None or (isinstance(lab, StringAcc) and not lab.counts) or (
             isinstance(lab, NumericAcc) and not lab.count):
         raise StageError(f"transform: the train split has no rows with label {label['name']!r}")
+    shapes = {r[0]: [int(d) for d in r[2]] for r in raw if len(r) > 2 and r[2]}
     ops = []
     for name, step in plan.items():
         acc, kind = accs[name], step["kind"]
         op: dict[str, Any] = {"name": name, "source": name, "kind": kind}
+        if name in shapes:
+            op["shape"] = shapes[name]
         if isinstance(acc, NumericAcc):
             op.update(count=acc.count, missing=acc.missing)
             if kind in ("zscore", "minmax"):
@@ -72,7 +76,8 @@ def finalize(
         label_out = {**label, "vocabulary": [], "mean": lab.mean, "var": lab.var}
     return {
         "version": VERSION,
-        "raw_features": [{"name": n, "dtype": d} for n, d in raw],
+        "raw_features": [{"name": r[0], "dtype": r[1],
+                          **({"shape": shapes[r[0]]} if r[0] in shapes else {})} for r in raw],
         "features": ops,
         "label": label_out,
     }
@@ -84,12 +89,13 @@ def feature_spec(analysis: Mapping[str, Any]) -> Any:
 
     feats = tuple(
         Feature(op["name"], "categorical", vocab_size(op)) if op["kind"] in CATEGORICAL_KINDS
-        else Feature(op["name"], "numeric")
+        else Feature(op["name"], "numeric", shape=tuple(int(d) for d in op.get("shape", ())))
         for op in analysis["features"]
     )
     lab = analysis["label"]
     return FeatureSpec(
-        raw_features=tuple(RawFeature(r["name"], r["dtype"]) for r in analysis["raw_features"]),
+        raw_features=tuple(RawFeature(r["name"], r["dtype"], tuple(int(d) for d in r.get("shape", ())))
+                           for r in analysis["raw_features"]),
         features=feats,
         label=Label(lab["name"], lab["task"], tuple(lab.get("vocabulary", ()))),
     )

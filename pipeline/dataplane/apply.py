@@ -2,7 +2,8 @@
 
 Must match `graphs.transform` exactly (same float32 arithmetic, same ids; see its docstring for
 the semantics). String columns arrive dictionary-encoded, so vocabulary lookups and hashes run
-once per distinct value per batch and rows are mapped with one numpy gather.
+once per distinct value per batch and rows are mapped with one numpy gather. A tensor column
+(`fixed_size_list<float32>[K]`) is transformed elementwise as `[rows, K]`.
 """
 
 from __future__ import annotations
@@ -13,7 +14,12 @@ from typing import Any
 import numpy as np
 
 from baton.graphs.transform import NUMERIC_KINDS, scale_params
-from baton.pipeline.dataplane.reader import dictionary_parts, numeric_values
+from baton.pipeline.dataplane.reader import (
+    dictionary_parts,
+    is_tensor,
+    numeric_values,
+    tensor_values,
+)
 
 
 def _hash_buckets(values: list[bytes], buckets: int) -> np.ndarray:
@@ -58,8 +64,8 @@ class Applier:
 
     def _apply_op(self, op: Mapping[str, Any], col: Any) -> np.ndarray:
         kind = op["kind"]
-        if kind in NUMERIC_KINDS:
-            x = numeric_values(col)
+        if kind in NUMERIC_KINDS:  # a tensor column: [rows, K], elementwise
+            x = tensor_values(col) if is_tensor(col) else numeric_values(col)
             if kind == "identity":
                 y = x
             else:

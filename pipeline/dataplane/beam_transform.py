@@ -25,6 +25,8 @@ from baton.pipeline.dataplane import accumulators as accs_mod
 from baton.pipeline.dataplane.beam_merge import MergeShardAccumulators
 from baton.pipeline.dataplane.schema_file import Column
 
+CHUNK_VALUES = 1 << 18  # values per transformed record when rows hold tensors (1 MB)
+
 
 class AnalyzeShard(beam.DoFn):
     """Per shard: accumulators of the train split; every split spilled to an Arrow IPC stream."""
@@ -67,7 +69,7 @@ class AnalyzeShard(beam.DoFn):
 class MergeAccumulators(MergeShardAccumulators):
     """Merges accumulator dicts and finalizes them into the analysis dict."""
 
-    def __init__(self, plan: Mapping[str, Any], raw: Sequence[tuple[str, str]],
+    def __init__(self, plan: Mapping[str, Any], raw: Sequence[tuple[Any, ...]],
                  label: Mapping[str, str]) -> None:
         self.plan, self.raw, self.label = dict(plan), list(raw), dict(label)
 
@@ -100,6 +102,10 @@ class ApplyShard(beam.DoFn):
         out.mkdir(parents=True, exist_ok=True)
         rows = dropped = 0
         label_name = self._applier.label_name
+        chunk_rows = self.chunk_rows
+        row_values = sum(c.size for c in self.columns)
+        if row_values > len(self.columns):  # tensor columns: chunks of at most CHUNK_VALUES
+            chunk_rows = max(1, min(chunk_rows, CHUNK_VALUES // row_values))
         with tf.io.TFRecordWriter(str(out / f"part-{index:05d}.tfrecord")) as writer:
             for batch in self._batches(split, path, index):
                 feats = self._applier.features(batch)
@@ -109,7 +115,7 @@ class ApplyShard(beam.DoFn):
                     feats = {k: v[keep] for k, v in feats.items()}
                     label = label[keep]
                 feats[label_name] = label
-                rows += write_chunks(writer, feats, self.chunk_rows)
+                rows += write_chunks(writer, feats, chunk_rows)
         yield {f"rows_{split}": rows, f"dropped_{split}": dropped}
 
     def _batches(self, split: str, path: str, index: int) -> Iterator[Any]:
@@ -150,7 +156,7 @@ def _write_json(value: Any, path: str) -> None:
 
 
 def build(p: Any, *, shards: list[tuple[str, str, int]], columns: Sequence[Column],
-          plan: Mapping[str, Any], raw: Sequence[tuple[str, str]], label: Mapping[str, str],
+          plan: Mapping[str, Any], raw: Sequence[tuple[Any, ...]], label: Mapping[str, str],
           spill_dir: str, out_dir: str, analysis_path: str, counts_path: str,
           batch_rows: int, chunk_rows: int) -> None:
     """Add the analyze + apply graph to pipeline `p`; results land in the given paths."""

@@ -7,6 +7,10 @@ absent feature), so the wire bytes can be assembled for a whole batch at once: a
 is a constant prefix plus four bytes per row, a string column is one precomputed entry per
 distinct value. The output is byte-for-byte what protobuf produces for the same message
 (features in column order), which `tests/pipeline/dataplane/test_example_codec.py` checks.
+
+A tensor column (a 2-d float array `[rows, K]`, e.g. flattened images) is a `float_list` of K
+values per row: its prefix is constant too, followed by 4*K value bytes. A row whose values are
+all NaN is a missing tensor (an absent feature); NaNs among present values are written as NaN.
 """
 
 from __future__ import annotations
@@ -41,12 +45,12 @@ def _entry(name: bytes, feature: bytes) -> bytes:
     return _ld(0x0A, _ld(0x0A, name) + _ld(0x12, feature))
 
 
-def float_entry_prefix(name: str) -> bytes:
-    """The constant bytes of a one-value float feature entry; the 4 value bytes follow."""
-    float_list = b"\x0a\x04"  # FloatList.value, packed, 4 bytes
-    feature = b"\x12\x06" + float_list  # Feature.float_list (field 2), 6 bytes long
-    entry = _entry(name.encode(), feature + b"\0\0\0\0")
-    return entry[:-4]
+def float_entry_prefix(name: str, k: int = 1) -> bytes:
+    """The constant bytes of a `k`-value float feature entry; the 4*k value bytes follow."""
+    values = b"\0" * (4 * k)
+    float_list = _ld(0x0A, values)  # FloatList.value, packed
+    entry = _entry(name.encode(), _ld(0x12, float_list))  # Feature.float_list (field 2)
+    return entry[: len(entry) - len(values)]
 
 
 def bytes_entry(name: str, value: bytes) -> bytes:
@@ -86,11 +90,17 @@ def encode_batch(
     for name, col, is_num in zip(names, columns, numeric, strict=True):
         if is_num:
             values = np.asarray(col, np.float32)
-            present = ~np.isnan(values)
+            present: np.ndarray
+            if values.ndim > 1:  # a tensor column: [rows, K]
+                values = values.reshape(n, -1)
+                present = np.asarray(~np.isnan(values).all(axis=1))
+            else:
+                present = ~np.isnan(values)
             if nan and name in nan:
                 present |= nan[name]
-            prefix = np.frombuffer(float_entry_prefix(name), np.uint8)
-            width = len(prefix) + 4
+            k = values.shape[1] if values.ndim > 1 else 1
+            prefix = np.frombuffer(float_entry_prefix(name, k), np.uint8)
+            width = len(prefix) + 4 * k
             row_len = present.astype(np.int64) * width
             pieces.append((row_len, ("num", prefix, values, present)))
         else:
@@ -118,9 +128,11 @@ def encode_batch(
         if spec[0] == "num":
             _, prefix, values, present = spec
             rows = np.nonzero(present)[0]
-            block = np.empty((len(rows), len(prefix) + 4), np.uint8)
+            k4 = 4 * (values.shape[1] if values.ndim > 1 else 1)
+            block = np.empty((len(rows), len(prefix) + k4), np.uint8)
             block[:, : len(prefix)] = prefix
-            block[:, len(prefix):] = values[rows].astype("<f4").view(np.uint8).reshape(-1, 4)
+            block[:, len(prefix):] = np.ascontiguousarray(
+                values[rows], "<f4").view(np.uint8).reshape(-1, k4)
             idx = cursor[rows][:, None] + np.arange(block.shape[1])
             buf[idx] = block
         else:

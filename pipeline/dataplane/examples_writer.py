@@ -15,6 +15,11 @@ A missing numeric value is an absent feature in the TFRecords and a null in the 
 (whose schema says so in its metadata, `MISSING_KEY`); a NaN that is a value of the data (a
 CSV `NaN` not listed in `na_values`) is written as a NaN float in both, so statistics can count
 it apart from missing values.
+
+A tensor column (`Column.shape`, e.g. an image) arrives as `[rows, *shape]` (or `[rows, K]`)
+float32 values: one `float_list` of K = prod(shape) values per row in the TFRecords, a
+`fixed_size_list<float32>[K]` in the Arrow copy; a row whose values are all NaN is a missing
+tensor (an absent feature, a null list).
 """
 
 from __future__ import annotations
@@ -33,12 +38,16 @@ MISSING_KEY = b"baton.missing"  # Arrow schema metadata: b"null" = a null is a m
 
 
 def arrow_schema(columns: Sequence[Column]) -> Any:
-    """float32 numeric columns (null = missing), dictionary<int32, binary> strings."""
+    """float32 numeric columns (null = missing), fixed_size_list<float32>[K] tensor columns,
+    dictionary<int32, binary> strings."""
     import pyarrow as pa
 
-    return pa.schema([(c.name, pa.float32() if c.is_numeric
-                       else pa.dictionary(pa.int32(), pa.binary())) for c in columns],
-                     metadata={MISSING_KEY: b"null"})
+    def arrow_type(c: Column) -> Any:
+        if c.shape:
+            return pa.list_(pa.float32(), c.size)
+        return pa.float32() if c.is_numeric else pa.dictionary(pa.int32(), pa.binary())
+
+    return pa.schema([(c.name, arrow_type(c)) for c in columns], metadata={MISSING_KEY: b"null"})
 
 
 def to_record_batch(columns: Sequence[Column], values: Sequence[np.ndarray],
@@ -48,7 +57,13 @@ def to_record_batch(columns: Sequence[Column], values: Sequence[np.ndarray],
 
     arrays = []
     for c, v in zip(columns, values, strict=True):
-        if c.is_numeric:
+        if c.shape:
+            v = np.asarray(v, np.float32).reshape(len(v), c.size)
+            missing = np.isnan(v).all(axis=1)
+            arrays.append(pa.FixedSizeListArray.from_arrays(
+                pa.array(v.reshape(-1)), c.size,
+                mask=pa.array(missing) if missing.any() else None))
+        elif c.is_numeric:
             v = np.asarray(v, np.float32)
             missing = np.isnan(v)
             if nan and c.name in nan:
@@ -180,7 +195,7 @@ class ExamplesWriter:
         """
         names = [c.name for c in self.columns]
         numeric = [c.is_numeric for c in self.columns]
-        cols = [batch[n] for n in names]
+        cols = [_tensor(batch[c.name], c) if c.shape else batch[c.name] for c in self.columns]
         nan = {k: v for k, v in (nan or {}).items() if k in names}
         label_col = self.columns[names.index(self.label)]
         keep = ~missing_mask(batch[self.label], label_col.is_numeric)
@@ -208,3 +223,12 @@ class ExamplesWriter:
         for w in self.writers.values():
             w.close()
         return {name: w.rows for name, w in self.writers.items()}
+
+
+def _tensor(values: Any, column: Column) -> np.ndarray:
+    """A tensor column's batch as `[rows, K]` float32, or ValueError naming the shape."""
+    v = np.asarray(values, np.float32)
+    if v.ndim < 2 or v.size != len(v) * column.size:
+        raise ValueError(f"column {column.name!r}: expected rows of shape {column.shape}. "
+                         f"Received: an array of shape {v.shape}")
+    return v.reshape(len(v), column.size)

@@ -1,7 +1,8 @@
 """ingest for `source: synthetic`: generated columnar chunks straight to tf.Examples.
 
 Tabular rows (`synthetic.generate`) or, with `synthetic.image`, labelled pattern images
-(`synthetic.generate_images`) whose shape is recorded in schema.json's `images`.
+(`synthetic.generate_images`): one tensor column `image` of that shape, recorded in
+schema.json's `images`.
 
 Skips the TFDS round trip on purpose: at tens of millions of rows the per-example TFDS
 generation would dominate the scale benchmarks it exists to feed.
@@ -22,19 +23,20 @@ def ingest(ctx: Any, config: Any, out: Path) -> None:
     s = config.synthetic
     task: Any = "classification" if s.classes or s.image else "regression"
     if s.image:
-        names = synthetic.image_columns(s.image)
+        names = [(synthetic.IMAGE_FEATURE, "float32")]
         chunks = synthetic.generate_images(s.rows, s.seed, tuple(s.image), s.classes, s.noise,
                                            s.missing)
     else:
         names = synthetic.columns(s.numeric, s.categorical)
         chunks = synthetic.generate(s.rows, s.seed, s.numeric, s.categorical, s.vocab_size,
                                     s.classes, s.missing, s.noise)
-    cols = [Column(n, t) for n, t in names]  # type: ignore[arg-type]
+    shape = tuple(int(d) for d in s.image)
+    cols = [Column(n, t, shape if s.image else ()) for n, t in names]  # type: ignore[arg-type]
     cols.append(Column("label", "string" if task == "classification" else "float32"))
     cols = [c for c in cols if c.name not in config.exclude or c.name == "label"]
     images: dict[str, tuple[int, ...]] = {}
-    if s.image and len(cols) == len(names) + 1:  # every pixel kept: a whole image
-        images[synthetic.IMAGE_FEATURE] = tuple(s.image)
+    if s.image and len(cols) == len(names) + 1:  # the image is kept
+        images[synthetic.IMAGE_FEATURE] = shape
     writer = ExamplesWriter(out, cols, "label", config.splits, config.seed, config.rows_per_shard)
     progress = ctx.progress(s.rows, "rows", "ingest")
     for chunk in chunks:

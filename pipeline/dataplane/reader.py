@@ -11,6 +11,11 @@ each distinct value once per batch instead of once per row. Numeric columns are 
 NaN for missing; strings use "" for missing (the artifact contract). With `keep_nan` a missing
 number reads as `ABSENT` instead, so a NaN that is a value of the data stays distinguishable;
 both paths (Arrow copy and TFRecords) honour it.
+
+A tensor column (`Column.shape`) reads as a `fixed_size_list<float32>[K]` array whose missing
+rows hold K NaNs (K `ABSENT`s with `keep_nan`); `tensor_values` gives it as `[rows, K]`.
+Batches of tensor columns are capped at `BATCH_VALUES` values, so a batch of images stays
+tens of MB.
 """
 
 from __future__ import annotations
@@ -26,13 +31,25 @@ from baton.errors import StageError
 from baton.pipeline.dataplane.schema_file import Column
 
 ABSENT = np.float32(-3.0e38)  # default of an absent float when NaN must stay distinguishable
+BATCH_VALUES = 1 << 23  # values per batch of a shard with tensor columns (32 MB of float32)
+
+
+def batch_rows_for(columns: Sequence[Column], batch_rows: int) -> int:
+    """`batch_rows`, lowered for tensor columns so one batch holds at most BATCH_VALUES values."""
+    row_values = sum(c.size for c in columns)
+    if row_values <= len(columns):  # scalars only
+        return batch_rows
+    return max(1, min(batch_rows, BATCH_VALUES // row_values))
 
 
 def _parse_fn(columns: Sequence[Column], absent: float) -> Any:
     import tensorflow as tf
 
     spec = {
-        c.name: tf.io.FixedLenFeature([], tf.float32, default_value=absent)
+        c.name: tf.io.FixedLenFeature([c.size], tf.float32,
+                                      default_value=np.full(c.size, absent, np.float32))
+        if c.shape
+        else tf.io.FixedLenFeature([], tf.float32, default_value=absent)
         if c.is_numeric
         else tf.io.FixedLenFeature([], tf.string, default_value="")
         for c in columns
@@ -69,7 +86,8 @@ def read_batches(
         return
     import tensorflow as tf
 
-    ds = tf.data.TFRecordDataset(str(path), buffer_size=8 << 20).batch(batch_rows)
+    ds = tf.data.TFRecordDataset(str(path), buffer_size=8 << 20).batch(
+        batch_rows_for(columns, batch_rows))
     ds = ds.map(_parse_fn(columns, float(ABSENT) if keep_nan else np.nan), num_parallel_calls=2).prefetch(1)
     it = iter(ds)
     while True:
@@ -83,7 +101,10 @@ def read_batches(
             raise StageError(f"cannot read examples shard {path}: {msg[:400]}") from None
         arrays = []
         for c in columns:
-            if c.is_numeric:
+            if c.shape:
+                arrays.append(pa.FixedSizeListArray.from_arrays(
+                    pa.array(batch[c.name].numpy().reshape(-1)), c.size))
+            elif c.is_numeric:
                 arrays.append(pa.array(batch[c.name].numpy()))
             else:
                 uniq, idx = batch[c.name]
@@ -118,11 +139,22 @@ def _read_columnar(path: Path, columns: Sequence[Column], keep_nan: bool = False
             raise StageError(f"examples shard {path} has no columns {missing}")
         nulls = (reader.schema.metadata or {}).get(MISSING_KEY) == b"null"
         fill = pa.scalar(ABSENT if keep_nan else np.nan, pa.float32())
-        numeric = [i for i, c in enumerate(columns) if c.is_numeric]
+        numeric = [i for i, c in enumerate(columns) if c.is_numeric and not c.shape]
+        tensors = [i for i, c in enumerate(columns) if c.shape]
         for batch in reader:
             batch = batch.select(names)
             arrays = list(batch.columns)
             changed = False
+            for i in tensors:  # missing rows: K NaNs (K ABSENTs with keep_nan)
+                col = arrays[i]
+                if col.null_count or (keep_nan and not nulls):
+                    values = tensor_values(col)
+                    if not nulls and keep_nan:
+                        values[np.isnan(values).all(axis=1)] = ABSENT
+                    elif keep_nan:
+                        values[~col.is_valid().to_numpy(zero_copy_only=False)] = ABSENT
+                    arrays[i], changed = pa.FixedSizeListArray.from_arrays(
+                        pa.array(values.reshape(-1)), col.type.list_size), True
             for i in numeric:
                 col = arrays[i]
                 if nulls and col.null_count:
@@ -139,3 +171,21 @@ def dictionary_parts(array: Any) -> tuple[list[bytes], np.ndarray]:
 
 def numeric_values(array: Any) -> np.ndarray:
     return array.to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+
+
+def tensor_values(array: Any) -> np.ndarray:
+    """A `fixed_size_list<float32>[K]` column as a writable float32 `[rows, K]` array; a null
+    row (a missing tensor) is K NaNs."""
+    k = array.type.list_size
+    flat = array.values.to_numpy(zero_copy_only=False)  # the whole child, before slicing
+    start = array.offset * k
+    out = np.array(flat[start:start + len(array) * k], np.float32).reshape(len(array), k)
+    if array.null_count:
+        out[~array.is_valid().to_numpy(zero_copy_only=False)] = np.nan
+    return out
+
+
+def is_tensor(array: Any) -> bool:
+    import pyarrow as pa
+
+    return pa.types.is_fixed_size_list(array.type)

@@ -55,6 +55,8 @@ def statistics_table(statistics: str | Path | dict[str, Any]) -> str:
                 med = f["quantiles"].get("0.50")
                 cells = [f["count"], _miss(f), f["mean"], f["std"], f["min"], med, f["max"]]
                 flag = "  inf!" if f.get("inf") else ""
+                if f.get("shape"):  # a tensor: rows above, its values' distribution
+                    flag += f"  tensor {f['shape']}, over {f.get('values', 0)} values"
                 out.append("  " + n.ljust(w) + "".join(_num(c) for c in cells) + flag)
         if strings:
             out.append("  " + "string".ljust(w) + "count".rjust(10) + "missing".rjust(10)
@@ -111,7 +113,8 @@ def write_html(statistics: str | Path | dict[str, Any], path: str | Path) -> Pat
     for split, s in data["splits"].items():
         parts.append(f"<h2>{html.escape(split)} &mdash; {s['rows']} rows</h2>")
         for name, f in s["features"].items():
-            parts.append(f"<div class='card'><b>{html.escape(name)}</b> <i>{f['type']}</i><table>")
+            kind = f"{f['type']}{f['shape']}" if f.get("shape") else f["type"]
+            parts.append(f"<div class='card'><b>{html.escape(name)}</b> <i>{kind}</i><table>")
             keys = (["count", "missing", "mean", "std", "min", "max", "inf", "nan"]
                     if f["type"] == "float32" else ["count", "missing", "distinct"])
             for k in keys:

@@ -4,10 +4,12 @@ Every reader of the examples artifact (statistics, transform, evaluate, export w
 learns the column layout from this one small file instead of sniffing the TFRecords, so the
 description of the data lives in exactly one place.
 
-Images are columns too: an image feature `image` of shape (H, W, C) is the H*W*C float32
-columns `image_0 ... image_{H*W*C-1}` (row-major HWC, values in [0, 1]), and `images` records
-its name and shape so the transform can hand the shape on to the model (the CNN reshapes the
-columns back into the image).
+A column may be a fixed-shape tensor (`shape`, e.g. an image (H, W, C): one float32 column
+holding H*W*C values per row, a `float_list` of that length, row-major; values in [0, 1] for
+images). `images` records which columns are images, with their shape, so the transform can
+hand it on to the model. Examples written before tensor columns existed hold an image as H*W*C
+scalar columns `image_0 ... image_{H*W*C-1}` (row-major HWC) named by `images` the same way;
+they still read, as pixel columns.
 """
 
 from __future__ import annotations
@@ -32,10 +34,32 @@ class Column:
 
     name: str
     dtype: Dtype
+    shape: tuple[int, ...] = ()  # per-row shape of a tensor column; () = one value
+
+    def __post_init__(self) -> None:
+        if self.shape and (self.dtype != "float32" or any(int(d) < 1 for d in self.shape)):
+            raise StageError(f"column {self.name!r}: a tensor column is float32 with positive "
+                             f"dimensions. Received: dtype={self.dtype!r}, shape={self.shape}")
 
     @property
     def is_numeric(self) -> bool:
         return self.dtype == "float32"
+
+    @property
+    def size(self) -> int:
+        """Values per row (1 for a scalar column)."""
+        return math.prod(self.shape)
+
+    def to_dict(self) -> dict[str, Any]:
+        """As in schema.json: `shape` only for tensor columns (scalar ones read as before)."""
+        out: dict[str, Any] = {"name": self.name, "dtype": self.dtype}
+        if self.shape:
+            out["shape"] = list(self.shape)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Column:
+        return cls(data["name"], data["dtype"], tuple(int(d) for d in data.get("shape", ())))
 
 
 def image_columns(name: str, shape: Sequence[int]) -> list[str]:
@@ -53,7 +77,8 @@ class ExamplesSchema:
     splits: Mapping[str, int] = dataclasses.field(default_factory=dict)
     source: Mapping[str, Any] = dataclasses.field(default_factory=dict)
     dropped: Mapping[str, int] = dataclasses.field(default_factory=dict)
-    # image feature name -> (height, width, channels); its columns are `image_columns(...)`
+    # image feature name -> (height, width, channels): the tensor column of that name and
+    # shape, or (examples written before tensor columns) the pixel columns `image_columns(...)`
     images: Mapping[str, tuple[int, ...]] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
@@ -62,11 +87,21 @@ class ExamplesSchema:
             raise StageError(f"label column {self.label!r} is not among the columns {names}")
         if len(set(names)) != len(names):
             raise StageError(f"duplicate column names in {names}")
-        numeric = {c.name for c in self.columns if c.is_numeric and c.name != self.label}
+        if self.column(self.label).shape:
+            raise StageError(f"label column {self.label!r} cannot be a tensor. "
+                             f"Received: shape={self.column(self.label).shape}")
+        numeric = {c.name for c in self.columns
+                   if c.is_numeric and c.name != self.label and not c.shape}
         for name, shape in self.images.items():
             if len(shape) != 3 or any(int(d) < 1 for d in shape):
                 raise StageError(f"image {name!r}: shape must be (height, width, channels). "
                                  f"Received: {tuple(shape)}")
+            tensor = next((c for c in self.columns if c.name == name and c.shape), None)
+            if tensor is not None:
+                if tensor.shape != tuple(shape):
+                    raise StageError(f"image {name!r} of shape {tuple(shape)}: its column has "
+                                     f"shape {tensor.shape}")
+                continue
             missing = [c for c in image_columns(name, shape) if c not in numeric]
             if missing:
                 raise StageError(f"image {name!r} of shape {tuple(shape)}: {len(missing)} pixel "
@@ -74,8 +109,10 @@ class ExamplesSchema:
 
     @property
     def image_pixels(self) -> set[str]:
-        """Every pixel column of every image."""
-        return {c for name, shape in self.images.items() for c in image_columns(name, shape)}
+        """Every pixel column of every image in the pixel-column layout (older examples)."""
+        tensors = {c.name for c in self.columns if c.shape}
+        return {c for name, shape in self.images.items() if name not in tensors
+                for c in image_columns(name, shape)}
 
     @property
     def features(self) -> list[Column]:
@@ -90,7 +127,7 @@ class ExamplesSchema:
 
     def to_dict(self) -> dict[str, Any]:
         return {
-            "columns": [dataclasses.asdict(c) for c in self.columns],
+            "columns": [c.to_dict() for c in self.columns],
             "label": self.label,
             "task": self.task,
             "splits": dict(self.splits),
@@ -102,7 +139,7 @@ class ExamplesSchema:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> ExamplesSchema:
         return cls(
-            columns=tuple(Column(**c) for c in data["columns"]),
+            columns=tuple(Column.from_dict(c) for c in data["columns"]),
             label=data["label"],
             task=data.get("task", "classification"),
             splits=dict(data.get("splits", {})),

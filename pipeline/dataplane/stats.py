@@ -4,6 +4,12 @@
 a histogram (numeric), top values and the number of distinct values (strings). The inferred
 `schema.json` records what the data should look like (type, presence, domain) plus a compact
 reference distribution (quantiles or value frequencies) that `validate` measures drift against.
+
+A tensor column (an image) is summarised as one feature: `shape`, `count` and `missing` in
+rows, `values` (how many numbers the present rows hold), and mean, std, min, max, quantiles,
+histogram, NaN/inf/zero counts over all of those numbers (one distribution for the whole
+tensor, not one per element: thousands of per-pixel cards would be unreadable, and the
+element-wide range and distribution are what a broken decoder or scale changes).
 """
 
 from __future__ import annotations
@@ -15,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from baton.pipeline.dataplane.accumulators import NumericAcc, StringAcc
+from baton.pipeline.dataplane.accumulators import NumericAcc, StringAcc, TensorAcc
 
 STATS_FILE = "statistics.json"
 SCHEMA_FILE = "schema.json"
@@ -35,8 +41,14 @@ def feature_stats(acc: Any, rows: int) -> dict[str, Any]:
         assert acc.sketch is not None, "statistics keep a quantile sketch for every column"
         qs = acc.sketch.quantiles(QUANTILES)
         edges, counts = acc.sketch.histogram(HIST_BINS, acc.min, acc.max)
+        if isinstance(acc, TensorAcc):  # counts of rows; the rest over the values they hold
+            scale = acc.count / max(float(sum(counts)), 1.0)
+            counts = [c * scale for c in counts]  # the sketch holds a sample of the values
+            tensor = {"shape": list(acc.shape), "count": acc.present, "values": acc.count}
+        else:
+            tensor = {"count": acc.count}
         return {
-            "type": "float32", "rows": rows, "count": acc.count, "missing": acc.missing,
+            "type": "float32", "rows": rows, **tensor, "missing": acc.missing,
             "nan": acc.nan, "inf": acc.inf, "zeros": acc.zeros,
             "mean": _f(acc.mean) if acc.count else None,
             "std": _f(acc.var**0.5) if acc.count else None,
@@ -60,6 +72,9 @@ def feature_stats(acc: Any, rows: int) -> dict[str, Any]:
 def split_stats(accs: Mapping[str, Any]) -> dict[str, Any]:
     rows = 0
     for acc in accs.values():
+        if isinstance(acc, TensorAcc):
+            rows = max(rows, acc.present + acc.missing)
+            continue
         rows = max(rows, acc.count + acc.missing + getattr(acc, "nan", 0) + getattr(acc, "inf", 0))
     return {"rows": rows, "features": {n: feature_stats(a, rows) for n, a in accs.items()}}
 
@@ -77,6 +92,8 @@ def infer_schema(stats: Mapping[str, Any], label: str, task: str, *,
             "type": fs["type"],
             "presence": {"max_missing_fraction": round(min(1.0, observed_missing + missing_slack), 4)},
         }
+        if fs.get("shape"):
+            entry["shape"] = list(fs["shape"])
         if fs["type"] == "float32":
             entry["domain"] = {"min": fs["min"], "max": fs["max"]}
             entry["reference"] = {"quantiles": fs["quantiles"]}

@@ -2,12 +2,12 @@
 
 Only features that fit tf.Example columns are read: scalars (numbers, bools, text, class
 labels), short fixed-length numeric vectors (iris' `features` [4] becomes `features_0..3`) and
-small fixed-shape images (`tfds.features.Image`, e.g. mnist's 28x28x1 `image` becomes the 784
-columns `image_0..image_783`, row-major over (height, width, channels), each pixel a float32 in
-[0, 1]: uint8 / 255, uint16 / 65535, float images as stored). An image with more than
-`max_image_pixels` values, or without a fixed shape, and anything else (sequences, video,
-nested features) is refused with a message naming the feature, because a silently dropped
-feature is worse than a clear error.
+fixed-shape images (`tfds.features.Image`, e.g. mnist's 28x28x1 `image` becomes one tensor
+column `image` of shape (28, 28, 1), each pixel a float32 in [0, 1]: uint8 / 255, uint16 /
+65535, float images as stored). An image without a fixed shape (or over `max_image_pixels`
+values, when that limit is set), and anything else (sequences, video, nested features) is
+refused with a message naming the feature, because a silently dropped feature is worse than a
+clear error.
 """
 
 from __future__ import annotations
@@ -19,10 +19,10 @@ from typing import Any
 import numpy as np
 
 from baton.errors import StageError
-from baton.pipeline.dataplane.schema_file import Column, image_columns
+from baton.pipeline.dataplane.schema_file import Column
 
 MAX_VECTOR = 64
-MAX_IMAGE_PIXELS = 4096  # values per image (H*W*C): cifar10's 32x32x3 = 3072 fits
+BATCH_VALUES = 1 << 23  # pixel values per batch read from TFDS (32 MB of float32)
 
 
 def open_builder(name: str, data_dir: Path, *, download: bool) -> Any:
@@ -81,11 +81,11 @@ def network_problem(host: str = "storage.googleapis.com", timeout: float = 3.0) 
 
 
 def tabular_columns(
-    builder: Any, max_image_pixels: int = MAX_IMAGE_PIXELS
+    builder: Any, max_image_pixels: int | None = None
 ) -> tuple[list[Column], dict[str, Any]]:
     """Columns of a builder's features and the per-feature decoders used by `iter_batches`.
 
-    Image features become `<name>_<i>` pixel columns; `images(decoders)` gives their shapes.
+    Image features become tensor columns of shape (H, W, C); `images(decoders)` gives them.
     """
     import tensorflow_datasets as tfds
 
@@ -96,7 +96,7 @@ def tabular_columns(
         dtype = np.dtype(getattr(feat, "np_dtype", np.float32))
         if isinstance(feat, tfds.features.Image):
             hwc = _image_shape(builder, name, shape, max_image_pixels)
-            columns.extend(Column(c, "float32") for c in image_columns(name, hwc))
+            columns.append(Column(name, "float32", hwc))
             scale = 1.0 / float(np.iinfo(dtype).max) if dtype.kind in "ui" else 1.0
             decoders[name] = ("image", (hwc, scale))
         elif isinstance(feat, tfds.features.ClassLabel):
@@ -127,21 +127,22 @@ def images(decoders: dict[str, Any]) -> dict[str, tuple[int, ...]]:
     return {name: arg[0] for name, (kind, arg) in decoders.items() if kind == "image"}
 
 
-def _image_shape(builder: Any, name: str, shape: tuple, max_pixels: int) -> tuple[int, ...]:
+def _image_shape(builder: Any, name: str, shape: tuple, max_pixels: int | None
+                 ) -> tuple[int, ...]:
     """The fixed (H, W, C) of an image feature, or StageError naming it and its shape."""
     if len(shape) != 3 or any(d is None or d < 1 for d in shape):
         raise StageError(
             f"TFDS image feature {name!r} of {builder.name!r} has no fixed shape (shape "
-            f"{shape}); ingest needs fixed-size images (every pixel becomes a column), e.g. a "
-            f"resized variant of the dataset"
+            f"{shape}); ingest needs fixed-size images (one tensor of a fixed shape per "
+            f"example), e.g. a resized variant of the dataset"
         )
     hwc = tuple(int(d) for d in shape)
     n = int(np.prod(hwc))
-    if n > max_pixels:
+    if max_pixels is not None and n > max_pixels:
         raise StageError(
             f"TFDS image feature {name!r} of {builder.name!r} has shape {hwc} = {n} pixel "
-            f"values, over max_image_pixels={max_pixels}; every value becomes a column, so raise "
-            f"ingest's max_image_pixels (at your own cost) or use a smaller-image variant"
+            f"values, over max_image_pixels={max_pixels}; raise or unset ingest's "
+            f"max_image_pixels, or use a smaller-image variant"
         )
     return hwc
 
@@ -163,6 +164,9 @@ def iter_batches(
             f"TFDS dataset {builder.name!r} has no split {split!r}; "
             f"its splits are {sorted(builder.info.splits)}"
         )
+    pixels = sum(int(np.prod(arg[0])) for kind, arg in decoders.values() if kind == "image")
+    if pixels:  # a batch of images stays tens of MB
+        batch_rows = max(1, min(batch_rows, BATCH_VALUES // pixels))
     ds = builder.as_dataset(split=split, shuffle_files=False).batch(batch_rows)
     for batch in tfds.as_numpy(ds):
         out: dict[str, np.ndarray] = {}
@@ -176,11 +180,10 @@ def iter_batches(
                 out[name] = values.astype(np.float32)
             elif kind == "image":
                 hwc, scale = arg
-                pixels = values.reshape(len(values), -1).T.astype(np.float32)  # [H*W*C, B]
+                image = values.reshape(len(values), *hwc).astype(np.float32)  # [B, H, W, C]
                 if scale != 1.0:
-                    pixels *= np.float32(scale)
-                for i, col in enumerate(pixels):
-                    out[f"{name}_{i}"] = col
+                    image *= np.float32(scale)
+                out[name] = image
             else:
                 for i in range(arg):
                     out[f"{name}_{i}"] = values[:, i].astype(np.float32)

@@ -4,7 +4,9 @@ Each record is a tf.Example whose features are whole columns of `chunk_rows` row
 raw little-endian bytes (`float32` numeric, `int64` categorical and class labels) in a one-value
 bytes_list. Writing costs one small proto per chunk instead of one per row, and the reader
 (`graphs.input_pipeline`) turns a record into `[n]` tensors with `decode_raw`, which is why
-this format, not one tf.Example per row, lets the transform write ~1M rows/s.
+this format, not one tf.Example per row, lets the transform write ~1M rows/s. A tensor
+feature's chunk holds `n * prod(shape)` values (row-major), which the reader reshapes to
+`[n, *shape]`; `metadata.json` lists those shapes under `shapes`.
 """
 
 from __future__ import annotations
@@ -37,7 +39,10 @@ def write_chunks(writer: Any, columns: Mapping[str, np.ndarray], chunk_rows: int
 
 
 def write_metadata(directory: Path, splits: Mapping[str, int], dtypes: Mapping[str, str],
-                   label: str, chunk_rows: int) -> None:
+                   label: str, chunk_rows: int,
+                   shapes: Mapping[str, Any] | None = None) -> None:
     (directory / METADATA).write_text(json.dumps({
         "format": FORMAT, "chunk_rows": chunk_rows, "splits": dict(splits),
-        "columns": dict(dtypes), "label": label}, indent=2) + "\n")
+        "columns": dict(dtypes), "label": label,
+        **({"shapes": {k: list(v) for k, v in shapes.items()}} if shapes else {})},
+        indent=2) + "\n")

@@ -1,7 +1,7 @@
 """Compare statistics against a schema and list the anomalies.
 
 Kinds (each can be allowed by name in the validate stage's `allow:`):
-- missing_column / extra_column / type_mismatch
+- missing_column / extra_column / type_mismatch (a tensor column of another shape, too)
 - out_of_domain: string values outside the domain (beyond `max_unseen_fraction` of rows), or
   numeric min/max beyond the domain widened by `range_tolerance` of its width
 - non_finite: explicit NaN or +-inf values in a numeric column
@@ -89,13 +89,19 @@ def check(statistics: Mapping[str, Any], schema: Mapping[str, Any], *, drift_thr
                 out.append(Anomaly(split, name, "extra_column", "column not in the schema"))
                 continue
             w = want[name]
-            if f["type"] != w["type"]:
+            if f["type"] != w["type"] or f.get("shape", []) != w.get("shape", []):
                 out.append(Anomaly(split, name, "type_mismatch",
-                                   f"expected {w['type']}, found {f['type']}"))
+                                   f"expected {_type(w)}, found {_type(f)}"))
                 continue
             out.extend(_check_column(split, name, f, w, drift_threshold, max_unseen_fraction,
                                      range_tolerance))
     return out
+
+
+def _type(entry: Mapping[str, Any]) -> str:
+    """`float32`, or a tensor's `float32[64, 64, 3]`."""
+    shape = entry.get("shape")
+    return f"{entry['type']}{list(shape)}" if shape else str(entry["type"])
 
 
 def _check_column(split: str, name: str, f: Mapping[str, Any], w: Mapping[str, Any],

@@ -8,8 +8,8 @@ random linear rule of the features plus noise, cut at standard-normal quantiles 
 (`classes: 0`). Ingest writes these chunks straight to tf.Examples (fast enough for tens of
 millions of rows); `baton_synthetic` exposes the same rows as a TFDS builder.
 
-`generate_images(...)` makes small labelled images instead (columns `image_0..`, row-major
-HWC, float32 in [0, 1], as ingest writes TFDS images): each class is a visible pattern (a
+`generate_images(...)` makes labelled images instead (one `image` array `[n, H, W, C]`,
+float32 in [0, 1], as ingest writes TFDS images): each class is a visible pattern (a
 horizontal bar, a vertical bar, a diagonal, an anti-diagonal, a cross, a square outline) at a
 random position, length and brightness, on a noisy background. Where the pattern sits varies,
 so a CNN (translation-invariant filters) learns it from a few thousand images, while an MLP
@@ -23,7 +23,8 @@ from collections.abc import Iterator
 import numpy as np
 
 CHUNK = 65_536
-IMAGE_CHUNK = 4_096  # images per chunk: bounded memory whatever the image size
+IMAGE_CHUNK = 4_096  # images per chunk, fewer for large images (see image_chunk)
+IMAGE_CHUNK_VALUES = 1 << 20  # pixel values per chunk (4 MB of float32)
 PATTERNS = ("horizontal", "vertical", "diagonal", "antidiagonal", "cross", "square")
 IMAGE_FEATURE = "image"
 
@@ -73,15 +74,17 @@ def generate(rows: int, seed: int = 0, numeric: int = 4, categorical: int = 1,
         yield out
 
 
-def image_columns(shape: tuple[int, ...]) -> list[tuple[str, str]]:
-    """The pixel columns of `generate_images`: `image_<i>` float32, row-major over (H, W, C)."""
-    return [(f"{IMAGE_FEATURE}_{i}", "float32") for i in range(int(np.prod(shape)))]
+def image_chunk(shape: tuple[int, ...]) -> int:
+    """Images per chunk of `generate_images`: fixed for a shape (so rows are deterministic
+    whatever `rows` is), IMAGE_CHUNK up to 256 values per image, then bounded in values."""
+    return max(16, min(IMAGE_CHUNK, IMAGE_CHUNK_VALUES // int(np.prod(shape))))
 
 
 def generate_images(rows: int, seed: int = 0, shape: tuple[int, ...] = (8, 8, 1),
                     classes: int = 3, noise: float = 0.3,
                     missing: float = 0.0) -> Iterator[dict[str, np.ndarray]]:
-    """Chunks of at most IMAGE_CHUNK images: {"image_0": float32, ..., "label": str objects}.
+    """Chunks of at most `image_chunk(shape)` images: {"image": float32 [n, H, W, C], "label":
+    str objects}.
 
     Class k is the pattern PATTERNS[k] (its name is the label), drawn with brightness in
     [0.6, 1] on a black background, plus Gaussian pixel noise of std `noise`, clipped to [0, 1].
@@ -99,20 +102,21 @@ def generate_images(rows: int, seed: int = 0, shape: tuple[int, ...] = (8, 8, 1)
     rr, cc = np.mgrid[0:h, 0:w]
     rr, cc = rr[None], cc[None]  # [1, H, W], broadcast against per-image [n, 1, 1] parameters
     reach = min(h, w) // 3
-    for chunk, start in enumerate(range(0, rows, IMAGE_CHUNK)):
-        n = min(IMAGE_CHUNK, rows - start)
+    size = image_chunk(shape)
+    for chunk, start in enumerate(range(0, rows, size)):
+        n = min(size, rows - start)
         g = np.random.default_rng([seed, chunk, h, w, c])
 
         def draw(f, *args, n=n):  # noqa: ANN001, ANN002, ANN202 - fixed-length draws
-            return f(*args, size=IMAGE_CHUNK)[:n, None, None]
+            return f(*args, size=size)[:n, None, None]
 
-        k = g.integers(0, classes, IMAGE_CHUNK)[:n]
+        k = g.integers(0, classes, size)[:n]
         row, col = draw(g.integers, 0, h), draw(g.integers, 0, w)
         span, at = draw(g.random), draw(g.random)
         off = draw(g.integers, -reach, reach + 1)
         box = draw(g.integers, 3, min(h, w) + 1)
         brightness = draw(g.uniform, 0.6, 1.0).astype(np.float32)
-        pixels = g.standard_normal((IMAGE_CHUNK, h, w, c), np.float32)[:n] * np.float32(noise)
+        pixels = g.standard_normal((size, h, w, c), np.float32)[:n] * np.float32(noise)
         # bars: length L in [ceil(side / 2), side], start anywhere it fits
         h_len = (w + 1) // 2 + (span * (w - (w + 1) // 2 + 1)).astype(int)
         h_at = (at * (w - h_len + 1)).astype(int)
@@ -138,8 +142,6 @@ def generate_images(rows: int, seed: int = 0, shape: tuple[int, ...] = (8, 8, 1)
         np.clip(pixels, 0.0, 1.0, out=pixels)
         flat = pixels.reshape(n, -1)
         if missing:
-            flat[g.random((IMAGE_CHUNK, flat.shape[1]))[:n] < missing] = np.nan
-        out: dict[str, np.ndarray] = {f"{IMAGE_FEATURE}_{i}": flat[:, i].copy()
-                                      for i in range(flat.shape[1])}
-        out["label"] = names[k]
+            flat[g.random((size, flat.shape[1]))[:n] < missing] = np.nan
+        out: dict[str, np.ndarray] = {IMAGE_FEATURE: pixels, "label": names[k]}
         yield out

@@ -62,8 +62,12 @@ def find(ctx: Any, reevaluate: Callable[[Path, Path], Mapping[str, float]] | Non
             model = Path(blessing.get("model", ""))
             transform = Path(blessing.get("transform_graph", ""))
             if (model / MODEL_FILE).is_file() and transform.is_dir():
-                base["metrics"] = dict(reevaluate(model, transform))
-                base["source"] = "re-evaluated on this eval split"
+                try:
+                    base["metrics"] = dict(reevaluate(model, transform))
+                    base["source"] = "re-evaluated on this eval split"
+                except Exception as exc:  # noqa: BLE001 - e.g. a model of an older data format
+                    first = (str(exc).splitlines() or [type(exc).__name__])[0][:200]
+                    base["source"] = f"recorded (cannot re-evaluate on this data: {first})"
         return base
     return None
 

@@ -21,7 +21,8 @@ from baton.strategies.job import MODEL_FILE
 class Split:
     """Rows of one split: raw columns (numpy), labels, and the serialized tf.Examples."""
 
-    columns: dict[str, Any]  # name -> np.ndarray[N] (float32 with NaN, int64, or object bytes)
+    columns: dict[str, Any]  # name -> np.ndarray[N] (float32 with NaN, int64, or object bytes),
+    # or [N, *shape] for a tensor feature (an image [N, H, W, C]; NaN where missing)
     labels: Any  # np.ndarray[N]: int64 class ids, or float32 for regression
     serialized: list[bytes]
 
@@ -69,7 +70,10 @@ def read_split(examples: Path, spec: FeatureSpec, split: str = "eval",
             continue
         dtype = {"float32": tf.float32, "int64": tf.int64, "string": tf.string}[raw.dtype]
         default = {"float32": float("nan"), "int64": 0, "string": ""}[raw.dtype]
-        parse[raw.name] = tf.io.FixedLenFeature([], dtype, default_value=default)
+        shape = tuple(raw.shape)
+        parse[raw.name] = tf.io.FixedLenFeature(
+            list(shape), dtype,
+            default_value=np.full(shape, default, raw.dtype) if shape else default)
     ltype = {"float_list": tf.float32, "int64_list": tf.int64}.get(label_kind, tf.string)
     parse[label.name] = tf.io.VarLenFeature(ltype)
     parsed = tf.io.parse_example(tf.constant(serialized), parse)

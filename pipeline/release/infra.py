@@ -88,6 +88,22 @@ def _expect_io(name: str, kind: str, have: Mapping[str, Any], want: Mapping[str,
     return problems
 
 
+def _shape_problems(name: str, have: Mapping[str, Any], want: Sequence[Mapping[str, Any]]
+                    ) -> list[str]:
+    """A raw input's shape must be `[batch, *shape]` (export.json's per-example `shape`)."""
+    problems = []
+    for f in want:
+        if f["name"] not in have:
+            continue
+        shape = have[f["name"]].tensor_shape
+        got = None if shape.unknown_rank else [d.size for d in shape.dim]
+        expected = [-1, *f.get("shape", [])]
+        if got is not None and got != expected:
+            problems.append(f"signature {name!r}: input {f['name']!r} has shape {got}, "
+                            f"expected {expected} (-1: the batch)")
+    return problems
+
+
 def signature_problems(sigs: Mapping[str, Any], info: Mapping[str, Any]) -> list[str]:
     """Check each signature against the contract (export.json tells the raw inputs and task)."""
     import tensorflow as tf
@@ -102,6 +118,7 @@ def signature_problems(sigs: Mapping[str, Any], info: Mapping[str, Any]) -> list
         raw = {f["name"]: _DTYPE[f["dtype"]] for f in info.get("raw_inputs", [])}
         if raw:
             problems += _expect_io(default, "input", sigs[default].inputs, raw, exact=True)
+            problems += _shape_problems(default, sigs[default].inputs, info["raw_inputs"])
         outs = {"predictions": FLOAT} if regression else {
             "probabilities": FLOAT, "class_ids": INT64, "classes": STRING}
         problems += _expect_io(default, "output", sigs[default].outputs, outs, exact=False)

@@ -81,14 +81,21 @@ def run(ctx: StageContext, config: Config) -> None:
         "task": spec.label.task,
         "classes": list(spec.label.vocabulary),
         "signatures": S.signature_names(spec),
-        "raw_inputs": [{"name": n, "dtype": d} for n, d in S.raw_inputs(spec)],
-        "features": [{"name": f.name, "dtype": f.dtype} for f in spec.features],
+        "raw_inputs": [{"name": n, "dtype": d, **_shape(S.raw_shapes(spec)[n])}
+                       for n, d in S.raw_inputs(spec)],
+        "features": [{"name": f.name, "dtype": f.dtype, **_shape(f.shape)}
+                     for f in spec.features],
         "warmup_requests": len(logs),
     }
     (out / EXPORT_INFO).write_text(json.dumps(info, indent=2) + "\n")
     size = sum(p.stat().st_size for p in export_dir.rglob("*") if p.is_file())
     ctx.record(version=version, size_bytes=size, warmup_requests=len(logs))
     ctx.log(f"exported version {version} ({size / 1e6:.2f} MB, {len(logs)} warmup requests)")
+
+
+def _shape(shape: tuple[int, ...]) -> dict[str, Any]:
+    """`{"shape": [...]}` for a tensor input (per example, without the batch), {} for a scalar."""
+    return {"shape": list(shape)} if shape else {}
 
 
 def expected_outputs(transform: Any, model: Any, split: Any, spec: Any) -> list[dict[str, Any]]:

@@ -9,9 +9,11 @@ Sources:
 - `synthetic`: deterministic generated data (rows, seed, columns, label rule) for scale tests,
   or small labelled images (`synthetic: {image: [8, 8, 1], classes: 3}`) for the CNN.
 
-Images (TFDS `Image` features, synthetic images) become numeric pixel columns `<feature>_<i>`
-(row-major HWC, float32 in [0, 1]); `schema.json` records each image's shape under `images`,
-and the transform hands it on to the model. Images over `max_image_pixels` values are refused.
+Images (TFDS `Image` features, synthetic images) become one tensor column each (float32 in
+[0, 1], shape (H, W, C): one `float_list` of H*W*C values per example, row-major); `schema.json`
+records the column's shape and, under `images`, that it is an image, and the transform hands it
+on to the model as one `[B, H, W, C]` feature. `max_image_pixels` (unset: no limit) refuses
+larger images.
 
 Splits come from `splits` ratios (deterministic for a seed) or, for TFDS, from `split_names`
 (output split -> TFDS split, e.g. `{train: train, eval: test}`).
@@ -41,7 +43,7 @@ class Synthetic:
     equally likely classes, or kept as a number when `classes` is 0 (regression).
 
     With `image: [H, W, C]` the rows are images instead (`numeric`, `categorical` and
-    `vocab_size` are ignored): pixel columns `image_0..`, label = the pattern drawn (2 to 6
+    `vocab_size` are ignored): a tensor column `image`, label = the pattern drawn (2 to 6
     classes: horizontal, vertical, diagonal, antidiagonal, cross, square), `noise` = the std
     of the Gaussian pixel noise. See `pipeline.datasets.synthetic.generate_images`.
     """
@@ -91,7 +93,7 @@ class Config:
     seed: int = 42
     rows_per_shard: int = 500_000
     batch_rows: int = 65_536
-    max_image_pixels: int = 4096  # values per image (H*W*C); each becomes a column
+    max_image_pixels: int | None = None  # refuse images over this many values (H*W*C)
     max_bad_fraction: float = 0.01
     na_values: list[str] = dataclasses.field(default_factory=lambda: ["", "NA", "NaN", "nan", "null"])
     synthetic: Synthetic = dataclasses.field(default_factory=Synthetic)
@@ -113,15 +115,15 @@ class Config:
         if self.rows_per_shard < 1 or self.batch_rows < 1:
             raise ValueError(f"rows_per_shard and batch_rows must be >= 1. Received: "
                              f"{self.rows_per_shard}, {self.batch_rows}")
-        if self.max_image_pixels < 1:
-            raise ValueError(f"max_image_pixels must be >= 1. Received: {self.max_image_pixels}")
-        if self.source == "synthetic" and self.synthetic.image:
+        if self.max_image_pixels is not None and self.max_image_pixels < 1:
+            raise ValueError(f"max_image_pixels must be >= 1 or unset. "
+                             f"Received: {self.max_image_pixels}")
+        if self.source == "synthetic" and self.synthetic.image and self.max_image_pixels:
             n = self.synthetic.image[0] * self.synthetic.image[1] * self.synthetic.image[2]
             if n > self.max_image_pixels:
                 raise ValueError(
                     f"synthetic.image {list(self.synthetic.image)} has {n} pixel values, over "
-                    f"max_image_pixels={self.max_image_pixels}; each value becomes a column "
-                    "(raise max_image_pixels to allow it)")
+                    f"max_image_pixels={self.max_image_pixels} (raise or unset it)")
 
 
 def external_inputs(config: Config, spec_dir: Path) -> list[Path]:
@@ -160,7 +162,7 @@ def _ingest_tfds(ctx: StageContext, config: Config, out: Path) -> None:
 
     from baton.pipeline.dataplane import tfds_source
     from baton.pipeline.dataplane.examples_writer import ExamplesWriter
-    from baton.pipeline.dataplane.schema_file import Column, ExamplesSchema, image_columns
+    from baton.pipeline.dataplane.schema_file import Column, ExamplesSchema
 
     tfds.disable_progress_bar()
     scratch = None
@@ -184,11 +186,14 @@ def _ingest_tfds(ctx: StageContext, config: Config, out: Path) -> None:
         columns, decoders = tfds_source.tabular_columns(builder, config.max_image_pixels)
         label = config.label or default_label
         images = {n: s for n, s in tfds_source.images(decoders).items() if n not in config.exclude}
-        dropped_pixels = {c for n in config.exclude if n in decoders and decoders[n][0] == "image"
-                          for c in image_columns(n, decoders[n][1][0])}
-        columns = [c for c in columns if c.name not in config.exclude and c.name not in dropped_pixels]
-        columns = [Column(c.name, config.column_types.get(c.name, c.dtype)) for c in columns]
-        images = _complete_images(ctx, images, columns, label)
+        columns = [c for c in columns if c.name not in config.exclude]
+        for c in columns:
+            if c.shape and config.column_types.get(c.name, c.dtype) != c.dtype:
+                raise StageError(f"column_types.{c.name}: {c.name!r} is a tensor (shape "
+                                 f"{list(c.shape)}) and stays float32. Received: "
+                                 f"{config.column_types[c.name]!r}")
+        columns = [Column(c.name, config.column_types.get(c.name, c.dtype), c.shape)
+                   for c in columns]
         _check_label(label, columns)
         task = config.task or ("regression" if _col(columns, label).is_numeric else "classification")
         if task == "classification" and _col(columns, label).is_numeric:
@@ -220,21 +225,6 @@ def _ingest_tfds(ctx: StageContext, config: Config, out: Path) -> None:
     ctx.log(f"{sum(counts.values())} rows {counts}, dropped {dropped}")
     ctx.record(rows=sum(counts.values()), **{f"rows_{k}": v for k, v in counts.items()},
                dropped_missing_label=writer.dropped_missing_label)
-
-
-def _complete_images(ctx: StageContext, images: dict, columns: list, label: str) -> dict:
-    """The images whose every pixel column is kept as a numeric feature (the rest: logged)."""
-    from baton.pipeline.dataplane.schema_file import image_columns
-
-    numeric = {c.name for c in columns if c.is_numeric and c.name != label}
-    kept = {}
-    for name, shape in images.items():
-        if all(c in numeric for c in image_columns(name, shape)):
-            kept[name] = shape
-        else:
-            ctx.log(f"image {name!r}: some pixel columns are excluded or retyped; its columns "
-                    "are kept as plain columns, without an image shape")
-    return kept
 
 
 def _col(columns, name):  # noqa: ANN001, ANN202

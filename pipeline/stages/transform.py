@@ -10,11 +10,14 @@ Defaults: numeric columns get a z-score, string columns a vocabulary (all values
 bucket, missing its own id). `columns:` overrides one column, e.g.
 `{island: {kind: hash, buckets: 16}, body_mass_g: {kind: bucketize, buckets: 8}}`.
 
-Image pixel columns (an image recorded in the examples' schema.json) get `images:` instead of
-`numeric:`, by default `identity`: ingest already scales pixels to [0, 1], and one scale for
-every pixel is what convolution filters expect (a per-pixel z-score would blow up the rare
-non-zero values of a nearly always black pixel). The feature spec records each image whose
-pixels all stay numeric features, with its shape, for the CNN.
+Tensor features (an image `[H, W, C]`, a vector `[D]`: one column holding a fixed-shape
+tensor per row) stay one feature of that shape and get `images:` instead of `numeric:`, by
+default `identity`: ingest already scales pixels to [0, 1], and one scale for every pixel is
+what convolution filters expect. `zscore` and `minmax` use one mean/std (min/max) over all of
+the tensor's values; the per-column kinds (bucketize, vocabulary, hash) do not apply to a
+tensor. Pixel columns of examples written before tensor columns (an image recorded in
+schema.json as `<name>_<i>` columns) get `images:` too, per pixel as before. The feature spec
+records each image, with its shape, for the CNN.
 """
 
 from __future__ import annotations
@@ -55,7 +58,7 @@ class ColumnTransform:
 @dataclasses.dataclass(frozen=True)
 class Config:
     numeric: Literal["zscore", "minmax", "identity", "bucketize"] = "zscore"
-    images: Literal["identity", "zscore", "minmax"] = "identity"  # image pixel columns
+    images: Literal["identity", "zscore", "minmax"] = "identity"  # tensor features (images)
     categorical: Literal["vocabulary", "hash"] = "vocabulary"
     top_k: int | None = None
     oov_buckets: int = 1
@@ -85,11 +88,15 @@ def plan_columns(config: Config, schema) -> dict[str, dict]:  # noqa: ANN001
     for col in schema.features:
         kind = config.numeric if col.is_numeric else config.categorical
         default = ColumnTransform(
-            config.images if col.name in pixels else kind, buckets=config.buckets,
+            config.images if col.name in pixels or col.shape else kind, buckets=config.buckets,
             top_k=config.top_k, oov_buckets=config.oov_buckets)
         step = config.columns.get(col.name, default)
         if step.kind == "drop":
             continue
+        if col.shape and step.kind not in ("zscore", "minmax", "identity"):
+            raise StageError(f"transform.columns.{col.name}: kind {step.kind!r} does not fit a "
+                             f"tensor column of shape {list(col.shape)}; tensors take "
+                             "identity, zscore or minmax (over all of their values) or drop")
         numeric_kind = step.kind in ("zscore", "minmax", "identity", "bucketize")
         if numeric_kind != col.is_numeric:
             raise StageError(f"transform.columns.{col.name}: kind {step.kind!r} does not fit a "
@@ -114,7 +121,7 @@ def run(ctx: StageContext, config: Config) -> None:
                          f"(splits: {dict(schema.splits)})")
     plan = plan_columns(config, schema)
     label_col = schema.column(schema.label)
-    raw = [(c.name, c.dtype) for c in schema.features if c.name in plan]
+    raw = [(c.name, c.dtype, c.shape) for c in schema.features if c.name in plan]
     label = {"name": schema.label, "dtype": label_col.dtype, "task": schema.task}
     shards = [(split, str(f), i) for split in schema.splits
               for i, f in enumerate(shard_files(examples, split))]
@@ -146,7 +153,8 @@ def run(ctx: StageContext, config: Config) -> None:
     splits = {s: counts.get(f"rows_{s}", 0) for s in schema.splits}
     dtypes = {f.name: f.dtype for f in spec.features}
     dtypes[schema.label] = "int64" if schema.task == "classification" else "float32"
-    write_metadata(out_t, splits, dtypes, schema.label, config.chunk_rows)
+    write_metadata(out_t, splits, dtypes, schema.label, config.chunk_rows,
+                   {f.name: f.shape for f in spec.features if f.shape})
     spec.save(out_t)
     dropped = {s: counts.get(f"dropped_{s}", 0) for s in schema.splits}
     ctx.log(f"transformed {splits}; dropped (unknown or missing label) {dropped}")
@@ -156,14 +164,19 @@ def run(ctx: StageContext, config: Config) -> None:
 
 
 def _images(ctx: StageContext, schema, plan: dict[str, dict]) -> tuple:  # noqa: ANN001
-    """The images of the examples whose every pixel stays a numeric feature (others: logged)."""
+    """The images of the examples kept as numeric features: tensor columns in the plan, or
+    (older examples) pixel columns that all stay numeric features; the others are logged."""
     from baton.graphs.feature_spec import Image
 
     out = []
+    tensors = {c.name for c in schema.columns if c.shape}
     for name, shape in schema.images.items():
         image = Image(name, tuple(shape))
-        if all(plan.get(p, {}).get("kind") in ("zscore", "minmax", "identity")
-               for p in image.pixels):
+        if name in tensors:
+            if name in plan:
+                out.append(image)
+        elif all(plan.get(p, {}).get("kind") in ("zscore", "minmax", "identity")
+                 for p in image.pixels):
             out.append(image)
         else:
             ctx.log(f"image {name!r}: some pixels are dropped or bucketized; the feature spec "

@@ -1,4 +1,4 @@
-"""Image data: TFDS Image features and synthetic images become pixel columns, then a CNN.
+"""Image data: TFDS Image features and synthetic images become one tensor column, then a CNN.
 
 The TFDS path is tested with a tiny builder defined here and prepared offline into a temporary
 data_dir (this machine has no network); the end-to-end test trains the CNN on synthetic images.
@@ -73,7 +73,7 @@ def tiny_images(tmp_path_factory) -> Path:
     return data_dir
 
 
-def test_tfds_image_becomes_pixel_columns_with_its_shape_recorded(tmp_path, tiny_images):
+def test_tfds_image_becomes_one_tensor_column_with_its_shape_recorded(tmp_path, tiny_images):
     cfg = {"source": "tfds", "dataset": "baton_tiny_images", "data_dir": str(tiny_images),
            "download": False, "exclude": ["id"],
            "split_names": {"train": "train", "eval": "test"}}
@@ -82,21 +82,22 @@ def test_tfds_image_becomes_pixel_columns_with_its_shape_recorded(tmp_path, tiny
     schema = ExamplesSchema.load(out["examples"])
     assert schema.images == {"image": SHAPE}
     n = int(np.prod(SHAPE))
-    assert [c.name for c in schema.features] == [f"image_{i}" for i in range(n)]
-    assert all(c.dtype == "float32" for c in schema.features)
+    assert [(c.name, c.dtype, c.shape) for c in schema.features] == [("image", "float32", SHAPE)]
     assert schema.label == "label" and schema.task == "classification"
-    assert json.loads((out["examples"] / "schema.json").read_text())["images"] == {
-        "image": list(SHAPE)}
+    written = json.loads((out["examples"] / "schema.json").read_text())
+    assert written["images"] == {"image": list(SHAPE)}
+    assert {"name": "image", "dtype": "float32", "shape": list(SHAPE)} in written["columns"]
     for ex in _read(out["examples"], "eval"):
         f = ex.features.feature
         label = f["label"].bytes_list.value[0].decode()
-        values = np.array([f[f"image_{i}"].float_list.value[0] for i in range(n)], np.float32)
+        values = np.array(f["image"].float_list.value, np.float32)  # one float_list, HWC
+        assert values.shape == (n,)
         # row-major HWC, uint8 / 255: find which image it is by its first pixel, then compare
         i = next(i for i in range(30, 40) if np.isclose(values[0], _pixels(i).flat[0] / 255))
         np.testing.assert_allclose(values, _pixels(i).reshape(-1) / np.float32(255), rtol=1e-6)
         assert label == ("cat", "dog")[i % 2]
 
-    # excluding the image drops all its columns (and the shape); the other columns stay
+    # excluding the image drops its column (and the shape); the other columns stay
     only_id, _ = run_stage("ingest", dict(cfg, exclude=["image"]), {}, tmp_path, run_id="no-image")
     schema = ExamplesSchema.load(only_id["examples"])
     assert [c.name for c in schema.features] == ["id"] and schema.images == {}
@@ -130,12 +131,13 @@ def test_synthetic_images_are_deterministic_patterns_with_their_shape(tmp_path):
     assert [f.read_bytes() for f in shard_files(a["examples"], "train")] == [
         f.read_bytes() for f in shard_files(b["examples"], "train")]
     schema = ExamplesSchema.load(a["examples"])
-    assert schema.images == {"image": (6, 7, 2)} and len(schema.features) == 84
+    assert schema.images == {"image": (6, 7, 2)}
+    assert [(c.name, c.shape) for c in schema.features] == [("image", (6, 7, 2))]
     rows = _read(a["examples"], "train")
     labels = [r.features.feature["label"].bytes_list.value[0].decode() for r in rows]
     assert sorted(set(labels)) == ["antidiagonal", "diagonal", "horizontal", "vertical"]
-    pixels = np.array([[r.features.feature[f"image_{i}"].float_list.value[0] for i in range(84)]
-                       for r in rows])
+    pixels = np.array([r.features.feature["image"].float_list.value for r in rows])
+    assert pixels.shape == (len(rows), 84)
     assert pixels.min() >= 0 and pixels.max() <= 1
     # a horizontal bar: one row of the image is much brighter than the others
     bars = pixels[np.array(labels) == "horizontal"].reshape(-1, 6, 7, 2)
@@ -146,7 +148,8 @@ def test_synthetic_images_are_deterministic_patterns_with_their_shape(tmp_path):
 @pytest.mark.parametrize(("synthetic", "extra", "message"), [
     ({"image": [8, 8]}, {}, r"synthetic.image must be \[height, width, channels\]"),
     ({"image": [8, 8, 1], "classes": 7}, {}, r"need 2 to 6 classes"),
-    ({"image": [64, 64, 3]}, {}, r"\[64, 64, 3\] has 12288 pixel values, over max_image_pixels"),
+    ({"image": [64, 64, 3]}, {"max_image_pixels": 4096},
+     r"\[64, 64, 3\] has 12288 pixel values, over max_image_pixels=4096"),
     ({"image": [8, 8, 1]}, {"max_image_pixels": 32}, r"64 pixel values, over max_image_pixels=32"),
 ])
 def test_synthetic_image_settings_are_checked(tmp_path, synthetic, extra, message):
@@ -164,6 +167,8 @@ def test_cnn_learns_synthetic_images_end_to_end(tmp_path):
     transform, _ = run_stage("transform", {}, {"examples": ingest["examples"]}, tmp_path)
     spec = json.loads((transform["transform_graph"] / "feature_spec.json").read_text())
     assert spec["images"] == [{"name": "image", "shape": [8, 8, 1]}]
+    assert spec["features"] == [{"name": "image", "kind": "numeric", "vocab_size": 0,
+                                 "shape": [8, 8, 1]}]
     analysis = json.loads((transform["transform_graph"] / "analysis.json").read_text())
     assert {op["kind"] for op in analysis["features"]} == {"identity"}  # pixels stay in [0, 1]
     model, _ = run_stage("train", {"model": "cnn", "epochs": 5, "learning_rate": 0.003},
