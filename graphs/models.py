@@ -95,25 +95,75 @@ class CNNConfig:
 
 
 ModelConfig = MLPConfig | WideDeepConfig | CNNConfig
-BUILDERS = ("mlp", "wide_deep", "cnn")
+
+
+# ------------------------------------------------------------------ the built-in models, one table
+# Each is a model function of the own-model contract, `function(spec: ModelSpec) -> keras.Model`
+# (graphs/model_spec.py): `train.config.model: mlp` is looked up here, `model: my.module:fn` is
+# imported (graphs/model_fn.py); both are then called the same way. `spec.params` holds the
+# builder's config fields (the train stage's hidden_units, ... and `model_params:`).
+def mlp(spec: Any) -> Any:
+    """`model: mlp`: a multi-layer perceptron; `spec.params` are MLPConfig's fields."""
+    return build_mlp(spec.feature_spec, builtin_config("mlp", spec.params))
+
+
+def wide_deep(spec: Any) -> Any:
+    """`model: wide_deep`: wide and deep; `spec.params` are WideDeepConfig's fields."""
+    return build_wide_deep(spec.feature_spec, builtin_config("wide_deep", spec.params))
+
+
+def cnn(spec: Any) -> Any:
+    """`model: cnn`: a small CNN over the image; `spec.params` are CNNConfig's fields."""
+    return build_cnn(spec.feature_spec, builtin_config("cnn", spec.params))
+
+
+@dataclasses.dataclass(frozen=True)
+class BuiltinModel:
+    function: Any  # the contract: (ModelSpec) -> keras.Model
+    config: type  # its params, as a frozen dataclass
+    build: Any  # (FeatureSpec, config) -> keras.Model
+
+
+MODELS: dict[str, BuiltinModel] = {
+    "mlp": BuiltinModel(mlp, MLPConfig, lambda s, c: build_mlp(s, c)),
+    "wide_deep": BuiltinModel(wide_deep, WideDeepConfig, lambda s, c: build_wide_deep(s, c)),
+    "cnn": BuiltinModel(cnn, CNNConfig, lambda s, c: build_cnn(s, c)),
+}
+BUILDERS = tuple(MODELS)
+
+
+def builtin_config(kind: str, params: Any) -> Any:
+    """The config dataclass of built-in model `kind` from a params mapping (lists -> tuples).
+
+    Raises ValueError naming the model, the parameter and its known parameters.
+    """
+    cls = MODELS[kind].config
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(params or {}) - fields)
+    if unknown:
+        import difflib
+
+        hint = difflib.get_close_matches(unknown[0], sorted(fields), n=1)
+        mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+        raise ValueError(
+            f"model {kind} has no parameter {unknown[0]!r}{mean}; its parameters: "
+            f"{', '.join(sorted(fields))}. Received: {dict(params)}"
+        )
+    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in (params or {}).items()}
+    return cls(**kwargs)
 
 
 def build_model(
     kind: str, spec: FeatureSpec, config: ModelConfig | None = None, seed: int = 0
 ) -> Any:
-    """The model named `kind` ("mlp", "wide_deep", "cnn") for `spec`."""
+    """The built-in model named `kind` ("mlp", "wide_deep", "cnn") for `spec`."""
     import keras
 
+    if kind not in MODELS:
+        raise ValueError(f"model must be one of {', '.join(BUILDERS)}. Received: model={kind!r}")
+    entry = MODELS[kind]
     keras.utils.set_random_seed(seed)  # same initial weights on every task and every retry
-    if kind == "mlp":
-        return build_mlp(spec, config if isinstance(config, MLPConfig) else MLPConfig())
-    if kind == "wide_deep":
-        return build_wide_deep(
-            spec, config if isinstance(config, WideDeepConfig) else WideDeepConfig()
-        )
-    if kind == "cnn":
-        return build_cnn(spec, config if isinstance(config, CNNConfig) else CNNConfig())
-    raise ValueError(f"model must be one of {', '.join(BUILDERS)}. Received: model={kind!r}")
+    return entry.build(spec, config if isinstance(config, entry.config) else entry.config())
 
 
 def model_inputs(spec: FeatureSpec) -> dict[str, Any]:

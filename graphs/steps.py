@@ -124,6 +124,7 @@ def make_train_chunk(
     global_batch_size: int,
     strategy: Any = None,
     options: StepOptions | None = None,
+    loss_fn: Any = None,
 ) -> Any:
     """A `tf.function(iterator, n_steps, stop_flag) -> totals[4]` running `n_steps` steps in-graph.
 
@@ -135,6 +136,8 @@ def make_train_chunk(
             that summing gradients over replicas gives the mean gradient.
         strategy: a tf.distribute strategy (default: the current one).
         options: XLA and fp16 all-reduce switches.
+        loss_fn: `(labels, logits) -> per-example loss [B]` (graphs.objectives.make_loss);
+            None: `loss_per_example`, softmax cross-entropy or squared error.
     """
     import tensorflow as tf
 
@@ -146,11 +149,12 @@ def make_train_chunk(
     scales_loss = hasattr(optimizer, "scale_loss") and "LossScale" in type(optimizer).__name__
 
     scope = resolve_jit_scope(options, strategy)
+    per_example = loss_fn or (lambda labels, logits: loss_per_example(task, labels, logits))
 
     def forward_backward(features: Any, labels: Any) -> Any:
         with tf.GradientTape() as tape:
             logits = model(features, training=True)
-            per_ex = loss_per_example(task, labels, logits)
+            per_ex = per_example(labels, logits)
             loss = tf.nn.compute_average_loss(per_ex, global_batch_size=global_batch_size)
             if model.losses:
                 loss += tf.nn.scale_regularization_loss(tf.add_n(model.losses))
@@ -232,22 +236,27 @@ def _regroup(grads: list[Any], spans: list[int]) -> list[Any]:
     return out
 
 
-def make_eval_fn(model: Any, spec: FeatureSpec) -> Any:
+def make_eval_fn(model: Any, spec: FeatureSpec, loss_fn: Any = None, metrics: Any = ()) -> Any:
     """A `tf.function(dataset) -> [loss_sum, correct, examples]` over a whole (finite) dataset.
 
     It runs outside `strategy.run` on purpose: every task can evaluate its own copy without a
-    collective, and the chief alone records the result.
+    collective, and the chief alone records the result. `loss_fn` as in `make_train_chunk`;
+    `metrics` (graphs.objectives.EvalMetric) are updated on every batch: reset them before a
+    call and read them after.
     """
     import tensorflow as tf
 
     task = spec.label.task
+    per_example = loss_fn or (lambda labels, logits: loss_per_example(task, labels, logits))
 
     @tf.function
     def evaluate(dataset: Any) -> Any:
         totals = tf.zeros([3], tf.float32)
         for features, labels in dataset:
             logits = model(features, training=False)
-            per_ex = loss_per_example(task, labels, logits)
+            per_ex = per_example(labels, logits)
+            for metric in metrics:
+                metric.update(labels, logits)
             totals += tf.stack(
                 [
                     tf.reduce_sum(per_ex),

@@ -23,11 +23,13 @@ def run_stage(
     run_id: str = "test-run",
     pipeline: str = "test",
     options: RunOptions | None = None,
+    spec_dir: str | Path | None = None,
 ) -> tuple[dict[str, Path], dict[str, Any]]:
     """Run `stage_type` with `config` on `inputs`; returns (outputs by name, recorded metrics).
 
     Outputs land in `root/runs/<pipeline>/<run_id>/<stage>/<output>` after an atomic rename,
-    as in a real run.
+    as in a real run. `spec_dir` (default: `root`) is where user code named in the config is
+    imported from, as the spec's directory is in a run.
     """
     st = registry.resolve(stage_type)
     stage = stage or stage_type
@@ -40,7 +42,7 @@ def run_stage(
     ctx = StageContext(
         pipeline=pipeline, run_id=run_id, stage=stage, stage_type=stage_type, run_dir=run_dir,
         runs_root=runs_root, work_dir=work, inputs={k: Path(v) for k, v in inputs.items()},
-        options=options or RunOptions(quiet=True), spec_dir=Path(root), stream=io.StringIO(),
+        options=options or RunOptions(quiet=True), spec_dir=Path(spec_dir or root), stream=io.StringIO(),
     )
     st.run(ctx, cfg)
     final = run_dir / stage

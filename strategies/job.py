@@ -32,13 +32,21 @@ class TrainJob:
     transformed_dir: str = ""  # empty: synthetic data of `synthetic_examples` rows
     synthetic_examples: int = 0
     num_train_examples: int = 0  # counted once by the launcher so every task agrees
-    model: str = "mlp"
-    model_config: dict[str, Any] = dataclasses.field(default_factory=dict)
+    model: str = "mlp"  # a built-in (graphs.models.MODELS) or a model function "module:function"
+    model_config: dict[str, Any] = dataclasses.field(default_factory=dict)  # ModelSpec.params
     epochs: int = 10
     batch_size: int = 32  # global: over all replicas
     eval_batch_size: int = 256
     learning_rate: float = 0.01
-    optimizer: str = "adam"
+    optimizer: str | dict[str, Any] = "adam"  # identifier, {class_name, config}, "module:fn"
+    loss: str = ""  # "": the built-in; a Keras loss identifier or "module:function"
+    metrics: list[str] = dataclasses.field(default_factory=list)
+    callbacks: list[Any] = dataclasses.field(default_factory=list)
+    # Where the user's modules are imported from (the spec's directory; on a TFJob pod the
+    # mounted ConfigMap beside the spec), and a digest of their source: references travel as
+    # strings and every task imports the files itself, nothing is pickled.
+    code_dir: str = ""
+    code_hash: str = ""
     seed: int = 42
     steps_per_execution: int = 20
     backup_every: int = 0
@@ -73,6 +81,7 @@ class TrainJob:
         data = dataclasses.asdict(self)
         if self.data_hash:
             del data["transformed_dir"]  # where the bytes are does not shape the weights
+        del data["code_dir"]  # where the code is does not either; what it says does (code_hash)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]
 
     def spec(self) -> Any:
@@ -120,41 +129,71 @@ def with_example_count(job: TrainJob) -> TrainJob:
 def build_fn(job: TrainJob, num_ps: int = 0) -> Any:
     """A zero-argument builder of (model, optimizer), called inside the strategy scope.
 
-    With `num_ps` > 1 parameter servers and partitioning on, large embedding tables are built as
-    row shards (graphs.sharded_embedding) that the strategy spreads over the PS tasks.
+    The model is the job's model function (a built-in or the user's, graphs.model_fn) called on
+    a ModelSpec whose params are `job.model_config`. With `num_ps` > 1 parameter servers and
+    partitioning on, a built-in's large embedding tables are built as row shards
+    (graphs.sharded_embedding) that the strategy spreads over the PS tasks.
     """
     import keras
 
-    from baton.graphs import models
+    from baton.errors import StageError
+    from baton.graphs import model_fn, models
+    from baton.graphs.objectives import make_optimizer
+    from baton.graphs.user_refs import RefError
 
-    cfg_cls = {"mlp": models.MLPConfig, "wide_deep": models.WideDeepConfig, "cnn": models.CNNConfig}
-    if job.model not in cfg_cls:
-        raise ValueError(
-            f"model must be one of {', '.join(cfg_cls)}. Received: model={job.model!r}"
-        )
-    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in job.model_config.items()}
+    params = dict(job.model_config)
     part = job.partition
-    if num_ps > 1 and job.model != "cnn" and part.get("mode", "min_size") != "none":
-        kwargs["embedding_shards"] = part.get("num_shards") or num_ps
-        if part.get("mode", "min_size") == "min_size":
-            kwargs["shard_min_bytes"] = part.get("min_shard_bytes", 256 << 10)
-    config = cfg_cls[job.model](**kwargs)
+    if job.model in models.MODELS:
+        if num_ps > 1 and job.model != "cnn" and part.get("mode", "min_size") != "none":
+            params["embedding_shards"] = part.get("num_shards") or num_ps
+            if part.get("mode", "min_size") == "min_size":
+                params["shard_min_bytes"] = part.get("min_shard_bytes", 256 << 10)
+        models.builtin_config(job.model, params)  # a bad parameter fails here, before any task
+    search_dir = job.code_dir or None
 
     def build() -> tuple[Any, Any]:
-        model = models.build_model(job.model, job.spec(), config, seed=job.seed)
-        if job.optimizer == "sgd":
-            opt: Any = keras.optimizers.SGD(job.learning_rate, momentum=0.9)
-        elif job.optimizer == "adam":
-            opt = keras.optimizers.Adam(job.learning_rate)
-        else:
-            raise ValueError(
-                f"optimizer must be 'adam' or 'sgd'. Received: optimizer={job.optimizer!r}"
-            )
+        model = model_fn.build(job.model, job.spec(), params, seed=job.seed, search_dir=search_dir)
+        try:
+            opt = make_optimizer(job.optimizer, job.learning_rate, search_dir)
+        except RefError as exc:
+            raise StageError(f"train.config.optimizer: {exc}") from None
         if job.mixed_precision == "mixed_float16":
             opt = keras.optimizers.LossScaleOptimizer(opt)
         return model, opt
 
     return build
+
+
+def objectives(job: TrainJob) -> Any:
+    """The job's loss, eval metrics and callbacks for the trainers (made on each task)."""
+    from baton.errors import StageError
+    from baton.graphs.objectives import make_loss, make_metrics
+    from baton.graphs.user_refs import RefError
+    from baton.strategies.trainer import Objectives
+
+    spec = job.spec()
+    task, k = spec.label.task, spec.label.num_classes
+    search_dir = job.code_dir or None
+
+    def field(name: str, make: Any) -> Any:
+        try:
+            return make()
+        except RefError as exc:
+            raise StageError(f"train.config.{name}: {exc}") from None
+
+    loss = field("loss", lambda: make_loss(job.loss, task, k, search_dir))
+
+    def callbacks() -> list[Any]:
+        from baton.strategies.callbacks import make_user_callbacks
+
+        return field("callbacks", lambda: make_user_callbacks(job.callbacks, search_dir))
+
+    return Objectives(
+        loss=loss,
+        metrics=lambda: field("metrics", lambda: make_metrics(job.metrics, task, k, search_dir)),
+        callbacks=callbacks,
+        loss_name=job.loss or "the built-in loss",
+    )
 
 
 def setup_runtime(job: TrainJob) -> None:
@@ -261,7 +300,8 @@ def run_task(job: TrainJob, tf_config: TFConfig | None, role: TaskRole) -> Train
         train_ds, eval_ds = dataset_fns(job)
         # the builder runs inside the strategy scope, after ps_trainer's own checks
         result = ps_trainer.train(
-            strategy, job, role, lambda: build_fn(job, num_ps)(), train_ds, eval_ds
+            strategy, job, role, lambda: build_fn(job, num_ps)(), train_ds, eval_ds,
+            objectives(job),
         )
         result.info.setdefault("planned_steps", job.epochs * job.steps_per_epoch())
         return result
@@ -280,7 +320,8 @@ def run_task(job: TrainJob, tf_config: TFConfig | None, role: TaskRole) -> Train
     train_ds, eval_ds = dataset_fns(job)
     options = StepOptions(jit_compile=job.jit_compile, fp16_allreduce=comm.fp16_allreduce)
     result = trainer.train(
-        strategy, build_fn(job), job.spec(), train_ds, eval_ds, plan, role, options
+        strategy, build_fn(job), job.spec(), train_ds, eval_ds, plan, role, options,
+        objectives(job),
     )
     result.info.setdefault("planned_steps", plan.total_steps)
     return result
@@ -302,7 +343,10 @@ def write_model_artifact(
     out.mkdir(parents=True, exist_ok=True)
     keras.mixed_precision.set_dtype_policy("float32")
     clean = build_fn(dataclasses.replace(job, mixed_precision="off"))()[0]
-    merge_into(result.model, clean)
+    if job.model in models.MODELS:
+        merge_into(result.model, clean)  # by layer name; sharded tables concatenated
+    else:
+        _copy_weights(result.model, clean, job.model)
     clean.save(out / MODEL_FILE)
     (out / HISTORY_FILE).write_text(json.dumps(result.history, indent=2) + "\n")
     info = {
@@ -315,6 +359,10 @@ def write_model_artifact(
         "strategy": job.strategy,
         "model": job.model,
         "params": models.count_params(clean),
+        # what `model.keras` needs imported to load (its custom layers): release stages import
+        # these from the spec's directory first (pipeline/release/data.load_model)
+        "user_modules": user_modules(job),
+        "code_dir": job.code_dir,
         "global_batch_size": job.batch_size,
         "epochs": job.epochs,
         "written_at": time.time(),
@@ -322,3 +370,36 @@ def write_model_artifact(
         **info,
     }
     (out / TRAIN_INFO_FILE).write_text(json.dumps(info, indent=2, default=str) + "\n")
+
+
+def user_modules(job: TrainJob) -> list[str]:
+    """Modules of the job's user references (model, loss, metrics, optimizer, callbacks)."""
+    from baton.graphs.user_refs import is_ref
+
+    refs: list[Any] = [job.model, job.loss, *job.metrics, job.optimizer]
+    for cb in job.callbacks:
+        refs.append(cb.get("class_name") if isinstance(cb, dict) else cb)
+    out: list[str] = []
+    for ref in refs:
+        if is_ref(ref):
+            name = str(ref).partition(":")[0]
+            if name not in out:
+                out.append(name)
+    return out
+
+
+def _copy_weights(trained: Any, clean: Any, name: str) -> None:
+    """Weights of the trained model into the rebuilt one, in order (a user model's own layers
+    may be auto-named differently in the second build, so names cannot be matched)."""
+    import numpy as np
+
+    from baton.errors import StageError
+
+    values = [np.asarray(w.numpy()) for w in trained.weights]
+    if len(values) != len(clean.weights):
+        raise StageError(
+            f"model function {name!r} built a model with {len(clean.weights)} weights the second "
+            f"time it was called and {len(values)} the first; it must build the same model "
+            "every time (the artifact is rebuilt outside the training strategy)"
+        )
+    clean.set_weights(values)

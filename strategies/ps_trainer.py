@@ -23,7 +23,6 @@ from collections.abc import Callable
 from typing import Any
 
 from baton.errors import Preempted
-from baton.graphs import summaries
 from baton.graphs.steps import (
     StepOptions,
     make_eval_fn,
@@ -31,9 +30,8 @@ from baton.graphs.steps import (
     totals_to_metrics,
     xla_compiled_functions,
 )
-from baton.strategies import faults
 from baton.strategies.backup import Backup
-from baton.strategies.trainer import DatasetFn, TaskRole, TrainResult, _write_status
+from baton.strategies.trainer import DatasetFn, Objectives, TaskRole, TrainResult
 
 # XLA compiles a function only if every variable it reads lives on the device that runs it; here
 # the variables live on the PS tasks and the steps run on the workers ("Trying to access resource
@@ -53,21 +51,32 @@ def train(
     build: Callable[[], tuple[Any, Any]],
     train_ds: DatasetFn,
     eval_ds: Callable[[], Any],
+    objectives: Objectives | None = None,
 ) -> TrainResult:
     """Coordinate the job from the chief; returns when `epochs * steps_per_epoch` steps are done.
 
     Like the synchronous `trainer.train`, it is handed the model builder (called inside the
-    strategy scope) and the dataset functions (`job.build_fn`, `job.dataset_fns`).
+    strategy scope), the dataset functions (`job.build_fn`, `job.dataset_fns`) and the spec's
+    loss, metrics and callbacks. Callbacks run on the coordinator, at every fetched closure and
+    every epoch end; `model.stop_training` stops the scheduling, and training ends once the
+    closures in flight have run.
     """
+    import keras
     import tensorflow as tf
+
+    from baton.graphs.objectives import check_objectives
+    from baton.strategies import callbacks as cbs
 
     if job.jit_compile:
         raise ValueError(PS_JIT_REFUSED)
+    objectives = objectives or Objectives()
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
     spec = job.spec()
     with strategy.scope():
         model, optimizer = build()
         optimizer.build(model.trainable_variables)
+    metrics = objectives.metrics()
+    check_objectives(model, spec, objectives.loss, objectives.loss_name, metrics)
     backup = (
         Backup(
             role.backup_dir,
@@ -80,13 +89,13 @@ def train(
         if role.backup_dir is not None
         else None
     )
-    state = (backup.restore() if backup else None) or {}
-    history: list[dict[str, float]] = list(state.get("history", []))
+    restored = (backup.restore() if backup else None) or {}
+    history: list[dict[str, float]] = list(restored.get("history", []))
     # The step is the coordinator's count of steps in closures that completed, kept in the
     # backup's state: `optimizer.iterations` is no count to resume from here, because Keras
     # increments it with a read-modify-write (`assign(iterations + 1)`) that concurrent workers
     # race on (it trails the steps run), and a closure re-run after a worker death adds to it.
-    step = int(state.get("step", optimizer.iterations.numpy()))
+    step = int(restored.get("step", optimizer.iterations.numpy()))
     resumed_from = step
     spe = job.steps_per_epoch()
     total = job.epochs * spe
@@ -95,29 +104,49 @@ def train(
     # so per-worker positions are not recorded; `step / workers` batches is their mean.
     skip = step // max(job_workers(strategy), 1)
     iterator = per_worker_iterator(coordinator, strategy, train_ds, skip=skip)
-    chunk = make_train_chunk(model, optimizer, spec, job.batch_size, strategy, StepOptions())
-    evaluate = make_eval_fn(model, spec)
+    chunk = make_train_chunk(
+        model, optimizer, spec, job.batch_size, strategy, StepOptions(), objectives.loss
+    )
+    evaluate = make_eval_fn(model, spec, objectives.loss, metrics)
     my_fault = role.fault if role.fault and role.fault.task.name == role.task_name else None
     start, start_step = time.perf_counter(), step
     task = spec.label.task
     writer = tf.summary.create_file_writer(str(role.logs_dir)) if role.logs_dir else None
     eval_data = eval_ds()
-
-    def save() -> None:
-        if backup is not None:
-            backup.save(step, {"history": history, "step": step})
+    state = cbs.LoopState(step, total, spe, job.batch_size, history,
+                          extra=lambda: {"step": state.step})
+    backups = cbs.Backups(backup, state)
+    callbacks = keras.callbacks.CallbackList(
+        [
+            # the coordinator is the chief: it alone writes summaries, per epoch
+            *([cbs.Summaries(writer, state, per_chunk=False)] if writer is not None else []),
+            *([cbs.Progress(role.on_progress, state)] if role.on_progress else []),
+            *([cbs.StatusFile(role.status_file, state)] if role.status_file else []),
+            *objectives.callbacks(),
+            backups,
+            *([cbs.InjectFault(my_fault, state)] if my_fault is not None else []),
+        ],
+        model=model,
+        epochs=job.epochs,
+        steps=spe,
+        verbose=0,
+    )
 
     # Closures in flight at once: enough to keep every worker busy, few enough that a SIGTERM
     # waits only for these (not for a whole epoch's worth) before the checkpoint.
     window = 2 * max(job_workers(strategy), 1)
-    while step < total:
+    model.stop_training = False
+    stopped = False
+    callbacks.on_train_begin()
+    while step < total and not stopped:
         epoch_end = (step // spe + 1) * spe
         scheduled = step
         pending: collections.deque[Any] = collections.deque()
         epoch_totals = [0.0, 0.0, 0.0, 0.0]
+        callbacks.on_epoch_begin(step // spe)
         i = -1
         while scheduled < epoch_end or pending:
-            while scheduled < epoch_end and len(pending) < window:
+            while scheduled < epoch_end and len(pending) < window and not stopped:
                 n = min(job.steps_per_execution, epoch_end - scheduled)
                 pending.append(
                     coordinator.schedule(
@@ -125,47 +154,36 @@ def train(
                     )
                 )
                 scheduled += n
+            if not pending:
+                break
             i += 1
             totals = pending.popleft().fetch()  # blocks until it ran (maybe after a reschedule)
             epoch_totals = [a + float(b) for a, b in zip(epoch_totals, totals, strict=True)]
             done = step + (i + 1) * job.steps_per_execution
-            done = min(done, epoch_end)
-            if role.on_progress is not None:
-                role.on_progress(done, total, totals_to_metrics(totals, task))
-            if role.status_file is not None:
-                _write_status(role.status_file, done)
-            if my_fault is not None and done >= my_fault.step:
-                fault, my_fault = my_fault, None  # once
-                faults.fire(fault)
+            state.step = min(done, epoch_end)
             if role.stop.is_set():
                 coordinator.join()  # every scheduled closure has run once it returns
-                step = scheduled
-                save()
+                step = state.step = scheduled
+                backups.save()
                 raise Preempted(step=step)
+            callbacks.on_train_batch_end(state.step % spe - 1, totals_to_metrics(totals, task))
+            stopped = stopped or bool(getattr(model, "stop_training", False))
         coordinator.join()
-        step = epoch_end
+        step = state.step = scheduled if stopped else epoch_end
         record = {
-            "epoch": step // spe,
+            "epoch": -(-step // spe),
             "step": step,
             **{f"train_{k}": v for k, v in totals_to_metrics(epoch_totals, task).items()},
         }
-        record.update(
-            {
-                f"eval_{k}": v
-                for k, v in totals_to_metrics(evaluate(eval_data).numpy(), task).items()
-            }
-        )
+        for m in metrics:
+            m.reset()
+        ev = totals_to_metrics(evaluate(eval_data).numpy(), task)
+        ev.update({m.name: m.result() for m in metrics})
+        record.update({f"eval_{k}": v for k, v in ev.items()})
         history.append(record)
-        if writer is not None:  # the coordinator is the chief: it alone writes summaries
-            rate = (step - start_step) / max(time.perf_counter() - start, 1e-9)
-            with writer.as_default(step=step):
-                for k, v in record.items():
-                    if k not in ("epoch", "step"):
-                        summaries.scalar(k.replace("_", "/", 1), v)
-                summaries.scalar("perf/steps_per_sec", rate)
-                summaries.scalar("perf/examples_per_sec", rate * job.batch_size)
-            writer.flush()
-        save()
+        callbacks.on_epoch_end(record["epoch"] - 1, cbs.epoch_logs(record))
+        stopped = stopped or bool(getattr(model, "stop_training", False))
+    callbacks.on_train_end(cbs.epoch_logs(history[-1]) if history else None)
     seconds = time.perf_counter() - start
     done_steps = step - start_step
     return TrainResult(
@@ -182,7 +200,8 @@ def train(
             "xla_compiled": xla_compiled_functions(chunk),
             "embedding_devices": {
                 v.path: v.value.device for v in model.weights if "embedding" in v.path
-            }
+            },
+            **({"stopped_early_at_step": step} if stopped and step < total else {}),
         },
     )
 

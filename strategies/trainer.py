@@ -13,7 +13,6 @@ The Python loop wakes up only between chunks of `steps_per_execution` steps (run
 from __future__ import annotations
 
 import dataclasses
-import json
 import threading
 import time
 from collections.abc import Callable
@@ -21,7 +20,6 @@ from pathlib import Path
 from typing import Any
 
 from baton.errors import Preempted
-from baton.graphs import summaries
 from baton.graphs.feature_spec import FeatureSpec
 from baton.graphs.steps import (
     StepOptions,
@@ -92,6 +90,21 @@ class TrainResult:
 DatasetFn = Callable[[int, Any], Any]  # (batches to skip, input_context) -> endless dataset
 
 
+@dataclasses.dataclass
+class Objectives:
+    """What the spec adds to the loop (graphs.objectives, strategies.callbacks), made per task.
+
+    `loss`: `(labels, logits) -> per-example loss` or None (the built-in); `metrics()`: eval
+    metrics (graphs.objectives.EvalMetric), made outside the strategy scope; `callbacks()`: the
+    user's Keras callbacks; `loss_name`: how errors name the loss.
+    """
+
+    loss: Callable[[Any, Any], Any] | None = None
+    metrics: Callable[[], list[Any]] = list
+    callbacks: Callable[[], list[Any]] = list
+    loss_name: str = "the built-in loss"
+
+
 def train(
     strategy: Any,
     build: Callable[[], tuple[Any, Any]],
@@ -101,13 +114,28 @@ def train(
     plan: TrainPlan,
     role: TaskRole,
     step_options: StepOptions | None = None,
+    objectives: Objectives | None = None,
 ) -> TrainResult:
-    """Train to `plan.total_steps`, resuming from `role.backup_dir` when it holds a backup."""
+    """Train to `plan.total_steps`, resuming from `role.backup_dir` when it holds a backup.
+
+    The loop's side work and the user's callbacks are one Keras CallbackList
+    (strategies.callbacks). `model.stop_training` set by a callback ends training at the end of
+    that chunk (or epoch); under multi-worker mirrored the workers agree on it through one
+    all-reduce, so every worker stops at the same step.
+    """
+    import keras
     import tensorflow as tf
 
+    from baton.graphs.objectives import check_objectives
+    from baton.strategies import callbacks as cbs
+
+    objectives = objectives or Objectives()
     with strategy.scope():
         model, optimizer = build()
         optimizer.build(model.trainable_variables)
+    metrics = objectives.metrics()
+    check_objectives(model, spec, objectives.loss, objectives.loss_name, metrics)
+    user_callbacks = objectives.callbacks()
     backup = None
     if role.backup_dir is not None:
         backup = Backup(
@@ -118,13 +146,17 @@ def train(
             optimizer=optimizer,
             fingerprint=role.fingerprint,
         )
-    state = (backup.restore() if backup else None) or {}
-    history: list[dict[str, float]] = list(state.get("history", []))
-    epoch_totals = list(state.get("epoch_totals", [0.0, 0.0, 0.0, 0.0]))
+    restored = (backup.restore() if backup else None) or {}
+    history: list[dict[str, float]] = list(restored.get("history", []))
+    epoch_totals = list(restored.get("epoch_totals", [0.0, 0.0, 0.0, 0.0]))
     step = int(optimizer.iterations.numpy())
     resumed_from = step
-    chunk = make_train_chunk(model, optimizer, spec, plan.global_batch_size, strategy, step_options)
-    evaluate = make_eval_fn(model, spec) if eval_dataset is not None else None
+    chunk = make_train_chunk(
+        model, optimizer, spec, plan.global_batch_size, strategy, step_options, objectives.loss
+    )
+    evaluate = (
+        make_eval_fn(model, spec, objectives.loss, metrics) if eval_dataset is not None else None
+    )
     my_fault = role.fault if role.fault and role.fault.task.name == role.task_name else None
     writer = (
         tf.summary.create_file_writer(str(role.logs_dir))
@@ -133,12 +165,26 @@ def train(
     )
     spe, total = plan.steps_per_epoch, plan.total_steps
     start, start_step = time.perf_counter(), step
-    last_t, last_step = start, step
     task = spec.label.task
-
-    def save() -> None:
-        if backup is not None:
-            backup.save(step, {"history": history, "epoch_totals": epoch_totals})
+    state = cbs.LoopState(step, total, spe, plan.global_batch_size, history,
+                          extra=lambda: {"epoch_totals": epoch_totals})
+    backups = cbs.Backups(backup, state, plan.backup_every)
+    chief = role.is_chief
+    callbacks = keras.callbacks.CallbackList(
+        [
+            *([cbs.Summaries(writer, state)] if writer is not None else []),
+            *([cbs.Progress(role.on_progress, state)] if role.on_progress and chief else []),
+            *([cbs.StatusFile(role.status_file, state)] if role.status_file and chief else []),
+            *user_callbacks,
+            backups,
+            *([cbs.InjectFault(my_fault, state)] if my_fault is not None else []),
+        ],
+        model=model,
+        epochs=plan.epochs,
+        steps=spe,
+        verbose=0,
+    )
+    stop_requested = _stop_agreement(strategy, model) if user_callbacks else (lambda: False)
 
     iterator = iter(
         strategy.distribute_datasets_from_function(
@@ -146,58 +192,48 @@ def train(
         )
     )
     eval_ds = eval_dataset() if eval_dataset is not None else None
-    while step < total:
+    model.stop_training = False
+    stopped = False
+    callbacks.on_train_begin()
+    while step < total and not stopped:
         epoch, in_epoch = divmod(step, spe)
+        callbacks.on_epoch_begin(epoch)
         while in_epoch < spe:
             n = min(plan.steps_per_execution, spe - in_epoch)
             if plan.backup_every:
                 n = min(n, plan.backup_every - step % plan.backup_every)
             n = faults.clip_chunk(role.fault, step, n)
             flag = tf.constant(1.0 if role.stop.is_set() else 0.0)
+            callbacks.on_train_batch_begin(in_epoch)
             totals = chunk(iterator, tf.constant(n, tf.int32), flag).numpy()
             step += n
             in_epoch += n
+            state.step = step
             epoch_totals = [a + float(b) for a, b in zip(epoch_totals, totals, strict=True)]
             epoch_totals[3] = 0.0
             if totals[3] > 0:  # some task got SIGTERM: everyone saves at this same step, then stops
-                save()
+                backups.save()
                 raise Preempted(step=step)
-            now = time.perf_counter()
-            rate = (step - last_step) / max(now - last_t, 1e-9)
-            metrics = totals_to_metrics(totals, task)
-            if writer is not None:
-                with writer.as_default(step=step):
-                    for k, v in metrics.items():
-                        summaries.scalar(f"train/{k}", v)
-                    summaries.scalar("perf/steps_per_sec", rate)
-                    summaries.scalar("perf/examples_per_sec", rate * plan.global_batch_size)
-            last_t, last_step = now, step
-            if role.on_progress is not None and role.is_chief:
-                role.on_progress(step, total, metrics)
-            if role.status_file is not None and role.is_chief:
-                _write_status(role.status_file, step)
-            if plan.backup_every and step % plan.backup_every == 0 and in_epoch < spe:
-                save()
-            if my_fault is not None and step >= my_fault.step:
-                fault, my_fault = my_fault, None  # once
-                faults.fire(fault)
+            callbacks.on_train_batch_end(in_epoch - 1, totals_to_metrics(totals, task))
+            if stop_requested():
+                stopped = True
+                break
         record = {
             "epoch": epoch + 1,
             "step": step,
             **{f"train_{k}": v for k, v in totals_to_metrics(epoch_totals, task).items()},
         }
         if evaluate is not None:
+            for m in metrics:
+                m.reset()
             ev = totals_to_metrics(evaluate(eval_ds).numpy(), task)
+            ev.update({m.name: m.result() for m in metrics})
             record.update({f"eval_{k}": v for k, v in ev.items()})
         history.append(record)
         epoch_totals = [0.0, 0.0, 0.0, 0.0]
-        if writer is not None:
-            with writer.as_default(step=step):
-                for k, v in record.items():
-                    if k not in ("epoch", "step"):
-                        summaries.scalar(k.replace("_", "/", 1), v)
-            writer.flush()
-        save()
+        callbacks.on_epoch_end(epoch, cbs.epoch_logs(record))
+        stopped = stopped or stop_requested()
+    callbacks.on_train_end(cbs.epoch_logs(history[-1]) if history else None)
     seconds = time.perf_counter() - start
     done = step - start_step
     return TrainResult(
@@ -209,11 +245,31 @@ def train(
         examples_per_sec=done * plan.global_batch_size / max(seconds, 1e-9),
         steps_per_sec=done / max(seconds, 1e-9),
         num_replicas=strategy.num_replicas_in_sync,
-        info={"xla_compiled": xla_compiled_functions(chunk)},
+        info={"xla_compiled": xla_compiled_functions(chunk),
+              **({"stopped_early_at_step": step} if stopped and step < total else {})},
     )
 
 
-def _write_status(path: Path, step: int) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"step": step}))
-    tmp.replace(path)
+def _stop_agreement(strategy: Any, model: Any) -> Callable[[], bool]:
+    """`model.stop_training` of this task, or of any worker under multi-worker mirrored.
+
+    Every worker runs the same callbacks at the same points, so each calls this equally often;
+    one scalar all-reduce makes them agree (a callback may decide differently on one worker).
+    """
+    import tensorflow as tf
+
+    if not isinstance(strategy, tf.distribute.MultiWorkerMirroredStrategy):
+        return lambda: bool(getattr(model, "stop_training", False))
+
+    @tf.function
+    def any_worker(flag: Any) -> Any:
+        per_replica = strategy.run(lambda f: tf.identity(f), args=(flag,))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
+    def agree() -> bool:
+        want = 1.0 if getattr(model, "stop_training", False) else 0.0
+        stop = float(any_worker(tf.constant(want)).numpy()) > 0
+        model.stop_training = stop
+        return stop
+
+    return agree

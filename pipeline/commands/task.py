@@ -143,7 +143,7 @@ def run(
         _say(f"{task_name}: permanent error ({type(exc).__name__}): {first}")
         return PERMANENT
     if result is None or not is_chief:
-        _say(f"{task_name} done")
+        _say(f"{task_name} done" + (f" at step {result.steps}" if result is not None else ""))
         return OK
     nodes = inventory.gather(inventory_dir) if inventory_dir else [node]
     cluster = tf_config.cluster.as_dict() if tf_config else {}
@@ -221,7 +221,9 @@ def _job(args: argparse.Namespace, tf_config: Any) -> tuple[Any, Path]:
     if problems:
         raise ValueError("; ".join(problems))
     # No row count here: that would run TF ops before the strategy exists (see make_job).
-    job = train_stage.make_job(config, inputs, topo.strategy, count=False)
+    # The user's modules (model, loss, ...) are imported from the spec's directory on this
+    # replica too: on a TFJob pod, the ConfigMap mounted beside the spec (docs/kubernetes.md).
+    job = train_stage.make_job(config, inputs, topo.strategy, count=False, code_dir=spec.spec_dir)
     return job, Path(args.out) if args.out else run_dir / args.stage
 
 

@@ -14,7 +14,7 @@ from typing import Any
 
 from baton.errors import StageError
 from baton.graphs.feature_spec import FeatureSpec
-from baton.strategies.job import MODEL_FILE
+from baton.strategies.job import MODEL_FILE, TRAIN_INFO_FILE
 
 
 @dataclasses.dataclass
@@ -130,13 +130,32 @@ def load_transform(transform_dir: Path) -> Any:
 
 
 def load_model(model_dir: Path) -> Any:
+    """`model.keras`, with the user's modules its custom layers come from imported first.
+
+    train_info.json names them (`user_modules`) and where they were imported from
+    (`code_dir`, the spec's directory; on a pod the ConfigMap mounted beside the spec).
+    """
+    import json
+
     import keras
 
     path = model_dir / MODEL_FILE
     if not path.is_file():
         raise StageError(f"model: expected model.keras in {model_dir}; found "
                          f"{sorted(p.name for p in model_dir.iterdir())}")
-    return keras.saving.load_model(path, compile=False)
+    custom: dict[str, Any] = {}
+    try:
+        info = json.loads((model_dir / TRAIN_INFO_FILE).read_text())
+    except (OSError, ValueError):
+        info = {}
+    if info.get("user_modules"):
+        from baton.graphs.user_refs import RefError, custom_objects
+
+        try:
+            custom = custom_objects(list(info["user_modules"]), info.get("code_dir") or None)
+        except RefError as exc:
+            raise StageError(f"model: {model_dir} needs the modules that trained it: {exc}") from None
+    return keras.saving.load_model(path, compile=False, custom_objects=custom or None)
 
 
 def transform_split(transform: Any, split: Split, spec: FeatureSpec) -> dict[str, Any]:

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from baton.errors import Preempted, StageError
+from baton.graphs.models import BUILDERS as BUILTIN_MODELS  # the table's names (no TF import)
 from baton.pipeline.context import StageContext
 from baton.strategies.factory import (
     MULTI_WORKER,
@@ -35,12 +36,19 @@ INPUTS = {"transformed": True, "transform_graph": True}
 OUTPUTS = ("model",)
 CODE_DEPS = (
     "baton.graphs.models",
+    "baton.graphs.model_fn",
+    "baton.graphs.objectives",
     "baton.graphs.steps",
+    "baton.graphs.user_refs",
+    "baton.strategies.callbacks",
     "baton.strategies.trainer",
     "baton.strategies.ps_trainer",
     "baton.strategies.job",
 )
 CACHEABLE = True
+# Whether the loss and metrics fit the task is known once the transform wrote the feature spec:
+# checked then (exit 2), before training (check_inputs).
+EARLY_INPUTS = ("transform_graph",)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +56,9 @@ class Config:
     """Training settings. Topology (strategy, workers, ps) falls back to `baton run` flags, then to
     the spec's `cluster:` section."""
 
-    model: Literal["mlp", "wide_deep", "cnn"] = "mlp"
+    # a built-in (mlp, wide_deep, cnn) or a model function "module:function" (docs/own-model.md)
+    model: str = "mlp"
+    model_params: dict[str, Any] = dataclasses.field(default_factory=dict)  # ModelSpec.params
     hidden_units: tuple[int, ...] = (64, 32)
     embedding_dim: int = 8
     dropout: float = 0.0
@@ -59,7 +69,11 @@ class Config:
     batch_size: int = 32
     eval_batch_size: int = 256
     learning_rate: float = 0.01
-    optimizer: Literal["adam", "sgd"] = "adam"
+    # a Keras identifier, {class_name, config} as keras.optimizers.get takes, or "module:fn"
+    optimizer: str | dict[str, Any] = "adam"
+    loss: str = ""  # "": softmax cross-entropy on logits (squared error for regression)
+    metrics: tuple[str, ...] = ()  # Keras metric identifiers or "module:function", on eval
+    callbacks: tuple[Any, ...] = ()  # Keras callback names, {class_name, config}, "module:fn"
     seed: int = 42
     steps_per_execution: int = 20
     backup_every: int = 0
@@ -75,6 +89,15 @@ class Config:
     partition: PartitionConfig = dataclasses.field(default_factory=PartitionConfig)
 
     def __post_init__(self) -> None:
+        if self.model not in BUILTIN_MODELS and ":" not in self.model:
+            import difflib
+
+            hint = difflib.get_close_matches(self.model, BUILTIN_MODELS, n=1)
+            mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+            raise ValueError(
+                f"model must be one of {', '.join(BUILTIN_MODELS)} or a model function "
+                f"'module:function'{mean}. Received: model={self.model!r}"
+            )
         for name in ("epochs", "batch_size", "eval_batch_size", "steps_per_execution"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1. Received: {name}={getattr(self, name)}")
@@ -93,20 +116,33 @@ class Config:
             )
 
     def model_config(self) -> dict[str, Any]:
+        """The model function's `spec.params`: `model_params` as written for an own model; for
+        a built-in, its settings from this config, overridden by `model_params`."""
+        if self.model not in BUILTIN_MODELS:
+            return dict(self.model_params)
         if self.model == "cnn":
-            return {
+            out: dict[str, Any] = {
                 "image_shape": list(self.image_shape),
                 "filters": list(self.filters),
                 "dense_units": self.hidden_units[0],
             }
-        out: dict[str, Any] = {
-            "hidden_units": list(self.hidden_units),
-            "embedding_dim": self.embedding_dim,
-            "dropout": self.dropout,
-        }
+        else:
+            out = {
+                "hidden_units": list(self.hidden_units),
+                "embedding_dim": self.embedding_dim,
+                "dropout": self.dropout,
+            }
         if self.model == "mlp":
             out["categorical"] = self.categorical
-        return out
+        return {**out, **self.model_params}
+
+    def user_refs(self) -> list[str]:
+        """Every "module:function" this config names (model, loss, metrics, optimizer,
+        callbacks): the user code whose source is part of the stage's identity."""
+        refs: list[Any] = [self.model, self.loss, *self.metrics, self.optimizer]
+        for cb in self.callbacks:
+            refs.append(cb.get("class_name") if isinstance(cb, dict) else cb)
+        return [r for r in refs if isinstance(r, str) and ":" in r]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -226,8 +262,11 @@ def check_options(config: Config, options: Any, stage: Any, spec: Any) -> list[s
 
 
 def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
-    """Contradictions inside the stage config itself (refused by `plan`, for every command)."""
-    problems = []
+    """Contradictions inside the stage config itself (refused by `plan`, for every command),
+    and the user code it names: a model function, loss, metric, optimizer or callback that
+    cannot be imported (file:line), an unknown Keras identifier (did you mean), parameters a
+    built-in model does not have."""
+    problems = _code_problems(config, getattr(spec, "spec_dir", None))
     if config.jit_compile and config.strategy == PARAMETER_SERVER:
         problems.append(_jit_problem(stage.name, PARAMETER_SERVER))
     if config.ps and config.strategy not in (None, PARAMETER_SERVER):
@@ -241,6 +280,82 @@ def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
             f"Received: strategy={config.strategy}"
         )
     return problems
+
+
+def _code_problems(config: Config, spec_dir: Path | None) -> list[str]:
+    from baton.graphs.user_refs import RefError, import_ref
+
+    problems = []
+    if config.model in BUILTIN_MODELS:
+        from baton.graphs.models import builtin_config
+
+        try:
+            builtin_config(config.model, config.model_config())
+        except (TypeError, ValueError) as exc:
+            problems.append(f"config.model_params: {exc}")
+    else:
+        try:
+            fn = import_ref(config.model, spec_dir, what="model function")
+        except RefError as exc:
+            problems.append(f"config.model: {exc}")
+        else:
+            if not callable(fn):
+                problems.append(f"config.model: {config.model!r} is not a function. "
+                                f"Received: {type(fn).__name__}")
+    if not (config.loss or config.metrics or config.callbacks or config.optimizer not in (
+            "adam", "sgd")):
+        return problems  # the defaults: no Keras import at plan time
+    from baton.graphs import objectives
+    from baton.strategies.callbacks import check_callbacks
+
+    problems += [f"config.loss: {p}" for p in objectives.check_loss(config.loss, spec_dir)]
+    problems += [f"config.metrics{p}" for p in objectives.check_metrics(config.metrics, spec_dir)]
+    problems += [
+        f"config.optimizer: {p}" for p in objectives.check_optimizer(config.optimizer, spec_dir)
+    ]
+    problems += [f"config.callbacks{p}" for p in check_callbacks(config.callbacks, spec_dir)]
+    return problems
+
+
+def check_inputs(config: Config, inputs: dict[str, Path]) -> list[str]:
+    """Once the feature spec exists (before training): Keras losses and metrics that do not fit
+    its task (`accuracy` on a regression label, `mse` on classes)."""
+    if not (config.loss or config.metrics) or "transform_graph" not in inputs:
+        return []
+    from baton.graphs.feature_spec import FeatureSpec
+    from baton.graphs.objectives import task_problems
+
+    try:
+        task = FeatureSpec.load(inputs["transform_graph"]).label.task
+    except (OSError, KeyError, ValueError):
+        return []  # the stage itself reports an unreadable feature spec
+    return [f"config.{p}" for p in task_problems(config.loss, config.metrics, task)]
+
+
+def external_inputs(config: Config, spec_dir: Path | None) -> list[Path]:
+    """The user's code (the modules the config names and those they import from the spec's
+    directory): its bytes join the cache key, so editing a helper module reruns train."""
+    refs = config.user_refs()
+    if not refs:
+        return []
+    from baton.pipeline.user_code import user_code_files
+
+    return user_code_files(refs, spec_dir)
+
+
+def code_hash(config: Config, spec_dir: Path | None) -> str:
+    """A digest of the user code's source (part of the backup key through the job)."""
+    import hashlib
+
+    files = external_inputs(config, spec_dir)
+    if not files:
+        return ""
+    h = hashlib.sha256()
+    root = spec_dir.resolve() if spec_dir is not None else None
+    for f in files:
+        name = str(f.relative_to(root)) if root is not None and f.is_relative_to(root) else f.name
+        h.update(name.encode() + b"\0" + f.read_bytes() + b"\n")
+    return h.hexdigest()[:16]
 
 
 def _jit_problem(stage_name: str, strategy: str) -> str:
@@ -263,18 +378,29 @@ def _task_names(topo: Topology) -> list[str]:
 
 
 def make_job(
-    config: Config, inputs: dict[str, Path], strategy: str, count: bool = True, data_hash: str = ""
+    config: Config,
+    inputs: dict[str, Path],
+    strategy: str,
+    count: bool = True,
+    data_hash: str = "",
+    code_dir: Path | None = None,
 ) -> Any:
     """The plain TrainJob every task runs (counts the training rows once, here).
 
     `count=False` leaves `num_train_examples` at 0 and runs no TensorFlow op: `baton task` on a
     TFJob replica must create its multi-worker strategy first, and counts afterwards
     (`strategies.job.with_example_count`). `data_hash` (the inputs' content hashes) makes the
-    backup fingerprint independent of the run directory the inputs sit in.
+    backup fingerprint independent of the run directory the inputs sit in. `code_dir` (the
+    spec's directory) is where every task imports the user's modules from.
     """
     from baton.graphs.feature_spec import FeatureSpec
+    from baton.graphs.user_refs import RefError
     from baton.strategies.job import TrainJob, count_examples
 
+    try:
+        hash_of_code = code_hash(config, code_dir)
+    except RefError as exc:
+        raise StageError(f"train.config: {exc}") from None
     spec_path = inputs["transform_graph"]
     try:
         spec = FeatureSpec.load(spec_path)
@@ -290,6 +416,11 @@ def make_job(
         eval_batch_size=config.eval_batch_size,
         learning_rate=config.learning_rate,
         optimizer=config.optimizer,
+        loss=config.loss,
+        metrics=list(config.metrics),
+        callbacks=list(config.callbacks),
+        code_dir=str(code_dir) if code_dir is not None and config.user_refs() else "",
+        code_hash=hash_of_code,
         seed=config.seed,
         steps_per_execution=config.steps_per_execution,
         backup_every=config.backup_every,
@@ -349,7 +480,8 @@ def run(ctx: StageContext, config: Config) -> None:
 
     topo = topology(config, ctx.options, _spec_cluster(ctx))
     data_hash = _content_hash(Path(ctx.inputs["transformed"]))
-    job = make_job(config, dict(ctx.inputs), topo.strategy, data_hash=data_hash)
+    job = make_job(config, dict(ctx.inputs), topo.strategy, data_hash=data_hash,
+                   code_dir=ctx.spec_dir)
     backups = backup_dir(ctx, job)
     out = ctx.output("model")
     node = inventory.node_inventory()

@@ -152,10 +152,10 @@ def test_dead_parameter_server_restarts_the_group_from_the_checkpoint(tmp_path) 
 
 
 def test_bad_config_is_permanent_and_not_retried(tmp_path) -> None:
-    result, _, log = _launch(tmp_path, "bad", _job(optimizer="adagrad"), workers=2)
+    result, _, log = _launch(tmp_path, "bad", _job(optimizer="adagradd"), workers=2)
     assert not result.ok and result.restarts == 0
     assert "permanent" in result.error
-    assert "Received: optimizer='adagrad'" in log
+    assert "did you mean 'adagrad'?" in log and "Received: 'adagradd'" in log
 
 
 def _task(d: Path, job: TrainJob, env_extra: dict | None = None) -> subprocess.Popen:

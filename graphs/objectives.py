@@ -1,0 +1,410 @@
+"""Loss, metrics and optimizer from a spec: Keras identifiers, `{class_name, config}`, or user code.
+
+What the train stage's `loss:`, `metrics:` and `optimizer:` settings turn into. Models output
+logits (the `model` artifact contract), so a Keras loss or metric that takes `from_logits` is
+built with `from_logits=True`; the built-in models and any own model are trained the same way.
+
+What a loss or metric is called with, `(y_true, y_pred)`:
+
+- classification: `y_pred` the logits `[B, K]`; `y_true` the class ids `[B]` (int64) for a
+  user function and the `sparse_` Keras losses and metrics, one-hot `[B, K]` for every other
+  Keras identifier (`categorical_crossentropy`, `AUC`, `Precision`, ...), which compare targets
+  shaped like the predictions.
+- regression: `y_true` `[B, 1]` (float32), `y_pred` the model's output as `[B, 1]`.
+
+A loss returns the per-example loss `[B]` (extra axes are averaged); the training loop averages
+it over the *global* batch (`tf.nn.compute_average_loss`), so summing gradients over replicas
+gives the mean gradient under every strategy. A user loss `"module:function"` must do no
+reduction over the batch itself (a scalar is refused: it would be averaged twice).
+"""
+
+from __future__ import annotations
+
+import difflib
+import inspect
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from baton.graphs.user_refs import RefError, import_ref, is_ref
+
+# "accuracy" in Keras' compile() means the accuracy that fits the targets; here, class ids.
+_ACCURACY_ALIASES = ("accuracy", "acc")
+_REGRESSION_ONLY = (
+    "mean_squared", "mean_absolute", "mse", "mae", "mape", "msle", "r2", "root_mean_squared",
+    "log_cosh", "pearson", "concordance", "poisson", "cosine",
+)
+_CLASSIFICATION_ONLY = (
+    "accuracy", "crossentropy", "auc", "precision", "recall", "hinge", "top_k", "io_u", "iou",
+    "f1", "f_beta", "fbeta", "true_", "false_", "sensitivity", "specificity", "kl_div", "kld",
+)
+LOSSES_DEFAULT = ""  # the built-in: softmax cross-entropy on logits, squared error (regression)
+
+
+def _snake(name: str) -> str:
+    out = []
+    for i, ch in enumerate(name):
+        if ch.isupper() and i and (not name[i - 1].isupper()):
+            out.append("_")
+        out.append(ch.lower())
+    return "".join(out)
+
+
+def fits_task(name: str, task: str) -> bool:
+    """False when a Keras loss/metric identifier plainly belongs to the other task."""
+    s = _snake(name)
+    if task == "regression":
+        return not any(k in s for k in _CLASSIFICATION_ONLY)
+    return not any(s == k or s.startswith(k) for k in _REGRESSION_ONLY)
+
+
+def wants_one_hot(name: str) -> bool:
+    """Keras' classification losses and metrics compare targets shaped like the logits, except
+    the `sparse_` ones, which take class ids."""
+    return "sparse" not in _snake(name)
+
+
+# ------------------------------------------------------------------ names (for did-you-mean)
+def loss_names() -> list[str]:
+    from keras.src import losses
+
+    return sorted(n for n in losses.ALL_OBJECTS_DICT if n not in ("Loss", "LossFunctionWrapper"))
+
+
+def metric_names() -> list[str]:
+    from keras.src import metrics
+
+    skip = ("Metric", "metric", "MeanMetricWrapper", "mean_metric_wrapper", "Mean", "Sum")
+    return sorted(n for n in metrics.ALL_OBJECTS_DICT if n not in skip) + list(_ACCURACY_ALIASES[1:])
+
+
+def optimizer_names() -> list[str]:
+    from keras.src import optimizers
+
+    skip = ("optimizer", "lossscaleoptimizer", "multioptimizer", "optimizermap")
+    return sorted(n for n in optimizers.ALL_OBJECTS_DICT if n not in skip)
+
+
+def _unknown(kind: str, value: str, names: list[str]) -> str:
+    match = difflib.get_close_matches(value, names, n=1, cutoff=0.5)
+    mean = f" (did you mean {match[0]!r}?)" if match else ""
+    return (
+        f"unknown Keras {kind} {value!r}{mean}; give a Keras {kind} identifier "
+        f"({', '.join(names[:12])}, ...) or 'module:function'. Received: {value!r}"
+    )
+
+
+# ------------------------------------------------------------------ checks without building
+def check_loss(value: str, search_dir: Path | str | None = None) -> list[str]:
+    """Problems of `loss:` that the spec shows (unknown identifier, unimportable module)."""
+    if not value:
+        return []
+    if is_ref(value):
+        return _check_ref(value, search_dir, "loss function")
+    return [] if value in loss_names() else [_unknown("loss", value, loss_names())]
+
+
+def check_metrics(values: Sequence[str], search_dir: Path | str | None = None) -> list[str]:
+    problems: list[str] = []
+    names = metric_names()
+    for i, v in enumerate(values):
+        if is_ref(v):
+            problems += [f"[{i}]: {p}" for p in _check_ref(v, search_dir, "metric function")]
+        elif v not in names and v not in _ACCURACY_ALIASES:
+            problems.append(f"[{i}]: {_unknown('metric', v, names)}")
+    return problems
+
+
+def check_optimizer(value: Any, search_dir: Path | str | None = None) -> list[str]:
+    if isinstance(value, Mapping):
+        name = value.get("class_name")
+        extra = sorted(set(value) - {"class_name", "config", "module", "registered_name"})
+        if not isinstance(name, str) or extra:
+            return [
+                "a mapping must be {class_name: NAME, config: {...}} as keras.optimizers.get "
+                f"takes. Received: {dict(value)!r}"
+            ]
+        value = name
+    if not isinstance(value, str):
+        return [f"expected an identifier, a mapping or 'module:function'. Received: {value!r}"]
+    if is_ref(value):
+        return _check_ref(value, search_dir, "optimizer function")
+    names = optimizer_names()
+    if value.lower() not in names:
+        return [_unknown("optimizer", value, names)]
+    return []
+
+
+def task_problems(loss: str, metrics: Sequence[str], task: str) -> list[str]:
+    """Keras identifiers that do not fit the task (known once the feature spec exists)."""
+    problems = []
+    if loss and not is_ref(loss) and not fits_task(loss, task):
+        problems.append(f"loss {loss!r} does not fit a {task} task. Received: loss={loss!r}")
+    for i, m in enumerate(metrics):
+        if not is_ref(m) and not fits_task(m, task):
+            problems.append(
+                f"metrics[{i}] {m!r} does not fit a {task} task. Received: metrics[{i}]={m!r}"
+            )
+    return problems
+
+
+def _check_ref(ref: str, search_dir: Path | str | None, what: str) -> list[str]:
+    try:
+        obj = import_ref(ref, search_dir, what=what)
+    except RefError as exc:
+        return [str(exc)]
+    return [] if callable(obj) else [f"{ref!r} is not callable. Received: {type(obj).__name__}"]
+
+
+# ------------------------------------------------------------------ building
+def _with_logits(cls_or_fn: Any, **kwargs: Any) -> Any:
+    """Call/instantiate with from_logits=True when it takes that argument."""
+    try:
+        params: Any = inspect.signature(cls_or_fn).parameters
+    except (TypeError, ValueError):
+        params = {}
+    if "from_logits" in params:
+        kwargs["from_logits"] = True
+    return kwargs
+
+
+def make_loss(
+    value: str, task: str, num_classes: int, search_dir: Path | str | None = None
+) -> Callable[[Any, Any], Any] | None:
+    """`(labels [B], logits) -> per-example loss [B]`, or None for the built-in loss."""
+    import keras
+    import tensorflow as tf
+
+    if not value:
+        return None
+    if is_ref(value):
+        fn = import_ref(value, search_dir, what="loss function")
+        one_hot = False
+        label = value
+    else:
+        if value not in loss_names():
+            raise RefError(_unknown("loss", value, loss_names()))
+        obj = keras.losses.get(value)
+        if isinstance(obj, type):
+            fn = obj(**_with_logits(obj, reduction=None))
+        elif inspect.isfunction(obj):
+            kw = _with_logits(obj)
+            fn = (lambda y, p, f=obj, kw=kw: f(y, p, **kw)) if kw else obj
+        else:  # an instance with its default config: rebuilt unreduced, on logits
+            config = obj.get_config()
+            config["reduction"] = None
+            if "from_logits" in config:
+                config["from_logits"] = True
+            fn = type(obj).from_config(config)
+        one_hot = wants_one_hot(value)
+        label = value
+
+    def per_example(labels: Any, logits: Any) -> Any:
+        y_true, y_pred = targets(labels, logits, task, num_classes, one_hot)
+        out = tf.convert_to_tensor(fn(y_true, y_pred))
+        out = tf.cast(out, tf.float32)
+        if out.shape.rank == 0:
+            raise ValueError(
+                f"loss {label!r} returned a scalar; it must return the per-example loss [B] "
+                "(Baton averages it over the global batch). Received: shape []"
+            )
+        if out.shape.rank > 1:
+            out = tf.reduce_mean(out, axis=list(range(1, out.shape.rank)))
+        return out
+
+    per_example.__name__ = f"loss_{_snake(label.split(':')[-1])}"
+    return per_example
+
+
+def targets(labels: Any, logits: Any, task: str, num_classes: int, one_hot: bool) -> tuple[Any, Any]:
+    """(y_true, y_pred) as losses and metrics see them (see the module docstring)."""
+    import tensorflow as tf
+
+    logits = tf.cast(logits, tf.float32)
+    if task == "regression":
+        y_pred = tf.reshape(logits, [-1, 1])
+        return tf.reshape(tf.cast(labels, tf.float32), [-1, 1]), y_pred
+    labels = tf.cast(labels, tf.int64)
+    if one_hot:
+        return tf.one_hot(labels, num_classes, dtype=tf.float32), logits
+    return labels, logits
+
+
+class EvalMetric:
+    """A Keras metric with how its targets are shaped; `update(labels, logits)` in graph mode."""
+
+    def __init__(self, metric: Any, one_hot: bool, task: str, num_classes: int) -> None:
+        self.metric = metric
+        self.one_hot = one_hot
+        self.task = task
+        self.num_classes = num_classes
+
+    @property
+    def name(self) -> str:
+        return str(self.metric.name)
+
+    def update(self, labels: Any, logits: Any) -> None:
+        y_true, y_pred = targets(labels, logits, self.task, self.num_classes, self.one_hot)
+        self.metric.update_state(y_true, y_pred)
+
+    def result(self) -> float:
+        return float(self.metric.result())
+
+    def reset(self) -> None:
+        self.metric.reset_state()
+
+
+def make_metrics(
+    values: Sequence[str], task: str, num_classes: int, search_dir: Path | str | None = None
+) -> list[EvalMetric]:
+    """The eval metrics named in `metrics:` (besides the built-in loss and accuracy).
+
+    "accuracy"/"acc" (Keras compile()'s alias) is the built-in accuracy already recorded, so it
+    adds nothing. A user `"module:function"` of `(y_true, y_pred) -> per-example values` is
+    averaged over the split (keras.metrics.MeanMetricWrapper); a `keras.metrics.Metric` class,
+    or a function taking no arguments that returns a Metric, gives that metric.
+    """
+    import keras
+
+    out: list[EvalMetric] = []
+    seen = {"loss", "accuracy"}
+    for v in values:
+        if v in _ACCURACY_ALIASES:
+            continue
+        if is_ref(v):
+            fn = import_ref(v, search_dir, what="metric function")
+            metric_class = isinstance(fn, type) and issubclass(fn, keras.metrics.Metric)
+            if metric_class or _takes_no_args(fn):
+                metric = fn()
+            else:
+                metric = keras.metrics.MeanMetricWrapper(fn, name=v.split(":")[-1].split(".")[-1])
+            if not isinstance(metric, keras.metrics.Metric):
+                raise RefError(
+                    f"metric {v!r} returned {type(metric).__name__}, not a keras.metrics.Metric"
+                )
+            one_hot = False
+        else:
+            if v not in metric_names():
+                raise RefError(_unknown("metric", v, metric_names()))
+            obj = keras.metrics.get(v)
+            cls: Any = obj if isinstance(obj, type) else type(obj)
+            config = obj.get_config() if not isinstance(obj, type) else {}
+            config.update(_with_logits(cls))
+            if inspect.isfunction(obj):
+                metric = keras.metrics.MeanMetricWrapper(obj, name=v, **_with_logits(obj))
+            else:
+                metric = cls.from_config(config) if config else cls()
+            one_hot = wants_one_hot(v)
+        if metric.name in seen:
+            continue
+        seen.add(metric.name)
+        out.append(EvalMetric(metric, one_hot, task, num_classes))
+    return out
+
+
+def _takes_no_args(fn: Any) -> bool:
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return False
+    return not [p for p in params if p.default is p.empty and p.kind in (p.POSITIONAL_ONLY,
+                                                                         p.POSITIONAL_OR_KEYWORD)]
+
+
+def make_optimizer(value: Any, learning_rate: float, search_dir: Path | str | None = None) -> Any:
+    """A Keras optimizer (call inside the strategy scope).
+
+    `adam` and `sgd` keep Baton's settings (learning_rate from the stage; SGD with momentum
+    0.9); another identifier is that Keras optimizer at `learning_rate`; a mapping goes to
+    `keras.optimizers.get` as written (its own learning rate or schedule); `"module:function"`
+    is called with no arguments and must return an optimizer.
+    """
+    import keras
+
+    if isinstance(value, Mapping):
+        try:
+            opt = keras.optimizers.get(_with_schedule_module(value))
+        except (TypeError, ValueError) as exc:
+            raise RefError(
+                f"keras.optimizers.get refused {dict(value)!r}: {str(exc).splitlines()[0]}"
+            ) from None
+    elif is_ref(value):
+        fn = import_ref(value, search_dir, what="optimizer function")
+        opt = fn()
+    elif value == "adam":
+        opt = keras.optimizers.Adam(learning_rate)
+    elif value == "sgd":
+        opt = keras.optimizers.SGD(learning_rate, momentum=0.9)
+    else:
+        if value.lower() not in optimizer_names():
+            raise RefError(_unknown("optimizer", value, optimizer_names()))
+        opt = keras.optimizers.get({"class_name": value.lower(), "config": {"learning_rate": learning_rate}})
+    if not isinstance(opt, keras.optimizers.Optimizer):
+        raise RefError(
+            f"optimizer {value!r} gave {type(opt).__name__}, not a keras.optimizers.Optimizer"
+        )
+    return opt
+
+
+def _with_schedule_module(value: Mapping[str, Any]) -> dict[str, Any]:
+    """`{class_name, config}` with a nested learning-rate schedule mapping found among Keras'
+    schedules (`ExponentialDecay`, ...) even when it does not say `module:`."""
+    out = dict(value)
+    config = dict(out.get("config") or {})
+    lr = config.get("learning_rate")
+    if isinstance(lr, Mapping) and "class_name" in lr and "module" not in lr:
+        config["learning_rate"] = {"module": "keras.optimizers.schedules", **lr}
+    out["config"] = config
+    return out
+
+
+def check_objectives(
+    model: Any, spec: Any, loss_fn: Any, loss_name: str, metrics: Sequence[Any] = ()
+) -> None:
+    """Before the first step: the loss gives `[B]` and the metrics accept the model's output.
+
+    Runs them eagerly on a two-row batch of zeros shaped as the feature spec says (class 0 or
+    0.0 labels), metrics reset afterwards. A failure is a StageError naming the loss or metric
+    and what it received.
+    """
+    import tensorflow as tf
+
+    from baton.errors import StageError
+
+    if loss_fn is None and not metrics:
+        return
+    rows = 2
+    features = {
+        f.name: tf.zeros([rows, *getattr(f, "shape", ())], tf.as_dtype(f.dtype))
+        for f in spec.features
+    }
+    task = spec.label.task
+    labels = tf.zeros([rows], tf.float32 if task == "regression" else tf.int64)
+    logits = model(features, training=False)
+    if loss_fn is not None:
+        try:
+            out = loss_fn(labels, logits)
+        except Exception as exc:  # noqa: BLE001 - user code: name it and what it got
+            raise StageError(
+                f"train.config.loss {loss_name!r} failed on labels {_shape(labels)} and model "
+                f"output {_shape(logits)}: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+            ) from None
+        if tuple(out.shape) != (rows,):
+            raise StageError(
+                f"train.config.loss {loss_name!r} must give the per-example loss [B]. Received: "
+                f"shape {_shape(out)} for a batch of {rows}"
+            )
+    for m in metrics:
+        try:
+            m.update(labels, logits)
+        except Exception as exc:  # noqa: BLE001
+            raise StageError(
+                f"train.config.metrics {m.name!r} failed on labels {_shape(labels)} and model "
+                f"output {_shape(logits)}: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+            ) from None
+        finally:
+            m.reset()
+
+
+def _shape(x: Any) -> str:
+    return f"{x.dtype.name}[{', '.join(str(d) for d in x.shape)}]"

@@ -1,0 +1,249 @@
+"""The training loop's side work as Keras callbacks, and the user's callbacks beside them.
+
+Each side concern of the loop is one small `keras.callbacks.Callback`, as in Keras' own loop:
+TensorBoard scalars (`Summaries`), the progress report (`Progress`), the launcher's status file
+(`StatusFile`), periodic backups (`Backups`) and fault rehearsal (`InjectFault`). The loops
+(strategies/trainer.py, strategies/ps_trainer.py) call one `keras.callbacks.CallbackList` of
+them plus the spec's `callbacks:` at every chunk end (`on_train_batch_end`, every
+`steps_per_execution` steps, as Keras' `fit` does with `steps_per_execution`) and every epoch
+end. Order: summaries, progress, status, the user's, backups, fault: a backup holds what a
+user callback changed, and an injected fault fires after the backup of its step.
+
+`logs` at a chunk end hold the chunk's `loss` (and `accuracy`); at an epoch end Keras' names
+(`loss`, `accuracy`, `val_loss`, `val_<metric>`) and Baton's history names (`train_loss`,
+`eval_loss`, `eval_<metric>`), so `EarlyStopping(monitor="val_loss")` works as in Keras.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import keras
+
+from baton.graphs import summaries
+from baton.graphs.user_refs import RefError, import_ref, is_ref
+from baton.strategies import faults
+
+
+@dataclasses.dataclass
+class LoopState:
+    """What the loop's own callbacks read: the global step and what a backup keeps."""
+
+    step: int
+    total: int
+    steps_per_epoch: int
+    global_batch_size: int
+    history: list[dict[str, float]]
+    extra: Callable[[], dict[str, Any]] = dict  # more backup state (the loop's epoch totals...)
+
+    @property
+    def in_epoch(self) -> int:
+        return self.step % self.steps_per_epoch
+
+
+class Summaries(keras.callbacks.Callback):
+    """TensorBoard scalars: train/* and perf/* per chunk (when `per_chunk`), epoch records."""
+
+    def __init__(self, writer: Any, state: LoopState, per_chunk: bool = True) -> None:
+        super().__init__()
+        self.writer, self.state, self.per_chunk = writer, state, per_chunk
+        self._t, self._step = time.perf_counter(), state.step
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        if not self.per_chunk:
+            return
+        now, step = time.perf_counter(), self.state.step
+        rate = (step - self._step) / max(now - self._t, 1e-9)
+        self._t, self._step = now, step
+        with self.writer.as_default(step=step):
+            for k, v in (logs or {}).items():
+                summaries.scalar(f"train/{k}", v)
+            summaries.scalar("perf/steps_per_sec", rate)
+            summaries.scalar("perf/examples_per_sec", rate * self.state.global_batch_size)
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        record = self.state.history[-1] if self.state.history else {}
+        with self.writer.as_default(step=self.state.step):
+            for k, v in record.items():
+                if k not in ("epoch", "step"):
+                    summaries.scalar(k.replace("_", "/", 1), v)
+            if not self.per_chunk:
+                now = time.perf_counter()
+                rate = (self.state.step - self._step) / max(now - self._t, 1e-9)
+                summaries.scalar("perf/steps_per_sec", rate)
+                summaries.scalar("perf/examples_per_sec", rate * self.state.global_batch_size)
+        self.writer.flush()
+
+
+class Progress(keras.callbacks.Callback):
+    """`on_progress(step, total, chunk metrics)` at every chunk end (the stage's bar, task lines)."""
+
+    def __init__(self, on_progress: Callable[[int, int, dict[str, float]], None],
+                 state: LoopState) -> None:
+        super().__init__()
+        self.on_progress, self.state = on_progress, state
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        self.on_progress(self.state.step, self.state.total, dict(logs or {}))
+
+
+class StatusFile(keras.callbacks.Callback):
+    """`{"step": n}` written atomically at every chunk end (the launcher fires PS-side faults)."""
+
+    def __init__(self, path: Path, state: LoopState) -> None:
+        super().__init__()
+        self.path, self.state = path, state
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        write_status(self.path, self.state.step)
+
+
+class Backups(keras.callbacks.Callback):
+    """A backup every `every` steps inside an epoch and at every epoch end (`save` on demand)."""
+
+    def __init__(self, backup: Any, state: LoopState, every: int = 0) -> None:
+        super().__init__()
+        self.backup, self.state, self.every = backup, state, every
+
+    def save(self) -> None:
+        if self.backup is not None:
+            self.backup.save(self.state.step, {"history": self.state.history, **self.state.extra()})
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        s = self.state
+        if self.every and s.step % self.every == 0 and s.in_epoch:
+            self.save()
+
+    def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
+        self.save()
+
+
+class InjectFault(keras.callbacks.Callback):
+    """Fault rehearsal: kill or SIGTERM this task once its step reaches the fault's step."""
+
+    def __init__(self, fault: faults.Fault, state: LoopState) -> None:
+        super().__init__()
+        self.fault: faults.Fault | None = fault
+        self.state = state
+
+    def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
+        if self.fault is not None and self.state.step >= self.fault.step:
+            fault, self.fault = self.fault, None  # once
+            faults.fire(fault)
+
+
+def epoch_logs(record: Mapping[str, Any]) -> dict[str, float]:
+    """An epoch's history record as callback logs: Baton's names and Keras' (`val_loss`...)."""
+    logs: dict[str, float] = {}
+    for k, v in record.items():
+        if k in ("epoch", "step"):
+            continue
+        logs[k] = v
+        if k.startswith("train_"):
+            logs[k[len("train_"):]] = v
+        elif k.startswith("eval_"):
+            logs["val_" + k[len("eval_"):]] = v
+    return logs
+
+
+# ------------------------------------------------------------------ the user's callbacks
+def _keras_callback_names() -> list[str]:
+    return sorted(
+        n for n in dir(keras.callbacks)
+        if isinstance(getattr(keras.callbacks, n), type)
+        and issubclass(getattr(keras.callbacks, n), keras.callbacks.Callback)
+        and n not in ("Callback", "CallbackList", "History", "ProgbarLogger")
+    )
+
+
+def _callback_class(name: str, search_dir: Path | str | None) -> Any:
+    short = name.removeprefix("keras.callbacks.")
+    if ":" in name:
+        return import_ref(name, search_dir, what="callback")
+    if short in _keras_callback_names():
+        return getattr(keras.callbacks, short)
+    import difflib
+
+    names = _keras_callback_names()
+    hint = difflib.get_close_matches(short, names, n=1, cutoff=0.5)
+    mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+    raise RefError(
+        f"unknown Keras callback {name!r}{mean}; give one of {', '.join(names)}, a class "
+        f"'module:Class' with its config, or 'module:function' returning callbacks. "
+        f"Received: {name!r}"
+    )
+
+
+def check_callbacks(specs: Sequence[Any], search_dir: Path | str | None = None) -> list[str]:
+    """Problems the spec shows: malformed entries, unknown classes, unimportable modules."""
+    problems = []
+    for i, spec in enumerate(specs):
+        try:
+            _parse(spec, search_dir)
+        except RefError as exc:
+            problems.append(f"[{i}]: {exc}")
+    return problems
+
+
+def _parse(spec: Any, search_dir: Path | str | None) -> tuple[Any, dict[str, Any] | None]:
+    """(class or factory, config or None for a factory)."""
+    if isinstance(spec, str):
+        if is_ref(spec):
+            obj = import_ref(spec, search_dir, what="callback")
+            if isinstance(obj, type):
+                return obj, {}
+            if not callable(obj):
+                raise RefError(f"callback {spec!r} is not callable. Received: {obj!r}")
+            return obj, None
+        return _callback_class(spec, search_dir), {}
+    if isinstance(spec, Mapping):
+        extra = sorted(set(spec) - {"class_name", "config"})
+        name = spec.get("class_name")
+        config = spec.get("config") or {}
+        if extra or not isinstance(name, str) or not isinstance(config, Mapping):
+            raise RefError(
+                "a callback mapping is {class_name: EarlyStopping, config: {...}}. "
+                f"Received: {dict(spec)!r}"
+            )
+        cls = _callback_class(name, search_dir)
+        if not isinstance(cls, type):
+            raise RefError(f"callback {name!r} is not a class. Received: {cls!r}")
+        return cls, dict(config)
+    raise RefError(
+        f"a callback is a Keras class name, {{class_name, config}} or 'module:function'. "
+        f"Received: {spec!r}"
+    )
+
+
+def make_user_callbacks(specs: Sequence[Any], search_dir: Path | str | None = None) -> list[Any]:
+    """The spec's `callbacks:` as Keras Callback objects (a RefError names the bad entry)."""
+    out: list[Any] = []
+    for i, spec in enumerate(specs):
+        target, config = _parse(spec, search_dir)
+        try:
+            made = target(**config) if config is not None else target()
+        except Exception as exc:  # noqa: BLE001 - user arguments: report them
+            raise RefError(
+                f"callbacks[{i}]: {getattr(target, '__name__', target)} refused its arguments "
+                f"{config!r}: {type(exc).__name__}: {exc}"
+            ) from None
+        made_list = list(made) if isinstance(made, list | tuple) else [made]
+        for cb in made_list:
+            if not isinstance(cb, keras.callbacks.Callback):
+                raise RefError(
+                    f"callbacks[{i}] gave {type(cb).__name__}, not a keras.callbacks.Callback. "
+                    f"Received: {spec!r}"
+                )
+        out.extend(made_list)
+    return out
+
+
+def write_status(path: Path, step: int) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({"step": step}))
+    tmp.replace(path)

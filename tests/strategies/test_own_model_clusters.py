@@ -1,0 +1,127 @@
+"""A user's own model (custom layer, custom loss, callbacks) on real local clusters.
+
+The model module and its helper are files in a directory of their own (the "spec's directory"),
+named in the job by reference (`tiny_model:build`) with `code_dir`: every `baton task` process
+imports them itself. Multi-process, so slow and multi_worker; tiny data, a few dozen steps.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from baton.graphs.synthetic import synthetic_spec
+from baton.pipeline.stages.train import task_argv
+from baton.strategies import launcher
+from baton.strategies.faults import parse_fault
+from baton.strategies.job import TrainJob
+
+pytestmark = [pytest.mark.multi_worker, pytest.mark.slow]
+HERE = Path(__file__).resolve().parent
+
+
+def _code_dir(root: Path) -> Path:
+    code = root / "code"
+    code.mkdir(exist_ok=True)
+    shutil.copy(HERE / "own_model_module.py", code / "tiny_model.py")
+    shutil.copy(HERE / "own_model_layers.py", code / "tiny_layers.py")
+    return code
+
+
+def _job(code: Path, **kw: Any) -> TrainJob:
+    base: dict[str, Any] = dict(
+        feature_spec=synthetic_spec(4, (3, 2), 3).to_dict(),
+        synthetic_examples=1024,
+        batch_size=64,
+        epochs=2,
+        steps_per_execution=4,
+        backup_every=4,
+        strategy="multi_worker_mirrored",
+        model="tiny_model:build",
+        model_config={"units": 8},
+        loss="tiny_model:hinge_loss",
+        metrics=["sparse_categorical_crossentropy"],
+        code_dir=str(code),
+    )
+    base.update(kw)
+    return TrainJob(**base)
+
+
+def _launch(root: Path, name: str, job: TrainJob, workers: int = 2, ps: int = 0,
+            fault: str | None = None) -> tuple[Any, Path, str]:
+    d = root / name
+    d.mkdir()
+    (d / "job.json").write_text(job.to_json())
+    log = io.StringIO()
+    cfg = launcher.LaunchConfig(workers=workers, ps=ps, strategy=job.strategy, max_restarts=2,
+                                fault=parse_fault(fault), state_dir=d / "state")
+    result = launcher.launch(
+        cfg, lambda task: task_argv(d / "job.json", d / "out", d / "backup"), stream=log
+    )
+    return result, d / "out" / "model", log.getvalue()
+
+
+def _weights(model_dir: Path, code: Path) -> list[np.ndarray]:
+    import keras
+
+    from baton.graphs.user_refs import custom_objects
+
+    return keras.models.load_model(
+        model_dir / "model.keras", custom_objects=custom_objects(["tiny_model"], code)
+    ).get_weights()
+
+
+def test_user_model_with_custom_layer_killed_worker_matches_uninterrupted(tmp_path) -> None:
+    code = _code_dir(tmp_path)
+    job = _job(code)
+    step = 10  # mid-run, between the backups at 8 and 12 (planned: 32)
+    with ThreadPoolExecutor(2) as pool:  # both clusters at once: half the wall time
+        clean_f = pool.submit(_launch, tmp_path, "clean", job)
+        hurt_f = pool.submit(_launch, tmp_path, "hurt", job, fault=f"worker:1@step:{step}")
+        (clean, clean_dir, clean_log), (hurt, hurt_dir, log) = clean_f.result(), hurt_f.result()
+    assert clean.ok and clean.restarts == 0, clean_log[-3000:]
+    assert hurt.ok and hurt.restarts == 1, log[-3000:]
+    info = json.loads((hurt_dir / "train_info.json").read_text())
+    assert info["model"] == "tiny_model:build" and info["user_modules"] == ["tiny_model"]
+    assert info["steps"] == job.epochs * job.steps_per_epoch() and info["resumed_from_step"] == 8
+    history = json.loads((hurt_dir / "history.json").read_text())
+    assert "eval_sparse_categorical_crossentropy" in history[-1]
+    clean_w, hurt_w = _weights(clean_dir, code), _weights(hurt_dir, code)
+    assert len(clean_w) == 7  # 2 embeddings, hidden kernel+bias, Scale (custom), logits kernel+bias
+    for a, b in zip(clean_w, hurt_w, strict=True):
+        assert np.array_equal(a, b), "weights differ after a kill and a restart from the backup"
+
+
+def test_user_model_trains_under_parameter_servers(tmp_path) -> None:
+    code = _code_dir(tmp_path)
+    job = _job(code, strategy="parameter_server", epochs=3, backup_every=0,
+               optimizer={"class_name": "Adam", "config": {"learning_rate": 0.02}})
+    result, model_dir, log = _launch(tmp_path, "ps", job, workers=2, ps=1)
+    assert result.ok, log[-3000:]
+    info = json.loads((model_dir / "train_info.json").read_text())
+    assert info["strategy"] == "parameter_server" and info["steps"] >= 3 * job.steps_per_epoch()
+    history = json.loads((model_dir / "history.json").read_text())
+    assert len(history) == 3 and history[-1]["eval_accuracy"] > 0.5, history
+
+
+def test_early_stopping_on_one_worker_stops_both_at_the_same_step(tmp_path) -> None:
+    """The stop request of worker 1's EarlyStopping reaches worker 0 through one all-reduce."""
+    code = _code_dir(tmp_path)
+    job = _job(code, epochs=5, backup_every=0, callbacks=["tiny_model:stop_on_worker_1"])
+    result, model_dir, log = _launch(tmp_path, "stop", job)
+    assert result.ok, log[-3000:]
+    spe = job.steps_per_epoch()
+    info = json.loads((model_dir / "train_info.json").read_text())
+    # patience 0 and a min_delta nothing beats: it stops at the second epoch's end
+    assert info["steps"] == info["stopped_early_at_step"] == 2 * spe, info
+    assert len(json.loads((model_dir / "history.json").read_text())) == 2
+    done = re.findall(r"worker:1 done at step (\d+)", log)
+    assert done == [str(2 * spe)], log[-3000:]
