@@ -14,10 +14,13 @@ cannot be applied, is logged and the server keeps serving what it serves.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
+import functools
 import gc
 import logging
 import os
+import stat
 import threading
 import time
 
@@ -25,6 +28,7 @@ from baton.serving.batcher import BatchScheduler
 from baton.serving.config import (
     BatchingOptions,
     ModelConfig,
+    grpc_channel_arguments,
     load_batching_parameters,
     load_model_config_file,
     load_monitoring_config,
@@ -34,6 +38,7 @@ from baton.serving.http import HttpProtocol, HttpServerState
 from baton.serving.manager import ModelManager
 from baton.serving.metrics import Metrics
 from baton.serving.rest import RestApi
+from baton.serving.servable import load_servable, set_parallelism
 from baton.serving.service import ModelService
 
 log = logging.getLogger(__name__)
@@ -65,6 +70,7 @@ def import_runtime() -> None:
     import tensorflow  # noqa: F401
 
     import baton.serving.grpc_service  # noqa: F401
+    import baton.serving.h2grpc  # noqa: F401
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -81,6 +87,20 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
     import uvloop
 
     return uvloop.new_event_loop()
+
+
+def grpc_implementation() -> str:
+    """"native" (h2grpc.py: HTTP/2 on the serving loop) unless BATON_SERVING_GRPC=grpcio.
+
+    Every method of TF Serving's API is unary; the native server answers them with the
+    same servicers at about 3x grpc.aio's calls per second on this loop
+    (docs/benchmarks-serving.md), because a call never leaves the event loop thread.
+    grpcio's grpc.aio server stays available, e.g. to compare the two.
+    """
+    value = os.environ.get("BATON_SERVING_GRPC", "native")
+    if value not in ("native", "grpcio"):
+        raise ValueError(f"BATON_SERVING_GRPC must be native or grpcio. Received: {value!r}")
+    return value
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,6 +124,17 @@ class ServerOptions:
     rest_api_max_body_bytes: int = 32 * 1024 * 1024  # ours: larger bodies get 413
     bind_free_ports: bool = False  # ours: both APIs on free ports (tests, demos)
     ports_file: str = ""  # ours: write {"grpc": p, "rest": p} once bound
+    grpc_socket_path: str = ""  # gRPC also (with --port=0: only) on this Unix socket
+    grpc_channel_arguments: str = ""  # "key=value,...", passed to the gRPC server
+    enable_signature_method_name_check: bool = False
+    enable_serialization_as_tensor_content: bool = False
+    enable_profiler: bool = True  # ProfilerService registered, refusing (profiler.py)
+    num_request_iterations_for_warmup: int = 0
+    saved_model_tags: str = "serve"
+    tensorflow_session_parallelism: int = 0
+    tensorflow_intra_op_parallelism: int = 0
+    tensorflow_inter_op_parallelism: int = 0
+    allow_version_labels_for_unavailable_models: bool = False
 
 
 class ModelServer:
@@ -141,15 +172,24 @@ class ModelServer:
         else:
             batching = BatchingOptions(max_batch_size=1, max_enqueued_batches=4096,
                                        num_batch_threads=4)
+        tags = tuple(t.strip() for t in o.saved_model_tags.split(",") if t.strip())
+        loader = functools.partial(load_servable, tags=tags,
+                                   warmup_iterations=o.num_request_iterations_for_warmup)
         self.manager = ModelManager(configs, o.file_system_poll_wait_seconds,
-                                    warmup=o.enable_model_warmup)
+                                    warmup=o.enable_model_warmup, loader=loader)
+        self.manager.allow_unavailable_labels = o.allow_version_labels_for_unavailable_models
         self.scheduler = BatchScheduler(batching, batching=o.enable_batching)
         self.metrics = Metrics(depth=self.scheduler.depth, loaded=self.manager.loaded_versions,
                                batching=o.enable_batching,
                                thread_pool_name=batching.thread_pool_name)
         self.scheduler.metrics = self.metrics
-        self.service = ModelService(self.manager, self.scheduler, self.metrics)
+        self.service = ModelService(self.manager, self.scheduler, self.metrics,
+                                    o.enable_signature_method_name_check,
+                                    o.enable_serialization_as_tensor_content,
+                                    o.enable_profiler)
         import_runtime()
+        set_parallelism(o.tensorflow_intra_op_parallelism or o.tensorflow_session_parallelism,
+                        o.tensorflow_inter_op_parallelism or o.tensorflow_session_parallelism)
         freeze_heap()
         self.manager.start()
         gc.collect()
@@ -222,6 +262,7 @@ class ModelServer:
         import grpc
 
         from baton.serving.grpc_service import add_services
+        from baton.serving.h2grpc import GrpcServer
 
         o = self.options
         loop = asyncio.get_running_loop()
@@ -232,18 +273,47 @@ class ModelServer:
                 0 if o.bind_free_ports else o.rest_api_port, backlog=2048, reuse_address=True)
             self.rest_port = self._rest_server.sockets[0].getsockname()[1]
         mb = o.grpc_max_message_bytes
-        self._grpc = grpc.aio.server(options=[("grpc.max_receive_message_length", mb),
-                                              ("grpc.max_send_message_length", mb),
-                                              ("grpc.so_reuseport", 0)])
-        add_services(self._grpc, self.service)
         want = 0 if o.bind_free_ports else o.port
-        host = f"[{o.host}]" if ":" in o.host else o.host
-        self.grpc_port = self._grpc.add_insecure_port(f"{host}:{want}")
-        if not self.grpc_port:
-            raise OSError(f"cannot bind gRPC to {o.host}:{want}")
-        await self._grpc.start()
+        # --grpc_socket_path: gRPC on a Unix socket too; with --port=0 on it only (TF Serving)
+        tcp = not (o.grpc_socket_path and o.port == 0 and not o.bind_free_ports)
+        channel_args = grpc_channel_arguments(o.grpc_channel_arguments)
+        if grpc_implementation() == "native":
+            native = GrpcServer(max_receive_message_length=mb, max_send_message_length=mb)
+            self._grpc = native
+            add_services(native, self.service)
+            if channel_args:  # grpc core's settings; the native server has no grpc core
+                log.info("--grpc_channel_arguments apply to grpcio's server only "
+                         "(BATON_SERVING_GRPC=grpcio); ignored: %s", o.grpc_channel_arguments)
+            if o.grpc_socket_path:
+                with contextlib.suppress(OSError):  # a stale socket, as grpc core unlinks it
+                    if stat.S_ISSOCK(os.stat(o.grpc_socket_path).st_mode):
+                        os.unlink(o.grpc_socket_path)
+                await native.bind_unix(o.grpc_socket_path)
+            try:
+                if tcp:
+                    self.grpc_port = await native.bind_tcp(o.host, want)
+            except OSError as e:
+                raise OSError(f"cannot bind gRPC to {o.host}:{want}: {e}") from None
+        else:
+            args = dict([("grpc.max_receive_message_length", mb),
+                         ("grpc.max_send_message_length", mb), ("grpc.so_reuseport", 0),
+                         *channel_args])  # the user's value of a key wins
+            aio = grpc.aio.server(options=list(args.items()))
+            self._grpc = aio
+            add_services(aio, self.service)
+            if o.grpc_socket_path and not aio.add_insecure_port(f"unix:{o.grpc_socket_path}"):
+                raise OSError(f"cannot bind gRPC to unix:{o.grpc_socket_path}")
+            host = f"[{o.host}]" if ":" in o.host else o.host
+            if tcp:
+                self.grpc_port = aio.add_insecure_port(f"{host}:{want}")
+                if not self.grpc_port:
+                    raise OSError(f"cannot bind gRPC to {o.host}:{want}")
+            await aio.start()
         self._sweeper = loop.create_task(self._sweep())
-        log.info("Running gRPC ModelServer at %s:%s ...", o.host, self.grpc_port)
+        if self.grpc_port:
+            log.info("Running gRPC ModelServer at %s:%s ...", o.host, self.grpc_port)
+        if o.grpc_socket_path:
+            log.info("Running gRPC ModelServer at UNIX socket %s ...", o.grpc_socket_path)
         if self.rest_port:
             log.info("Exporting HTTP/REST API at:%s:%s ...", o.host, self.rest_port)
 
