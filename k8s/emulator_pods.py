@@ -10,7 +10,7 @@ What a pod gets, and what the emulator gives instead:
   `tensorflow` container of a distributed job gets it (`k8s.tfconfig.is_distributed`); a
   TF_CONFIG in this machine's environment is never passed on.
 * volumes: a PersistentVolumeClaim is the `--volume-dir`, a ConfigMap is materialised from the
-  manifests beside the TFJob, an emptyDir is a fresh directory. Paths under a mountPath that
+  manifests beside the TFJob (its `items` put keys at their paths, as the kubelet does), an emptyDir is a fresh directory. Paths under a mountPath that
   appear in command, args, env values or workingDir are rewritten to the local directory.
 * command: the container's `command` + `args` run as written (no image: the project's
   environment comes first on PATH, so `baton` and `python` are this checkout's).
@@ -94,8 +94,18 @@ def _mount_dirs(pod: Mapping, container: Mapping, pod_name: str, volume_dir: Pat
                 )
             local = work_dir / "configmaps" / cm
             local.mkdir(parents=True, exist_ok=True)
-            for key, text in configmaps[cm].items():
-                (local / key).write_text(text)
+            data = configmaps[cm]
+            # `items` (the kubelet's key -> path projection) or every key as a file
+            items = vol["configMap"].get("items") or [{"key": k, "path": k} for k in data]
+            for item in items:
+                if item["key"] not in data:
+                    raise EmulationError(
+                        f"pod {pod_name} mounts key {item['key']!r} of ConfigMap {cm!r}, "
+                        f"which has no such key (its keys: {', '.join(sorted(data))})"
+                    )
+                target = local / item["path"]
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.write_text(data[item["key"]])
         elif "emptyDir" in vol:
             local = work_dir / "pods" / pod_name / m["name"]
         elif "hostPath" in vol:

@@ -22,6 +22,9 @@ from baton.strategies.factory import (
 CLEAN_POD_POLICIES = ("None", "Running", "All")
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
+CONFIGMAP_MAX_BYTES = 1000 * 1024  # the API server refuses ConfigMaps over 1 MiB; leave room
+
 # Kubernetes resource.Quantity, as the CRD's own `pattern` spells it.
 QUANTITY = re.compile(
     r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
@@ -193,6 +196,9 @@ class JobOptions:
         pipeline: pipeline name (labels, resource names, `/artifacts/models/<pipeline>`).
         run_id: shared by the data Job, the TFJob and the release Job so they agree on the run dir.
         spec_text: the pipeline YAML, shipped as a ConfigMap; None = the image's embedded default.
+        code_files: the user's modules (path relative to the spec's directory, source text)
+            that the spec names and those they import from that directory; shipped in the
+            spec's ConfigMap and mounted beside the spec, where Baton imports them from.
         data_stages / train_stage / release_stages: which stage runs where.
         train_inputs / release_inputs: `<stage>/<output>` paths (relative to the run dir) that
             must exist before the TFJob / release Job starts; init containers wait for them, so
@@ -209,6 +215,7 @@ class JobOptions:
     run_policy: RunPolicy = dataclasses.field(default_factory=RunPolicy)
     name: str | None = None
     spec_text: str | None = None
+    code_files: tuple[tuple[str, str], ...] = ()
     data_stages: tuple[str, ...] = ()
     train_stage: str = "train"
     release_stages: tuple[str, ...] = ()
@@ -249,6 +256,24 @@ class JobOptions:
             raise ManifestError("mount_path", f"must be an absolute path. Received: {self.mount_path!r}")
         if self.serving_replicas < 1:
             raise ManifestError("serving_replicas", f"must be >= 1. Received: {self.serving_replicas}")
+        self._check_code_files()
+
+    def _check_code_files(self) -> None:
+        if self.code_files and self.spec_text is None:
+            raise ManifestError("code_files", "user modules ship beside a spec; there is none")
+        for rel, _ in self.code_files:
+            parts = rel.split("/")
+            if rel.startswith("/") or ".." in parts or not all(CONFIGMAP_KEY.match(p) for p in parts):
+                raise ManifestError(
+                    "code_files", "a module path must be relative to the spec's directory, of "
+                    f"letters, digits, '-', '_' and '.'. Received: {rel!r}")
+        size = sum(len(t.encode()) for _, t in self.code_files) + len((self.spec_text or "").encode())
+        if size > CONFIGMAP_MAX_BYTES:
+            raise ManifestError(
+                "code_files", f"the spec and its modules are {size} bytes, more than a ConfigMap "
+                f"holds ({CONFIGMAP_MAX_BYTES}); build them into the image instead "
+                "(docs/kubernetes.md). Received: "
+                + ", ".join(rel for rel, _ in self.code_files))
 
     @property
     def job_name(self) -> str:

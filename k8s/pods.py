@@ -12,7 +12,8 @@ import shlex
 from baton.k8s.options import JobOptions
 
 SPEC_DIR = "/etc/baton"
-SPEC_FILE = f"{SPEC_DIR}/pipeline.yaml"
+SPEC_KEY = "pipeline.yaml"
+SPEC_FILE = f"{SPEC_DIR}/{SPEC_KEY}"
 ISTIO_OFF = {"sidecar.istio.io/inject": "false"}
 # The project image runs as uid 1000 (see Dockerfile); fsGroup makes the PVC writable for it.
 SECURITY_CONTEXT = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000}
@@ -39,9 +40,19 @@ def volumes(opts: JobOptions, read_only: bool = False) -> tuple[list[dict], list
         {"name": "artifacts", "mountPath": opts.mount_path, **({"readOnly": True} if read_only else {})}
     ]
     if opts.spec_text is not None:
-        vols.append({"name": "pipeline-spec", "configMap": {"name": spec_configmap_name(opts)}})
+        cm: dict = {"name": spec_configmap_name(opts)}
+        if opts.code_files:  # keys are flat: `items` put each module back at its path
+            cm["items"] = [{"key": SPEC_KEY, "path": SPEC_KEY}] + [
+                {"key": code_key(rel), "path": rel} for rel, _ in opts.code_files
+            ]
+        vols.append({"name": "pipeline-spec", "configMap": cm})
         mounts.append({"name": "pipeline-spec", "mountPath": SPEC_DIR, "readOnly": True})
     return vols, mounts
+
+
+def code_key(rel: str) -> str:
+    """The ConfigMap key of a user module at `rel` (keys cannot hold '/'): `pkg/m.py` -> `pkg--m.py`."""
+    return rel.replace("/", "--")
 
 
 def env(opts: JobOptions) -> list[dict]:
@@ -102,5 +113,6 @@ def spec_configmap(opts: JobOptions) -> dict | None:
             "namespace": opts.namespace,
             "labels": opts.labels("spec"),
         },
-        "data": {"pipeline.yaml": opts.spec_text},
+        # the spec and, beside it, the user's modules (the spec's directory as the pods see it)
+        "data": {SPEC_KEY: opts.spec_text, **{code_key(rel): text for rel, text in opts.code_files}},
     }

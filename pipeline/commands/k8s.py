@@ -78,6 +78,36 @@ def _split_stages(spec) -> tuple[tuple[str, ...], str, tuple[str, ...], tuple[st
     return data, train_name, release, train_inputs, release_inputs
 
 
+def spec_code_files(spec) -> tuple[tuple[str, str], ...]:
+    """The user's modules the pods need, as (path relative to the spec's directory, text).
+
+    What the train stage names (model, loss, metrics, optimizer, callbacks) and user stage types
+    (`type: module:function`), with every module they import from the spec's directory
+    (pipeline.user_code); they ship in the spec's ConfigMap and are mounted beside the spec,
+    where every replica imports them from, exactly as on this machine.
+    """
+    from baton.errors import SpecError
+    from baton.graphs.user_refs import RefError
+    from baton.pipeline.configs import build_config
+    from baton.pipeline.stages import train as train_stage
+    from baton.pipeline.user_code import user_code_files
+
+    refs: list[str] = []
+    for stage in spec.stages:
+        if ":" in stage.type:
+            refs.append(stage.type)
+        elif stage.type == "train":
+            refs += build_config(train_stage.Config, stage.config).user_refs()
+    if not refs:
+        return ()
+    root = spec.spec_dir.resolve()
+    try:
+        files = user_code_files(refs, root)
+    except RefError as exc:
+        raise SpecError(f"{spec.path}: {exc}") from None
+    return tuple((f.relative_to(root).as_posix(), f.read_text()) for f in files)
+
+
 def cluster_spec_text(spec, models_dir: str) -> str:
     """The spec YAML as shipped to the cluster: push stages publish to the shared volume.
 
@@ -125,6 +155,7 @@ def job_options(spec, args: argparse.Namespace):
         resources=Resources(cpu=str(res.cpu), memory=str(res.memory), gpu=int(res.gpu)),
         name=args.name,
         spec_text=spec_text,
+        code_files=spec_code_files(spec) if spec.path else (),
         data_stages=data, train_stage=train, release_stages=release,
         train_inputs=train_inputs, release_inputs=release_inputs,
     )
