@@ -44,7 +44,7 @@ class Task:
     """One request's inputs (already numpy, batch dimension first) and its completion."""
 
     __slots__ = ("signature", "feeds", "size", "done", "loop", "enqueued", "key", "model",
-                 "api", "timeout", "deadline", "running")
+                 "api", "timeout", "deadline", "running", "unbatchable")
 
     def __init__(self, signature, feeds: dict[str, np.ndarray], done: Callable, loop=None,
                  model: str = "", api: str = "", timeout: float = 0.0,
@@ -58,6 +58,11 @@ class Task:
         self.timeout = timeout  # seconds (REST --rest_api_timeout_in_ms); 0: none
         self.deadline = 0.0  # monotonic; 0: none. Set at enqueue, extended at dequeue
         self.running = False  # taken by a worker (or split into parts)
+        # Why these feeds cannot share a batch ("" when they can): no inputs, a scalar,
+        # or inputs of different lengths. Such a task runs alone, as its own call (TF
+        # Serving's plain Session::Run); with batching it is refused, as BatchingSession
+        # refuses it, unless the signature has no inputs at all.
+        self.unbatchable = ""
         if key is not None:
             # The caller built `feeds` from the signature's specs and knows their layout
             # (rest_json's row plan: every input [n] of its spec's dtype).
@@ -66,21 +71,28 @@ class Task:
         elif len(feeds) == 1:  # the common case, without the set and the sort
             (k, a), = feeds.items()
             shape = a.shape
-            if not shape:
-                raise invalid("all inputs must have the same size in the 0th (batch) "
-                              f"dimension. Received shapes: {{{k!r}: []}}")
-            self.size = shape[0]
-            self.key = (id(signature), (k, shape[1:], a.dtype.str))
+            if shape:
+                self.size = shape[0]
+                self.key = (id(signature), (k, shape[1:], a.dtype.str))
+            else:
+                self._alone(f"Received shapes: {{{k!r}: []}}")
         else:
             sizes = {a.shape[0] if a.ndim else -1 for a in feeds.values()}
-            if len(sizes) != 1 or -1 in sizes:
-                shapes = {k: list(v.shape) for k, v in feeds.items()}
-                raise invalid("all inputs must have the same size in the 0th (batch) "
-                              f"dimension. Received shapes: {shapes}")
-            self.size = sizes.pop()
-            self.key = (id(signature),) + tuple(
-                (k, a.shape[1:], a.dtype.str) for k, a in sorted(feeds.items()))
+            if len(sizes) == 1 and -1 not in sizes:
+                self.size = sizes.pop()
+                self.key = (id(signature),) + tuple(
+                    (k, a.shape[1:], a.dtype.str) for k, a in sorted(feeds.items()))
+            else:
+                self._alone("Received shapes: "
+                            f"{ {k: list(v.shape) for k, v in feeds.items()} }")
         self.enqueued = 0.0
+
+    def _alone(self, shapes: str) -> None:
+        self.size = 1
+        self.key = ("alone", id(self))  # a queue of its own: never merged
+        if self.feeds:
+            self.unbatchable = ("all inputs must have the same size in the 0th (batch) "
+                                f"dimension. {shapes}")
 
 
 class _Queue:
@@ -147,6 +159,8 @@ class BatchScheduler:
         """Enqueues a task or raises (400 too large, 503 queue full / shutting down)."""
         limit = self.options.execution_size
         if self.batching:
+            if task.unbatchable:
+                raise invalid(task.unbatchable)
             if self.metrics is not None:
                 self.metrics.input_batch(task.size, len(task.feeds))
             if task.size > limit:
@@ -323,7 +337,7 @@ class BatchScheduler:
             feeds = batch[0].feeds
         else:
             feeds = {k: np.concatenate([t.feeds[k] for t in batch]) for k in batch[0].feeds}
-        if self.batching and self.options.allowed_batch_sizes:
+        if self.batching and self.options.allowed_batch_sizes and batch[0].key[0] != "alone":
             padded = next(s for s in self.options.allowed_batch_sizes if s >= size)
             if padded > size:
                 feeds = {k: np.concatenate([v, np.repeat(v[:1], padded - size, axis=0)])

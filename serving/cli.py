@@ -57,16 +57,70 @@ SERVER_FLAGS: dict[str, tuple[flags.ArgumentParser, Any, str]] = {
                         "ours: bind both APIs to free ports and print them"),
     "ports_file": (flags.ArgumentParser(), "",
                    "ours: write {'grpc','rest','pid'} JSON here once listening"),
+    "grpc_socket_path": (flags.ArgumentParser(), "",
+                         "also serve gRPC on this Unix socket (with --port=0: only there)"),
+    "grpc_channel_arguments": (flags.ArgumentParser(), "",
+                               "comma-separated key=value gRPC server arguments"),
+    "enable_signature_method_name_check": (
+        flags.BooleanParser(), False,
+        "Classify/Regress/MultiInference accept only signatures of their method_name"),
+    "enable_serialization_as_tensor_content": (
+        flags.BooleanParser(), False, "Predict outputs as tensor_content, not typed fields"),
+    "enable_profiler": (flags.BooleanParser(), True,
+                        "register tensorflow.ProfilerService (it answers UNIMPLEMENTED)"),
+    "num_request_iterations_for_warmup": (_NON_NEGATIVE, 0,
+                                          "replays of each warmup record (0: once)"),
+    "saved_model_tags": (flags.ArgumentParser(), "serve",
+                         "comma-separated tags of the meta graph to load"),
+    "tensorflow_session_parallelism": (_NON_NEGATIVE, 0,
+                                       "TensorFlow intra and inter op threads (0: auto)"),
+    "tensorflow_intra_op_parallelism": (_NON_NEGATIVE, 0, "intra-op threads (0: auto)"),
+    "tensorflow_inter_op_parallelism": (_NON_NEGATIVE, 0, "inter-op threads (0: auto)"),
+    "allow_version_labels_for_unavailable_models": (
+        flags.BooleanParser(), False,
+        "a new label may name a version that is not available yet"),
 }
-# Accepted for drop-in compatibility, with tensorflow_model_server's types; no effect here.
+# Accepted for drop-in compatibility, with tensorflow_model_server's types; no effect here:
+# each tunes machinery this server does not have (why, per flag, in docs/serving.md).
 IGNORED: dict[str, flags.ArgumentParser] = {
-    "rest_api_num_threads": flags.IntegerParser(),
-    "tensorflow_session_parallelism": flags.IntegerParser(),
-    "tensorflow_intra_op_parallelism": flags.IntegerParser(),
-    "tensorflow_inter_op_parallelism": flags.IntegerParser(),
-    "enable_signature_method_name_check": flags.BooleanParser(),
-    "xla_cpu_compilation_enabled": flags.BooleanParser(),
+    "rest_api_num_threads": flags.IntegerParser(),  # one event loop, no HTTP thread pool
+    "grpc_max_threads": flags.IntegerParser(),  # the gRPC server runs on the same loop
+    "num_load_threads": flags.IntegerParser(),  # versions load one at a time, off the loop
+    "num_unload_threads": flags.IntegerParser(),
+    "max_num_load_retries": flags.IntegerParser(),  # a failed version is retried when its
+    "load_retry_interval_micros": flags.IntegerParser(),  # directory changes or after 30 s
+    "flush_filesystem_caches": flags.BooleanParser(),
+    "remove_unused_fields_from_bundle_metagraph": flags.BooleanParser(),
+    "xla_cpu_compilation_enabled": flags.BooleanParser(),  # TF2 functions jit as exported
+    "xla_gpu_compilation_enabled": flags.BooleanParser(),  # no GPU serving path
     "per_process_gpu_memory_fraction": flags.FloatParser(),
+    "skip_initialize_tpu": flags.BooleanParser(),  # no TPU serving path
+    "num_tflite_pools": flags.IntegerParser(),  # TFLite is refused (--prefer_tflite_model)
+    "num_tflite_interpreters_per_pool": flags.IntegerParser(),
+}
+# tensorflow_model_server flags for features this server does not have: accepted at their
+# default, refused by name with any other value (exit 2), never silently ignored.
+REFUSED: dict[str, tuple[flags.ArgumentParser, Any, str]] = {
+    "ssl_config_file": (flags.ArgumentParser(), "",
+                        "TLS is not implemented; terminate TLS in front of the server"),
+    "use_alts_credentials": (flags.BooleanParser(), False, "ALTS is not implemented"),
+    "platform_config_file": (flags.ArgumentParser(), "",
+                             "only the TensorFlow SavedModel platform is served"),
+    "tensorflow_session_config_file": (
+        flags.ArgumentParser(), "",
+        "no TF1 Session here; use --tensorflow_intra_op_parallelism/"
+        "--tensorflow_inter_op_parallelism"),
+    "enable_per_model_batching_parameters": (
+        flags.BooleanParser(), False, "one --batching_parameters_file serves every model"),
+    "prefer_tflite_model": (flags.BooleanParser(), False, "TFLite models are not served"),
+    "thread_pool_factory_config_file": (flags.ArgumentParser(), "",
+                                        "custom thread pools are not implemented"),
+    "mixed_precision": (flags.ArgumentParser(), "", "mixed precision is not implemented"),
+    "enable_grpc_healthcheck_service": (
+        flags.BooleanParser(), False,
+        "grpc.health.v1 is not served; probe GET /v1/models/NAME (REST) or GetModelStatus"),
+    "rest_api_enable_cors_support": (
+        flags.BooleanParser(), False, "CORS preflight is not implemented"),
 }
 USAGE_LINE = "usage: baton serve --model_name=NAME --model_base_path=DIR [flags]"
 
@@ -111,6 +165,8 @@ def flag_values() -> flags.FlagValues:
     table = [(n, p, d, h) for n, (p, d, h) in SERVER_FLAGS.items()]
     table += [(n, p, None, "accepted for compatibility; no effect")
               for n, p in IGNORED.items()]
+    table += [(n, p, d, f"refused unless {d!r}: {why}") for n, (p, d, why) in REFUSED.items()]
+    table.append(("version", flags.BooleanParser(), False, "print the versions and exit"))
     for name, parser, default, help_text in table:
         flag = flags.Flag(_Phrased(name=name, inner=parser), None, name,
                           default, help_text, boolean=isinstance(parser, flags.BooleanParser))
@@ -130,7 +186,7 @@ def _parse(argv: list[str]) -> dict[str, Any]:
     except _Invalid as e:
         raise UsageError(str(e)) from None
     except flags.UnrecognizedFlagError as e:
-        hint = difflib.get_close_matches(e.flagname, SERVER_FLAGS, n=1)
+        hint = difflib.get_close_matches(e.flagname, [*SERVER_FLAGS, *IGNORED, *REFUSED], n=1)
         raise UsageError(f"unknown flag --{e.flagname}"
                          + (f"; did you mean --{hint[0]}?" if hint else "")) from None
     except flags.Error as e:
@@ -149,7 +205,26 @@ def _parse(argv: list[str]) -> dict[str, Any]:
         if after.startswith("-") and name in fv and fv[name].boolean:
             tip = f" (a boolean flag takes its value after '=': {after}={rest[0]})"
         raise UsageError(f"unexpected argument. Received: {rest[0]!r}{tip}")
+    for name, (_, default, why) in REFUSED.items():
+        if fv[name].present and fv[name].value != default:
+            raise UsageError(f"--{name} is not supported by baton serve: {why}. "
+                             f"Received: {fv[name].value!r}")
     return {name: fv[name].value for name in SERVER_FLAGS if fv[name].present}
+
+
+def version_text() -> str:
+    """What `--version` prints, in tensorflow_model_server's two-line form."""
+    from importlib import metadata
+
+    def v(dist: str) -> str:
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            return "unknown"
+
+    return (f"TensorFlow ModelServer: baton {v('baton')} "
+            f"(tensorflow-serving-api {v('tensorflow-serving-api')})\n"
+            f"TensorFlow Library: {v('tensorflow')}")
 
 
 def parse_args(argv: list[str]):
@@ -157,6 +232,13 @@ def parse_args(argv: list[str]):
     from baton.serving.server import ServerOptions
 
     opts = ServerOptions(**_parse(argv))
+    if opts.grpc_channel_arguments:
+        from baton.serving.config import ConfigError, grpc_channel_arguments
+
+        try:
+            grpc_channel_arguments(opts.grpc_channel_arguments)
+        except ConfigError as e:
+            raise UsageError(str(e)) from None
     if not opts.model_config_file and not opts.model_base_path:
         raise UsageError("--model_base_path (or --model_config_file) is required. "
                          "Received: nothing")
@@ -173,6 +255,9 @@ def parse_args(argv: list[str]):
 def main(argv: list[str]) -> int:
     if any(a in ("-h", "--help", "--helpfull") for a in argv):
         print(usage())
+        return 0
+    if any(a in ("--version", "--version=true", "--version=1") for a in argv):
+        print(version_text())
         return 0
     try:
         opts = parse_args(argv)
@@ -199,7 +284,10 @@ def main(argv: list[str]) -> int:
         print(f"baton serve: cannot listen on {opts.host}: {e}", file=sys.stderr)
         server.stop(grace=0)
         return 1
-    print(f"Running gRPC ModelServer at {opts.host}:{server.grpc_port} ...", flush=True)
+    if server.grpc_port:
+        print(f"Running gRPC ModelServer at {opts.host}:{server.grpc_port} ...", flush=True)
+    if opts.grpc_socket_path:
+        print(f"Running gRPC ModelServer at UNIX socket {opts.grpc_socket_path} ...", flush=True)
     if server.rest_port:
         print(f"Exporting HTTP/REST API at:{opts.host}:{server.rest_port} ...", flush=True)
     done = threading.Event()

@@ -73,7 +73,32 @@ def _parse_file(path: str, message, what: str):
     try:
         return text_format.Parse(text, message)
     except text_format.ParseError as e:
-        raise ConfigError(f"invalid {what} in {path!r}: {e}") from e
+        # TF Serving's shape: protobuf's text parser logs the position and reason, then
+        # ParseProtoTextFile fails with "Invalid protobuf file" (util/proto_util.h)
+        where, _, reason = str(e).partition(" : ")
+        if not reason:
+            where, reason = f"{e.GetLine()}:{e.GetColumn()}", str(e)
+        raise ConfigError(f"Error parsing text-format {message.DESCRIPTOR.full_name}: "
+                          f"{where}: {reason}\nInvalid protobuf file: '{path}'") from e
+
+
+def grpc_channel_arguments(text: str) -> list[tuple[str, int | str]]:
+    """`--grpc_channel_arguments`: "key=value,key=value" as TF Serving's
+    parseGrpcChannelArgs splits it; a value that parses as a 32-bit integer is passed as
+    an integer, anything else as a string (grpc logs arguments it does not know)."""
+    out: list[tuple[str, int | str]] = []
+    for item in text.split(",") if text else []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ConfigError("--grpc_channel_arguments must be comma-separated key=value "
+                              f"pairs. Received: {item!r} in {text!r}")
+        try:
+            number = int(value)
+        except ValueError:
+            out.append((key, value))
+            continue
+        out.append((key, number) if -2 ** 31 <= number < 2 ** 31 else (key, value))
+    return out
 
 
 @dataclasses.dataclass(frozen=True)

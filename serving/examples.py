@@ -14,10 +14,12 @@ import binascii
 import numpy as np
 
 from baton.serving.conventions import (
+    CLASSIFY_INPUTS,
     CLASSIFY_METHOD_NAME,
     CLASSIFY_OUTPUT_CLASSES,
     CLASSIFY_OUTPUT_SCORES,
     DEFAULT_SERVING_SIGNATURE_DEF_KEY,
+    REGRESS_INPUTS,
     REGRESS_OUTPUTS,
 )
 from baton.serving.servable import Servable, Signature
@@ -95,21 +97,54 @@ def examples_from_json(body: dict) -> np.ndarray:
     return arr
 
 
-def signature_for(servable: Servable, name: str, method: str) -> Signature:
-    """The classify/regress signature: the named one, else the only one of that method."""
+def signature_for(servable: Servable, name: str, method: str,
+                  check_method_name: bool = False) -> Signature:
+    """The classify/regress signature a request names (serving_default if none).
+
+    As TF Serving's GetClassificationSignatureDef / GetRegressionSignatureDef: the
+    method_name is checked only with `check_method_name`
+    (`--enable_signature_method_name_check`, default false: TF2's saver writes every
+    signature as predict); otherwise the signature's structure is (see `check_signature`).
+    Leniency (ours): without a name, when serving_default is not of `method`, the model's
+    only signature whose method_name is `method` is used.
+    """
     if not name:
         default = servable.signatures.get(DEFAULT_SERVING_SIGNATURE_DEF_KEY)
         if default is None or default.method_name != method:
             matches = [s for s in servable.signatures.values() if s.method_name == method]
             if len(matches) == 1:
-                return matches[0]
-    sig = servable.signature(name)
-    if sig.method_name != method:
-        kind = "classification" if method == CLASSIFY_METHOD_NAME else "regression"
+                return check_signature(matches[0], method, check_method_name)
+    key = name or DEFAULT_SERVING_SIGNATURE_DEF_KEY
+    sig = servable.signatures.get(key)
+    if sig is None:
+        raise invalid(f"No signature was found with the name: {key}")
+    return check_signature(sig, method, check_method_name)
+
+
+def check_signature(sig: Signature, method: str, check_method_name: bool = False) -> Signature:
+    """TF Serving's PreProcessClassification / PreProcessRegression checks, its messages."""
+    classify = method == CLASSIFY_METHOD_NAME
+    kind = "classification" if classify else "regression"
+    if check_method_name and sig.method_name != method:
         raise invalid(f"Expected {kind} signature method_name to be {method}. "
                       f"Was: {sig.method_name}")
     if len(sig.inputs) != 1:
-        raise invalid(f"Expected one input tensor for {sig.name}. Received: {list(sig.inputs)}")
+        raise invalid("Expected one input Tensor.")
+    n = len(sig.outputs)
+    if classify and n not in (1, 2):
+        raise invalid(f"Expected one or two output Tensors, found {n}")
+    if not classify and n != 1:
+        raise invalid("Expected one output Tensor.")
+    if (CLASSIFY_INPUTS if classify else REGRESS_INPUTS) not in sig.inputs:
+        raise invalid(f"No {kind} inputs found in SignatureDef {sig.name}: "
+                      f"inputs {sorted(sig.inputs)}")
+    if classify and not {CLASSIFY_OUTPUT_CLASSES, CLASSIFY_OUTPUT_SCORES} & sig.outputs.keys():
+        raise invalid("Expected classification signature outputs to contain at least one of "
+                      f"\"{CLASSIFY_OUTPUT_CLASSES}\" or \"{CLASSIFY_OUTPUT_SCORES}\". "
+                      f"Signature {sig.name} outputs: {sorted(sig.outputs)}")
+    if not classify and REGRESS_OUTPUTS not in sig.outputs:
+        raise invalid(f"No regression outputs found in SignatureDef {sig.name}: "
+                      f"outputs {sorted(sig.outputs)}")
     return sig
 
 
@@ -152,4 +187,4 @@ def regression_values(sig: Signature, out: dict[str, np.ndarray]) -> list[float]
 
 
 __all__ = ["examples_from_json", "examples_from_input_proto", "signature_for",
-           "classification_rows", "regression_values"]
+           "check_signature", "classification_rows", "regression_values"]

@@ -16,6 +16,7 @@ from tensorflow_serving.apis import (
     classification_pb2,
     get_model_metadata_pb2,
     get_model_status_pb2,
+    inference_pb2,
     model_management_pb2,
     model_service_pb2_grpc,
     predict_pb2,
@@ -25,7 +26,12 @@ from tensorflow_serving.apis import (
 
 from baton.serving import examples as ex
 from baton.serving.config import ConfigError, model_configs_from_proto
-from baton.serving.conventions import CLASSIFY_METHOD_NAME, REGRESS_METHOD_NAME
+from baton.serving.conventions import (
+    CLASSIFY_METHOD_NAME,
+    DEFAULT_SERVING_SIGNATURE_DEF_KEY,
+    REGRESS_METHOD_NAME,
+)
+from baton.serving.profiler import add_profiler_refusal
 from baton.serving.service import ModelService, check_feeds
 from baton.serving.status import Code, ServingError, invalid
 from baton.serving.tensor_proto import from_ndarray, to_ndarray
@@ -77,20 +83,17 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
     async def Predict(self, request, context):
         async def body():
             servable = self.manager.resolve(*_spec_args(request.model_spec))
-            sig = servable.signature(request.model_spec.signature_name)
+            sig = _predict_signature(servable, request.model_spec.signature_name)
             feeds = check_feeds(sig, {k: to_ndarray(v) for k, v in request.inputs.items()})
-            wanted = list(request.output_filter)
-            unknown = [k for k in wanted if k not in sig.outputs]
-            if unknown:
-                raise invalid(f"output tensor alias not found in signature: {unknown}. "
-                              f"Outputs: {sorted(sig.outputs)}")
+            wanted = _output_filter(sig, request.output_filter)
             out = await self.service.run(servable, sig, feeds, "Predict")
             resp = predict_pb2.PredictResponse()
             resp.model_spec.name = servable.model_name
             resp.model_spec.version.value = servable.version
             resp.model_spec.signature_name = sig.name
+            content = self.service.tensor_content
             for k in wanted or out:
-                from_ndarray(out[k], resp.outputs[k])
+                from_ndarray(out[k], resp.outputs[k], content)
             return resp
 
         return await self._call("Predict", request, context, body)
@@ -99,7 +102,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         async def body():
             servable = self.manager.resolve(*_spec_args(request.model_spec))
             sig = ex.signature_for(servable, request.model_spec.signature_name,
-                                   CLASSIFY_METHOD_NAME)
+                                   CLASSIFY_METHOD_NAME, self.service.method_name_check)
             examples = ex.examples_from_input_proto(request.input)
             self.service.metrics.examples(self.service.known(servable.model_name),
                                           len(examples))
@@ -121,7 +124,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         async def body():
             servable = self.manager.resolve(*_spec_args(request.model_spec))
             sig = ex.signature_for(servable, request.model_spec.signature_name,
-                                   REGRESS_METHOD_NAME)
+                                   REGRESS_METHOD_NAME, self.service.method_name_check)
             examples = ex.examples_from_input_proto(request.input)
             self.service.metrics.examples(self.service.known(servable.model_name),
                                           len(examples))
@@ -137,11 +140,46 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
 
         return await self._call("Regress", request, context, body)
 
+    async def MultiInference(self, request, context):
+        async def body():
+            servable, plan = _multi_inference_plan(self.manager, request,
+                                                   self.service.method_name_check)
+            examples = ex.examples_from_input_proto(request.input)
+            self.service.metrics.examples(self.service.known(servable.model_name),
+                                          len(examples))
+            # one call per signature on the same examples (TF Serving: one Session::Run
+            # fetching every task's outputs; the results are the same)
+            outs = await asyncio.gather(*(
+                self.service.run(servable, sig, {next(iter(sig.inputs)): examples})
+                for _, sig in plan))
+            resp = inference_pb2.MultiInferenceResponse()
+            for (task, sig), out in zip(plan, outs, strict=True):
+                r = resp.results.add()
+                r.model_spec.name = task.model_spec.name
+                r.model_spec.signature_name = sig.name
+                r.model_spec.version.value = servable.version
+                if task.method_name == CLASSIFY_METHOD_NAME:
+                    for row in ex.classification_rows(sig, out):
+                        c = r.classification_result.classifications.add()
+                        for label, score in row:
+                            c.classes.add(label=label, score=score)
+                else:
+                    for v in ex.regression_values(sig, out):
+                        r.regression_result.regressions.add(value=v)
+            return resp
+
+        first = request.tasks[0] if request.tasks else inference_pb2.InferenceTask()
+        return await self._call(None, first, context, body)  # not counted by TF Serving
+
     async def GetModelMetadata(self, request, context):
         async def body():
             fields = list(request.metadata_field)
-            if fields != ["signature_def"]:
-                raise invalid(f"Metadata field must be ['signature_def']. Received: {fields}")
+            if not fields:  # get_model_metadata_impl.cc's checks and messages
+                raise invalid("GetModelMetadataRequest must specify at least one "
+                              "metadata_field")
+            for f in fields:
+                if f != "signature_def":
+                    raise invalid(f"Metadata field {f} is not supported")
             servable = self.manager.resolve(*_spec_args(request.model_spec))
             resp = get_model_metadata_pb2.GetModelMetadataResponse()
             resp.model_spec.name = servable.model_name
@@ -150,6 +188,58 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
             return resp
 
         return await self._call(None, request, context, body)  # not counted by TF Serving
+
+
+def _predict_signature(servable, name: str):
+    """predict_util.cc's lookup: an unknown signature is FAILED_PRECONDITION on gRPC."""
+    key = name or DEFAULT_SERVING_SIGNATURE_DEF_KEY
+    sig = servable.signatures.get(key)
+    if sig is None:
+        raise ServingError(Code.FAILED_PRECONDITION,
+                           f"Serving signature key \"{key}\" not found.")
+    return sig
+
+
+def _output_filter(sig, output_filter) -> list[str]:
+    wanted = list(output_filter)
+    for k in wanted:
+        if k not in sig.outputs:
+            raise invalid(f"output tensor alias not found in signature: {k} Outputs "
+                          f"expected to be in the set {{{','.join(sorted(sig.outputs))}}}.")
+    if len(set(wanted)) != len(wanted):
+        dup = next(k for k in wanted if wanted.count(k) > 1)
+        raise invalid(f"duplicate output tensor alias: {dup}")
+    return wanted
+
+
+def _multi_inference_plan(manager, request, check_method_name: bool):
+    """The servable and [(task, signature)] of a MultiInferenceRequest, checked as TF
+    Serving's TensorFlowMultiInferenceRunner::Infer checks it (same messages)."""
+    tasks = list(request.tasks)
+    if not tasks:
+        raise invalid("Missing ModelSpec name")
+    name = tasks[0].model_spec.name
+    for t in tasks:
+        if not t.model_spec.name:
+            raise invalid("Found ModelSpec with an empty model name.")
+        if t.model_spec.name != name:
+            raise invalid("All ModelSpecs in a MultiInferenceRequest must access the same "
+                          "model name.")
+    servable = manager.resolve(*_spec_args(tasks[0].model_spec))
+    plan, seen = [], set()
+    for t in tasks:
+        key = t.model_spec.signature_name or DEFAULT_SERVING_SIGNATURE_DEF_KEY
+        if key in seen:
+            raise invalid(f"Duplicate evaluation of signature: {key}")
+        seen.add(key)
+        sig = servable.signatures.get(key)
+        if sig is None:
+            raise invalid(f"Requested signature not found in model graph: {key}")
+        if t.method_name not in (CLASSIFY_METHOD_NAME, REGRESS_METHOD_NAME):
+            raise ServingError(Code.UNIMPLEMENTED,
+                               f"Unsupported signature method_name: {t.method_name}")
+        plan.append((t, ex.check_signature(sig, t.method_name, check_method_name)))
+    return servable, plan
 
 
 class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
@@ -195,3 +285,5 @@ def add_services(server, service: ModelService) -> None:
     prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
         PredictionServicer(service), server)
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(service), server)
+    if service.profiler:
+        add_profiler_refusal(server)

@@ -42,23 +42,32 @@ class _Model:
         self.serving: dict[int, Servable] = {}
         self.latest: Servable | None = None
         self.labels: dict[str, int] = dict(config.labels)
+        self.dirs: dict[int, str] = {}  # version -> its directory name under base_path
 
     def publish(self, serving: dict[int, Servable]) -> None:
         self.serving = serving
         self.latest = serving[max(serving)] if serving else None
 
 
-def list_versions(base_path: str) -> list[int]:
-    """Integer-named subdirectories of base_path (TF Serving's layout); [] if missing."""
+def version_dirs(base_path: str) -> dict[int, str]:
+    """Integer-named subdirectories of base_path (TF Serving's layout): version -> the
+    directory name as found (`00000123` is version 123, read from `00000123/`); {} if
+    base_path is missing. When two names give one version (`123`, `0123`), the shortest
+    (then the first in sort order) is taken, so the choice is stable across polls."""
     try:
-        entries = os.listdir(base_path)
+        entries = sorted(os.listdir(base_path), key=lambda e: (len(e), e))
     except OSError:
-        return []
-    out = []
+        return {}
+    out: dict[int, str] = {}
     for e in entries:
         if e.isdigit() and e.isascii() and os.path.isdir(os.path.join(base_path, e)):
-            out.append(int(e))
-    return sorted(out)
+            out.setdefault(int(e), e)
+    return out
+
+
+def list_versions(base_path: str) -> list[int]:
+    """The versions under base_path, ascending; [] if missing."""
+    return sorted(version_dirs(base_path))
 
 
 def fingerprint(path: str) -> tuple:
@@ -98,6 +107,9 @@ class ModelManager:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.listeners: list[Callable[[str, int, str], None]] = []
+        # --allow_version_labels_for_unavailable_models: a label that is new (or already
+        # names that version) may point at a version not yet available (server_core.cc)
+        self.allow_unavailable_labels = False
 
     # -- lifecycle -------------------------------------------------------------------
     def start(self) -> None:
@@ -144,7 +156,9 @@ class ModelManager:
 
     def _reconcile(self, model: _Model) -> None:
         cfg = model.config
-        on_disk = list_versions(cfg.base_path)
+        dirs = version_dirs(cfg.base_path)
+        model.dirs = dirs
+        on_disk = sorted(dirs)
         if not on_disk and not model.serving:
             log.warning("No versions of servable %s found under base path %s",
                         cfg.name, cfg.base_path)
@@ -154,7 +168,7 @@ class ModelManager:
                 v for v in on_disk
                 if v in model.serving
                 or (v not in tried and not self._failed_and_unchanged(
-                    model, v, os.path.join(cfg.base_path, str(v))))
+                    model, v, os.path.join(cfg.base_path, dirs[v])))
             ]
             desired = cfg.policy.select(candidates)
             todo = [v for v in desired if v not in model.serving]
@@ -175,7 +189,7 @@ class ModelManager:
 
     def _load(self, model: _Model, v: int) -> bool:
         cfg = model.config
-        path = os.path.join(cfg.base_path, str(v))
+        path = os.path.join(cfg.base_path, model.dirs.get(v, str(v)))
         before = fingerprint(path)
         model.records[v] = VersionStatus(v, LOADING)
         self._notify(cfg.name, v, LOADING)
@@ -225,7 +239,8 @@ class ModelManager:
                 self._reconcile(m)
             for m in new.values():
                 for label, v in m.config.labels:
-                    if v not in m.serving:
+                    new_label = m.labels.get(label, v) == v
+                    if v not in m.serving and not (self.allow_unavailable_labels and new_label):
                         raise ServingError(
                             Code.FAILED_PRECONDITION,
                             f"Request to assign label {label!r} to version {v} of model "

@@ -84,10 +84,14 @@ def status_json(manager, name, version, label) -> dict:
 
 
 def metadata_json(manager, name, version, label) -> dict:
+    """GetModelMetadataResponse as TF Serving's REST handler prints it (ToJsonString):
+    proto field names, and every field without presence printed even when empty
+    (`"defaults": {}`, `"name": ""`, `"dim": []`, `"unknown_rank": false`)."""
     from google.protobuf import json_format
 
     s = manager.resolve(name, version, label)
-    sigs = json_format.MessageToDict(s.signature_def_map(), preserving_proto_field_name=True)
+    sigs = json_format.MessageToDict(s.signature_def_map(), preserving_proto_field_name=True,
+                                     always_print_fields_with_no_presence=True)
     return {"model_spec": {"name": name, "signature_name": "", "version": str(s.version)},
             "metadata": {"signature_def": sigs}}
 
@@ -161,7 +165,8 @@ class RestApi:
             feeds, row, key = parse_predict(req, sig)
         else:
             sig = ex.signature_for(servable, sig_name, CLASSIFY_METHOD_NAME
-                                   if verb == "classify" else REGRESS_METHOD_NAME)
+                                   if verb == "classify" else REGRESS_METHOD_NAME,
+                                   self.service.method_name_check)
             examples = ex.examples_from_json(req)
             self.service.metrics.examples(self.service.known(name), len(examples))
             feeds = {next(iter(sig.inputs)): examples}
@@ -172,11 +177,11 @@ class RestApi:
                 try:
                     if verb == "predict":
                         data = dumps(predict_response(out, row), out)
-                    elif verb == "classify":
-                        data = json.dumps({"result": [[list(p) for p in r] for r in
-                                                      ex.classification_rows(sig, out)]}).encode()
+                    elif verb == "classify":  # kClassifyRegressResponseKey is "results"
+                        data = json.dumps({"results": [[list(p) for p in r] for r in
+                                                       ex.classification_rows(sig, out)]}).encode()
                     else:
-                        data = json.dumps({"result": ex.regression_values(sig, out)}).encode()
+                        data = json.dumps({"results": ex.regression_values(sig, out)}).encode()
                 except ServingError as e:
                     err = e
             self.service.record(name, verb, "REST", err, t0)

@@ -2,8 +2,10 @@
 
 Row format (`instances`) and columnar format (`inputs`) as documented for TF Serving;
 strings may be `{"b64": "..."}`. Every input is converted and checked against the
-signature (dtype, rank, fixed dimensions) *before* it reaches the batcher, so one bad
-request gets its own 400 and can never fail a batch it would have shared with others.
+signature's input names and dtypes *before* it reaches the batcher, so one bad request
+gets its own 400 and can never fail a batch it would have shared with others. Shapes are
+TensorFlow's to check, as in TF Serving; the batcher queues requests by input layout, so a
+request whose shape does not fit still fails alone.
 """
 
 from __future__ import annotations
@@ -76,8 +78,12 @@ def _decode_str(v, where: str):
     raise invalid(f"{where}: expected a string or {{\"b64\": ...}}. Received: {str(v)[:80]}")
 
 
-def to_array(value, spec: TensorSpec, where: str, batched: bool) -> np.ndarray:
-    """Converts one JSON value to a numpy array of spec's dtype and checks its shape."""
+def to_array(value, spec: TensorSpec, where: str) -> np.ndarray:
+    """Converts one JSON value to a numpy array of spec's dtype.
+
+    Shapes are not checked here: as TF Serving, inputs are checked by name and dtype and
+    TensorFlow decides whether a shape fits when the signature runs.
+    """
     try:
         if spec.is_string:
             if isinstance(value, list) and all(type(x) is str for x in value):
@@ -94,7 +100,6 @@ def to_array(value, spec: TensorSpec, where: str, batched: bool) -> np.ndarray:
             arr = np.asarray(value, dtype=spec.dtype)
     except (ValueError, TypeError, OverflowError) as e:
         raise invalid(f"{where}: cannot convert to {spec.tf_dtype}: {e}") from None
-    _check_shape(arr, spec, where, batched)
     return arr
 
 
@@ -110,18 +115,6 @@ def _has_non_number(v) -> bool:
             return False
         return any(_has_non_number(x) for x in v)
     return t is not bool
-
-
-def _check_shape(arr: np.ndarray, spec: TensorSpec, where: str, batched: bool) -> None:
-    if spec.shape is None:
-        return
-    expected = spec.shape if batched else spec.shape[1:]
-    if arr.ndim != len(expected) or any(
-        e is not None and e != a for e, a in zip(expected, arr.shape, strict=False)
-    ):
-        want = [-1 if e is None else e for e in expected]
-        raise invalid(f"{where}: expected shape {want} ({spec.tf_dtype}). "
-                      f"Received shape {list(arr.shape)}")
 
 
 class _RowPlan:
@@ -242,7 +235,7 @@ def feeds_from_json(body, sig: Signature) -> tuple[dict[str, np.ndarray], bool]:
                 except KeyError:
                     raise invalid(f"instances: every instance must have input {name!r}. "
                                   f"Signature inputs: {sorted(specs)}") from None
-                feeds[name] = to_array(col, spec, f"input {name!r}", batched=True)
+                feeds[name] = to_array(col, spec, f"input {name!r}")
             extra = set().union(*rows) - specs.keys()
             if extra:
                 raise invalid(f"instances: unknown inputs {sorted(extra)}. "
@@ -252,7 +245,7 @@ def feeds_from_json(body, sig: Signature) -> tuple[dict[str, np.ndarray], bool]:
             raise invalid("instances must be objects naming each input when the signature "
                           f"has several inputs: {sorted(specs)}")
         name, spec = next(iter(specs.items()))
-        return {name: to_array(rows, spec, f"input {name!r}", batched=True)}, True
+        return {name: to_array(rows, spec, f"input {name!r}")}, True
     cols = body["inputs"]
     if type(cols) is dict and not (len(cols) == 1 and "b64" in cols and len(specs) == 1
                                    and "b64" not in specs):
@@ -261,12 +254,12 @@ def feeds_from_json(body, sig: Signature) -> tuple[dict[str, np.ndarray], bool]:
         if unknown or missing:
             raise invalid(f"inputs: unknown {sorted(unknown)}, missing {sorted(missing)}. "
                           f"Signature inputs: {sorted(specs)}")
-        return {k: to_array(v, specs[k], f"input {k!r}", batched=True)
+        return {k: to_array(v, specs[k], f"input {k!r}")
                 for k, v in cols.items()}, False
     if len(specs) != 1:
         raise invalid(f"inputs must be an object naming each input: {sorted(specs)}")
     name, spec = next(iter(specs.items()))
-    return {name: to_array(cols, spec, f"input {name!r}", batched=True)}, False
+    return {name: to_array(cols, spec, f"input {name!r}")}, False
 
 
 def _jsonable(name: str, arr: np.ndarray):

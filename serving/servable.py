@@ -117,6 +117,8 @@ class _FastCall:
     @classmethod
     def build(cls, fn, inputs: dict[str, TensorSpec]) -> _FastCall | None:
         try:
+            if _writes_state(fn):
+                return None  # verifying it would run the update twice
             return cls(fn, inputs)
         except (AttributeError, TypeError, ValueError, ImportError):
             return None
@@ -146,6 +148,22 @@ class _FastCall:
                          + self.fn.captured_inputs)
 
 
+# Op types that update state (variables, hash tables): a signature holding one is stateful,
+# so each call must run it exactly once (the counter model's incr_counter).
+_STATE_WRITES = ("Assign", "ResourceApply", "ResourceScatter", "ResourceSparseApply",
+                 "ResourceStridedSliceAssign", "LookupTableInsert", "LookupTableRemove",
+                 "LookupTableImport", "MutableHashTable")
+
+
+def _writes_state(fn) -> bool:
+    """True when the signature's graph (or a function it calls) updates state."""
+    graph_def = fn.graph.as_graph_def()
+    ops = {n.op for n in graph_def.node}
+    for f in graph_def.library.function:
+        ops.update(n.op for n in f.node_def)
+    return any(op.startswith(_STATE_WRITES) for op in ops)
+
+
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
     if a.dtype != b.dtype or a.shape != b.shape:
         return False
@@ -157,6 +175,20 @@ def _fits(arr: np.ndarray, spec: TensorSpec) -> bool:
     if arr.dtype != spec.dtype or spec.shape is None or arr.ndim != len(spec.shape):
         return False
     return all(e is None or e == a for e, a in zip(spec.shape, arr.shape, strict=True))
+
+
+def set_parallelism(intra: int = 0, inter: int = 0) -> None:
+    """`--tensorflow_intra_op_parallelism` / `--tensorflow_inter_op_parallelism` (0: TF
+    picks); must run before TensorFlow's runtime starts (ModelServer.start does it first)."""
+    import tensorflow as tf
+
+    try:
+        if intra:
+            tf.config.threading.set_intra_op_parallelism_threads(intra)
+        if inter:
+            tf.config.threading.set_inter_op_parallelism_threads(inter)
+    except RuntimeError as e:  # the runtime already started (a server inside a test)
+        log.warning("TensorFlow thread pools already set up; parallelism flags ignored: %s", e)
 
 
 def _short(message: str) -> str:
@@ -274,22 +306,40 @@ class Servable:
         return n
 
 
-def load_servable(model_name: str, version: int, export_dir: str, warmup: bool = True) -> Servable:
-    """Loads (and warms up) one version; raises ServingError on any failure."""
+def meta_graph_for(sm, tags: tuple[str, ...], export_dir: str):
+    """The MetaGraphDef whose tag set is `tags` (`--saved_model_tags`), as TF Serving's
+    LoadSavedModel picks it; DATA_LOSS naming the tag sets there are, if none."""
+    for mg in sm.meta_graphs:
+        if set(mg.meta_info_def.tags) == set(tags):
+            return mg
+    found = [sorted(mg.meta_info_def.tags) for mg in sm.meta_graphs]
+    raise ServingError(Code.DATA_LOSS, f"Could not find meta graph def matching supplied tags: "
+                                       f"{{ {' '.join(sorted(tags))} }} in {export_dir}. "
+                                       f"Tag sets in the SavedModel: {found}")
+
+
+def load_servable(model_name: str, version: int, export_dir: str, warmup: bool = True,
+                  tags: tuple[str, ...] = ("serve",), warmup_iterations: int = 0) -> Servable:
+    """Loads (and warms up) one version; raises ServingError on any failure.
+
+    `tags` is `--saved_model_tags` (the meta graph to load); `warmup_iterations` is
+    `--num_request_iterations_for_warmup` (each warmup record replayed that many times;
+    0: the default, once).
+    """
     import tensorflow as tf
 
     t0 = time.monotonic()
     sm = read_saved_model_proto(export_dir)
-    sig_defs = dict(sm.meta_graphs[0].signature_def)
+    sig_defs = dict(meta_graph_for(sm, tags, export_dir).signature_def)
     try:
-        loaded = tf.saved_model.load(export_dir)
+        loaded = tf.saved_model.load(export_dir, tags=list(tags))
     except Exception as e:  # noqa: BLE001 - TF raises many types for a corrupt model
         msg = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
         raise ServingError(Code.DATA_LOSS, f"failed to load {export_dir}: {msg}") from None
     servable = Servable(model_name, version, export_dir, sig_defs, loaded)
     if warmup:
         try:
-            servable.warmup()
+            servable.warmup(warmup_iterations or WARMUP_ITERATIONS)
         except ServingError as e:
             raise ServingError(e.code, f"warmup of {export_dir} failed: {e.message}") from None
         except Exception as e:  # noqa: BLE001

@@ -22,10 +22,20 @@ from baton.serving.status import ServingError, invalid
 class ModelService:
     """Shared by the REST and gRPC front ends of one server."""
 
-    def __init__(self, manager: ModelManager, scheduler: BatchScheduler, metrics: Metrics):
+    def __init__(self, manager: ModelManager, scheduler: BatchScheduler, metrics: Metrics,
+                 method_name_check: bool = False, tensor_content: bool = False,
+                 profiler: bool = True):
         self.manager = manager
         self.scheduler = scheduler
         self.metrics = metrics
+        # --enable_signature_method_name_check: Classify/Regress/MultiInference accept
+        # only signatures of their method_name (TF Serving's default: not checked)
+        self.method_name_check = method_name_check
+        # --enable_serialization_as_tensor_content: Predict outputs as tensor_content
+        self.tensor_content = tensor_content
+        # --enable_profiler: tensorflow.ProfilerService on the gRPC port (refused, see
+        # profiler.py); false leaves the service out, as TF Serving does
+        self.profiler = profiler
 
     def submit(self, servable: Servable, sig: Signature, feeds: dict[str, np.ndarray],
                done, loop, api: str = "", timeout: float = 0.0, key: tuple | None = None
@@ -69,12 +79,20 @@ class ModelService:
 
 
 def check_feeds(sig: Signature, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Validates proto-decoded inputs (gRPC) against the signature, casting dtypes."""
-    unknown = feeds.keys() - sig.inputs.keys()
-    missing = sig.inputs.keys() - feeds.keys()
-    if unknown or missing:
-        raise invalid(f"inputs: unknown {sorted(unknown)}, missing {sorted(missing)}. "
-                      f"Signature {sig.name!r} inputs: {sorted(sig.inputs)}")
+    """Validates proto-decoded inputs (gRPC) against the signature by name, casting dtypes.
+
+    As TF Serving's predict_util (VerifyRequestInputsSize): inputs are checked by name
+    only; shapes are TensorFlow's to check when the signature runs (a TF1 graph fed `x`
+    of shape [1] where it declares [-1, 1] computes, as under TF Serving's Session::Run).
+    """
+    if feeds.keys() != sig.inputs.keys():
+        sent, want = sorted(feeds), sorted(sig.inputs)
+        extra = sorted(feeds.keys() - sig.inputs.keys())
+        missing = sorted(sig.inputs.keys() - feeds.keys())
+        raise invalid(f"input size does not match signature: {len(sent)}!={len(want)} "
+                      f"len({{{','.join(sent)}}}) != len({{{','.join(want)}}}). "
+                      f"Sent extra: {{{','.join(extra)}}}. "
+                      f"Missing but required: {{{','.join(missing)}}}.")
     out = {}
     for k, arr in feeds.items():
         spec = sig.inputs[k]
@@ -85,9 +103,5 @@ def check_feeds(sig: Signature, feeds: dict[str, np.ndarray]) -> dict[str, np.nd
                 raise invalid(f"input {k!r}: expects {spec.tf_dtype}. "
                               f"Received dtype {arr.dtype}")
             arr = arr.astype(spec.dtype)
-        if spec.shape is not None and (arr.ndim != len(spec.shape) or any(
-                e is not None and e != a for e, a in zip(spec.shape, arr.shape, strict=False))):
-            want = [-1 if e is None else e for e in spec.shape]
-            raise invalid(f"input {k!r}: expected shape {want}. Received {list(arr.shape)}")
         out[k] = arr
     return out

@@ -1,9 +1,13 @@
 """numpy <-> tensorflow.TensorProto without tf.make_tensor_proto's per-call overhead.
 
 gRPC Predict converts every input and output tensor; the TF helpers cost tens of
-microseconds each, which matters at thousands of requests per second. Numeric tensors
-travel as `tensor_content` bytes, strings as `string_val`, both of which every TF
-Serving client (tf.make_ndarray) reads. `examples_from_input_proto` decodes a
+microseconds each, which matters at thousands of requests per second. Responses fill the
+typed value fields (`float_val`, `int64_val`, `string_val`, ...) as TF Serving's
+default serialization (Tensor::AsProtoField) does, so clients that read
+`outputs["y"].float_val` see the values; with `tensor_content=True`
+(`--enable_serialization_as_tensor_content`) numeric values travel as raw bytes instead.
+float and double values are written as one packed field parsed from the array's bytes
+(no Python float per value); requests are read in either form. `examples_from_input_proto` decodes a
 tensorflow.serving.Input (gRPC Classify/Regress, and their warmup logs) likewise.
 """
 
@@ -70,8 +74,23 @@ def to_ndarray(proto) -> np.ndarray:
     raise invalid(f"tensor has {arr.size} values but shape {shape} needs {n}")
 
 
-def from_ndarray(arr: np.ndarray, proto) -> None:
-    """Fills `proto` (a TensorProto) from `arr`."""
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+# Packed-field tags (field number << 3 | wire type 2) of TensorProto's float_val (5) and
+# double_val (6): their packed payload is the little-endian IEEE bytes of the values.
+_PACKED_TAG = {1: b"\x2a", 2: b"\x32"}
+
+
+def from_ndarray(arr: np.ndarray, proto, tensor_content: bool = False) -> None:
+    """Fills `proto` (a TensorProto) from `arr`: typed value fields, as TF Serving."""
+    arr = np.asarray(arr)
     dt = dtype_enum(arr.dtype)
     proto.dtype = dt
     for s in arr.shape:
@@ -80,8 +99,16 @@ def from_ndarray(arr: np.ndarray, proto) -> None:
         proto.string_val.extend(
             v if isinstance(v, bytes) else str(v).encode() for v in arr.reshape(-1)
         )
-    else:
+    elif tensor_content:
         proto.tensor_content = np.ascontiguousarray(arr).tobytes()
+    elif dt in _PACKED_TAG:
+        data = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes()
+        if data:
+            proto.MergeFromString(_PACKED_TAG[dt] + _varint(len(data)) + data)
+    elif dt == 19:  # half_val holds each float16's bits as an int
+        proto.half_val.extend(arr.reshape(-1).view(np.uint16).tolist())
+    else:
+        getattr(proto, _VAL_FIELD[dt]).extend(arr.reshape(-1).tolist())
 
 
 def examples_from_input_proto(inp) -> np.ndarray:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
 import sys
 import urllib.error
 import urllib.request
@@ -27,6 +28,19 @@ def built(tmp_path_factory):
         out[f"penguins{b}"] = fm.build_penguins(str(root / f"penguins{b}"), bias=float(b))
     out["regressor"] = fm.build_penguins(str(root / "regressor"), regression=True)
     return out
+
+
+@pytest.fixture(scope="session")
+def upstream(tmp_path_factory) -> dict[str, str]:
+    """TF Serving's test models (upstream_models.py), name -> base path: exported once,
+    by a child process (two virtual CPUs and TF1 graphs stay out of this one)."""
+    root = tmp_path_factory.mktemp("upstream")
+    script = os.path.join(os.path.dirname(__file__), "upstream_models.py")
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    done = subprocess.run([sys.executable, script, str(root)], capture_output=True, text=True,
+                          timeout=600, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module")

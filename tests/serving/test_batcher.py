@@ -135,9 +135,36 @@ def test_batch_timeout_waits_for_more():
     assert sig.calls == [3]
 
 
-def test_mismatched_batch_dims_rejected():
-    with pytest.raises(ServingError, match="same size in the 0th"):
-        Task(FakeSignature(), {"a": np.zeros(2), "b": np.zeros(3)}, lambda o, e: None)
+def test_mismatched_batch_dims_rejected_with_batching_run_alone_without():
+    """As TF Serving: BatchingSession refuses inputs without a common 0th dimension; a
+    plain Session::Run (no --enable_batching) runs them, and a signature with no inputs."""
+    task = Task(FakeSignature(), {"a": np.zeros(2), "b": np.zeros(3)}, lambda o, e: None)
+    assert "same size in the 0th" in task.unbatchable
+    s = BatchScheduler(BatchingOptions(max_batch_size=4))
+    try:
+        with pytest.raises(ServingError, match="same size in the 0th"):
+            s.submit(task)
+        with pytest.raises(ServingError, match="same size in the 0th"):
+            s.submit(Task(FakeSignature(), {"a": np.zeros(())}, lambda o, e: None))
+    finally:
+        s.close()
+
+    class Echo(FakeSignature):
+        def __call__(self, feeds):
+            return {"n": np.array(len(feeds))}
+
+    plain = BatchScheduler(BatchingOptions(max_batch_size=1, num_batch_threads=2),
+                           batching=False)
+    got: list = []
+    done = threading.Event()
+    try:
+        for feeds in ({"a": np.zeros(2), "b": np.zeros(3)}, {"a": np.zeros(())}, {}):
+            plain.submit(Task(Echo(), feeds, lambda o, e: (got.append((o, e)),
+                                                           len(got) == 3 and done.set())))
+        assert done.wait(5)
+    finally:
+        plain.close()
+    assert sorted(int(o["n"]) for o, e in got if e is None) == [0, 1, 2]
 
 
 def test_signature_error_reaches_every_task_and_worker_survives():

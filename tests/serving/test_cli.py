@@ -37,8 +37,8 @@ def test_boolean_forms():
 
 def test_ignored_flags_are_accepted_with_tf_serving_types():
     o = parse_args(["--model_base_path=/m", "--rest_api_num_threads", "16",
-                    "--tensorflow_session_parallelism=2", "--xla_cpu_compilation_enabled",
-                    "--noenable_signature_method_name_check",
+                    "--grpc_max_threads=8", "--xla_cpu_compilation_enabled",
+                    "--noflush_filesystem_caches", "--max_num_load_retries=2",
                     "--per_process_gpu_memory_fraction=0.5"])
     assert o == ServerOptions(model_base_path="/m")
     with pytest.raises(UsageError, match="--rest_api_num_threads must be an integer. "
@@ -79,6 +79,82 @@ def test_help_lists_every_flag_and_exits_0(capsys):
     assert main(["--help"]) == 0
     out = capsys.readouterr().out
     assert out.startswith(cli.USAGE_LINE)
-    for name in [*cli.SERVER_FLAGS, *cli.IGNORED]:
+    for name in [*cli.SERVER_FLAGS, *cli.IGNORED, *cli.REFUSED, "version"]:
         assert f"--{name}:" in out or f"--[no]{name}:" in out
     assert "(default: '8500')" in out and "(default: 'true')" in out
+
+
+# tensorflow_model_server's whole flag list (model_servers/main.cc), each implemented here,
+# accepted as a no-op tuning knob, or refused by name.
+TF_SERVING_FLAGS = [
+    "port", "grpc_socket_path", "rest_api_port", "rest_api_num_threads",
+    "rest_api_timeout_in_ms", "rest_api_enable_cors_support", "enable_batching",
+    "allow_version_labels_for_unavailable_models", "batching_parameters_file",
+    "enable_per_model_batching_parameters", "model_config_file",
+    "model_config_file_poll_wait_seconds", "model_name", "model_base_path",
+    "num_load_threads", "num_unload_threads", "max_num_load_retries",
+    "load_retry_interval_micros", "file_system_poll_wait_seconds", "flush_filesystem_caches",
+    "tensorflow_session_parallelism", "tensorflow_session_config_file",
+    "tensorflow_intra_op_parallelism", "tensorflow_inter_op_parallelism",
+    "use_alts_credentials", "ssl_config_file", "platform_config_file",
+    "per_process_gpu_memory_fraction", "saved_model_tags", "grpc_channel_arguments",
+    "grpc_max_threads", "enable_model_warmup", "num_request_iterations_for_warmup", "version",
+    "monitoring_config_file", "remove_unused_fields_from_bundle_metagraph",
+    "prefer_tflite_model", "num_tflite_pools", "num_tflite_interpreters_per_pool",
+    "enable_signature_method_name_check", "xla_cpu_compilation_enabled",
+    "xla_gpu_compilation_enabled", "enable_profiler", "thread_pool_factory_config_file",
+    "mixed_precision", "skip_initialize_tpu", "enable_grpc_healthcheck_service",
+    "enable_serialization_as_tensor_content",
+]
+
+
+def test_every_tf_serving_flag_is_implemented_ignored_or_refused():
+    known = {*cli.SERVER_FLAGS, *cli.IGNORED, *cli.REFUSED, "version"}
+    assert set(TF_SERVING_FLAGS) - known == set()
+    assert not set(cli.IGNORED) & set(cli.REFUSED) and not set(cli.REFUSED) & set(cli.SERVER_FLAGS)
+
+
+def test_implemented_tf_serving_flags_reach_server_options():
+    o = parse_args(["--model_base_path=/m", "--grpc_socket_path=/tmp/s.sock",
+                    "--grpc_channel_arguments=grpc.max_connection_age_ms=2000,a=b",
+                    "--enable_signature_method_name_check",
+                    "--enable_serialization_as_tensor_content", "--enable_profiler=false",
+                    "--num_request_iterations_for_warmup=3", "--saved_model_tags=serve,gpu",
+                    "--tensorflow_intra_op_parallelism=2", "--tensorflow_inter_op_parallelism=1",
+                    "--allow_version_labels_for_unavailable_models"])
+    assert (o.grpc_socket_path, o.grpc_channel_arguments) == (
+        "/tmp/s.sock", "grpc.max_connection_age_ms=2000,a=b")
+    assert o.enable_signature_method_name_check and o.enable_serialization_as_tensor_content
+    assert not o.enable_profiler and o.num_request_iterations_for_warmup == 3
+    assert (o.saved_model_tags, o.tensorflow_intra_op_parallelism,
+            o.tensorflow_inter_op_parallelism) == ("serve,gpu", 2, 1)
+    assert o.allow_version_labels_for_unavailable_models
+
+
+@pytest.mark.parametrize("arg", ["--ssl_config_file=/etc/ssl.config", "--use_alts_credentials",
+                                 "--prefer_tflite_model=true", "--mixed_precision=bfloat16",
+                                 "--enable_grpc_healthcheck_service",
+                                 "--platform_config_file=p.config",
+                                 "--rest_api_enable_cors_support"])
+def test_unsupported_tf_serving_flags_are_refused_by_name(arg, capsys):
+    name = arg.split("=")[0].lstrip("-")
+    with pytest.raises(UsageError, match=f"--{name} is not supported by baton serve"):
+        parse_args(["--model_base_path=/m", arg])
+    assert main(["--model_base_path=/m", arg]) == 2
+    # at their defaults they are accepted (a flag file written for tensorflow_model_server)
+    default = cli.REFUSED[name][1]
+    value = str(default).lower() if isinstance(default, bool) else default
+    assert parse_args(["--model_base_path=/m", f"--{name}={value}"]) == \
+        ServerOptions(model_base_path="/m")
+
+
+def test_bad_grpc_channel_arguments_are_a_usage_error():
+    with pytest.raises(UsageError, match="key=value pairs. Received: 'nokey'"):
+        parse_args(["--model_base_path=/m", "--grpc_channel_arguments=a=1,nokey"])
+
+
+def test_version(capsys):
+    assert main(["--version"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("TensorFlow ModelServer: baton ")
+    assert out[1].startswith("TensorFlow Library: 2.")

@@ -66,17 +66,17 @@ def test_classify_with_context(server):
     s, body = http(server.rest_port, "POST", "/v1/models/penguins/versions/2:classify", {
         "signature_name": "classify", "context": ctx,
         "examples": [{"island": "Torgersen"}, {"island": "Dream"}]})
-    assert s == 200 and len(body["result"]) == 2
-    labels = [c[0] for c in body["result"][0]]
+    assert s == 200 and len(body["results"]) == 2  # kClassifyRegressResponseKey
+    labels = [c[0] for c in body["results"][0]]
     assert labels == list(fm.CLASSES)
-    assert max(body["result"][0], key=lambda c: c[1])[0] == "Gentoo"
+    assert max(body["results"][0], key=lambda c: c[1])[0] == "Gentoo"
 
 
 def test_regress(server):
     s, body = http(server.rest_port, "POST", "/v1/models/regressor:regress",
                    {"examples": [fm.PENGUIN, dict(fm.PENGUIN, body_mass_g=5000.0)]})
     assert s == 200
-    assert np.allclose(body["result"], [3.75, 5.0])
+    assert np.allclose(body["results"], [3.75, 5.0])
 
 
 @pytest.mark.parametrize("method, path, body, status, needle", [
@@ -87,7 +87,9 @@ def test_regress(server):
     ("POST", "/v1/models/penguins:predict", {"instances": [{"island": "x"}]}, 400, "must have"),
     ("POST", "/v1/models/penguins:predict", {"signature_name": "nope", "instances": [1]}, 400,
      "not found in signature def"),
-    ("POST", "/v1/models/regressor:classify", {"examples": [{}]}, 400, "classification"),
+    # no classify signature: serving_default, whose structure is not a classifier's
+    ("POST", "/v1/models/regressor:classify", {"examples": [{}]}, 400,
+     "Expected one input Tensor."),
     ("POST", "/v1/models/penguins:classify", {"examples": [{}]}, 400, "is required"),
     ("POST", "/v1/models/penguins:predict", {}, 400, "Missing 'inputs' or 'instances'"),
     ("GET", "/v1/models/penguins:predict", None, 400,

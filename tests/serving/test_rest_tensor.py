@@ -70,13 +70,22 @@ def test_row_and_columnar_requests_with_a_nested_image(image_server):
 
 
 @pytest.mark.parametrize("image", [
-    np.zeros((3, 3, 2)).tolist(),  # one row too few: a [1, 3, 3, 2] tensor for [-1, 4, 3, 2]
-    np.zeros((4, 3)).tolist(),  # a missing channel axis
-    [[[0.0, 0.0]] * 3] * 3 + [[[0.0]] * 3],  # ragged
+    np.zeros((4, 3)).tolist(),  # a missing channel axis: reduce_sum over axis 3 fails
+    [[[0.0, 0.0]] * 3] * 3 + [[[0.0]] * 3],  # ragged: not a tensor
 ])
 def test_an_image_of_the_wrong_shape_is_a_400(image_server, image):
-    """As TF Serving (TensorFlow refuses a feed whose shape does not fit the signature's)."""
+    """As TF Serving: inputs are checked by name; TensorFlow refuses what it cannot compute."""
     body = {"instances": [{"image": image, "x": 1.0}]}
     status, out = http(image_server.rest_port, "POST", "/v1/models/images:predict", body)
     assert status == 400, out
     assert out["error"]
+
+
+def test_a_shape_tensorflow_can_compute_is_computed(image_server):
+    """One row too few ([1, 3, 3, 2] where the signature declares [-1, 4, 3, 2]): TF
+    Serving checks input names, not shapes (predict_util.cc), and this graph's
+    reduce_sum computes on it, so the answer is 200, as from tensorflow_model_server."""
+    body = {"instances": [{"image": np.ones((3, 3, 2)).tolist(), "x": 1.0}]}
+    status, out = http(image_server.rest_port, "POST", "/v1/models/images:predict", body)
+    assert status == 200, out
+    assert out["predictions"][0]["total"] == 19.0
