@@ -135,3 +135,25 @@ def test_statistics_and_transform_stages_on_a_tensor_column(tmp_path):
     np.testing.assert_array_equal(got, again.numpy())  # the Beam rows equal the graph's
     assert abs(float(got[~np.isnan(x)].mean())) < 1e-5  # one z-score over all values
     assert np.all(got[3] == 0)  # the missing image
+
+
+@pytest.mark.slow
+def test_examples_written_before_tensor_columns_still_transform_and_build_the_cnn(tmp_path):
+    """Pixel columns `image_<i>` with an `images` entry (the earlier layout) keep working."""
+    from baton.graphs import models
+    from baton.graphs.feature_spec import FeatureSpec
+
+    n, k = 20, 8  # 2x2x2 images
+    cols = [Column(f"image_{i}", "float32") for i in range(k)] + [Column("label", "string")]
+    w = ExamplesWriter(tmp_path / "examples", cols, "label", {"train": 1.0}, 0, 1000)
+    pixels = np.random.default_rng(0).random((n, k), dtype=np.float32)
+    w.write_batch({**{f"image_{i}": pixels[:, i] for i in range(k)},
+                   "label": np.array(["a", "b"] * (n // 2), object)}, split="train")
+    w.close()
+    ExamplesSchema(tuple(cols), "label", splits={"train": n},
+                   images={"image": (2, 2, 2)}).save(tmp_path / "examples")
+    t, _ = run_stage("transform", {}, {"examples": tmp_path / "examples"}, tmp_path)
+    spec = FeatureSpec.load(t["transform_graph"])
+    assert spec.tensors == [] and len(spec.features) == k and spec.images[0].shape == (2, 2, 2)
+    model = models.build_model("cnn", spec, models.CNNConfig(filters=(2,)))
+    assert model.get_layer("image").output.shape[1:] == (2, 2, 2)
