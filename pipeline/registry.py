@@ -51,6 +51,7 @@ class StageType:
     module: ModuleType
     run: Callable[..., Any]
     declaration: StageDeclaration
+    search_dir: Path | None = None  # the spec's directory, where a user stage's module lives
 
     @property
     def config_cls(self) -> type | None:
@@ -79,14 +80,21 @@ class StageType:
         return self.declaration.hooks.get(name)
 
     def code_files(self) -> list[Path]:
-        """Source files whose text is the stage's code version (module + code_deps modules)."""
+        """Source files whose text is the stage's code version: the module, its code_deps, and
+        for a user stage (`module:fn`) every module it imports from the spec's directory (a
+        helper beside the spec is part of the stage's code: editing it reruns the stage)."""
         files = [Path(self.module.__file__ or "")]
+        if ":" in self.name:
+            from baton.pipeline.user_code import user_code_files
+
+            files.extend(user_code_files([self.name], self.search_dir))
         for dep in self.declaration.code_deps:
             mod = importlib.import_module(dep)
             if mod.__file__:
                 p = Path(mod.__file__)
                 files.extend(sorted(p.parent.rglob("*.py")) if p.name == "__init__.py" else [p])
-        return [f for f in files if f.is_file()]
+        unique = dict.fromkeys(f.resolve() for f in files if f.is_file())
+        return list(unique)
 
 
 def known_names() -> list[str]:
@@ -148,7 +156,8 @@ def resolve(name: str, search_dir: Path | None = None) -> StageType:
     declaration = getattr(fn, "baton_declaration", None)
     if not isinstance(declaration, StageDeclaration):
         declaration = module_declaration(module)
-    return StageType(name=name, module=module, run=fn, declaration=declaration)
+    return StageType(name=name, module=module, run=fn, declaration=declaration,
+                     search_dir=search_dir)
 
 
 def module_declaration(module: ModuleType) -> StageDeclaration:

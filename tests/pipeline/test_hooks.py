@@ -126,3 +126,34 @@ def test_a_bad_declaration_in_a_user_module_is_a_spec_error_with_file_and_line(t
     with pytest.raises(baton.SpecError) as info:
         plan(load_spec(spec))
     assert "bad_decl.py" in str(info.value) and "early_inputs" in str(info.value)
+
+
+def test_a_user_stage_reruns_when_a_helper_it_imports_beside_the_spec_changes(tmp_path):
+    """The helper module is part of the stage's code identity (was: a stale cache hit)."""
+    (tmp_path / "text_helpers.py").write_text("def shout(s):\n    return s.upper()\n")
+    (tmp_path / "helped_stages.py").write_text(textwrap.dedent("""\
+        import baton
+        from text_helpers import shout
+
+        @baton.stage(outputs=("out",))
+        def make(ctx, config):
+            (ctx.output("out") / "x.txt").write_text(shout("hi"))
+        """))
+    (tmp_path / "spec.yaml").write_text(
+        "pipeline: demo\nstages:\n  - name: a\n    type: helped_stages:make\n")
+
+    runs: list[Path] = []
+
+    def run() -> str:
+        out = subprocess.run([sys.executable, "-m", "baton", "run", "spec.yaml", "--runs-dir",
+                              "runs"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        runs.append(Path(out.stdout.strip().splitlines()[-1]))  # the run directory
+        return out.stderr
+
+    assert "a done in" in run()
+    assert "a: cached" in run()
+    (tmp_path / "text_helpers.py").write_text("def shout(s):\n    return s.upper() + '!'\n")
+    third = run()
+    assert "a done in" in third and "cached" not in third
+    assert (runs[-1] / "a" / "out" / "x.txt").read_text() == "HI!"
