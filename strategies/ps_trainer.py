@@ -166,7 +166,7 @@ def train(
                 step = state.step = scheduled
                 backups.save()
                 raise Preempted(step=step)
-            callbacks.on_train_batch_end(state.step % spe - 1, totals_to_metrics(totals, task))
+            callbacks.on_train_batch_end((state.step - 1) % spe, totals_to_metrics(totals, task))
             stopped = stopped or bool(getattr(model, "stop_training", False))
         coordinator.join()
         step = state.step = scheduled if stopped else epoch_end

@@ -3,7 +3,8 @@
 `python bench/training/report.py [--results DIR] [--out FILE]` renders from the results of the
 last run without running anything; `run_bench.py` calls it after a run. Every figure in the
 tables, ratios and goals comes from the result files: `single.json` (bench_single.py),
-`cluster.json` (bench_cluster.py), `sweep.jsonl` (sweep_faults.py) and, when the run recorded
+`cluster.json` (bench_cluster.py), `sweep.jsonl` (sweep_faults.py), `own_model.json`
+(bench_own_model.py) and, when the run recorded
 it, `meta.json` (run_bench.py: date, load average, versions). Figures of earlier runs that no
 result file holds are kept verbatim in EARLIER_RUNS, marked as such.
 """
@@ -19,6 +20,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
 FIT_SPEEDUP_GOAL = 1.5  # examples/s at least 1.5x Keras `model.fit`
+CALLBACK_COST_GOAL = 0.05  # the callback list costs at most 5% of the loop's examples/s
 ROOF_AIM = 0.35  # 35% of the float32 matmul roof
 NAMED = ("default", "wider")  # the issue's two named models; others are extra
 
@@ -58,7 +60,7 @@ These figures were written down by hand after earlier runs; no result file holds
 def load(results: Path) -> dict[str, Any]:
     """The result files that exist in `results`, parsed."""
     out: dict[str, Any] = {}
-    for name in ("single", "cluster", "meta"):
+    for name in ("single", "cluster", "meta", "own_model"):
         f = results / f"{name}.json"
         if f.exists():
             out[name] = json.loads(f.read_text())
@@ -275,6 +277,61 @@ def sweep_section(sweep: dict) -> list[str]:
     ]
 
 
+def _ex(value: Any) -> str:
+    return f"{value:,} ex/s" if value is not None else "not measured"
+
+
+def _on(value: Any) -> str:
+    return "not recorded" if value is None else ("on" if value else "off")
+
+
+def _x(value: Any) -> str:
+    return f"{value:.2f}x" if value is not None else "n/a"
+
+
+def own_model_section(own: dict) -> list[str]:
+    cb = own["callbacks"]
+    rows = own["own_model"] if isinstance(own["own_model"], list) else [own["own_model"]]
+    cost = cb["cost"]
+    cost_text = (f"{cost * 100:.1f}% slower" if cost > 0 else
+                 f"{-cost * 100:.1f}% faster (within the noise of a shared machine)")
+    met_cb = cost <= CALLBACK_COST_GOAL
+    return [
+        "## Own model and the callback list",
+        "",
+        "`bench/training/bench_own_model.py`, side by side in one process, interleaved, best of "
+        "the repeats, fresh models. Examples/s over the steady state, epoch 2 to the last "
+        "(tracing, in epoch 1, is out), with the eval split every epoch, a backup every epoch, "
+        "TensorBoard summaries, progress and the status file all on.",
+        "",
+        "| case | before (side work inline) | now (Keras CallbackList) | cost |",
+        "|---|---:|---:|---:|",
+        f"| {cb['case']}, {cb['epochs']} epochs x {cb['examples_per_epoch']:,} | "
+        f"{cb['before_examples_per_sec']:,} ex/s | {cb['callbacks_examples_per_sec']:,} ex/s | "
+        f"{cost_text} |",
+        "",
+        "| user model | Baton's loop | Baton's loop, XLA | Keras `model.fit` (XLA: Keras' "
+        "default) | speedup | speedup, XLA |",
+        "|---|---:|---:|---:|---:|---:|",
+        *[f"| {om['case']}, {om['epochs']} epochs x {om['examples_per_epoch']:,} | "
+          f"{om['baton_examples_per_sec']:,} ex/s | "
+          f"{_ex(om.get('baton_xla_examples_per_sec'))} | "
+          f"{om['keras_fit_examples_per_sec']:,} ex/s ({_on(om.get('keras_fit_jit_compile'))}) | "
+          f"**{om['speedup']:.2f}x** | {_x(om.get('speedup_xla'))} |" for om in rows],
+        "",
+        f"- Goal: the callback list costs at most {CALLBACK_COST_GOAL:.0%} of the loop's "
+        f"examples/s on the default MLP: **{'met' if met_cb else 'missed'}** ({cost_text}).",
+        *[f"- Goal: at least {FIT_SPEEDUP_GOAL}x Keras `model.fit` on the same user model, "
+          f"batch {om.get('batch', '?')}: **{'met' if om['speedup'] >= FIT_SPEEDUP_GOAL else 'missed'}** "
+          f"({om['speedup']:.2f}x; {_x(om.get('speedup_xla'))} with Baton's XLA on, `fit`'s XLA "
+          f"{_on(om.get('keras_fit_jit_compile'))}; `fit` also validates every epoch, compiled "
+          "with the same loss and optimizer)." for om in rows],
+        "- The machine is shared (2 cores): consecutive runs of this benchmark moved `fit` by up "
+        "to 1.7x and the ratios with it; compare runs before reading one figure as a trend.",
+        "",
+    ]
+
+
 def render(results: dict[str, Any]) -> str:
     meta = results.get("meta", {})
     lines = ["# Training benchmarks", ""]
@@ -293,6 +350,8 @@ def render(results: dict[str, Any]) -> str:
         lines += cluster_section(results["cluster"], meta)
     if results.get("sweep", {}).get("trials"):
         lines += sweep_section(results["sweep"])
+    if results.get("own_model"):
+        lines += own_model_section(results["own_model"])
     earlier = EARLIER_RUNS if meta else EARLIER_RUNS + CONDITIONS_BY_HAND
     return "\n".join(lines) + "\n" + earlier
 

@@ -57,6 +57,7 @@ def main() -> int:
         ("single", "bench_single.py", ["--json", str(RESULTS / "single.json")], None),
         ("cluster", "bench_cluster.py", ["--json", str(RESULTS / "cluster.json")], None),
         ("sweep", "sweep_faults.py", ["--trials", "10"], RESULTS / "sweep.jsonl"),
+        ("own_model", "bench_own_model.py", ["--json", str(RESULTS / "own_model.json")], None),
     ]
     rc = 0
     for name, script, args, stdout_to in runs:

@@ -93,3 +93,23 @@ def test_earlier_runs_are_kept_and_marked(report, results):
 def test_checked_in_document_is_the_rendering_of_the_checked_in_results(report):
     results = report.load(ROOT / "bench" / "training" / "results")
     assert report.render(results) == (ROOT / "docs" / "benchmarks-training.md").read_text()
+
+
+def test_own_model_section_states_both_goals_from_the_results(report, results):
+    own = {"callbacks": {"case": "default MLP (64, 32)", "epochs": 6, "examples_per_epoch": 16384,
+                         "before_examples_per_sec": 10_000, "callbacks_examples_per_sec": 9_400,
+                         "cost": 0.06},
+           "own_model": [{"case": "examples/own_model", "epochs": 6, "examples_per_epoch": 16384,
+                          "batch": 32, "baton_examples_per_sec": 12_000,
+                          "keras_fit_examples_per_sec": 4_000, "speedup": 3.0},
+                         {"case": "examples/own_model b256", "epochs": 6,
+                          "examples_per_epoch": 16384, "batch": 256, "baton_examples_per_sec": 5_000,
+                          "keras_fit_examples_per_sec": 4_000, "speedup": 1.25}]}
+    (results / "own_model.json").write_text(json.dumps(own))
+    text = report.render(report.load(results))
+    assert "| default MLP (64, 32), 6 epochs x 16,384 | 10,000 ex/s | 9,400 ex/s | 6.0% slower |" in text
+    assert "examples/s on the default MLP: **missed** (6.0% slower)" in text
+    assert ("| examples/own_model, 6 epochs x 16,384 | 12,000 ex/s | not measured | 4,000 ex/s "
+            "(not recorded) | **3.00x** | n/a |") in text
+    assert "on the same user model, batch 32: **met** (3.00x; n/a with Baton's XLA on" in text
+    assert "on the same user model, batch 256: **missed** (1.25x; n/a with Baton's XLA on" in text

@@ -189,8 +189,8 @@ def test_embedded_default_spec_loads():
     assert plan(spec).order.index("transform") < plan(spec).order.index("train")
 
 
-@pytest.mark.parametrize("example", sorted((Path(__file__).resolve().parents[2] / "examples").glob("*.yaml")),
-                         ids=lambda p: p.name)
+@pytest.mark.parametrize("example", sorted((Path(__file__).resolve().parents[2] / "examples").glob("**/*.yaml")),
+                         ids=lambda p: p.name if p.parent.name == "examples" else f"{p.parent.name}/{p.name}")
 def test_every_example_spec_in_the_repo_plans(example):
     """The documented examples stay valid as stages and configs change."""
     assert plan(load_spec(example)).order

@@ -95,6 +95,13 @@ def test_custom_loss_changes_the_trained_weights_against_the_default(art, code, 
     assert info["user_modules"] == ["penguin_model"] and info["model"] == "penguin_model:build"
 
 
+def test_xla_compiles_the_user_model_and_loss(art, code, tmp_path):
+    out, metrics = _train(art, code, tmp_path, jit_compile=True,
+                          loss="penguin_model:smoothed_crossentropy")
+    info = json.loads((out["model"] / "train_info.json").read_text())
+    assert info["xla_compiled"] and metrics["eval_accuracy"] > 0.5, info["xla_compiled"]
+
+
 def test_keras_loss_identifier_is_taken_on_logits_like_the_builtin(art, code, tmp_path):
     builtin, _ = _train(art, code, tmp_path / "a", model="mlp", model_params={})
     keras_id, _ = _train(art, code, tmp_path / "b", model="mlp", model_params={},
@@ -229,3 +236,21 @@ def test_data_checks_and_code_identity_through_the_runner(code, tmp_path):
                                                  'initializer="zeros", name="gate_bias"'))
     third = run_pipeline(plan(load_spec(spec)), QUIET, runs_dir=runs)
     assert [s.status for s in third.stages] == ["cached", "cached", "succeeded"]
+
+
+@pytest.mark.slow
+@pytest.mark.e2e
+def test_the_own_model_example_runs_end_to_end(tmp_path):
+    """examples/own_model as a user runs it: `baton run` to a pushed, checked SavedModel."""
+    d = tmp_path / "own_model"
+    shutil.copytree(EXAMPLE, d, ignore=shutil.ignore_patterns("__pycache__", "models"))
+    proc = subprocess.run([sys.executable, "-m", "baton", "run", str(d / "pipeline.yaml"),
+                           "--runs-dir", str(tmp_path / "runs"), "-q"],
+                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    run = next((tmp_path / "runs" / "own-model").glob("2*"))
+    statuses = {s["name"]: s["status"] for s in json.loads((run / "run.json").read_text())["stages"]}
+    assert set(statuses.values()) == {"succeeded"} and "push" in statuses, statuses
+    blessing = json.loads((run / "evaluate" / "blessing" / "blessing.json").read_text())
+    assert blessing["blessed"], blessing
+    assert (d / "models" / "own-model" / "1" / "saved_model.pb").is_file()

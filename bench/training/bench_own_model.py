@@ -1,0 +1,226 @@
+"""The callback list's cost, and Baton's loop vs Keras `model.fit` on a user's own model.
+
+Two measurements, each side by side in one process, interleaved, best of `--repeats` (the
+machine is shared):
+
+1. **Callback cost.** The synchronous driver before the loop's side work became Keras callbacks
+   (strategies/trainer.py of commit f379611, loaded from git) against today's
+   (`strategies.trainer.train`, one `keras.callbacks.CallbackList`), on the default MLP with the
+   default train settings (batch 32, 20 steps per chunk) and all side work on: TensorBoard
+   summaries, progress, status file, a backup per epoch, eval per epoch. Examples/s over the
+   steady state: from the first chunk of epoch 2 to the last chunk (progress timestamps), so
+   tracing (in epoch 1) is out and the epoch-end eval and backups in between are in.
+2. **Own model vs fit.** The example's user model (examples/own_model: the `GatedDense` custom
+   layer, the label-smoothed cross-entropy as loss, Adam) trained by `trainer.train` with the
+   same side work, and by `model.fit` (compiled with the same loss and optimizer, with
+   `validation_data` each epoch), each on a fresh model. Both are timed by the same Keras
+   callback, from the end of epoch 1 to the end of the last epoch (validation included, tracing
+   out).
+
+    .venv/bin/python bench/training/bench_own_model.py [--epochs 5] [--repeats 3] [--json OUT]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+BEFORE = "f379611"  # the last commit whose trainer ran its side work inline
+
+
+def _old_trainer():
+    src = subprocess.run(["git", "-C", str(ROOT), "show", f"{BEFORE}:strategies/trainer.py"],
+                         capture_output=True, text=True, check=True).stdout
+    path = Path(tempfile.mkdtemp()) / "trainer_before_callbacks.py"
+    path.write_text(src)
+    spec = importlib.util.spec_from_file_location("trainer_before_callbacks", path)
+    module = importlib.util.module_from_spec(spec)
+    assert spec.loader is not None
+    sys.modules[spec.name] = module  # dataclasses look their module up there
+    spec.loader.exec_module(module)
+    return module
+
+
+def _data(spec, n: int, batch: int):
+    from baton.graphs.synthetic import synthetic_dataset
+
+    def train_ds(skip, ctx):
+        b = ctx.get_per_replica_batch_size(batch) if ctx is not None else batch
+        ds = synthetic_dataset(spec, n, b, seed=1, shuffle=True, repeat=True, drop_remainder=True)
+        return ds.skip(skip) if skip else ds
+
+    def eval_ds():
+        return synthetic_dataset(spec, max(n // 4, 256), 256, seed=2, shuffle=False)
+
+    return train_ds, eval_ds
+
+
+def _epoch_timer():
+    import keras
+
+    class EpochTimer(keras.callbacks.Callback):
+        def __init__(self) -> None:
+            super().__init__()
+            self.ends: list[float] = []
+
+        def on_epoch_end(self, epoch, logs=None) -> None:
+            self.ends.append(time.perf_counter())
+
+        def rate(self, examples_per_epoch: int) -> float:
+            return (len(self.ends) - 1) * examples_per_epoch / (self.ends[-1] - self.ends[0])
+
+    return EpochTimer()
+
+
+def _run(trainer_mod, strategy, build, spec, n, batch, epochs, spe, root: Path, objectives=None,
+         step_options=None):
+    """Examples/s from the first chunk of epoch 2 to the last chunk (progress timestamps)."""
+    from baton.strategies.trainer import TaskRole, TrainPlan
+
+    train_ds, eval_ds = _data(spec, n, batch)
+    steps_per_epoch = n // batch
+    plan = TrainPlan(epochs=epochs, steps_per_epoch=steps_per_epoch, global_batch_size=batch,
+                     steps_per_execution=spe)
+    root.mkdir(parents=True)
+    marks: list[tuple[float, int]] = []
+
+    def on_progress(step: int, total: int, metrics: dict) -> None:
+        if step > steps_per_epoch:
+            marks.append((time.perf_counter(), step))
+
+    role = TaskRole(is_chief=True, backup_dir=root / "backup", logs_dir=root / "logs",
+                    on_progress=on_progress, status_file=root / "status.json")
+    kwargs = {"objectives": objectives} if objectives is not None else {}
+    trainer_mod.train(strategy, build, spec, train_ds, eval_ds, plan, role, step_options, **kwargs)
+    (t0, s0), (t1, s1) = marks[0], marks[-1]
+    return (s1 - s0) * batch / (t1 - t0)
+
+
+def bench_callbacks(epochs: int, repeats: int, work: Path) -> dict:
+    import keras
+    import tensorflow as tf
+
+    from baton.graphs import models
+    from baton.graphs.synthetic import synthetic_spec
+    from baton.strategies import trainer as new
+
+    old = _old_trainer()
+    spec = synthetic_spec(numeric=32, categorical=(16, 8), classes=4)
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    n, batch, spe = 16_384, 32, 20
+
+    def build():
+        return models.build_model("mlp", spec, models.MLPConfig(hidden_units=(64, 32)), seed=1), \
+            keras.optimizers.Adam(0.01)
+
+    best = {"before": 0.0, "callbacks": 0.0}
+    for i in range(repeats):
+        pair = [("before", old), ("callbacks", new)]
+        for name, mod in pair if i % 2 == 0 else pair[::-1]:  # alternate who goes first
+            rate = _run(mod, strategy, build, spec, n, batch, epochs, spe, work / f"cb-{name}-{i}")
+            best[name] = max(best[name], rate)
+    return {
+        "case": "default MLP (64, 32), batch 32, 20 steps per chunk, all side work on",
+        "epochs": epochs, "examples_per_epoch": n,
+        "before_examples_per_sec": round(best["before"]),
+        "callbacks_examples_per_sec": round(best["callbacks"]),
+        "cost": round(1 - best["callbacks"] / best["before"], 4),
+    }
+
+
+def bench_own_model_vs_fit(epochs: int, repeats: int, work: Path, batch: int) -> dict:
+    import keras
+    import tensorflow as tf
+
+    from baton.graphs import model_fn
+    from baton.graphs.objectives import make_optimizer
+    from baton.graphs.synthetic import synthetic_dataset, synthetic_spec
+    from baton.strategies import trainer
+    from baton.strategies.trainer import Objectives
+
+    code = ROOT / "examples" / "own_model"
+    sys.path.append(str(code))
+    import penguin_model  # noqa: PLC0415 - the example's module, beside its spec
+
+    spec = synthetic_spec(numeric=8, categorical=(16, 8), classes=3)
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    n, spe = 16_384, 20
+    params = {"units": [64, 32]}
+    from baton.graphs.objectives import make_loss
+
+    loss = make_loss("penguin_model:smoothed_crossentropy", "classification", 3, code)
+
+    def build():
+        return (model_fn.build("penguin_model:build", spec, params, seed=1, search_dir=code),
+                make_optimizer("adam", 0.01))
+
+    def run_fit() -> float:
+        model = model_fn.build("penguin_model:build", spec, params, seed=1, search_dir=code)
+        model.compile(optimizer=keras.optimizers.Adam(0.01),
+                      loss=penguin_model.smoothed_crossentropy, metrics=["sparse_categorical_accuracy"])
+        train = synthetic_dataset(spec, n, batch, seed=1, shuffle=True, repeat=True,
+                                  drop_remainder=True)
+        val = synthetic_dataset(spec, n // 4, 256, seed=2, shuffle=False)
+        timer = _epoch_timer()
+        model.fit(train, steps_per_epoch=n // batch, epochs=epochs, validation_data=val,
+                  verbose=0, callbacks=[timer])
+        fit_jit.append(bool(model.jit_compile))
+        return timer.rate((n // batch) * batch)
+
+    def run_baton(i: int, jit: bool) -> float:
+        from baton.graphs.steps import StepOptions
+
+        timer = _epoch_timer()
+        _run(trainer, strategy, build, spec, n, batch, epochs, spe, work / f"own-{i}-{jit}",
+             Objectives(loss=loss, loss_name="penguin_model:smoothed_crossentropy",
+                        callbacks=lambda: [timer]), StepOptions(jit_compile=jit))
+        return timer.rate((n // batch) * batch)
+
+    fit_jit: list[bool] = []
+    best = {"baton": 0.0, "baton_xla": 0.0, "fit": 0.0}
+    for i in range(repeats):
+        best["baton"] = max(best["baton"], run_baton(i, False))
+        best["baton_xla"] = max(best["baton_xla"], run_baton(i, True))
+        best["fit"] = max(best["fit"], run_fit())
+    return {
+        "case": "examples/own_model (GatedDense custom layer, label-smoothed loss, Adam), "
+                f"batch {batch}, 20 steps per chunk",
+        "batch": batch,
+        "epochs": epochs, "examples_per_epoch": n,
+        "baton_examples_per_sec": round(best["baton"]),
+        "keras_fit_examples_per_sec": round(best["fit"]),
+        "speedup": round(best["baton"] / best["fit"], 2),
+        "keras_fit_jit_compile": bool(fit_jit and fit_jit[-1]),  # Keras' default: "auto"
+        "baton_xla_examples_per_sec": round(best["baton_xla"]),
+        "speedup_xla": round(best["baton_xla"] / best["fit"], 2),
+    }
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--epochs", type=int, default=5)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--json")
+    args = p.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        out = {
+            "callbacks": bench_callbacks(args.epochs, args.repeats, Path(tmp)),
+            # the train stage's default batch (32) and bench_single's (256): the larger the
+            # batch, the more compute per step and the less a loop can save
+            "own_model": [bench_own_model_vs_fit(args.epochs, args.repeats, Path(tmp) / str(b), b)
+                          for b in (32, 256)],
+        }
+    print(json.dumps(out, indent=2))
+    if args.json:
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
