@@ -3,12 +3,15 @@
 Each case drives a GrpcServer on a background asyncio loop with real grpc channels (sync
 and aio), so what is checked is what any TF Serving client sees: status codes, details,
 metadata, deadlines, compression, flow control for large messages both ways, cancellation
-and a graceful stop.
+and a graceful stop; and raw sockets that break the protocol get a GOAWAY and a closed
+connection, not a hang.
 """
 
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 import threading
 import time
 
@@ -179,6 +182,77 @@ def test_stop_finishes_calls_in_flight_and_refuses_new_ones(served):
     stopping.result(10)
     e = _error(ch, timeout=5)
     assert e.code() == grpc.StatusCode.UNAVAILABLE
+
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+PROTOCOL_ERROR, FRAME_SIZE_ERROR, COMPRESSION_ERROR = 1, 6, 9
+
+
+def _frame(ftype: int, flags: int, sid: int, payload: bytes) -> bytes:
+    n = len(payload)
+    return struct.pack(">BHBBI", n >> 16, n & 0xFFFF, ftype, flags, sid) + payload
+
+
+def _until_closed(port: int, data: bytes) -> list[tuple[int, bytes]]:
+    """Sends `data` and reads to EOF (a hang fails the 5 s timeout): the frames read."""
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(data)
+        got = b""
+        while chunk := s.recv(65536):  # socket.timeout if the server never closes
+            got += chunk
+    frames, pos = [], 0
+    while pos + 9 <= len(got):
+        n = int.from_bytes(got[pos:pos + 3], "big")
+        frames.append((got[pos + 3], got[pos + 9:pos + 9 + n]))
+        pos += 9 + n
+    return frames
+
+
+def _goaway_code(frames) -> int:
+    codes = [struct.unpack(">II", p[:8])[1] for t, p in frames if t == 7]
+    assert codes, f"no GOAWAY in {frames}"
+    return codes[-1]
+
+
+@pytest.mark.parametrize("data, code", [
+    (b"GET / HTTP/1.1\r\nHost: x\r\n\r\n", PROTOCOL_ERROR),  # HTTP/1.1, not a preface
+    (PREFACE[:10] + b"XX" + PREFACE[12:], PROTOCOL_ERROR),
+    (PREFACE + _frame(4, 0, 0, b"\x00\x03\x00"), FRAME_SIZE_ERROR),  # SETTINGS of 3 bytes
+    (PREFACE + _frame(4, 0, 0, b"") + _frame(0, 1, 0, b"x"), PROTOCOL_ERROR),  # DATA, stream 0
+    (PREFACE + _frame(4, 0, 0, b"") + _frame(1, 5, 1, b"\xff\xff\xff\x0f"),
+     COMPRESSION_ERROR),  # a header index far out of range
+    (PREFACE + _frame(4, 0, 0, b"") + _frame(1, 5, 2, b"\x83\x86\x84"),
+     PROTOCOL_ERROR),  # an even (server-side) stream id
+    (PREFACE + _frame(6, 0, 0, b"1234"), FRAME_SIZE_ERROR),  # PING of 4 bytes
+])
+def test_broken_protocol_gets_goaway_and_close(served, data, code):
+    _, _, port, ch, _ = served
+    frames = _until_closed(port, data)
+    assert _goaway_code(frames) == code
+    assert _call(ch, "Plain", b"ok") == b"ko"  # the server still serves others
+
+
+def test_headers_without_grpc_content_type_get_http_status(served):
+    _, _, port, _, _ = served
+    block = Encoder().encode([(":method", "GET"), (":scheme", "http"), (":authority", "x"),
+                              (":path", f"/{SERVICE}/Plain")])
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(PREFACE + _frame(4, 0, 0, b"") + _frame(1, 5, 1, block))  # END_STREAM
+        got = b""
+        while True:  # until the server's HEADERS on stream 1 (socket.timeout if never)
+            got += s.recv(65536)
+            frames, pos = [], 0
+            while pos + 9 <= len(got):
+                n = int.from_bytes(got[pos:pos + 3], "big")
+                if pos + 9 + n > len(got):
+                    break
+                frames.append((got[pos + 3], int.from_bytes(got[pos + 5:pos + 9], "big"),
+                               got[pos + 9:pos + 9 + n]))
+                pos += 9 + n
+            answer = [p for t, sid, p in frames if t == 1 and sid == 1]
+            if answer:
+                break
+    assert h2frames.Decoder().decode(answer[0]) == [(b":status", b"405")]
 
 
 def test_hpack_decoder_matches_hpack_encoder():
