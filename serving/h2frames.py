@@ -16,6 +16,8 @@ import struct
 from hpack.huffman_table import decode_huffman
 from hpack.table import HeaderTable
 
+from baton.errors import BatonError
+
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
 # frame types
@@ -39,7 +41,7 @@ _STATIC = HeaderTable.STATIC_TABLE
 _STATIC_LEN = len(_STATIC)
 
 
-class CompressionError(Exception):
+class CompressionError(BatonError):
     """A header block that does not decode (connection error COMPRESSION_ERROR)."""
 
 
