@@ -24,14 +24,20 @@ When each hook runs:
   (a CSV, a curated schema); their content hashes join the cache key.
 - `cache_valid(outputs)`: on a cache hit, with the cached outputs' paths: a reason string
   vetoes the hit (push: the serving directory lost its version), None keeps it.
+
+A hook that raises is a StageError (exit 1) naming the stage type, the hook, the exception and
+the line of the user's code, never a traceback.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import traceback
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
+
+from baton.errors import BatonError, StageError
 
 if TYPE_CHECKING:
     from baton.pipeline.context import RunOptions, StageContext
@@ -98,6 +104,38 @@ class StageDeclaration:
                             f"inputs: {list(self.inputs)}")
         if self.early_inputs and "check_inputs" not in self.hooks:
             raise TypeError("early_inputs is given without a check_inputs hook to use them")
+
+
+def guarded(stage_type: str, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """`fn` (the hook `name` of `stage_type`) with its exceptions as a StageError naming the
+    stage type, the hook, the exception and the line of the user's code it came from; Baton's
+    own errors pass through."""
+
+    def call(*args: Any) -> Any:
+        try:
+            return fn(*args)
+        except BatonError:
+            raise
+        except Exception as exc:  # noqa: BLE001 - user code: any failure is reported, named
+            raise StageError(f"stage type {stage_type!r}: its {name} hook raised "
+                             f"{type(exc).__name__}: {exc}{user_line(exc)}") from exc
+
+    call.__wrapped__ = fn  # type: ignore[attr-defined]
+    return call
+
+
+def user_line(exc: BaseException) -> str:
+    """" (file, line N)" of the innermost frame of `exc` in the user's code (outside
+    baton.pipeline, importlib and generated code), or "" when there is none."""
+    if isinstance(exc, SyntaxError) and exc.filename:
+        return f" ({exc.filename}, line {exc.lineno})"
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = str(Path(__file__).resolve().parent)  # baton.pipeline
+    theirs = [f for f in frames if not f.filename.startswith("<")
+              and not str(Path(f.filename).resolve()).startswith(ours)
+              and "importlib" not in f.filename]
+    picked = theirs or frames
+    return f" ({picked[-1].filename}, line {picked[-1].lineno})" if picked else ""
 
 
 def normalize_inputs(inputs: Mapping[str, bool] | Iterable[str]) -> dict[str, bool]:

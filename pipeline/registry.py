@@ -12,14 +12,13 @@ import dataclasses
 import difflib
 import importlib
 import sys
-import traceback
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from baton.errors import EXIT_USAGE, BatonError
-from baton.pipeline.hooks import HOOKS, StageDeclaration, normalize_inputs
+from baton.pipeline.hooks import HOOKS, StageDeclaration, guarded, normalize_inputs, user_line
 
 STAGES: list[tuple[str, str]] = [
     ("ingest", "baton.pipeline.stages.ingest"),
@@ -77,7 +76,8 @@ class StageType:
         """The stage's hook `name` (one of pipeline.hooks.HOOKS), or None if it has none."""
         if name not in HOOKS:
             raise KeyError(f"unknown stage hook {name!r}; hooks are {', '.join(HOOKS)}")
-        return self.declaration.hooks.get(name)
+        fn = self.declaration.hooks.get(name)
+        return None if fn is None else guarded(self.name, name, fn)
 
     def code_files(self) -> list[Path]:
         """Source files whose text is the stage's code version: the module, its code_deps, and
@@ -129,19 +129,7 @@ def resolve(name: str, search_dir: Path | None = None) -> StageType:
         except ImportError as exc:
             raise UnknownStageType(f"cannot import stage module {mod_name!r}: {exc}") from None
         except Exception as exc:  # noqa: BLE001 (user code: any error at import is the user's to fix)
-            where = ""
-            if isinstance(exc, SyntaxError) and exc.filename:
-                where = f" ({exc.filename}, line {exc.lineno})"
-            else:
-                # the user's line, not the line inside Baton that refused it (@stage checks)
-                frames = traceback.extract_tb(exc.__traceback__)
-                ours = str(Path(__file__).resolve().parent)  # baton.pipeline
-                theirs = [f for f in frames if not f.filename.startswith("<")
-                          and not str(Path(f.filename).resolve()).startswith(ours)
-                          and "importlib" not in f.filename]
-                picked = theirs or frames
-                if picked:
-                    where = f" ({picked[-1].filename}, line {picked[-1].lineno})"
+            where = user_line(exc)  # the user's line, not the one in Baton that refused it
             raise UnknownStageType(f"cannot import stage module {mod_name!r}: "
                                    f"{type(exc).__name__}: {exc}{where}") from None
         fn = getattr(module, fn_name, None)

@@ -56,7 +56,7 @@ def test_decorator_keeps_every_hook_and_declaration():
     assert not st.cacheable and st.early_inputs == ("a",)
     for name, f in [("check_inputs", check), ("external_inputs", ext), ("cache_valid", valid),
                     ("check_spec", cspec), ("check_options", copts)]:
-        assert st.hook(name) is f
+        assert st.declaration.hooks[name] is f and st.hook(name).__wrapped__ is f
     assert any(p.name == "errors.py" for p in st.code_files())
     with pytest.raises(KeyError, match="unknown stage hook 'chek_spec'"):
         st.hook("chek_spec")
@@ -157,3 +157,25 @@ def test_a_user_stage_reruns_when_a_helper_it_imports_beside_the_spec_changes(tm
     third = run()
     assert "a done in" in third and "cached" not in third
     assert (runs[-1] / "a" / "out" / "x.txt").read_text() == "HI!"
+
+
+def test_a_hook_that_raises_is_a_stage_error_naming_the_hook_and_the_users_line(tmp_path):
+    (tmp_path / "raising_hooks.py").write_text(textwrap.dedent("""\
+        import baton
+
+        def _spec(config, stage, spec):
+            return [1 / 0]
+
+        @baton.stage(outputs=("out",), check_spec=_spec)
+        def make(ctx, config):
+            pass
+        """))
+    (tmp_path / "spec.yaml").write_text(
+        "pipeline: demo\nstages:\n  - name: a\n    type: raising_hooks:make\n")
+    out = subprocess.run([sys.executable, "-m", "baton", "run", "spec.yaml", "--runs-dir", "runs"],
+                         cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1, out.stderr
+    assert "Traceback" not in out.stderr
+    assert ("stage type 'raising_hooks:make': its check_spec hook raised ZeroDivisionError: "
+            "division by zero") in out.stderr
+    assert "raising_hooks.py, line 4)" in out.stderr
