@@ -5,9 +5,20 @@ Libraries do not configure logging, applications do: every module logs to
 in a pod, `baton serve`) calls `configure` once. The handler it installs writes the lines a
 person reads at a terminal exactly as before (`  [train] epoch 3/10 ...`), or, with
 `BATON_LOG_FORMAT=json`, one JSON object per line with time, level, logger and the record's
-context (stage, task), which is what log routers in a cluster (Fluent Bit, Vector, Cloud
-Logging agents) parse into fields. Progress bars that redraw one terminal line are a UI, not
-log records, and stay on their stream.
+context (stage, task) plus any other `extra=` field (the run summary's `stages`, a progress
+record's `done`/`total`), which is what log routers in a cluster (Fluent Bit, Vector, Cloud
+Logging agents) parse into fields.
+
+In JSON mode everything a Baton process writes to stderr is such a record: the same handler
+also goes on the root logger (third-party records, e.g. Beam's `apitools not found` warning or
+TensorFlow's Python logger, come out as JSON; the root's level is left as it is) and Python's
+warnings are captured into logging. The callers that otherwise draw for a terminal ask
+`json_output()`: progress bars become a record at most every 5 s, the run summary table one
+`summary` record, the local launcher's lines and its children's relayed lines records (a
+child's line that is already a JSON record is passed on as that object, with `task` added).
+stdout keeps a command's result (`baton run`'s run directory), which scripts read. In text mode
+the root logger is left alone and progress bars that redraw one terminal line stay a UI on
+their stream.
 
 The `baton` logger does not propagate: TensorFlow's absl handler on the root logger would
 print every line twice.
@@ -25,6 +36,10 @@ from typing import Any, TextIO
 ROOT = "baton"
 FORMATS = ("text", "json")
 CONTEXT_FIELDS = ("stage", "pipeline", "run_id", "task")  # `extra=` keys the formatters show
+RELAYED = "relayed"  # `extra={RELAYED: {...}}`: a JSON record from a child, written as it came
+# What every LogRecord has; any other attribute came from `extra=` and is a JSON field.
+_STANDARD = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
+    "message", "asctime"}
 
 
 def get(name: str) -> logging.Logger:
@@ -53,9 +68,19 @@ class TextFormatter(logging.Formatter):
 
 
 class JsonFormatter(logging.Formatter):
-    """One JSON object per line: time (RFC 3339, UTC), level, logger, message, context."""
+    """One JSON object per line: time (RFC 3339, UTC), level, logger, message, context, and
+    every other `extra=` field. A record carrying `extra={"relayed": obj}` (a child process's
+    own JSON record, passed on by its supervisor) is written as `obj` with the context added."""
 
     def format(self, record: logging.LogRecord) -> str:
+        relayed = getattr(record, RELAYED, None)
+        if isinstance(relayed, dict):
+            passed: dict[str, Any] = dict(relayed)
+            for key in CONTEXT_FIELDS:
+                value = getattr(record, key, None)
+                if value is not None:
+                    passed.setdefault(key, value)
+            return json.dumps(passed, default=str)
         out: dict[str, Any] = {
             "time": datetime.datetime.fromtimestamp(record.created, datetime.UTC)
             .isoformat(timespec="milliseconds").replace("+00:00", "Z"),
@@ -66,6 +91,9 @@ class JsonFormatter(logging.Formatter):
         for key in CONTEXT_FIELDS:
             value = getattr(record, key, None)
             if value is not None:
+                out[key] = value
+        for key, value in record.__dict__.items():
+            if key not in _STANDARD and key not in out and not key.startswith("_"):
                 out[key] = value
         if record.exc_info:
             out["exception"] = self.formatException(record.exc_info)
@@ -107,6 +135,10 @@ def configure(fmt: str = "text", level: str | int = "INFO",
               stream: TextIO | None = None, timestamps: bool = False) -> logging.Logger:
     """Install the one handler on the `baton` logger (replacing an earlier one).
 
+    With "json" the same handler also goes on the root logger and Python's warnings are
+    captured, so third-party records are JSON too; with "text" the root logger is left alone
+    (only a handler an earlier `configure("json")` put there is taken off).
+
     Args:
         fmt: "text" (the CLI's lines) or "json" (one object per line, for log routers).
         level: a logging level name or number.
@@ -116,11 +148,29 @@ def configure(fmt: str = "text", level: str | int = "INFO",
     if fmt not in FORMATS:
         raise ValueError(f"log format must be one of {', '.join(FORMATS)}. Received: {fmt!r}")
     logger = logging.getLogger(ROOT)
-    for old in [h for h in logger.handlers if isinstance(h, _Handler)]:
-        logger.removeHandler(old)
+    root = logging.getLogger()
+    for target in (logger, root):
+        for old in [h for h in target.handlers if isinstance(h, _Handler)]:
+            target.removeHandler(old)
     handler = _Handler(stream)
     handler.setFormatter(JsonFormatter() if fmt == "json" else TextFormatter(timestamps))
     logger.addHandler(handler)
     logger.setLevel(level if isinstance(level, int) else str(level).upper())
     logger.propagate = False
+    if fmt == "json":
+        root.addHandler(handler)  # the root's level stays: the same third-party records, as JSON
+        logging.captureWarnings(True)
+    elif _captured[0]:  # text mode leaves warnings to Python, as before
+        logging.captureWarnings(False)
+    _captured[0] = fmt == "json"
     return logger
+
+
+_captured = [False]  # warnings captured by an earlier configure("json")
+
+
+def json_output() -> bool:
+    """True when the installed handler writes JSON records: callers that would draw for a
+    terminal (progress bars, tables, prefixed lines) log a record instead."""
+    return any(isinstance(h, _Handler) and isinstance(h.formatter, JsonFormatter)
+               for h in logging.getLogger(ROOT).handlers)

@@ -11,19 +11,27 @@ the emulator does, so a crash-looping replica ends a local run instead of loopin
 The processes are run by `strategies.supervisor.ProcessGroup` (one member per pod: its init
 containers, then `tensorflow`) and the restart decisions are its `ReplicaRestart` policy; this
 module keeps the operator's bookkeeping: conditions, success policy, deadline, status.
+
+SIGTERM or SIGINT (Ctrl-C) to the emulator stands for deleting the TFJob: as the operator deletes
+the pods then, the emulator stops every pod (SIGTERM, the grace period, SIGKILL) and `run()`
+returns 143 or 130; each pod also gets PR_SET_PDEATHSIG, so even a SIGKILLed emulator leaves none.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import json
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
+from baton.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED
 from baton.k8s import tfconfig
 from baton.k8s.emulator_pods import EmulationError, PodPlan, find_configmaps, plan_pod
 from baton.strategies.restart_policies import Action, ReplicaRestart, Verdict
@@ -72,7 +80,14 @@ class _Pod:
 
 
 class Emulator:
-    """One TFJob's local run. `run()` returns 0 when the job succeeds, 1 when it fails."""
+    """One TFJob's local run. `run()` returns 0 when the job succeeds, 1 when it fails, and
+    143 (SIGTERM) or 130 (SIGINT, Ctrl-C) when a signal ended it.
+
+    A signal to the emulator is the TFJob's deletion: the operator deletes its pods, so the
+    emulator deletes them the same way (SIGTERM to every pod, one grace period, SIGKILL) before
+    it returns; no pod process outlives it. The handlers are in place only during `run()`, and
+    only on the main thread (signals are delivered there).
+    """
 
     def __init__(self, tfjob: Mapping[str, Any], options: EmulatorOptions) -> None:
         self.job = tfjob
@@ -92,7 +107,9 @@ class Emulator:
         # The processes: one member per pod (its init containers, then `tensorflow`), deleted
         # together at the end; the operator's restartPolicy per replica decides on each exit.
         self.group = ProcessGroup(grace=options.grace_seconds, on_start=self._started,
-                                  exec_failure_exit=127)  # the kubelet's "executable not found"
+                                  exec_failure_exit=127,  # the kubelet's "executable not found"
+                                  die_with_parent=True)  # even a SIGKILLed emulator leaves none
+        self.signalled: int | None = None  # SIGTERM/SIGINT received: the job is being deleted
         self.policy = ReplicaRestart({}, self.backoff_limit)
         self.started = time.monotonic()
         self.start_time = ""
@@ -285,6 +302,19 @@ class Emulator:
             self._say(f"{pod.plan.name}: last log lines ({path}):\n    " + "\n    ".join(tail))
 
     def run(self) -> int:
+        with _deleted_on_signals(self._on_signal):
+            result = self._run()
+        if result == "Deleted":
+            assert self.signalled is not None
+            return EXIT_PREEMPTED if self.signalled == signal.SIGTERM else EXIT_INTERRUPTED
+        return EXIT_OK if result == "Succeeded" else EXIT_FAILED
+
+    def _on_signal(self, signum: int) -> None:
+        """SIGTERM/SIGINT: only noted here; the controller loop deletes the pods (`_loop`)."""
+        if self.signalled is None:
+            self.signalled = signum
+
+    def _run(self) -> str:
         self.opts.work_dir.mkdir(parents=True, exist_ok=True)
         self.opts.volume_dir.mkdir(parents=True, exist_ok=True)
         self.started = time.monotonic()
@@ -295,7 +325,8 @@ class Emulator:
         result = "Failed"
         try:
             for pod in self.pods.values():
-                self._start_pod(pod)
+                if self.signalled is None:
+                    self._start_pod(pod)
             if any(p.phase == "Running" for p in self.pods.values()):
                 self.set_condition("Running", f"TFJob {self.namespace}/{self.name} is running.")
             result = self._loop()
@@ -309,11 +340,16 @@ class Emulator:
                     self._say("cleanPodPolicy None: the operator would leave the running pods; "
                               f"stopped locally ({codes})")
             self._write_status()
-        return 0 if result == "Succeeded" else 1
+        return result
 
     def _loop(self) -> str:
         exits = self.group.poll()
         while True:
+            if self.signalled is not None:  # the TFJob is deleted: the finally deletes its pods
+                name = signal.Signals(self.signalled).name
+                self._say(f"{name}: the TFJob is deleted; deleting its pods")
+                self._event("deleted", "", signal=name)
+                return "Deleted"
             for ended in exits:
                 pod = self.pods[ended.name]
                 verdict = self.policy.decide(self.group, ended)
@@ -328,6 +364,21 @@ class Emulator:
                                    reason="DeadlineExceeded")
                 return "Failed"
             exits = self.group.wait(self.opts.poll_seconds)
+
+
+@contextlib.contextmanager
+def _deleted_on_signals(callback: Callable[[int], None]) -> Iterator[None]:
+    """While inside, SIGTERM and SIGINT call `callback(signum)` (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signums = (signal.SIGTERM, signal.SIGINT)
+    previous = {s: signal.signal(s, lambda signum, frame: callback(signum)) for s in signums}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def emulate_file(path: str | Path, options: EmulatorOptions) -> int:

@@ -40,13 +40,18 @@ class Progress:
     """Progress of one stage: a bar when the total is known, a counter otherwise.
 
     On a terminal it redraws one line; elsewhere (CI logs) it prints at most every 5 seconds.
+    With BATON_LOG_FORMAT=json (`logs.json_output()`) it is a `baton.stage` record at most every
+    5 seconds, and at the end, with the numbers as fields (done, total, unit, rate, elapsed_s).
     """
 
-    def __init__(self, label: str, total: int | None, unit: str, stream: TextIO, quiet: bool):
+    def __init__(self, label: str, total: int | None, unit: str, stream: TextIO, quiet: bool,
+                 context: Mapping[str, Any] | None = None):
         self.label, self.total, self.unit = label, total, unit
         self.done = 0
         self._stream, self._quiet = stream, quiet
-        self._tty = bool(getattr(stream, "isatty", lambda: False)())
+        self._context = dict(context or {})  # stage, pipeline, run_id of the JSON records
+        self._json = logs.json_output()
+        self._tty = not self._json and bool(getattr(stream, "isatty", lambda: False)())
         self._start = time.monotonic()
         self._last = 0.0
 
@@ -68,6 +73,13 @@ class Progress:
     def _draw(self, final: bool) -> None:
         elapsed = time.monotonic() - self._start
         rate = self.done / elapsed if elapsed > 0 else 0.0
+        if self._json:  # a record for log routers, not a bar
+            count = f"{self.done}/{self.total}" if self.total else f"{self.done}"
+            _STAGE_LOG.info(f"{self.label} {count} {self.unit}".rstrip(), extra={
+                **self._context, "progress": self.label, "done": self.done, "total": self.total,
+                "unit": self.unit, "rate": round(rate, 3), "elapsed_s": round(elapsed, 3),
+                "final": final})
+            return
         if self.total:
             frac = min(1.0, self.done / self.total)
             bar = "#" * int(frac * 24) + "-" * (24 - int(frac * 24))
@@ -121,7 +133,9 @@ class StageContext:
         return (self.spec_dir / p).resolve()
 
     def progress(self, total: int | None = None, unit: str = "", label: str = "") -> Progress:
-        return Progress(label or self.stage, total, unit, self.stream, self.options.quiet)
+        return Progress(label or self.stage, total, unit, self.stream, self.options.quiet,
+                        context={"stage": self.stage, "pipeline": self.pipeline,
+                                 "run_id": self.run_id})
 
     def log(self, message: str) -> None:
         """A line about this stage's progress, through the `baton.stage` logger (baton.logs)."""

@@ -120,7 +120,10 @@ def run_pipeline(
     status = "succeeded" if result.ok else "failed"
     _write_run_record(run_dir, spec.name, run_id, started, status, results, options)
     if not options.quiet:
-        stream.write(summary_table(results) + "\n")
+        if logs.json_output():  # a log router gets the rows as fields, not a drawn table
+            _LOG.info("summary", extra=summary_fields(results))
+        else:
+            stream.write(summary_table(results) + "\n")
     return result
 
 
@@ -298,7 +301,8 @@ def _require_outputs(plan: Plan, run_dir: Path, name: str) -> None:
 
 def _say(stream: TextIO, options: RunOptions, text: str) -> None:
     """A line of the run's progress, through the `baton.pipeline.runner` logger (baton.logs);
-    `stream` keeps the progress bars and the summary table, which are terminal output."""
+    `stream` keeps the progress bars and the summary table, which are terminal output (with
+    BATON_LOG_FORMAT=json they are records too: `summary_fields`, context.Progress)."""
     if not options.quiet:
         _LOG.info(text)
 
@@ -340,6 +344,22 @@ def summary_table(results: list[StageResult]) -> str:
              for row in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
+
+
+def summary_fields(results: list[StageResult]) -> dict[str, Any]:
+    """The end-of-run table as the `summary` record's fields (BATON_LOG_FORMAT=json): one
+    entry per stage under `stages` (name, type, status, usage, metrics, error), and `totals`."""
+    return {
+        "stages": [{"name": r.name, "type": r.type, "status": r.status, **r.usage.as_dict(),
+                    "metrics": r.metrics, **({"error": r.error} if r.error else {})}
+                   for r in results],
+        "totals": {
+            "wall_s": round(sum(r.usage.wall_s for r in results), 3),
+            "cpu_s": round(sum(r.usage.cpu_s for r in results), 3),
+            "peak_rss_mb": round(max((r.usage.peak_rss_mb for r in results), default=0.0), 1),
+            "energy_j": round(sum(r.usage.energy_j for r in results), 1),
+        },
+    }
 
 
 def _fmt(v: Any) -> str:

@@ -1,8 +1,9 @@
 """Local multi-process clusters: one process per task on free 127.0.0.1 ports, supervised.
 
 The launcher starts every task of a ClusterSpec as its own process group with its own TF_CONFIG
-(the exact JSON the Kubeflow operator injects), prefixes each output line with the task name, and
-supervises the group the way the operator's restart policy would:
+(the exact JSON the Kubeflow operator injects), prefixes each output line with the task name (with
+BATON_LOG_FORMAT=json: relays it as a record with a `task` field, see `_Sink`), and supervises the
+group the way the operator's restart policy would:
 
 - synchronous strategies (multi-worker mirrored): any task that dies takes the whole group down;
   the group restarts from the chief's last backup, with fresh ports, up to `max_restarts` times;
@@ -26,9 +27,12 @@ environments and logs, follows the chief's step, injects faults and reports.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
+import logging
 import os
+import re
 import sys
 import threading
 import time
@@ -36,8 +40,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
+from baton import logs
 from baton.errors import EXIT_FAILED, EXIT_PREEMPTED
 from baton.strategies.cluster import ClusterSpec, TaskId, TFConfig
+from baton.strategies.factory import MULTI_WORKER_MIRRORED, PARAMETER_SERVER
 from baton.strategies.faults import Fault
 from baton.strategies.preemption import stop_on_sigterm
 from baton.strategies.restart_policies import Action, GroupRestart, Verdict
@@ -50,7 +56,7 @@ PREEMPTED_EXIT = EXIT_PREEMPTED
 @dataclasses.dataclass(frozen=True)
 class LaunchConfig:
     workers: int
-    strategy: str = "multi_worker_mirrored"
+    strategy: str = MULTI_WORKER_MIRRORED  # a factory.STRATEGIES name
     ps: int = 0
     max_restarts: int = 3
     fault: Fault | None = None
@@ -62,7 +68,7 @@ class LaunchConfig:
 
     @property
     def parameter_server(self) -> bool:
-        return self.strategy == "parameter_server"
+        return self.strategy == PARAMETER_SERVER
 
     def cluster(self) -> ClusterSpec:
         if self.parameter_server:
@@ -91,23 +97,59 @@ class LaunchResult:
 
 
 class _Sink:
-    """Prefixes each output line with its task and writes it to the stream."""
+    """Prefixes each output line with its task and writes it to the stream, with the launcher's
+    own lines as `[launcher] ...`.
+
+    With BATON_LOG_FORMAT=json (`logs.json_output()`) every line is a record of the
+    `baton.strategies.launcher` logger instead, through the one log handler (not `stream`): the
+    launcher's own lines; a task's line that is already a JSON record (a `baton task` in JSON
+    mode) passed on as that object with `task` added, at its own level; any other task line
+    (TensorFlow's C++ log) as a record with `task` and the line as `message`.
+    """
 
     def __init__(self, stream: IO[str], quiet: bool):
         self.stream, self.quiet = stream, quiet
         self.lock = threading.Lock()
+        self.json = logs.json_output()
 
     def line(self, name: str, line: str) -> None:
         if line and not self.quiet and not _noise(line):
+            if self.json:
+                _relay(name, line)
+                return
             with self.lock:
                 self.stream.write(f"  [{name}] {line}\n")
                 self.stream.flush()
 
     def say(self, text: str) -> None:
         if not self.quiet:
+            if self.json:
+                _LOG.info(text)
+                return
             with self.lock:
                 self.stream.write(f"  [launcher] {text}\n")
                 self.stream.flush()
+
+
+_LOG = logs.get("strategies.launcher")
+_GLOG = re.compile(r"([IWEF])\d{4} ")  # TF's C++ log lines: `W0000 00:00:...` (glog/absl)
+_GLOG_LEVELS = {"I": logging.INFO, "W": logging.WARNING, "E": logging.ERROR, "F": logging.CRITICAL}
+
+
+def _relay(task: str, line: str) -> None:
+    """One output line of `task` as a record (JSON mode): a JSON object is passed on as it came."""
+    record: Any = None
+    if line.startswith("{"):
+        with contextlib.suppress(ValueError):
+            record = json.loads(line)
+    if isinstance(record, dict):
+        level = logging.getLevelName(str(record.get("level", "INFO")).upper())
+        _LOG.log(level if isinstance(level, int) else logging.INFO, "%s",
+                 record.get("message", ""), extra={"task": task, logs.RELAYED: record})
+        return
+    prefix = _GLOG.match(line)
+    _LOG.log(_GLOG_LEVELS[prefix.group(1)] if prefix else logging.INFO, "%s", line,
+             extra={"task": task})
 
 
 def policy_for(config: LaunchConfig, cluster: ClusterSpec) -> GroupRestart:

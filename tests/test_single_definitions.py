@@ -20,12 +20,6 @@ from baton.strategies import factory
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ("pipeline", "graphs", "strategies", "serving", "k8s")
 
-# Files other work is rewriting at the moment; each entry must still hold a literal (the test
-# below fails once it does not, so the entry is removed rather than forgotten).
-PENDING_STRATEGY_NAMES = {
-    "strategies/launcher.py": "LocalClusterConfig.strategy default and is_ps (supervisor rewrite)",
-}
-
 
 def product_files() -> list[Path]:
     files = [p for pkg in PACKAGES for p in sorted((ROOT / pkg).rglob("*.py"))]
@@ -73,18 +67,11 @@ def test_strategy_names_are_spelled_once():
         "one_device", "mirrored", "multi_worker_mirrored", "parameter_server",
     )
     found = strategy_literals()
-    second = [hit for name, hits in found.items() if name not in PENDING_STRATEGY_NAMES
-              for hit in hits]
+    second = [hit for hits in found.values() for hit in hits]
     assert not second, (
         "strategy names are defined once, in baton.strategies.factory (Strategy, STRATEGIES, "
         "ONE_DEVICE, ...); import them instead of spelling them:\n" + "\n".join(second)
     )
-
-
-def test_pending_entries_still_pending():
-    found = strategy_literals()
-    done = [name for name in PENDING_STRATEGY_NAMES if name not in found]
-    assert not done, f"no strategy literal left in {done}: remove them from PENDING_STRATEGY_NAMES"
 
 
 def test_the_typed_config_fields_take_the_one_literal():

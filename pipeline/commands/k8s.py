@@ -234,7 +234,8 @@ def emulate(argv: list[str]) -> int:
 
     p = _Parser(prog="baton k8s emulate", description="Run each replica of a TFJob as a local "
                 "process with the environment the operator would give it; exit 0 when the job "
-                "succeeds, 1 when it fails.")
+                "succeeds, 1 when it fails. SIGTERM or Ctrl-C deletes the job: every pod is "
+                "stopped (SIGTERM, grace period, SIGKILL), then the exit code is 143 or 130.")
     p.add_argument("tfjob", help="TFJob YAML (e.g. OUT/tfjob.yaml)")
     p.add_argument("--volume-dir", help="local directory for the PVC (default: WORK_DIR/volume)")
     p.add_argument("--work-dir", help="logs, status.json, tf_config.json (default: ./.baton-emulator/<file stem>)")

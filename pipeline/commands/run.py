@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import os
 import signal
-import sys
 import threading
 from typing import Any
 
+from baton import logs
 from baton.errors import EXIT_FAILED, EXIT_OK, Preempted, UsageError
 from baton.strategies.factory import STRATEGIES
+
+_LOG = logs.get("cli.run")  # the CLI's own error lines are under baton.cli.<command>
 
 
 def parser() -> argparse.ArgumentParser:
@@ -67,15 +69,15 @@ def main(argv: list[str]) -> int:
         result = run_pipeline(the_plan, options, runs_dir=args.runs_dir, run_id=args.run_id,
                               only=only)
     except Preempted as exc:  # Ctrl-C goes on to the CLI's 130
-        sys.stderr.write(f"baton run: stopped by SIGTERM: {exc}\n")
+        _LOG.error("baton run: stopped by SIGTERM: %s", exc)
         return exc.exit_code
     finally:
         if previous is not None:
             signal.signal(signal.SIGTERM, previous)
     if not result.ok:
-        sys.stderr.write(f"baton run: {result.error}\n")
+        _LOG.error("baton run: %s", result.error)
         return EXIT_FAILED
-    print(result.run_dir)
+    print(result.run_dir)  # stdout: the result, which scripts read (plain in JSON mode too)
     return EXIT_OK
 
 

@@ -139,8 +139,12 @@ def run(
         if _is_transient(exc):  # a dead peer is expected news: one line, no traceback
             _say(f"{task_name}: transient error ({type(exc).__name__}): {first}")
             return TRANSIENT
+        message = f"{task_name}: permanent error ({type(exc).__name__}): {first}"
+        if logs.json_output():  # one record, the traceback as its `exception` field
+            logs.get("task").error(message, exc_info=exc)
+            return PERMANENT
         sys.stdout.write(traceback.format_exc())
-        _say(f"{task_name}: permanent error ({type(exc).__name__}): {first}")
+        _say(message)
         return PERMANENT
     if result is None or not is_chief:
         _say(f"{task_name} done" + (f" at step {result.steps}" if result is not None else ""))

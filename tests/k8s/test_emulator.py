@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from baton.errors import EXIT_INTERRUPTED, EXIT_PREEMPTED
 from baton.k8s.emulator import Emulator, EmulatorOptions, exit_code
 from baton.k8s.render import write_manifests
 from baton.k8s.tfjob import build_tfjob
@@ -214,3 +220,50 @@ def test_is_distributed_follows_the_operator():
     assert is_distributed(job(Chief=1, Evaluator=1))  # the evaluator counts too
     assert is_distributed(job(Worker=2))
     assert is_distributed(job(Chief=None, PS=None))
+
+
+def _alive(pid: int) -> bool:
+    """Running (a zombie left for init to reap counts as gone)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+@pytest.mark.parametrize("signum, code", [(signal.SIGTERM, EXIT_PREEMPTED),
+                                          (signal.SIGINT, EXIT_INTERRUPTED)])
+def test_a_signal_to_the_emulator_deletes_its_pods(tmp_path, signum, code):
+    """`baton k8s emulate` on SIGTERM (or Ctrl-C) deletes the job as the operator would: every
+    pod is stopped before it exits 143 (130), none is left re-parented to PID 1. The pods wait
+    in their wait-for-inputs init container (`sh` looping over `sleep 10`) on an empty volume."""
+    import psutil
+
+    write_manifests(make_options(workers=3), tmp_path / "m")  # Chief + 2 Workers
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "baton", "k8s", "emulate", str(tmp_path / "m" / "tfjob.yaml"),
+         "--work-dir", str(tmp_path / "w")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    pods: set[int] = set()
+    try:
+        deadline = time.monotonic() + 60
+        while len(pods) < 6:  # 3 pods: each a `sh` and its `sleep`
+            assert time.monotonic() < deadline and proc.poll() is None, (pods, proc.poll())
+            with contextlib.suppress(psutil.NoSuchProcess):
+                pods |= {p.pid for p in psutil.Process(proc.pid).children(recursive=True)}
+            time.sleep(0.05)
+        os.kill(proc.pid, signum)
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == code, out
+        assert f"{signal.Signals(signum).name}: the TFJob is deleted; deleting its pods" in out
+        left = [p for p in pods if _alive(p)]
+        assert not left, f"pod processes left running: {left}\n{out}"
+        status = json.loads((tmp_path / "w" / "status.json").read_text())
+        assert {p["deletedExitCode"] for p in status["pods"].values()} == {143}, status
+    finally:  # on a failure, end only what this test started
+        for pid in [proc.pid, *pods]:
+            if _alive(pid):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+        proc.wait(timeout=10)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import json
 import os
 import signal
 import sys
@@ -435,3 +436,47 @@ def test_launcher_sigterm_asks_the_tasks_to_stop(tmp_path, no_children) -> None:
     assert result.preempted and not result.ok and result.restarts == 0, result
     assert result.error == (
         "preempted by SIGTERM (worker:0 code 143, worker:1 code 143; backup saved)")
+
+
+# A stand-in `baton task` in JSON mode: one JSON record, and a line from TF's C++ logging.
+JSON_TASK = r"""
+import json, os, sys
+task = json.loads(os.environ["TF_CONFIG"])["task"]
+name = f"{task['type']}:{task['index']}"
+print(json.dumps({"level": "INFO", "logger": "baton.task", "message": f"{name} starting"}))
+print("W0000 00:00:1700000000.1 12 cpu_allocator.cc:1] Allocation exceeds 10% of memory")
+sys.exit(0)
+"""
+
+
+@pytest.fixture
+def json_logs() -> Iterator[io.StringIO]:
+    """The one handler in JSON mode, writing into a buffer; text mode again afterwards."""
+    from baton import logs
+
+    buf = io.StringIO()
+    logs.configure("json", "INFO", stream=buf)
+    try:
+        yield buf
+    finally:
+        logs.configure("text", "INFO")
+
+
+def test_launcher_lines_are_json_records_in_json_mode(tmp_path, no_children, json_logs) -> None:
+    """BATON_LOG_FORMAT=json: the launcher's own lines are records, a task's JSON record is
+    passed on as that object with `task` added, any other task line becomes a record too."""
+    cfg = launcher.LaunchConfig(workers=2, state_dir=tmp_path / "state", grace_seconds=1.0)
+    text = io.StringIO()
+    result = launcher.launch(cfg, lambda t: [PY, "-c", JSON_TASK], stream=text)
+    assert result.ok, result
+    assert text.getvalue() == ""  # nothing drawn for a terminal
+    records = [json.loads(line) for line in json_logs.getvalue().splitlines()]
+    own = [r for r in records if "task" not in r]
+    assert own and all(r["logger"] == "baton.strategies.launcher" for r in own), own
+    assert any(r["message"].startswith("attempt 0: started worker:0, worker:1") for r in own)
+    for name in ("worker:0", "worker:1"):
+        assert {"level": "INFO", "logger": "baton.task", "message": f"{name} starting",
+                "task": name} in records
+        tf_line = [r for r in records if r.get("task") == name and "cpu_allocator" in r["message"]]
+        assert len(tf_line) == 1 and tf_line[0]["level"] == "WARNING", records
+        assert tf_line[0]["logger"] == "baton.strategies.launcher"
