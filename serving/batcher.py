@@ -130,9 +130,12 @@ class BatchScheduler:
     """Shared worker threads and per-signature queues.
 
     Args:
-        options: batching knobs; `max_enqueued_batches * max_batch_size` bounds each queue.
+        options: batching knobs. With batching, `max_enqueued_batches * max_batch_size`
+            rows bound each queue. Without, each request is its own batch of any size, so
+            `max_enqueued_batches` bounds the number of requests waiting (in all queues).
         batching: False runs each request as its own call (TF Serving without
-            --enable_batching) on the same bounded, measured machinery.
+            --enable_batching, which has no batching queue) on the same bounded, measured
+            machinery; its refusals never speak of batching.
         metrics: optional observer with `input_batch(size, n_tensors)` (per request),
             `batch(tasks, size, padded, dequeued, started, finished)` (per executed
             batch, on a worker) and `runtime(model, api, seconds)` (per split request).
@@ -146,7 +149,8 @@ class BatchScheduler:
         self._queues: dict[tuple, _Queue] = {}
         self._closed = False
         self._busy = 0
-        self._capacity = options.max_enqueued_batches * options.max_batch_size
+        self._capacity = options.max_enqueued_batches * options.max_batch_size  # rows
+        self._waiting = 0  # tasks queued, in all queues (the bound without batching)
         self._threads = [
             threading.Thread(target=self._run, name=f"batch-{i}", daemon=True)
             for i in range(options.num_batch_threads)
@@ -176,16 +180,23 @@ class BatchScheduler:
             if self._closed:
                 raise unavailable("Server is shutting down")
             q = self._queues.get(task.key)
+            if self.batching:
+                if q is not None and q.rows and q.rows + task.size > self._capacity:
+                    raise unavailable("The batch scheduling queue to which this task was "
+                                      "submitted is full")
+            elif self._waiting >= self.options.max_enqueued_batches:
+                # TF Serving runs an unbatched request as its own Session::Run, with no
+                # queue: here only the number of waiting requests is bounded, never rows.
+                raise unavailable(f"Server is overloaded: {self._waiting} requests are "
+                                  "already waiting to run")
             if q is None:
                 q = self._queues[task.key] = _Queue()
-            if q.rows + task.size > self._capacity and q.rows > 0:
-                raise unavailable("The batch scheduling queue to which this task was "
-                                  "submitted is full")
             task.enqueued = time.monotonic()
             if task.timeout > 0:
                 task.deadline = task.enqueued + task.timeout
             q.tasks.append(task)
             q.rows += task.size
+            self._waiting += 1
             self._cv.notify()
 
     def _submit_split(self, task: Task, limit: int) -> None:
@@ -278,6 +289,7 @@ class BatchScheduler:
                 self._cv.wait(remaining)
             if not tasks and self._queues.get(key) is q:
                 del self._queues[key]
+            self._waiting -= len(batch)
             self._busy += 1
             return batch
 

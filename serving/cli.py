@@ -20,8 +20,8 @@ from typing import Any
 from absl import flags
 
 from baton import logs
-from baton.errors import EXIT_USAGE, UsageError
-from baton.serving.conventions import DEFAULT_GRPC_PORT, DEFAULT_REST_PORT
+from baton.errors import EXIT_FAILED, EXIT_USAGE, UsageError
+from baton.serving.conventions import DEFAULT_GRPC_PORT, DEFAULT_REST_PORT, SERVING
 
 log = logs.get("serving.cli")
 
@@ -32,7 +32,8 @@ _NON_NEGATIVE = flags.IntegerParser(0)
 # only flags given on the command line are passed on, so ServerOptions stays the one source.
 SERVER_FLAGS: dict[str, tuple[flags.ArgumentParser, Any, str]] = {
     "port": (_PORT, DEFAULT_GRPC_PORT, "gRPC port"),
-    "rest_api_port": (_PORT, DEFAULT_REST_PORT, "REST port (0 disables REST)"),
+    "rest_api_port": (_PORT, DEFAULT_REST_PORT,
+                      "REST port (0 disables REST; tensorflow_model_server's default is 0)"),
     "host": (flags.ArgumentParser(), "127.0.0.1", "address to bind"),
     "model_name": (flags.ArgumentParser(), "default", "name of the model"),
     "model_base_path": (flags.ArgumentParser(), "",
@@ -70,7 +71,7 @@ SERVER_FLAGS: dict[str, tuple[flags.ArgumentParser, Any, str]] = {
                         "register tensorflow.ProfilerService (it answers UNIMPLEMENTED)"),
     "num_request_iterations_for_warmup": (_NON_NEGATIVE, 0,
                                           "replays of each warmup record (0: once)"),
-    "saved_model_tags": (flags.ArgumentParser(), "serve",
+    "saved_model_tags": (flags.ArgumentParser(), SERVING,
                          "comma-separated tags of the meta graph to load"),
     "tensorflow_session_parallelism": (_NON_NEGATIVE, 0,
                                        "TensorFlow intra and inter op threads (0: auto)"),
@@ -283,7 +284,7 @@ def main(argv: list[str]) -> int:
     except OSError as e:
         print(f"baton serve: cannot listen on {opts.host}: {e}", file=sys.stderr)
         server.stop(grace=0)
-        return 1
+        return EXIT_FAILED
     if server.grpc_port:
         print(f"Running gRPC ModelServer at {opts.host}:{server.grpc_port} ...", flush=True)
     if opts.grpc_socket_path:

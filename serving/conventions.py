@@ -17,6 +17,9 @@ PREDICT_METHOD_NAME = "tensorflow/serving/predict"
 CLASSIFY_METHOD_NAME = "tensorflow/serving/classify"
 REGRESS_METHOD_NAME = "tensorflow/serving/regress"
 
+# tf.saved_model.SERVING: the tag of the meta graph a model server loads (--saved_model_tags).
+SERVING = "serve"
+
 # tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY: the signature a request without one gets.
 DEFAULT_SERVING_SIGNATURE_DEF_KEY = "serving_default"
 
@@ -27,7 +30,10 @@ CLASSIFY_OUTPUT_SCORES = "scores"
 REGRESS_INPUTS = "inputs"
 REGRESS_OUTPUTS = "outputs"
 
-# tensorflow_model_server's default ports (--port, --rest_api_port); k8s manifests use them too.
+# Default ports (--port, --rest_api_port); the k8s manifests use them too. 8500 is
+# tensorflow_model_server's --port default. Its --rest_api_port default is 0 (REST off,
+# server.h's http_port); Baton's is 8501, deliberately: the port the tensorflow/serving
+# image's entrypoint passes (--rest_api_port=8501), and Baton's docs, demo and manifests.
 DEFAULT_GRPC_PORT = 8500
 DEFAULT_REST_PORT = 8501
 # MonitoringConfig's prometheus_config.path when it names none.

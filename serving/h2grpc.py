@@ -21,6 +21,16 @@ CONTINUATION with HPACK (h2frames.py), `grpc-timeout` (DEADLINE_EXCEEDED), `grpc
 gzip/deflate requests, message size limits (RESOURCE_EXHAUSTED), trailers-only error
 responses with percent-encoded `grpc-message`. Streaming methods answer UNIMPLEMENTED.
 Not implemented: TLS, server push, priorities (ignored, as grpc core does).
+
+Limits against clients that hold resources: a connection whose preface (the magic and a
+first SETTINGS frame) is not complete within `handshake_timeout` (10 s) is closed; a
+message whose 5-byte length prefix declares more than the receive limit is refused
+RESOURCE_EXHAUSTED as soon as the prefix arrives (the stream is then reset with NO_ERROR,
+so the client stops sending the rest); SETTINGS_MAX_CONCURRENT_STREAMS (1000 by default,
+or grpc.max_concurrent_streams) is advertised, and a stream opened beyond it is reset
+with REFUSED_STREAM (clients retry it). `channel_options` maps the grpc channel
+arguments that set these (grpc.max_concurrent_streams, grpc.max_receive_message_length,
+grpc.max_send_message_length) as grpc core reads them.
 """
 
 from __future__ import annotations
@@ -32,6 +42,7 @@ import struct
 import time
 import urllib.parse
 import zlib
+from typing import Any
 
 import grpc
 
@@ -49,6 +60,10 @@ _UNITS = (3600.0, 60.0, 1.0, 1e-3, 1e-6, 1e-9)
 OUR_SETTINGS = {h2.MAX_FRAME_SIZE: 1 << 20, h2.INITIAL_WINDOW_SIZE: 1 << 20,
                 h2.MAX_HEADER_LIST_SIZE: 16384 * 4, h2.ENABLE_PUSH: 0}
 CONN_WINDOW = 16 << 20  # the connection receive window we keep open
+# Streams open at once per connection (grpc core's server sets no limit by default).
+DEFAULT_MAX_CONCURRENT_STREAMS = 1000
+HANDSHAKE_TIMEOUT = 10.0  # seconds for a new connection to send its preface and SETTINGS
+UNLIMITED_MESSAGE = 2**32 - 1  # a length prefix cannot declare more
 _Status = grpc.StatusCode
 
 
@@ -145,6 +160,37 @@ class _Stream:
         return tuple(out)
 
 
+# the grpc channel arguments the native server applies -> GrpcServer's keyword
+_CHANNEL_ARGUMENTS = {"grpc.max_receive_message_length": "max_receive_message_length",
+                      "grpc.max_send_message_length": "max_send_message_length",
+                      "grpc.max_concurrent_streams": "max_concurrent_streams"}
+
+
+def channel_options(args, max_receive: int, max_send: int
+                    ) -> tuple[dict[str, Any], list[str]]:
+    """GrpcServer's keyword arguments from --grpc_channel_arguments, and what it ignores.
+
+    As grpc core reads them: grpc.max_receive_message_length and
+    grpc.max_send_message_length in bytes, negative for no limit;
+    grpc.max_concurrent_streams per connection, negative for no limit (not advertised).
+    A non-integer value is ignored (grpc core logs it and keeps its default). Any other
+    argument tunes grpc core machinery this server does not have: returned as ignored.
+    """
+    opts: dict[str, Any] = {"max_receive_message_length": max_receive,
+                            "max_send_message_length": max_send}
+    ignored: list[str] = []
+    for key, value in args:
+        name = _CHANNEL_ARGUMENTS.get(key)
+        if name is None or not isinstance(value, int):
+            ignored.append(f"{key}={value}")
+            continue
+        if value < 0:
+            opts[name] = None if name == "max_concurrent_streams" else UNLIMITED_MESSAGE
+        else:
+            opts[name] = value
+    return opts, ignored
+
+
 def _timeout(value: bytes) -> float:
     unit = _TIMEOUT_UNIT.get(value[-1:])
     if unit is None or not value[:-1].isdigit() or len(value) > 9:
@@ -185,6 +231,7 @@ class GrpcProtocol(asyncio.Protocol):
         self.goaway_sent = False
         self.peer = ""
         self.waiting: list[_Stream] = []  # streams with data blocked on the window
+        self.handshake_timer: asyncio.TimerHandle | None = None  # until the first SETTINGS
 
     # -- connection ------------------------------------------------------------------
     def connection_made(self, transport):
@@ -197,12 +244,31 @@ class GrpcProtocol(asyncio.Protocol):
                          else f"ipv4:{host}:{name[1]}")
         else:
             self.peer = f"unix:{name or self.server.unix_path}"
-        transport.write(h2.settings_frame(OUR_SETTINGS)
+        transport.write(h2.settings_frame(self.server.settings)
                         + h2.window_update(0, CONN_WINDOW - h2.DEFAULT_WINDOW))
+        if self.server.handshake_timeout:
+            self.handshake_timer = self.loop.call_later(self.server.handshake_timeout,
+                                                        self._handshake_expired)
         if self.server.closing:
             self.goaway()
 
+    def _handshake_expired(self) -> None:
+        """No complete client preface in time: a connection that only holds a slot."""
+        self.handshake_timer = None
+        if self.transport is None:
+            return
+        if self.preface:  # an HTTP/2 peer that never sent SETTINGS: tell it why
+            self._fail(h2.PROTOCOL_ERROR, "handshake timed out: no SETTINGS")
+        else:  # not (yet) HTTP/2: a GOAWAY would mean nothing to it
+            log.debug("HTTP/2 connection closed: no preface within %ss",
+                      self.server.handshake_timeout)
+            self.transport.close()
+            self.buf = b""
+
     def connection_lost(self, exc):
+        if self.handshake_timer is not None:
+            self.handshake_timer.cancel()
+            self.handshake_timer = None
         self.server.connections.discard(self)
         for s in list(self.streams.values()):
             self._abandon(s)
@@ -299,6 +365,9 @@ class GrpcProtocol(asyncio.Protocol):
                 raise _ConnectionError(h2.PROTOCOL_ERROR, "SETTINGS on a stream")
             if not flags & h2.ACK:
                 self._settings(payload)
+                if self.handshake_timer is not None:  # the client's preface is complete
+                    self.handshake_timer.cancel()
+                    self.handshake_timer = None
         elif ftype == h2.WINDOW_UPDATE:
             if len(payload) != 4:
                 raise _ConnectionError(h2.FRAME_SIZE_ERROR, "WINDOW_UPDATE size")
@@ -364,7 +433,9 @@ class GrpcProtocol(asyncio.Protocol):
         if sid <= self.last_sid or not sid & 1:
             raise _ConnectionError(h2.PROTOCOL_ERROR, f"stream id {sid}")
         self.last_sid = sid
-        if self.goaway_sent:
+        limit = self.server.max_concurrent_streams
+        if self.goaway_sent or (limit is not None and len(self.streams) >= limit):
+            # RFC 9113 5.1.2: beyond the advertised limit, REFUSED_STREAM (retryable)
             assert self.transport is not None
             self.transport.write(h2.rst_stream(sid, h2.REFUSED_STREAM))
             return
@@ -384,11 +455,17 @@ class GrpcProtocol(asyncio.Protocol):
             out = h2.window_update(0, self.recv_unacked)
             self.recv_unacked = 0
         if s is not None and s.task is None:
+            had = len(s.body)
             s.body += payload
-            if len(s.body) > self.server.max_receive + 5:
+            size = len(s.body) - 5
+            if had < 5 <= len(s.body):  # the length prefix is in: refuse before the data
+                size = max(size, int.from_bytes(s.body[1:5], "big"))
+            if size > self.server.max_receive:
                 self._answer(s, _Status.RESOURCE_EXHAUSTED.value[0],
-                             f"Received message larger than max ({len(s.body) - 5} vs. "
+                             f"Received message larger than max ({size} vs. "
                              f"{self.server.max_receive})")
+                if not flags & h2.END_STREAM:  # the rest is not wanted (RFC 9113 8.1)
+                    out += h2.rst_stream(sid, h2.NO_ERROR)
             elif flags & h2.END_STREAM:
                 self._dispatch(s)
             else:
@@ -616,9 +693,18 @@ class GrpcServer:
     """grpc.aio.Server's surface that `baton serve` uses, for unary methods."""
 
     def __init__(self, max_receive_message_length: int = 4 * 1024 * 1024,
-                 max_send_message_length: int = 2**31 - 1):
+                 max_send_message_length: int = 2**31 - 1,
+                 max_concurrent_streams: int | None = DEFAULT_MAX_CONCURRENT_STREAMS,
+                 handshake_timeout: float = HANDSHAKE_TIMEOUT):
+        """`max_concurrent_streams` None: no limit (and none advertised);
+        `handshake_timeout` 0: none."""
         self.max_receive = max_receive_message_length
         self.max_send = max_send_message_length
+        self.max_concurrent_streams = max_concurrent_streams
+        self.handshake_timeout = handshake_timeout
+        self.settings = dict(OUR_SETTINGS)
+        if max_concurrent_streams is not None:
+            self.settings[h2.MAX_CONCURRENT_STREAMS] = max_concurrent_streams
         self.loop: asyncio.AbstractEventLoop = None  # type: ignore[assignment]
         self._generic: list = []
         self._methods: dict[bytes, object] = {}

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from baton.serving.conventions import DEFAULT_SERVING_SIGNATURE_DEF_KEY, WARMUP_FILE
+from baton.serving.conventions import DEFAULT_SERVING_SIGNATURE_DEF_KEY, SERVING, WARMUP_FILE
 from baton.serving.status import Code, ServingError, invalid
 from baton.serving.tensor_proto import examples_from_input_proto, to_ndarray
 
@@ -319,7 +319,7 @@ def meta_graph_for(sm, tags: tuple[str, ...], export_dir: str):
 
 
 def load_servable(model_name: str, version: int, export_dir: str, warmup: bool = True,
-                  tags: tuple[str, ...] = ("serve",), warmup_iterations: int = 0) -> Servable:
+                  tags: tuple[str, ...] = (SERVING,), warmup_iterations: int = 0) -> Servable:
     """Loads (and warms up) one version; raises ServingError on any failure.
 
     `tags` is `--saved_model_tags` (the meta graph to load); `warmup_iterations` is

@@ -33,7 +33,7 @@ from baton.serving.config import (
     load_model_config_file,
     load_monitoring_config,
 )
-from baton.serving.conventions import DEFAULT_GRPC_PORT, DEFAULT_REST_PORT
+from baton.serving.conventions import DEFAULT_GRPC_PORT, DEFAULT_REST_PORT, SERVING
 from baton.serving.http import HttpProtocol, HttpServerState
 from baton.serving.manager import ModelManager
 from baton.serving.metrics import Metrics
@@ -47,6 +47,9 @@ log = logging.getLogger(__name__)
 # allocates short-lived, almost always acyclic objects; fewer, slightly larger young
 # collections cost the same in total but interrupt the event loop less often.
 GC_GEN0_THRESHOLD = 5000
+# Without --enable_batching: how many requests (of any number of rows) may wait for one of
+# the model threads before more are refused with UNAVAILABLE.
+UNBATCHED_MAX_WAITING = 4096
 
 
 def freeze_heap() -> None:
@@ -130,7 +133,7 @@ class ServerOptions:
     enable_serialization_as_tensor_content: bool = False
     enable_profiler: bool = True  # ProfilerService registered, refusing (profiler.py)
     num_request_iterations_for_warmup: int = 0
-    saved_model_tags: str = "serve"
+    saved_model_tags: str = SERVING
     tensorflow_session_parallelism: int = 0
     tensorflow_intra_op_parallelism: int = 0
     tensorflow_inter_op_parallelism: int = 0
@@ -170,7 +173,11 @@ class ModelServer:
                 batching = dataclasses.replace(batching,
                                                num_batch_threads=min(4, os.cpu_count() or 1))
         else:
-            batching = BatchingOptions(max_batch_size=1, max_enqueued_batches=4096,
+            # Each request is its own call (TF Serving's Session::Run, no batching
+            # queue): 4 run at once, and up to UNBATCHED_MAX_WAITING requests of any size
+            # wait for a thread (the scheduler counts requests, not rows, without batching).
+            batching = BatchingOptions(max_batch_size=1,
+                                       max_enqueued_batches=UNBATCHED_MAX_WAITING,
                                        num_batch_threads=4)
         tags = tuple(t.strip() for t in o.saved_model_tags.split(",") if t.strip())
         loader = functools.partial(load_servable, tags=tags,
@@ -262,7 +269,7 @@ class ModelServer:
         import grpc
 
         from baton.serving.grpc_service import add_services
-        from baton.serving.h2grpc import GrpcServer
+        from baton.serving.h2grpc import GrpcServer, channel_options
 
         o = self.options
         loop = asyncio.get_running_loop()
@@ -278,12 +285,15 @@ class ModelServer:
         tcp = not (o.grpc_socket_path and o.port == 0 and not o.bind_free_ports)
         channel_args = grpc_channel_arguments(o.grpc_channel_arguments)
         if grpc_implementation() == "native":
-            native = GrpcServer(max_receive_message_length=mb, max_send_message_length=mb)
+            # the message sizes and grpc.max_concurrent_streams, as grpc core reads them
+            # (the user's value wins over --grpc_max_message_bytes, as for grpcio)
+            kwargs, ignored = channel_options(channel_args, mb, mb)
+            native = GrpcServer(**kwargs)
             self._grpc = native
             add_services(native, self.service)
-            if channel_args:  # grpc core's settings; the native server has no grpc core
-                log.info("--grpc_channel_arguments apply to grpcio's server only "
-                         "(BATON_SERVING_GRPC=grpcio); ignored: %s", o.grpc_channel_arguments)
+            if ignored:  # grpc core's other settings; the native server has no grpc core
+                log.info("--grpc_channel_arguments the native gRPC server does not apply "
+                         "(grpcio's does, BATON_SERVING_GRPC=grpcio): %s", ",".join(ignored))
             if o.grpc_socket_path:
                 with contextlib.suppress(OSError):  # a stale socket, as grpc core unlinks it
                     if stat.S_ISSOCK(os.stat(o.grpc_socket_path).st_mode):

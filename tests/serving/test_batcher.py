@@ -119,6 +119,47 @@ def test_queue_bound_gives_unavailable():
         s.close()
 
 
+def test_without_batching_large_requests_are_not_bounded_by_rows():
+    """TF Serving without --enable_batching has no batching queue: 8 requests of 5000
+    rows each wait for the one busy thread (they were refused as a full batch queue when
+    each queue held max_enqueued_batches * max_batch_size rows)."""
+    sig = FakeSignature()
+    sig.gate.clear()
+    s = BatchScheduler(BatchingOptions(max_batch_size=1, max_enqueued_batches=4096,
+                                       num_batch_threads=1), batching=False)
+    try:
+        arrays = [np.full(5000, float(i)) for i in range(8)]
+        threading.Timer(0.3, sig.gate.set).start()
+        res = run_all(s, sig, arrays)
+    finally:
+        sig.gate.set()
+        s.close()
+    assert all(not isinstance(r, ServingError) for r in res), res
+    assert [r["y"][0] for r in res] == [2.0 * i for i in range(8)]
+    assert sig.calls == [5000] * 8  # each its own call
+
+
+def test_without_batching_the_bound_is_requests_waiting_and_says_nothing_of_batching():
+    sig = FakeSignature()
+    sig.gate.clear()
+    s = BatchScheduler(BatchingOptions(max_batch_size=1, max_enqueued_batches=3,
+                                       num_batch_threads=1), batching=False)
+    try:
+        s.submit(Task(sig, {"x": np.zeros(10)}, lambda o, e: None))
+        time.sleep(0.1)  # the worker took it and is blocked: it no longer waits
+        s.submit(Task(sig, {"x": np.zeros(7000)}, lambda o, e: None))
+        s.submit(Task(sig, {"a": np.zeros(2), "b": np.zeros(3)}, lambda o, e: None))  # alone
+        s.submit(Task(sig, {"x": np.zeros(1)}, lambda o, e: None))  # 3 waiting, any queue
+        with pytest.raises(ServingError) as e:
+            s.submit(Task(sig, {"x": np.zeros(1)}, lambda o, e: None))
+        assert e.value.code == Code.UNAVAILABLE and e.value.http_status == 503
+        assert "batch" not in e.value.message.lower()
+        assert e.value.message == "Server is overloaded: 3 requests are already waiting to run"
+    finally:
+        sig.gate.set()
+        s.close()
+
+
 def test_batch_timeout_waits_for_more():
     sig = FakeSignature()
     s = BatchScheduler(BatchingOptions(max_batch_size=4, batch_timeout_micros=300_000))

@@ -158,3 +158,31 @@ def test_version(capsys):
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("TensorFlow ModelServer: baton ")
     assert out[1].startswith("TensorFlow Library: 2.")
+
+
+# tensorflow_model_server's default (model_servers/server.h: `http_port = 0`, REST off).
+UPSTREAM_REST_API_PORT_DEFAULT = 0
+
+
+def test_rest_api_port_defaults_to_8501_unlike_tensorflow_model_server():
+    """A deliberate difference (docs/serving.md): REST is on at 8501 unless told otherwise,
+    the port the tensorflow/serving image's entrypoint passes and Baton's docs and demo
+    use; --rest_api_port=0 turns it off, as upstream."""
+    o = parse_args(["--model_base_path=/m"])
+    assert o.rest_api_port == 8501 != UPSTREAM_REST_API_PORT_DEFAULT
+    assert o.port == 8500  # the gRPC default is upstream's
+    assert parse_args(["--model_base_path=/m", "--rest_api_port=0"]).rest_api_port == 0
+    assert "tensorflow_model_server's default is 0" in " ".join(cli.usage().split())
+
+
+def test_a_server_that_cannot_listen_exits_failed(monkeypatch, capsys):
+    from baton.errors import EXIT_FAILED
+    from baton.serving import server
+
+    def start(self):
+        raise OSError("[Errno 98] Address already in use")
+
+    monkeypatch.setattr(server.ModelServer, "start", start)
+    monkeypatch.setattr(server.ModelServer, "stop", lambda self, grace=10.0: None)
+    assert main(["--model_base_path=/m", "--port=8500"]) == EXIT_FAILED
+    assert "cannot listen on 127.0.0.1: [Errno 98]" in capsys.readouterr().err

@@ -10,7 +10,7 @@ import pytest
 from baton.serving import conventions as C
 
 TF_NAMES = [
-    "PREDICT_METHOD_NAME", "CLASSIFY_METHOD_NAME", "REGRESS_METHOD_NAME",
+    "SERVING", "PREDICT_METHOD_NAME", "CLASSIFY_METHOD_NAME", "REGRESS_METHOD_NAME",
     "DEFAULT_SERVING_SIGNATURE_DEF_KEY", "CLASSIFY_INPUTS", "CLASSIFY_OUTPUT_CLASSES",
     "CLASSIFY_OUTPUT_SCORES", "REGRESS_INPUTS", "REGRESS_OUTPUTS",
 ]
@@ -36,9 +36,28 @@ def test_the_server_and_the_k8s_manifests_use_the_default_ports():
     from baton.k8s import serving as K
     from baton.serving.server import ServerOptions
 
-    assert (C.DEFAULT_GRPC_PORT, C.DEFAULT_REST_PORT) == (8500, 8501)  # tensorflow_model_server's
+    # 8500 is tensorflow_model_server's; its REST default is 0 (off), ours 8501 (docs/serving.md)
+    assert (C.DEFAULT_GRPC_PORT, C.DEFAULT_REST_PORT) == (8500, 8501)
     assert (ServerOptions().port, ServerOptions().rest_api_port) == (8500, 8501)
     assert (K.GRPC_PORT, K.REST_PORT) == (8500, 8501)
+
+
+def test_serving_spells_tf_names_only_here():
+    """No other serving module writes one of the mirrored names as a literal (the tag
+    "serve" was spelled in cli.py, server.py and servable.py)."""
+    import ast
+    import pathlib
+
+    values = {getattr(C, n) for n in TF_NAMES if getattr(C, n) not in ("inputs", "outputs",
+                                                                      "classes", "scores")}
+    found = []
+    for path in sorted(pathlib.Path(C.__file__).parent.glob("*.py")):
+        if path.name == "conventions.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Constant) and node.value in values:
+                found.append(f"{path.name}:{node.lineno}: {node.value!r}")
+    assert found == []
 
 
 def test_importing_it_does_not_import_tensorflow():

@@ -20,7 +20,7 @@ import pytest
 from hpack import Encoder
 
 from baton.serving import h2frames
-from baton.serving.h2grpc import GrpcServer
+from baton.serving.h2grpc import GrpcServer, channel_options
 
 SERVICE = "test.Echo"
 
@@ -273,3 +273,156 @@ def test_hpack_decoder_matches_hpack_encoder():
     assert dec.size == 0
     with pytest.raises(h2frames.CompressionError):
         dec.decode(b"\xff\xff\xff\x0f")  # an index far out of range
+
+
+# -- limits: handshake timeout, early message size refusal, concurrent streams -----------
+
+def _frames_until(s: socket.socket, done) -> list[tuple[int, int, int, bytes]]:
+    """Reads (type, flags, stream, payload) frames until `done(frames)` (socket.timeout
+    if never) or EOF."""
+    got, frames = b"", []
+    while not done(frames):
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        got += chunk
+        frames, pos = [], 0
+        while pos + 9 <= len(got):
+            n = int.from_bytes(got[pos:pos + 3], "big")
+            if pos + 9 + n > len(got):
+                break
+            frames.append((got[pos + 3], got[pos + 4],
+                           int.from_bytes(got[pos + 5:pos + 9], "big") & 0x7FFFFFFF,
+                           got[pos + 9:pos + 9 + n]))
+            pos += 9 + n
+    return frames
+
+
+def _request_headers(method="Echo", end_stream=False, sid=1, enc=None) -> bytes:
+    block = (enc or Encoder()).encode([
+        (":method", "POST"), (":scheme", "http"), (":authority", "x"),
+        (":path", f"/{SERVICE}/{method}"), ("content-type", "application/grpc"),
+        ("te", "trailers")])
+    return _frame(1, 4 | (1 if end_stream else 0), sid, block)
+
+
+def _settings_of(frames) -> dict[int, int]:
+    (payload,) = [p for t, f, sid, p in frames if t == 4 and not f & 1][:1]
+    return {k: v for k, v in (struct.unpack_from(">HI", payload, i)
+                              for i in range(0, len(payload), 6))}
+
+
+def test_handshake_timeout_is_ten_seconds_by_default():
+    assert GrpcServer().handshake_timeout == 10.0
+
+
+@pytest.mark.parametrize("data, goaway", [
+    (b"", False),  # connects and says nothing
+    (PREFACE[:10], False),  # a partial preface, then silence: closed, no frame
+    (PREFACE, True),  # the magic but never SETTINGS: GOAWAY PROTOCOL_ERROR
+])
+def test_a_connection_that_never_completes_its_preface_is_closed(served, data, goaway):
+    _, server, port, ch, _ = served
+    server.handshake_timeout = 0.3
+    t = time.monotonic()
+    frames = _until_closed(port, data)  # socket.timeout (5 s) if never closed
+    assert time.monotonic() - t < 3
+    assert [t for t, _ in frames if t != 4 and t != 8] == ([7] if goaway else [])
+    if goaway:
+        assert _goaway_code(frames) == PROTOCOL_ERROR
+    assert _call(ch, "Plain", b"ok") == b"ko"
+
+
+def test_a_completed_handshake_is_not_timed_out(served):
+    _, server, port, _, _ = served
+    server.handshake_timeout = 0.2
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(PREFACE[:5])
+        time.sleep(0.05)
+        s.sendall(PREFACE[5:] + _frame(4, 0, 0, b""))
+        time.sleep(0.5)  # idle past the handshake timeout: a kept-alive connection
+        s.sendall(_frame(6, 0, 0, b"12345678"))
+        frames = _frames_until(s, lambda fs: any(t == 6 for t, *_ in fs))
+    assert (6, 1, 0, b"12345678") in frames  # PING ACK
+    assert not any(t == 7 for t, *_ in frames)
+
+
+def test_a_message_declared_over_the_limit_is_refused_when_its_prefix_arrives(served):
+    _, server, port, ch, _ = served
+    assert server.max_receive == 4 << 20
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        prefix = b"\x00" + (100 << 20).to_bytes(4, "big")  # declares 100 MiB
+        s.sendall(PREFACE + _frame(4, 0, 0, b"") + _request_headers()
+                  + _frame(0, 0, 1, prefix + b"x" * 1000))  # no END_STREAM: more to come
+        frames = _frames_until(s, lambda fs: any(t == 3 and sid == 1 for t, _, sid, _ in fs))
+    (trailers,) = [p for t, f, sid, p in frames if t == 1 and sid == 1 and f & 1]
+    fields = dict(h2frames.Decoder().decode(trailers))
+    assert fields[b"grpc-status"] == b"8"  # RESOURCE_EXHAUSTED, before the data
+    assert fields[b"grpc-message"] == f"Received message larger than max ({100 << 20} vs. " \
+        f"{4 << 20})".encode()
+    assert [p for t, f, sid, p in frames if t == 3 and sid == 1] == [b"\x00\x00\x00\x00"]
+    e = _error(ch, body=b"x" * (5 << 20))  # grpcio's client sees the same
+    assert e.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert e.details() == f"Received message larger than max ({5 << 20} vs. {4 << 20})"
+
+
+def test_max_concurrent_streams_is_advertised_and_enforced(served):
+    _, server, port, _, _ = served
+    with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
+        s.sendall(PREFACE + _frame(4, 0, 0, b""))
+        frames = _frames_until(s, lambda fs: any(t == 4 for t, *_ in fs))
+    assert _settings_of(frames)[3] == 1000  # SETTINGS_MAX_CONCURRENT_STREAMS
+
+    limited = GrpcServer(max_concurrent_streams=2)
+    limited.add_generic_rpc_handlers(server._generic)
+    lp = _Loop()
+    try:
+        lport = lp.run(limited.bind_tcp("127.0.0.1", 0))
+        with socket.create_connection(("127.0.0.1", lport), timeout=5) as s:
+            enc = Encoder()
+            s.sendall(PREFACE + _frame(4, 0, 0, b"")
+                      + b"".join(_request_headers(sid=i, enc=enc) for i in (1, 3, 5)))
+            frames = _frames_until(s, lambda fs: any(t == 3 for t, *_ in fs))
+            assert _settings_of(frames)[3] == 2
+            assert [(sid, p) for t, _, sid, p in frames if t == 3] == [
+                (5, b"\x00\x00\x00\x07")]  # REFUSED_STREAM: 1 and 3 are open
+            body = b"\x00" + (2).to_bytes(4, "big") + b"ab"
+            s.sendall(_frame(0, 1, 1, body))  # 1 completes: a slot frees
+            frames = _frames_until(s, lambda fs: any(t == 1 and f & 1 and sid == 1
+                                                     for t, f, sid, _ in fs))
+            s.sendall(_request_headers("Plain", sid=7, enc=enc) + _frame(0, 1, 7, body))
+            frames = _frames_until(s, lambda fs: any(t == 1 and f & 1 and sid == 7
+                                                     for t, f, sid, _ in fs))
+            assert not [sid for t, _, sid, _ in frames if t == 3]  # 7 was accepted
+            assert (0, 0, 7, b"\x00\x00\x00\x00\x02ba") in frames
+        with grpc.insecure_channel(f"127.0.0.1:{lport}") as ch:  # clients keep to it
+            futures = [_call_future(ch, str(i).encode()) for i in range(20)]
+            assert [f.result(10) for f in futures] == [str(i).encode()[::-1]
+                                                      for i in range(20)]
+    finally:
+        lp.run(limited.stop(0))
+        lp.close()
+
+
+def _call_future(ch, body):
+    return ch.unary_unary(f"/{SERVICE}/Plain", request_serializer=_ident,
+                          response_deserializer=_ident).future(body)
+
+
+def test_channel_options_map_grpc_core_arguments():
+    opts, ignored = channel_options(
+        [("grpc.max_concurrent_streams", 7), ("grpc.max_receive_message_length", 1000),
+         ("grpc.max_send_message_length", -1), ("grpc.so_reuseaddr", 1),
+         ("grpc.max_connection_age_ms", "soon")], 64 << 20, 64 << 20)
+    assert opts == {"max_concurrent_streams": 7, "max_receive_message_length": 1000,
+                    "max_send_message_length": 2**32 - 1}
+    assert ignored == ["grpc.so_reuseaddr=1", "grpc.max_connection_age_ms=soon"]
+    opts, ignored = channel_options([("grpc.max_concurrent_streams", -1),
+                                     ("grpc.max_receive_message_length", "big")], 5, 6)
+    assert opts == {"max_concurrent_streams": None, "max_receive_message_length": 5,
+                    "max_send_message_length": 6}
+    assert ignored == ["grpc.max_receive_message_length=big"]
+    assert channel_options([], 5, 6) == ({"max_receive_message_length": 5,
+                                          "max_send_message_length": 6}, [])
+    unlimited = GrpcServer(max_concurrent_streams=None)
+    assert 3 not in unlimited.settings and unlimited.max_concurrent_streams is None

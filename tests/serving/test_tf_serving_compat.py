@@ -11,6 +11,7 @@ with upstream's own flags are in test_upstream_model_server.py.
 
 import os
 import socket
+import struct
 import tempfile
 
 import grpc
@@ -305,7 +306,7 @@ def _sig(inputs, outputs, method):
 
 def half_plus_two_metadata():
     """What TF Serving's REST handler prints for upstream_models.half_plus_two."""
-    ex = {"inputs": _info("tf_example:0", "DT_STRING", [-1])}
+    ex = {"inputs": _info("tf_example:0", "DT_STRING", None)}  # unknown rank, as upstream's
     col = [-1, 1]
     return {
         "model_spec": {"name": "default", "signature_name": "", "version": "123"},
@@ -333,6 +334,28 @@ def test_rest_metadata_of_an_unknown_rank_tensor(server, upstream):
     assert delta["delta"]["tensor_shape"] == {"dim": [], "unknown_rank": True}
     get = body["metadata"]["signature_def"]["signature_def"]["get_counter"]
     assert get["inputs"] == {} and get["defaults"] == {}
+
+
+def test_classify_and_regress_parse_examples_fed_to_an_unknown_rank_input(server, stub):
+    """half_plus_two's `tf_example` has unknown rank (as upstream's model): the serialized
+    tf.Examples are still fed as one [n] string tensor, over gRPC (with `context`
+    features merged) and REST, on classify and regress."""
+    sig = server.manager.resolve("default").signatures["classify_x_to_y"]
+    assert sig.inputs["inputs"].shape is None
+    req = classification_pb2.ClassificationRequest()
+    req.model_spec.name, req.model_spec.signature_name = "default", "classify_x_to_y"
+    example_input(req.input, 2.0, 4.0, 6.0)
+    resp = stub.Classify(req, timeout=30)
+    assert [c.classes[0].score for c in resp.result.classifications] == [3.0, 4.0, 5.0]
+    rreq = regression_pb2.RegressionRequest()
+    rreq.model_spec.name, rreq.model_spec.signature_name = "default", "regress_x_to_y2"
+    ctx = rreq.input.example_list_with_context
+    ctx.context.features.feature["x"].float_list.value.append(8.0)
+    ctx.examples.add()  # x from the context
+    assert [r.value for r in stub.Regress(rreq, timeout=30).result.regressions] == [7.0]
+    s, body = http(server.rest_port, "POST", "/v1/models/default:regress",
+                   {"signature_name": "regress_x_to_y", "examples": [{"x": 0.0}, {"x": 2.0}]})
+    assert (s, body) == (200, {"results": [2.0, 3.0]})
 
 
 def test_grpc_metadata_field_checks(stub):
@@ -381,6 +404,42 @@ def test_a_stale_socket_file_is_replaced(upstream, monkeypatch):
             req = get_model_status_pb2.GetModelStatusRequest()
             req.model_spec.name = "default"
             assert ms.GetModelStatus(req, timeout=30).model_version_status[0].version == 123
+    finally:
+        s.stop(grace=1)
+
+
+@pytest.mark.parametrize("implementation", ["native", "grpcio"])
+def test_grpc_channel_arguments_for_limits_are_applied(upstream, monkeypatch, implementation):
+    """grpc.max_receive_message_length, grpc.max_send_message_length and
+    grpc.max_concurrent_streams reach the native server too (they were logged and
+    ignored there); other grpc core arguments are still ignored by it."""
+    monkeypatch.setenv("BATON_SERVING_GRPC", implementation)
+    args = ("grpc.max_concurrent_streams=7,grpc.max_receive_message_length=4000,"
+            "grpc.max_send_message_length=2000,grpc.so_reuseaddr=1")
+    s = ModelServer(ServerOptions(bind_free_ports=True, grpc_channel_arguments=args),
+                    [ModelConfig("default", upstream["half_plus_two"])]).start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{s.grpc_port}") as ch:
+            st = prediction_service_pb2_grpc.PredictionServiceStub(ch)
+            assert list(st.Predict(predict_request(), timeout=30).outputs["y"].float_val) == [3.0]
+            for rows, message in ((1200, "Received message larger than max"),  # 4.8 kB in
+                                  (600, "Sent message larger than max")):  # 2.4 kB out
+                with pytest.raises(grpc.RpcError) as e:
+                    st.Predict(predict_request(x=[1.0] * rows, shape=(rows, 1)), timeout=30)
+                assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                assert message in e.value.details()
+        if implementation == "native":
+            with socket.create_connection(("127.0.0.1", s.grpc_port), timeout=5) as sock:
+                sock.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"  # and an empty SETTINGS
+                             + struct.pack(">BHBBI", 0, 0, 4, 0, 0))
+                got = b""
+                while len(got) < 9 or len(got) < 9 + int.from_bytes(got[:3], "big"):
+                    got += sock.recv(65536)
+            assert got[3] == 4  # the server's SETTINGS first
+            payload = got[9:9 + int.from_bytes(got[:3], "big")]
+            settings = dict(struct.unpack_from(">HI", payload, i)
+                            for i in range(0, len(payload), 6))
+            assert settings[3] == 7  # SETTINGS_MAX_CONCURRENT_STREAMS
     finally:
         s.stop(grace=1)
 
@@ -449,3 +508,32 @@ def test_bad_model_never_loads_and_the_server_keeps_serving(server, stub):
     s, body = http(server.rest_port, "GET", "/v1/models/bad")
     assert s == 200 and body["model_version_status"][0]["state"] == "END"
     assert body["model_version_status"][0]["status"]["error_code"] == "DATA_LOSS"
+
+
+# Without --enable_batching there is no batching queue ------------------------------------
+
+def test_concurrent_large_predicts_without_batching_all_succeed(server, stub):
+    """TF Serving without --enable_batching runs each request as its own Session::Run:
+    8 concurrent predicts of 5000 rows are all answered (they were refused UNAVAILABLE
+    "The batch scheduling queue ... is full" when the unbatched path counted rows)."""
+    assert not server.options.enable_batching
+    reqs = []
+    for i in range(8):
+        req = predict_pb2.PredictRequest()
+        req.model_spec.name = "default"
+        from_ndarray(np.full((5000, 1), float(i), np.float32), req.inputs["x"])
+        reqs.append(req)
+    for _ in range(3):  # a few rounds: each has all 8 in flight at once
+        futures = [stub.Predict.future(r, timeout=60) for r in reqs]
+        for i, f in enumerate(futures):
+            y = to_ndarray(f.result().outputs["y"])
+            assert y.shape == (5000, 1) and float(y[0, 0]) == 0.5 * i + 2.0
+    bodies = [{"instances": [[float(i)]] * 5000} for i in range(8)]
+    import concurrent.futures
+
+    with concurrent.futures.ThreadPoolExecutor(8) as pool:
+        answers = list(pool.map(
+            lambda b: http(server.rest_port, "POST", "/v1/models/default:predict", b), bodies))
+    for i, (status, body) in enumerate(answers):
+        assert status == 200, body
+        assert len(body["predictions"]) == 5000 and body["predictions"][0] == [0.5 * i + 2.0]

@@ -55,7 +55,6 @@ from tensorflow_serving.apis import (
     prediction_service_pb2_grpc,
     regression_pb2,
 )
-from test_tf_serving_compat import half_plus_two_metadata
 
 RPC_TIMEOUT = 20.0
 HTTP_REST_TIMEOUT_MS = 5000
@@ -85,6 +84,211 @@ model_config_list: {{
 MONITORING_CONFIG = 'prometheus_config: {\n  enable: true,\n  path: "/monitoring/prometheus/metrics"\n}\n'
 INLINE_EXPORTS = ("tf_saved_model_save", "multiple_signatures", "keras_sequential",
                   "keras_distrat")
+
+
+# tensorflow_serving/servables/tensorflow/testdata/half_plus_two_model_metadata.json, verbatim
+# (tensorflow/serving at 9d981c5c): what testGetModelMetadataREST compares the response
+# with. No field needed adjusting: upstream_models.half_plus_two exports the same graph as
+# upstream's checked-in saved_model_half_plus_two_cpu (tensor names, `[-1, 1]` floats, a
+# `tf_example` placeholder of unknown rank), served as "default" from version dir 00000123.
+HALF_PLUS_TWO_MODEL_METADATA_JSON = r"""
+{
+ "model_spec": {
+  "name": "default",
+  "signature_name": "",
+  "version": "123"
+ },
+ "metadata": {
+  "signature_def": {
+   "signature_def": {
+    "regress_x2_to_y3": {
+     "inputs": {
+      "inputs": {
+       "dtype": "DT_FLOAT",
+       "tensor_shape": {
+        "dim": [
+         {
+          "size": "-1",
+          "name": ""
+         },
+         {
+          "size": "1",
+          "name": ""
+         }
+        ],
+        "unknown_rank": false
+       },
+       "name": "x2:0"
+      }
+     },
+     "outputs": {
+      "outputs": {
+       "dtype": "DT_FLOAT",
+       "tensor_shape": {
+        "dim": [
+         {
+          "size": "-1",
+          "name": ""
+         },
+         {
+          "size": "1",
+          "name": ""
+         }
+        ],
+        "unknown_rank": false
+       },
+       "name": "y3:0"
+      }
+     },
+     "method_name": "tensorflow/serving/regress",
+     "defaults": {}
+    },
+    "serving_default": {
+     "inputs": {
+      "x": {
+       "dtype": "DT_FLOAT",
+       "tensor_shape": {
+        "dim": [
+         {
+          "size": "-1",
+          "name": ""
+         },
+         {
+          "size": "1",
+          "name": ""
+         }
+        ],
+        "unknown_rank": false
+       },
+       "name": "x:0"
+      }
+     },
+     "outputs": {
+      "y": {
+       "dtype": "DT_FLOAT",
+       "tensor_shape": {
+        "dim": [
+         {
+          "size": "-1",
+          "name": ""
+         },
+         {
+          "size": "1",
+          "name": ""
+         }
+        ],
+        "unknown_rank": false
+       },
+       "name": "y:0"
+      }
+     },
+     "method_name": "tensorflow/serving/predict",
+     "defaults": {}
+    },
+    "classify_x_to_y": {
+     "inputs": {
+      "inputs": {
+       "dtype": "DT_STRING",
+       "tensor_shape": {
+        "dim": [],
+        "unknown_rank": true
+       },
+       "name": "tf_example:0"
+      }
+     },
+     "outputs": {
+      "scores": {
+       "dtype": "DT_FLOAT",
+       "tensor_shape": {
+        "dim": [
+         {
+          "size": "-1",
+          "name": ""
+         },
+         {
+          "size": "1",
+          "name": ""
+         }
+        ],
+        "unknown_rank": false
+       },
+       "name": "y:0"
+      }
+     },
+     "method_name": "tensorflow/serving/classify",
+     "defaults": {}
+    },
+    "regress_x_to_y2": {
+     "inputs": {
+      "inputs": {
+       "dtype": "DT_STRING",
+       "tensor_shape": {
+        "dim": [],
+        "unknown_rank": true
+       },
+       "name": "tf_example:0"
+      }
+     },
+     "outputs": {
+      "outputs": {
+       "dtype": "DT_FLOAT",
+       "tensor_shape": {
+        "dim": [
+         {
+          "size": "-1",
+          "name": ""
+         },
+         {
+          "size": "1",
+          "name": ""
+         }
+        ],
+        "unknown_rank": false
+       },
+       "name": "y2:0"
+      }
+     },
+     "method_name": "tensorflow/serving/regress",
+     "defaults": {}
+    },
+    "regress_x_to_y": {
+     "inputs": {
+      "inputs": {
+       "dtype": "DT_STRING",
+       "tensor_shape": {
+        "dim": [],
+        "unknown_rank": true
+       },
+       "name": "tf_example:0"
+      }
+     },
+     "outputs": {
+      "outputs": {
+       "dtype": "DT_FLOAT",
+       "tensor_shape": {
+        "dim": [
+         {
+          "size": "-1",
+          "name": ""
+         },
+         {
+          "size": "1",
+          "name": ""
+         }
+        ],
+        "unknown_rank": false
+       },
+       "name": "y:0"
+      }
+     },
+     "method_name": "tensorflow/serving/regress",
+     "defaults": {}
+    }
+   }
+  }
+ }
+}
+"""
 
 
 class Servers:
@@ -472,10 +676,11 @@ def test_GetStatusREST(tf1):
 
 
 def test_GetModelMetadataREST(tf1):
-    """Against our model's metadata file (half_plus_two_model_metadata.json upstream)."""
+    """Against upstream's own expected JSON (half_plus_two_model_metadata.json)."""
     url = f"http://{tf1[2]}/v1/models/default/metadata"
     got = json.loads(call_rest(url, None).decode())
-    assert sorted_object(got) == sorted_object(half_plus_two_metadata())
+    expected_metadata = json.loads(HALF_PLUS_TWO_MODEL_METADATA_JSON)
+    assert sorted_object(got) == sorted_object(expected_metadata)
 
 
 def test_PrometheusEndpoint(tf1):

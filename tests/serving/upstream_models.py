@@ -7,7 +7,7 @@ so the ported tests can call them exactly as upstream calls its models:
 - `half_plus_two` (TF1 style: a tf.compat.v1 graph saved by SavedModelBuilder):
   `y = a*x + b`, `y2 = a*x + c`, `y3 = a2*x2 + c2` with a = 0.5, b = 2, c = 3. Signatures
   `serving_default` (predict, `x` -> `y`, both `[-1, 1]`), `classify_x_to_y` (classify,
-  serialized tf.Examples -> `scores`), `regress_x_to_y`, `regress_x_to_y2`,
+  serialized tf.Examples of unknown rank -> `scores`), `regress_x_to_y`, `regress_x_to_y2`,
   `regress_x2_to_y3` (regress). An asset file `foo.txt`. Version directory `00000123`.
 - `half_plus_three`: the same graph with b = 3 (so `y = 0.5x + 3`).
 - `half_plus_two_tf2` (TF2 style: a tf.Module saved by tf.saved_model.save): the same
@@ -43,10 +43,20 @@ def _tf1_half_plus(export_dir: str, b_value: float) -> None:
         a = v1.Variable(0.5, name="a")
         b = v1.Variable(b_value, name="b")
         c = v1.Variable(3.0, name="c")
-        serialized = v1.placeholder(tf.string, name="tf_example", shape=[None])
-        spec = {"x": v1.FixedLenFeature([1], tf.float32),
-                "x2": v1.FixedLenFeature([1], tf.float32, default_value=[0.0])}
-        parsed = v1.parse_example(serialized, spec)
+        # No shape: unknown rank, as in upstream's checked-in model
+        # (saved_model_half_plus_two_cpu/00000123, whose metadata JSON says `"dim": [],
+        # "unknown_rank": true` for tf_example:0). Upstream's export script has passed
+        # shape=[None] since 2020 (commit 4f8d3b78), but that model was not re-exported.
+        serialized = v1.placeholder(tf.string, name="tf_example")
+        # The op that model runs: v1 ParseExample, which takes a vector of examples, so
+        # its outputs are [-1, 1] as upstream's JSON says. tf.compat.v1.parse_example
+        # now emits ParseExampleV2, whose outputs have unknown rank for this input.
+        # Features x ([1], required) and x2 ([1], default 0.0), as _get_feature_spec.
+        parsed = dict(zip(("x", "x2"), tf.raw_ops.ParseExample(
+            serialized=serialized, names=tf.constant([], tf.string), sparse_keys=[],
+            dense_keys=[tf.constant("x"), tf.constant("x2")],
+            dense_defaults=[tf.constant([], tf.float32), tf.constant([0.0])],
+            sparse_types=[], dense_shapes=[[1], [1]]).dense_values, strict=True))
         x = tf.identity(parsed["x"], name="x")
         y = tf.identity(tf.add(tf.multiply(a, x), b), name="y")
         y2 = tf.identity(tf.add(tf.multiply(a, x), c), name="y2")
