@@ -347,7 +347,8 @@ def own_model_section(own: dict) -> list[str]:
           f"batch {om.get('batch', '?')}: **{'met' if om['speedup'] >= FIT_SPEEDUP_GOAL else 'missed'}** "
           f"({om['speedup']:.2f}x; {_x(om.get('speedup_xla'))} with Baton's XLA on, `fit`'s XLA "
           f"{_on(om.get('keras_fit_jit_compile'))}; `fit` also validates every epoch, compiled "
-          "with the same loss and optimizer)." for om in rows],
+          "with the same loss and optimizer, but writes no backups or summaries, which Baton's "
+          "side does every epoch)." for om in rows],
         "- The machine is shared (2 cores): consecutive runs of this benchmark moved `fit` by up "
         "to 1.7x and the ratios with it; compare runs before reading one figure as a trend.",
         "",
