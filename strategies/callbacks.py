@@ -137,6 +137,40 @@ class InjectFault(keras.callbacks.Callback):
             faults.fire(fault)
 
 
+def loop_callbacks(
+    model: Any,
+    state: LoopState,
+    backups: Backups,
+    *,
+    epochs: int,
+    steps: int,
+    writer: Any = None,
+    per_chunk_summaries: bool = True,
+    on_progress: Callable[..., Any] | None = None,
+    status_file: Path | None = None,
+    user: Sequence[Any] = (),
+    fault: Any = None,
+) -> Any:
+    """The one CallbackList both trainers drive: the loop's side work (summaries, progress,
+    the status file), the user's callbacks, backups, then fault injection, in that order.
+    What is absent (no writer, not the chief...) is passed as None by the caller."""
+    return keras.callbacks.CallbackList(
+        [
+            *([Summaries(writer, state, per_chunk=per_chunk_summaries)] if writer is not None
+              else []),
+            *([Progress(on_progress, state)] if on_progress else []),
+            *([StatusFile(status_file, state)] if status_file else []),
+            *user,
+            backups,
+            *([InjectFault(fault, state)] if fault is not None else []),
+        ],
+        model=model,
+        epochs=epochs,
+        steps=steps,
+        verbose=0,
+    )
+
+
 def epoch_logs(record: Mapping[str, Any]) -> dict[str, float]:
     """An epoch's history record as callback logs: Baton's names and Keras' (`val_loss`...)."""
     logs: dict[str, float] = {}

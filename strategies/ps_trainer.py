@@ -61,7 +61,6 @@ def train(
     every epoch end; `model.stop_training` stops the scheduling, and training ends once the
     closures in flight have run.
     """
-    import keras
     import tensorflow as tf
 
     from baton.graphs.objectives import check_objectives
@@ -116,20 +115,11 @@ def train(
     state = cbs.LoopState(step, total, spe, job.batch_size, history,
                           extra=lambda: {"step": state.step})
     backups = cbs.Backups(backup, state)
-    callbacks = keras.callbacks.CallbackList(
-        [
-            # the coordinator is the chief: it alone writes summaries, per epoch
-            *([cbs.Summaries(writer, state, per_chunk=False)] if writer is not None else []),
-            *([cbs.Progress(role.on_progress, state)] if role.on_progress else []),
-            *([cbs.StatusFile(role.status_file, state)] if role.status_file else []),
-            *objectives.callbacks(),
-            backups,
-            *([cbs.InjectFault(my_fault, state)] if my_fault is not None else []),
-        ],
-        model=model,
-        epochs=job.epochs,
-        steps=spe,
-        verbose=0,
+    # the coordinator is the chief: it alone writes summaries, per epoch
+    callbacks = cbs.loop_callbacks(
+        model, state, backups, epochs=job.epochs, steps=spe, writer=writer,
+        per_chunk_summaries=False, on_progress=role.on_progress,
+        status_file=role.status_file, user=objectives.callbacks(), fault=my_fault,
     )
 
     # Closures in flight at once: enough to keep every worker busy, few enough that a SIGTERM

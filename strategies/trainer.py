@@ -123,7 +123,6 @@ def train(
     that chunk (or epoch); under multi-worker mirrored the workers agree on it through one
     all-reduce, so every worker stops at the same step.
     """
-    import keras
     import tensorflow as tf
 
     from baton.graphs.objectives import check_objectives
@@ -170,19 +169,11 @@ def train(
                           extra=lambda: {"epoch_totals": epoch_totals})
     backups = cbs.Backups(backup, state, plan.backup_every)
     chief = role.is_chief
-    callbacks = keras.callbacks.CallbackList(
-        [
-            *([cbs.Summaries(writer, state)] if writer is not None else []),
-            *([cbs.Progress(role.on_progress, state)] if role.on_progress and chief else []),
-            *([cbs.StatusFile(role.status_file, state)] if role.status_file and chief else []),
-            *user_callbacks,
-            backups,
-            *([cbs.InjectFault(my_fault, state)] if my_fault is not None else []),
-        ],
-        model=model,
-        epochs=plan.epochs,
-        steps=spe,
-        verbose=0,
+    callbacks = cbs.loop_callbacks(
+        model, state, backups, epochs=plan.epochs, steps=spe, writer=writer,
+        on_progress=role.on_progress if chief else None,
+        status_file=role.status_file if chief else None,
+        user=user_callbacks, fault=my_fault,
     )
     stop_requested = _stop_agreement(strategy, model) if user_callbacks else (lambda: False)
 
