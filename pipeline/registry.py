@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib
+import importlib.util
 import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -89,9 +90,10 @@ class StageType:
 
             files.extend(user_code_files([self.name], self.search_dir))
         for dep in self.declaration.code_deps:
-            mod = importlib.import_module(dep)
-            if mod.__file__:
-                p = Path(mod.__file__)
+            # Located, not imported: a cached run must not pay for TensorFlow's import.
+            found = importlib.util.find_spec(dep)
+            if found is not None and found.origin:
+                p = Path(found.origin)
                 files.extend(sorted(p.parent.rglob("*.py")) if p.name == "__init__.py" else [p])
         unique = dict.fromkeys(f.resolve() for f in files if f.is_file())
         return list(unique)

@@ -210,12 +210,12 @@ def test_csv_header_with_a_utf8_bom(tmp_path):
 @pytest.mark.parametrize(("data", "problem"), [
     (b"species,isl\xffand,mass\nA,x,1\n",
      r"header line is not valid UTF-8 \(byte 0xff at offset 11"),
-    (gzip.compress(b"species,mass\nA,1\n" * 50), "not CSV text: it is gzip-compressed"),
+    (gzip.compress(b"species,mass\nA,1\n" * 50, mtime=0), "not CSV text: it is gzip-compressed"),
     (b"PK\x03\x04" + bytes(range(256)) * 4, "not CSV text: it is a zip archive"),
     (b"\x00\x01\x02\x03binary\n\x00\xff\n", "not CSV text: its first line contains NUL bytes"),
     ("species,mass\nA,1\n".encode("utf-16"), r"not CSV text: it is UTF-16 text"),
     (b'species,"mass\nA,1\n', "cannot parse the header line"),
-])
+], ids=["bad-utf8", "gzip", "zip", "nul", "utf16", "bad-header"])
 def test_csv_unreadable_file_is_a_stage_error_naming_it(tmp_path, data, problem):
     (tmp_path / "data.csv").write_bytes(data)
     with pytest.raises(StageError, match=rf"CSV file \S*data\.csv.*{problem}"):
