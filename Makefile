@@ -7,6 +7,12 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --no-compile --disable-pip-version-check
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
+# The suite runs in TEST_WORKERS pytest-xdist processes (CI has 2 cores), a file per worker at
+# a time so module fixtures (trained models, data stages) are built once; TEST_WORKERS=0 runs it
+# in one process.
+TEST_WORKERS ?= 2
+PYTEST_ARGS := -n $(TEST_WORKERS) --dist loadfile
+
 .PHONY: demo test test-fast lint bench venv clean
 
 $(BIN)/python:
@@ -34,11 +40,11 @@ lint: $(VENV)/.dev
 	$(BIN)/lint-imports
 
 test: lint
-	bash .ci/pytest.sh $(BIN)/pytest
+	bash .ci/pytest.sh $(BIN)/pytest $(PYTEST_ARGS)
 
 # The edit-test loop: no lint, no tests marked slow or multi_worker (none collected fails).
 test-fast: $(VENV)/.dev
-	bash .ci/pytest.sh $(BIN)/pytest -m "not slow and not multi_worker"
+	bash .ci/pytest.sh $(BIN)/pytest $(PYTEST_ARGS) -m "not slow and not multi_worker"
 
 # The serving benchmark drives load with wrk (Debian's package); the data benchmark's peer,
 # tensorflow-transform, pins its own versions and so lives in its own venv.

@@ -1,8 +1,8 @@
 """Suite-wide guard: nothing imports the repository's folders as top-level packages.
 
 pytest puts the checkout on sys.path (tests/ is a package), so `import pipeline` would work
-here and nowhere else; the product and the tests must use `baton.pipeline`. Any module named
-like one of the folders that was imported during the session fails the run.
+here and nowhere else; the product and the tests must use `baton.pipeline`. A test after which
+a module named like one of the folders is imported fails.
 """
 
 from __future__ import annotations
@@ -14,8 +14,13 @@ import pytest
 FOLDERS = ("pipeline", "graphs", "strategies", "serving", "k8s")
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+@pytest.fixture(autouse=True)
+def _no_top_level_folder_imports():
+    """Checked after every test (and so per pytest-xdist worker): the test that imported one of
+    the folders as a top-level package fails, named."""
+    yield
     leaked = sorted(m for m in sys.modules if m.split(".")[0] in FOLDERS)
     if leaked:
-        sys.stderr.write(f"\nimported as top-level packages (use baton.*): {leaked[:10]}\n")
-        session.exitstatus = 1
+        for name in leaked:  # reported once, by the test that imported it
+            del sys.modules[name]
+        pytest.fail(f"imported as top-level packages (use baton.*): {leaked[:10]}")

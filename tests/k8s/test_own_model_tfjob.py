@@ -3,14 +3,14 @@
 `baton k8s` finds the modules the train stage names and the helpers they import from the spec's
 directory (pipeline.user_code), writes each into the spec ConfigMap under a flat key and mounts
 the ConfigMap with `items` putting every module back at its path under /etc/baton, beside
-pipeline.yaml, where `baton task` imports it from as it does locally. The end-to-end test runs
-the generated TFJob in the emulator (two replicas, multi-worker mirrored) on the example's
-model with a custom layer, a custom loss, an optimizer factory and EarlyStopping.
+pipeline.yaml, where `baton task` imports it from as it does locally. The generated TFJobs
+run end to end on the example's model (a custom layer, a custom loss, an optimizer factory) in
+tests/k8s/test_emulator_tf.py: multi-worker mirrored with a SIGKILLed replica, and parameter
+servers, each with the spec's directory deleted first.
 """
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import sys
@@ -70,50 +70,3 @@ def test_baton_k8s_ships_the_model_module_and_its_helper(tmp_path) -> None:
     cm = yaml.safe_load((tmp_path / "mf" / "pipeline-spec.yaml").read_text())
     assert sorted(cm["data"]) == ["penguin_layers.py", "penguin_model.py", "pipeline.yaml"]
     assert cm["data"]["penguin_layers.py"] == (spec_dir / "penguin_layers.py").read_text()
-
-
-@pytest.mark.slow
-@pytest.mark.multi_worker
-@pytest.mark.timeout(300)
-def test_emulated_tfjob_trains_the_user_model(tmp_path) -> None:
-    from baton.k8s.emulator import EmulatorOptions, emulate_file
-
-    spec_dir = tmp_path / "spec"
-    shutil.copytree(REPO / "examples" / "own_model", spec_dir,
-                    ignore=shutil.ignore_patterns("__pycache__", "models"))
-    spec_path = spec_dir / "pipeline.yaml"
-    spec = yaml.safe_load(spec_path.read_text())
-    train = next(s for s in spec["stages"] if s["name"] == "train")
-    train["config"].update(epochs=4, steps_per_execution=8)
-    spec_path.write_text(yaml.safe_dump(spec, sort_keys=False))
-    run_id = "own"
-    for args in (
-        ["k8s", str(spec_path), "--out", str(tmp_path / "mf"), "--run-id", run_id,
-         "--workers", "2", "--strategy", "multi_worker_mirrored"],
-        ["run", str(spec_path), "--run-id", run_id, "--only", "ingest,transform",
-         "--runs-dir", str(tmp_path / "vol" / "runs"), "-q"],
-    ):
-        proc = subprocess.run([BATON, *args], capture_output=True, text=True, timeout=180,
-                              stdin=subprocess.DEVNULL)
-        assert proc.returncode == 0, f"baton {args[0]}:\n{proc.stdout}\n{proc.stderr}"
-    # The modules come from the ConfigMap only: the spec's own directory is gone.
-    shutil.rmtree(spec_dir)
-    rc = emulate_file(tmp_path / "mf" / "tfjob.yaml", EmulatorOptions(
-        volume_dir=tmp_path / "vol", work_dir=tmp_path / "work", stream=sys.stdout,
-        grace_seconds=5))
-    status = json.loads((tmp_path / "work" / "status.json").read_text())
-    assert rc == 0, status
-    mounted = tmp_path / "work" / "configmaps" / f"own-model-{run_id}-spec"
-    assert sorted(p.name for p in mounted.iterdir()) == [
-        "penguin_layers.py", "penguin_model.py", "pipeline.yaml"]
-    model_dir = tmp_path / "vol" / "runs" / "own-model" / run_id / "train" / "model"
-    info = json.loads((model_dir / "train_info.json").read_text())
-    assert info["model"] == "penguin_model:build" and info["num_replicas"] == 2
-    assert info["strategy"] == "multi_worker_mirrored" and info["code_dir"] == str(mounted)
-    history = json.loads((model_dir / "history.json").read_text())
-    assert history[-1]["eval_accuracy"] > 0.8, history
-    # the model reloads with its custom layer, from the mounted modules
-    from baton.pipeline.release.data import load_model
-
-    model = load_model(model_dir)
-    assert any(type(layer).__name__ == "GatedDense" for layer in model.layers)
