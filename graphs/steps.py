@@ -173,6 +173,9 @@ def make_train_chunk(
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return tf.concat([stats, tf.reshape(stop_flag, [1])], axis=0)
 
+    # Not converted by AutoGraph, as Keras 3's own `one_step_on_data`: the step is straight-line
+    # code, and converting the model's and optimizer's Python took most of the first call.
+    replica_step = tf.autograph.experimental.do_not_convert(replica_step)
     step = tf.function(replica_step, jit_compile=True) if scope == "step" else replica_step
 
     @tf.function
@@ -249,21 +252,25 @@ def make_eval_fn(model: Any, spec: FeatureSpec, loss_fn: Any = None, metrics: An
     task = spec.label.task
     per_example = loss_fn or (lambda labels, logits: loss_per_example(task, labels, logits))
 
+    @tf.autograph.experimental.do_not_convert  # straight-line, as in make_train_chunk
+    def eval_batch(features: Any, labels: Any) -> Any:
+        logits = model(features, training=False)
+        per_ex = per_example(labels, logits)
+        for metric in metrics:
+            metric.update(labels, logits)
+        return tf.stack(
+            [
+                tf.reduce_sum(per_ex),
+                correct_count(task, labels, logits),
+                tf.cast(tf.shape(per_ex)[0], tf.float32),
+            ]
+        )
+
     @tf.function
     def evaluate(dataset: Any) -> Any:
         totals = tf.zeros([3], tf.float32)
         for features, labels in dataset:
-            logits = model(features, training=False)
-            per_ex = per_example(labels, logits)
-            for metric in metrics:
-                metric.update(labels, logits)
-            totals += tf.stack(
-                [
-                    tf.reduce_sum(per_ex),
-                    correct_count(task, labels, logits),
-                    tf.cast(tf.shape(per_ex)[0], tf.float32),
-                ]
-            )
+            totals += eval_batch(features, labels)
         return totals
 
     return evaluate
