@@ -36,7 +36,7 @@ PIPELINE = "own-model"
 MODULES = ["penguin_layers.py", "penguin_model.py", "pipeline.yaml"]
 # Small but real: 275 training rows / 32 = 8 steps per epoch, a backup at every epoch end; no
 # EarlyStopping, so the step count is known.
-TRAIN_CONFIG = {"epochs": 20, "batch_size": 32, "steps_per_execution": 8, "callbacks": []}
+TRAIN_CONFIG = {"epochs": 10, "batch_size": 32, "steps_per_execution": 8, "callbacks": []}
 
 
 def _baton(*args: str) -> str:
@@ -161,7 +161,7 @@ def test_two_worker_tfjob_survives_a_sigkilled_replica(tmp_path, data):
     assert conditions[0] == "Created" and "Restarting" in conditions and conditions[-1] == "Succeeded"
     info = _assert_model_written_atomically(train_dir)
     assert info["strategy"] == "multi_worker_mirrored" and info["num_replicas"] == 2
-    assert info["steps"] == info["planned_steps"] == 160
+    assert info["steps"] == info["planned_steps"] == 80
     assert info["resumed_from_step"] > 0  # the restarted job resumed from the last backup
     history = json.loads((train_dir / "model" / "history.json").read_text())
     assert history[-1]["eval_accuracy"] > 0.8, history
@@ -191,7 +191,7 @@ def test_parameter_server_tfjob_succeeds_and_ps_is_cleaned_up(tmp_path, data):
     for name in (f"{PIPELINE}-{run_id}-worker-0", f"{PIPELINE}-{run_id}-worker-1", f"{PIPELINE}-{run_id}-ps-0"):
         assert pods[name]["phase"] == "Running" and not pods[name]["exitCodes"]  # never exit alone
     info = _assert_model_written_atomically(tmp_path / "vol" / "runs" / PIPELINE / run_id / "train")
-    assert info["strategy"] == "parameter_server" and info["steps"] >= info["planned_steps"] == 160
+    assert info["strategy"] == "parameter_server" and info["steps"] >= info["planned_steps"] == 80
     _assert_user_model(tmp_path, run_id, info)
     _assert_all_exited(pids)  # cleanPodPolicy Running stopped workers and PS...
     # ...at once on SIGTERM, not after the 5 s grace period each (blocked in Server.join()).

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import signal
 import subprocess
 import sys
@@ -144,20 +143,6 @@ def test_bad_config_is_permanent_and_not_retried(tmp_path) -> None:
     assert "did you mean 'adagrad'?" in log and "Received: 'adagradd'" in log
 
 
-def _task(d: Path, job: TrainJob, env_extra: dict | None = None) -> subprocess.Popen:
-    (d / "job.json").write_text(job.to_json())
-    env = {**os.environ, "BATON_STATUS_FILE": str(d / "status.json"), **(env_extra or {})}
-    env.pop("TF_CONFIG", None)
-    return subprocess.Popen(
-        _command(d)(None),
-        env=env,
-        cwd=ROOT,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-    )
-
-
 def _wait_step(status: Path, at_least: int, proc: subprocess.Popen, timeout: float = 60) -> int:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -170,33 +155,6 @@ def _wait_step(status: Path, at_least: int, proc: subprocess.Popen, timeout: flo
             pass
         time.sleep(0.05)
     raise AssertionError("training did not reach the step in time")
-
-
-def test_sigterm_saves_exits_143_and_a_rerun_resumes(tmp_path) -> None:
-    job = _job(
-        strategy="one_device",
-        synthetic_examples=4096,
-        batch_size=32,
-        epochs=6,
-        backup_every=0,
-        steps_per_execution=8,
-    )
-    planned = job.epochs * job.steps_per_epoch()
-    proc = _task(tmp_path, job)
-    _wait_step(tmp_path / "status.json", 40, proc)
-    proc.send_signal(signal.SIGTERM)
-    out, _ = proc.communicate(timeout=60)
-    assert proc.returncode == 143, out
-    import tensorflow as tf
-
-    saved = tf.train.latest_checkpoint(str(tmp_path / "backup"))
-    assert saved is not None and int(saved.rsplit("-", 1)[1]) < planned
-    rerun = _task(tmp_path, job)
-    out, _ = rerun.communicate(timeout=120)
-    assert rerun.returncode == 0, out
-    info = json.loads((tmp_path / "out" / "model" / "train_info.json").read_text())
-    assert info["resumed_from_step"] == int(saved.rsplit("-", 1)[1])
-    assert info["steps"] == planned
 
 
 def test_ctrl_c_on_the_launcher_leaves_no_orphans(tmp_path) -> None:
