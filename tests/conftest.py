@@ -25,13 +25,3 @@ def _no_top_level_folder_imports():
             del sys.modules[name]
         pytest.fail(f"imported as top-level packages (use baton.*): {leaked[:10]}")
 
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """pytest-xdist groups (`make test` runs `--dist loadgroup`): a test file's tests stay on one
-    worker, so its module fixtures are built once, and every file that starts clusters of
-    processes (marked multi_worker) joins one group that runs them one after another. Two
-    clusters at once on the CI machine's 2 cores ran slower than one after the other."""
-    clusters = {item.path for item in items if item.get_closest_marker("multi_worker")}
-    for item in items:
-        group = "clusters" if item.path in clusters else str(item.path)
-        item.add_marker(pytest.mark.xdist_group(group))

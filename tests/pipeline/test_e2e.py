@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import shutil
@@ -78,16 +79,28 @@ stages:
 
 
 def test_editing_the_data_reruns_ingest_and_downstream_only(tmp_path):
+    """In-process (the CLI is the test above): the cache, not the process, is under test."""
+    from baton.pipeline.context import RunOptions
+    from baton.pipeline.plan import plan
+    from baton.pipeline.runner import run_pipeline
+    from baton.pipeline.spec import load_spec
+
     (tmp_path / "data").mkdir()
     csv = tmp_path / "data" / "penguins.csv"
     shutil.copy(ROOT / "pipeline" / "data" / "penguins.csv", csv)
-    (tmp_path / "mini.yaml").write_text(SMALL)
-    assert baton(tmp_path, "run", "mini.yaml").returncode == 0
+    (tmp_path / "mini.yaml").write_text(SMALL.replace("data/penguins.csv", str(csv)))
+
+    def run() -> Path:
+        result = run_pipeline(plan(load_spec(tmp_path / "mini.yaml")), RunOptions(quiet=True),
+                              runs_dir=tmp_path / "runs", stream=io.StringIO())
+        assert result.ok, result.error
+        return result.run_dir
+
+    first = run()
     lines = csv.read_text().splitlines()
     lines[1] = lines[1].replace("39.1", "39.2")  # one measurement corrected
     csv.write_text("\n".join(lines) + "\n")
-    res = baton(tmp_path, "run", "mini.yaml")
-    assert res.returncode == 0, res.stderr[-3000:]
-    run_dir = newest_run(tmp_path, "mini")
+    run_dir = run()
+    assert run_dir != first
     hits = {s: lineage.read(run_dir / s)["cache"]["hit"] for s in ("ingest", "transform", "train")}
     assert hits == {"ingest": False, "transform": False, "train": False}
