@@ -25,3 +25,10 @@ def _no_top_level_folder_imports():
             del sys.modules[name]
         pytest.fail(f"imported as top-level packages (use baton.*): {leaked[:10]}")
 
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The files that start clusters of processes (marked multi_worker) run first: with a file per
+    pytest-xdist worker, the longest files first leave no worker alone with one at the end."""
+    clusters = {item.path for item in items if item.get_closest_marker("multi_worker")}
+    items.sort(key=lambda item: item.path not in clusters)  # stable: order within kept
