@@ -28,7 +28,9 @@ def _no_top_level_folder_imports():
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The files that start clusters of processes (marked multi_worker) run first: with a file per
-    pytest-xdist worker, the longest files first leave no worker alone with one at the end."""
+    """Longest work first across the pytest-xdist workers (a file per worker at a time): the
+    files that start clusters of processes (marked multi_worker), then those with slow tests,
+    then the rest, so no worker is left alone with a long file at the end."""
     clusters = {item.path for item in items if item.get_closest_marker("multi_worker")}
-    items.sort(key=lambda item: item.path not in clusters)  # stable: order within kept
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: 0 if item.path in clusters else 1 if item.path in slow else 2)
