@@ -46,18 +46,29 @@ class LoopState:
         return self.step % self.steps_per_epoch
 
 
-class Summaries(keras.callbacks.Callback):
-    """TensorBoard scalars: train/* and perf/* per chunk (when `per_chunk`), epoch records."""
+SUMMARY_EVERY_STEPS = 100  # tf.estimator's save_summary_steps default
 
-    def __init__(self, writer: Any, state: LoopState, per_chunk: bool = True) -> None:
+
+class Summaries(keras.callbacks.Callback):
+    """TensorBoard scalars: train/* and perf/* at the first chunk end past every
+    `every_steps`-th step (when `per_chunk`), and the epoch records at every epoch end.
+
+    Writing the chunk scalars at every chunk end (four eager summary ops per chunk) took ~9% of
+    a small model's training time on CPU; every 100 steps, as tf.estimator did, keeps the curves.
+    """
+
+    def __init__(self, writer: Any, state: LoopState, per_chunk: bool = True,
+                 every_steps: int = SUMMARY_EVERY_STEPS) -> None:
         super().__init__()
         self.writer, self.state, self.per_chunk = writer, state, per_chunk
+        self.every = max(1, every_steps)
         self._t, self._step = time.perf_counter(), state.step
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        if not self.per_chunk:
+        step = self.state.step
+        if not self.per_chunk or step // self.every == self._step // self.every:
             return
-        now, step = time.perf_counter(), self.state.step
+        now = time.perf_counter()
         rate = (step - self._step) / max(now - self._t, 1e-9)
         self._t, self._step = now, step
         with self.writer.as_default(step=step):
@@ -75,6 +86,7 @@ class Summaries(keras.callbacks.Callback):
             if not self.per_chunk:
                 now = time.perf_counter()
                 rate = (self.state.step - self._step) / max(now - self._t, 1e-9)
+                self._t, self._step = now, self.state.step
                 summaries.scalar("perf/steps_per_sec", rate)
                 summaries.scalar("perf/examples_per_sec", rate * self.state.global_batch_size)
         self.writer.flush()
@@ -156,8 +168,8 @@ def loop_callbacks(
     What is absent (no writer, not the chief...) is passed as None by the caller."""
     return keras.callbacks.CallbackList(
         [
-            *([Summaries(writer, state, per_chunk=per_chunk_summaries)] if writer is not None
-              else []),
+            *([Summaries(writer, state, per_chunk=per_chunk_summaries,
+                         every_steps=SUMMARY_EVERY_STEPS)] if writer is not None else []),
             *([Progress(on_progress, state)] if on_progress else []),
             *([StatusFile(status_file, state)] if status_file else []),
             *user,
