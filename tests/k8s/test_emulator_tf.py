@@ -97,7 +97,8 @@ def _assert_model_written_atomically(train_dir: Path) -> dict:
 def _assert_user_model(tmp_path: Path, run_id: str, info: dict) -> None:
     """Trained from the ConfigMap's modules, and it reloads with its custom layer."""
     mounted = tmp_path / "work" / "configmaps" / f"{PIPELINE}-{run_id}-spec"
-    assert sorted(p.name for p in mounted.iterdir()) == MODULES
+    # (Python may cache bytecode beside them here; a real ConfigMap volume is read-only)
+    assert sorted(p.name for p in mounted.iterdir() if p.name != "__pycache__") == MODULES
     assert info["model"] == "penguin_model:build" and info["code_dir"] == str(mounted)
     from baton.pipeline.release.data import load_model
 
