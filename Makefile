@@ -7,8 +7,8 @@ BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --no-compile --disable-pip-version-check
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 # Bytecode is compiled lazily (pip --no-compile below) and must then be written: with
-# PYTHONDONTWRITEBYTECODE set (as in CI's environment) every process of the suite compiled
-# TensorFlow's and Keras' sources again on import (a fresh-venv suite took 11 min instead of 6).
+# PYTHONDONTWRITEBYTECODE set (as on this machine) every process of the suite compiled
+# TensorFlow's and Keras' sources again on import (fresh-venv pytest: 11 min 06 s, 7 min 37 s once written).
 export PYTHONDONTWRITEBYTECODE =
 
 # The suite runs in TEST_WORKERS pytest-xdist processes (CI has 2 cores), a file per worker at
