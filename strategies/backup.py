@@ -27,7 +27,6 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-
 EAGER_SAVES = 6  # a job saving more often than this traces its write (break-even ~6 saves)
 PREFIX = "ckpt"  # as tf.train.CheckpointManager names them: ckpt-<step>.index, ckpt-<step>.data-*
 
