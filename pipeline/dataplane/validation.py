@@ -3,7 +3,10 @@
 Kinds (each can be allowed by name in the validate stage's `allow:`):
 - missing_column / extra_column / type_mismatch (a tensor column of another shape, too)
 - out_of_domain: string values outside the domain (beyond `max_unseen_fraction` of rows), or
-  numeric min/max beyond the domain widened by `range_tolerance` of its width
+  numeric min/max beyond the domain widened by `range_tolerance` of its width. A numeric
+  domain inferred from one split is a warning, not an error (`severity`): TFDV infers no
+  numeric domains at all, because a split's min and max are where its sample happened to end;
+  the same check against a curated schema (`curated=True`) is an error.
 - non_finite: explicit NaN or +-inf values in a numeric column
 - too_many_missing: missing fraction above the schema's `max_missing_fraction`
 - drift: distance to the reference above `drift_threshold`; L-infinity between value
@@ -30,9 +33,11 @@ class Anomaly:
     kind: str
     message: str
     value: float | None = None
+    severity: str = "error"  # "warning": recorded and shown, never blocks
 
     def __str__(self) -> str:
-        return f"[{self.split}] {self.column}: {self.kind}: {self.message}"
+        warn = "warning: " if self.severity == "warning" else ""
+        return f"{warn}[{self.split}] {self.column}: {self.kind}: {self.message}"
 
 
 def js_divergence(p: np.ndarray, q: np.ndarray) -> float:
@@ -75,8 +80,13 @@ def string_drift(reference: Mapping[str, float], current: Mapping[str, int], cou
 
 
 def check(statistics: Mapping[str, Any], schema: Mapping[str, Any], *, drift_threshold: float,
-          max_unseen_fraction: float, range_tolerance: float) -> list[Anomaly]:
-    """Every anomaly of every split in `statistics` against `schema`."""
+          max_unseen_fraction: float, range_tolerance: float, curated: bool = False
+          ) -> list[Anomaly]:
+    """Every anomaly of every split in `statistics` against `schema`.
+
+    `curated`: the schema is a fixed contract (validate's `schema_path`), so its numeric
+    domains are errors; an inferred schema's numeric domains give warnings.
+    """
     out: list[Anomaly] = []
     want = schema["features"]
     for split, s in statistics["splits"].items():
@@ -94,7 +104,7 @@ def check(statistics: Mapping[str, Any], schema: Mapping[str, Any], *, drift_thr
                                    f"expected {_type(w)}, found {_type(f)}"))
                 continue
             out.extend(_check_column(split, name, f, w, drift_threshold, max_unseen_fraction,
-                                     range_tolerance))
+                                     range_tolerance, curated))
     return out
 
 
@@ -105,7 +115,8 @@ def _type(entry: Mapping[str, Any]) -> str:
 
 
 def _check_column(split: str, name: str, f: Mapping[str, Any], w: Mapping[str, Any],
-                  drift_threshold: float, max_unseen: float, tol: float) -> list[Anomaly]:
+                  drift_threshold: float, max_unseen: float, tol: float, curated: bool
+                  ) -> list[Anomaly]:
     out = []
     rows = max(f["rows"], 1)
     limit = w.get("presence", {}).get("max_missing_fraction", 1.0)
@@ -126,7 +137,9 @@ def _check_column(split: str, name: str, f: Mapping[str, Any], w: Mapping[str, A
             if f["min"] < lo - slack or f["max"] > hi + slack:
                 out.append(Anomaly(split, name, "out_of_domain",
                                    f"values in [{f['min']:.4g}, {f['max']:.4g}], domain "
-                                   f"[{lo:.4g}, {hi:.4g}] (+-{tol:.0%})"))
+                                   f"[{lo:.4g}, {hi:.4g}] (+-{tol:.0%})"
+                                   + ("" if curated else ", inferred from one split"),
+                                   severity="error" if curated else "warning"))
         if "quantiles" in ref and f["count"]:
             d = numeric_drift(ref["quantiles"], f["quantiles"])
             if d > drift_threshold:

@@ -4,7 +4,9 @@ By default the schema is the one `statistics` inferred from the training split, 
 (eval included) is checked against train. Point `schema_path` at a curated schema.json to
 validate new data against a fixed contract instead. Output `anomalies/anomalies.json` (and a
 readable `anomalies.txt`); the stage raises StageError when an anomaly of a kind not listed in
-`allow` is found (`allow: [all]` records without failing).
+`allow` is found (`allow: [all]` records without failing). Numeric values outside a domain that
+was inferred (not curated) are warnings: recorded, logged, never blocking, as TFDV infers no
+numeric domain; with `schema_path` they block like every other kind.
 """
 
 from __future__ import annotations
@@ -70,9 +72,11 @@ def run(ctx: StageContext, config: Config) -> None:
         statistics = {**statistics, "splits": {s: statistics["splits"][s] for s in config.splits}}
     anomalies = check(statistics, schema, drift_threshold=config.drift_threshold,
                       max_unseen_fraction=config.max_unseen_fraction,
-                      range_tolerance=config.range_tolerance)
+                      range_tolerance=config.range_tolerance,
+                      curated=config.schema_path is not None)
     allowed = set(config.allow)
-    blocking = [a for a in anomalies if "all" not in allowed and a.kind not in allowed]
+    blocking = [a for a in anomalies if a.severity == "error" and "all" not in allowed
+                and a.kind not in allowed]
     out = ctx.output("anomalies")
     report = {"ok": not blocking, "schema": str(path), "allowed": sorted(allowed),
               "anomalies": [dataclasses.asdict(a) | {"allowed": a not in blocking}
@@ -81,12 +85,13 @@ def run(ctx: StageContext, config: Config) -> None:
     (out / "anomalies.txt").write_text("\n".join(str(a) for a in anomalies) + "\n"
                                        if anomalies else "no anomalies\n")
     for a in anomalies:
-        ctx.log(("allowed: " if a not in blocking else "") + str(a))
+        ctx.log(("allowed: " if a not in blocking and a.severity == "error" else "") + str(a))
     kinds: dict[str, int] = {}
     for a in anomalies:
         kinds[a.kind] = kinds.get(a.kind, 0) + 1
     # the runner keeps metrics of a failed stage (not its outputs): summarise here too
     ctx.record(anomalies=len(anomalies), blocking=len(blocking),
+               warnings=sum(a.severity == "warning" for a in anomalies),
                kinds=",".join(f"{k}:{n}" for k, n in sorted(kinds.items()))[:200])
     if blocking:
         shown = "; ".join(str(a) for a in blocking[:5])

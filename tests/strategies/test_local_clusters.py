@@ -93,12 +93,19 @@ def test_parameter_server_tolerates_a_dead_worker_without_restart(tmp_path) -> N
     assert "c1_embedding/embeddings" in devices
 
 
+def _task_logs(root: Path) -> str:
+    """Every task log under `root` (a failure shows what each task said)."""
+    return "\n".join(f"--- {p}\n{p.read_text(errors='replace')[-3000:]}"
+                     for p in sorted(root.rglob("*.log")))
+
+
 def test_sigterm_to_one_worker_stops_every_worker_at_the_same_step(tmp_path) -> None:
     """The preemption flag rides on the all-reduce: worker 1 stops where worker 0 was told to."""
     job = _job()
     result, model_dir, log = _launch(tmp_path, "term", job, fault="worker:0@step:10:term")
     assert result.ok, log
-    assert result.events[0] in {f"attempt 0: worker:{i} exited with code 143" for i in (0, 1)}
+    assert result.events[0] in {f"attempt 0: worker:{i} exited with code 143" for i in (0, 1)}, (
+        result.events, log, _task_logs(tmp_path))
     stops = {
         line.split("preempted at step ")[1].split(";")[0]
         for line in log.splitlines()

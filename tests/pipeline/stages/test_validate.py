@@ -68,7 +68,8 @@ def test_stage_fails_unless_allowed_and_writes_report(stats, tmp_path):
         run_stage("validate", {}, inputs, tmp_path)
     res, m = run_stage("validate", {"allow": ["non_finite"]}, inputs, tmp_path, run_id="r2")
     report = json.loads((res["anomalies"] / "anomalies.json").read_text())
-    assert m == {"anomalies": 1, "blocking": 0, "kinds": "non_finite:1"} and report["ok"] is True
+    assert m == {"anomalies": 1, "blocking": 0, "warnings": 0, "kinds": "non_finite:1"}
+    assert report["ok"] is True
     assert report["anomalies"][0]["kind"] == "non_finite"
 
 
@@ -87,3 +88,51 @@ def test_a_curated_schema_file_is_part_of_the_cache_key(tmp_path):
     cfg = build_config(validate.Config, {"schema_path": "schemas/schema.json"}, "validate")
     assert validate.external_inputs(cfg, tmp_path) == [tmp_path / "schemas" / "schema.json"]
     assert validate.external_inputs(build_config(validate.Config, {}, "validate"), tmp_path) == []
+
+
+def _wide_table(path, rows=569, columns=30, seed=0):
+    """A breast-cancer-shaped table: 569 rows, 30 positive numeric columns, a 2-class label."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    x = rng.lognormal(0.0, 0.5, size=(rows, columns))
+    label = np.where(x[:, 0] > 1.0, "M", "B")
+    head = ",".join([*(f"f{i}" for i in range(columns)), "diagnosis"])
+    body = "\n".join(",".join([*(f"{v:.5f}" for v in r), lab]) for r, lab in zip(x, label,
+                                                                                 strict=True))
+    path.write_text(head + "\n" + body + "\n")
+
+
+def test_inferred_numeric_ranges_warn_and_a_curated_schema_blocks(tmp_path):
+    """The default ingest -> statistics -> validate on a 569-row, 30-column numeric table: eval
+    values past train's min/max are warnings (TFDV infers no numeric domain), not a failure;
+    the same domains in a curated schema_path block; string and type checks still block."""
+    _wide_table(tmp_path / "wide.csv")
+    ing, _ = run_stage("ingest", {"source": "csv", "path": "wide.csv", "label": "diagnosis"}, {},
+                       tmp_path)
+    st, _ = run_stage("statistics", {}, {"examples": ing["examples"]}, tmp_path)
+    inputs = {"statistics": st["statistics"], "schema": st["schema"]}
+    res, m = run_stage("validate", {}, inputs, tmp_path)
+    report = json.loads((res["anomalies"] / "anomalies.json").read_text())
+    ranged = [a for a in report["anomalies"] if a["kind"] == "out_of_domain"]
+    assert ranged and all(a["severity"] == "warning" and a["split"] == "eval" for a in ranged)
+    assert report["ok"] is True and m["blocking"] == 0 and m["warnings"] == len(ranged)
+    assert "inferred from one split" in ranged[0]["message"]
+    assert (res["anomalies"] / "anomalies.txt").read_text().startswith("warning: [eval] ")
+
+    curated = tmp_path / "curated"
+    curated.mkdir()
+    (curated / "schema.json").write_text((st["schema"] / "schema.json").read_text())
+    with pytest.raises(StageError, match=r"anomalies not allowed: \[eval\] f\d+: out_of_domain"):
+        run_stage("validate", {"schema_path": str(curated)}, inputs, tmp_path, run_id="curated")
+
+    # the categorical check keeps blocking with the inferred schema
+    data = json.loads((st["statistics"] / "statistics.json").read_text())
+    schema = json.loads((st["schema"] / "schema.json").read_text())
+    label = data["splits"]["eval"]["features"]["diagnosis"]
+    label["values"] = {**label.get("values", {}), "unknown": 5}
+    label["distinct"] = label.get("distinct", 2) + 1
+    anomalies = check(data, schema, drift_threshold=10, max_unseen_fraction=0.0,
+                      range_tolerance=0.1)
+    (bad,) = [a for a in anomalies if a.column == "diagnosis"]
+    assert (bad.kind, bad.severity) == ("out_of_domain", "error")
