@@ -121,14 +121,19 @@ class Emulator:
 
     # ------------------------------------------------------------------ setup
     def _plan(self) -> None:
+        from baton.strategies.inventory import TASKS_ON_NODE_ENV
+
         configmaps = find_configmaps(self.opts.manifests_dir)
         order = sorted(self.replica_specs, key=lambda r: ORDER.index(r) if r in ORDER else 9)
+        # every emulated pod runs on this one machine: each task gets its share of the cores
+        pods = sum(int(self.replica_specs[r].get("replicas", 1)) for r in order)
+        env = {TASKS_ON_NODE_ENV: str(pods), **self.opts.env}
         if not tfconfig.is_distributed(self.job):
             # The operator's SetClusterSpec: no TF_CONFIG for a job that is not distributed.
             for rtype in order:
                 for i in range(int(self.replica_specs[rtype].get("replicas", 1))):
                     plan = plan_pod(self.job, rtype, i, None, None, self.opts.volume_dir,
-                                    self.opts.work_dir, configmaps, self.opts.command, self.opts.env)
+                                    self.opts.work_dir, configmaps, self.opts.command, env)
                     self.pods[plan.name] = _Pod(plan)
             mapping: dict[str, dict[str, Any]] = {pod: {
                 "operator_address": None, "local_address": None,
@@ -149,7 +154,7 @@ class Emulator:
                 op = tfconfig.tf_config_json(cluster, rtype, i)
                 lo = tfconfig.tf_config_json(local, rtype, i)
                 plan = plan_pod(self.job, rtype, i, op, lo, self.opts.volume_dir, self.opts.work_dir,
-                                configmaps, self.opts.command, self.opts.env)
+                                configmaps, self.opts.command, env)
                 self.pods[plan.name] = _Pod(plan)
                 mapping[plan.name] = {
                     "operator_address": cluster[rtype.lower()][i],

@@ -4,11 +4,20 @@ Every task reports its node (CPU cores, GPUs, memory) when it starts; the chief 
 cluster's inventory in `train_info.json`. Defaults that depend on hardware (replica count,
 per-replica batch size, Beam workers) are derived here, in one place, and printed, so a run on a
 laptop and a run on a GPU pool choose differently for a reason a person can read.
+
+Usable cores are the fewer of the CPU affinity mask and the cgroup's CPU quota (a Kubernetes
+pod's `limits.cpu`, which `os.cpu_count()` and the affinity mask do not show). TensorFlow sizes
+its thread pools from the node's cores, so co-located tasks (a local cluster; the TFJob
+emulator's pods) or a pod with a quota oversubscribe the cores they share: `thread_plan` gives
+each task its share (`BATON_TASKS_ON_NODE`, set by the launchers that co-locate tasks) and
+`apply_threads` sets it before TensorFlow starts, unless `TF_NUM_INTRAOP_THREADS` /
+`TF_NUM_INTEROP_THREADS` say otherwise.
 """
 
 from __future__ import annotations
 
 import json
+import math
 import os
 import socket
 from pathlib import Path
@@ -27,15 +36,69 @@ def node_inventory() -> dict[str, Any]:
         usable = len(os.sched_getaffinity(0))
     except AttributeError:  # pragma: no cover - not Linux
         usable = os.cpu_count() or 1
+    quota = cgroup_cpu_quota()
+    if quota is not None:
+        usable = max(1, min(usable, math.ceil(quota)))
     mem = psutil.virtual_memory()
     return {
         "host": socket.gethostname(),
         "cpu_cores": os.cpu_count() or 1,
         "cpu_usable": usable,
+        "cpu_quota": quota,
         "gpus": _gpu_count(),
         "memory_bytes": int(mem.total),
         "memory_available_bytes": int(mem.available),
     }
+
+
+def cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """The CPU quota in cores (cgroup v2 `cpu.max`, or v1 `cpu.cfs_quota_us` / `period`);
+    None when there is none ("max", -1) or no cgroup file is readable."""
+    try:
+        quota, period = (root / "cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        q = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period_us = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+        return None if q <= 0 or period_us <= 0 else q / period_us
+    except (OSError, ValueError):
+        return None
+
+
+TASKS_ON_NODE_ENV = "BATON_TASKS_ON_NODE"
+
+
+def thread_plan(node: dict[str, Any], tasks_on_node: int | None = None) -> dict[str, Any]:
+    """Intra-op and inter-op threads for one task: its share of the node's usable cores.
+
+    Intra-op (the threads one op such as a matmul splits over) gets the share; inter-op (ops
+    run side by side) gets at least 2, because a collective or a tf.data op can block a thread
+    while the op it waits for needs another. TensorFlow's own variables win when set.
+    """
+    if tasks_on_node is None:
+        tasks_on_node = int(os.environ.get(TASKS_ON_NODE_ENV, "1") or 1)
+    share = max(1, int(node.get("cpu_usable", 1)) // max(tasks_on_node, 1))
+    plan: dict[str, Any] = {"intra_op": share, "inter_op": max(2, share),
+                            "tasks_on_node": tasks_on_node, "source": "inventory"}
+    for key, env in (("intra_op", "TF_NUM_INTRAOP_THREADS"), ("inter_op", "TF_NUM_INTEROP_THREADS")):
+        if os.environ.get(env, "").strip().isdigit():
+            plan[key], plan["source"] = int(os.environ[env]), "environment"
+    return plan
+
+
+def apply_threads(plan: dict[str, Any]) -> dict[str, Any]:
+    """Set TensorFlow's thread pools to `plan` before its context starts; returns what holds
+    (`applied: False` with the reason when TensorFlow had already started in this process)."""
+    import tensorflow as tf
+
+    try:
+        tf.config.threading.set_intra_op_parallelism_threads(plan["intra_op"])
+        tf.config.threading.set_inter_op_parallelism_threads(plan["inter_op"])
+    except RuntimeError as exc:  # the eager context is initialised: the pools are fixed
+        return {**plan, "applied": False, "reason": str(exc).splitlines()[0]}
+    return {**plan, "applied": True}
 
 
 def _gpu_count() -> int:
@@ -64,9 +127,15 @@ def derive_defaults(nodes: list[dict[str, Any]], global_batch_size: int) -> dict
 
 def describe(node: dict[str, Any]) -> str:
     gib = node["memory_bytes"] / 2**30
+    quota = node.get("cpu_quota")
+    limit = f" (CPU quota {quota:g})" if quota is not None else ""
+    threads = node.get("threads")
+    pools = (f"; TF threads {threads['intra_op']} intra-op, {threads['inter_op']} inter-op"
+             + ("" if threads.get("applied", True) else " (not applied)")
+             if threads else "")
     return (
-        f"node {node['host']}: {node['cpu_usable']}/{node['cpu_cores']} CPU cores, "
-        f"{node['gpus']} GPUs, {gib:.1f} GiB"
+        f"node {node['host']}: {node['cpu_usable']}/{node['cpu_cores']} CPU cores{limit}, "
+        f"{node['gpus']} GPUs, {gib:.1f} GiB{pools}"
     )
 
 

@@ -45,6 +45,7 @@ from baton.errors import EXIT_FAILED, EXIT_PREEMPTED
 from baton.strategies.cluster import ClusterSpec, TaskId, TFConfig
 from baton.strategies.factory import MULTI_WORKER_MIRRORED, PARAMETER_SERVER
 from baton.strategies.faults import Fault
+from baton.strategies.inventory import TASKS_ON_NODE_ENV
 from baton.strategies.preemption import stop_on_sigterm
 from baton.strategies.restart_policies import Action, GroupRestart, Verdict
 from baton.strategies.supervisor import Command, ProcessGroup, describe
@@ -328,6 +329,8 @@ def _env(
     env["BATON_ATTEMPT"] = str(attempt)
     env["BATON_STATUS_FILE"] = str(status_file)
     env["BATON_INVENTORY_DIR"] = str(config.state_dir / "inventory")
+    # every task of the group runs on this machine: each gets its share of the cores
+    env[TASKS_ON_NODE_ENV] = str(len(cluster.tasks()))
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.pop("BATON_INJECT_FAILURE", None)

@@ -102,6 +102,9 @@ def run(
     stop = threading.Event()
     _install_sigterm(stop, exit_now=bool(serving_only))
     node = inventory.node_inventory()
+    # before TensorFlow starts: this task's share of the node's cores (co-located tasks and
+    # CPU quotas otherwise oversubscribe them)
+    node["threads"] = inventory.apply_threads(inventory.thread_plan(node))
     if inventory_dir is not None:
         inventory.write_report(inventory_dir, task_name, node)
     _say(f"{task_name} starting ({job.strategy}); {inventory.describe(node)}")

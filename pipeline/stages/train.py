@@ -485,6 +485,8 @@ def run(ctx: StageContext, config: Config) -> None:
     backups = backup_dir(ctx, job)
     out = ctx.output("model")
     node = inventory.node_inventory()
+    if not topo.multi_process:  # a task process sets its own (pipeline.commands.task)
+        node["threads"] = inventory.apply_threads(inventory.thread_plan(node, 1))
     defaults = inventory.derive_defaults([node] * max(topo.workers, 1), job.batch_size)
     ctx.log(
         f"strategy {topo.strategy}, workers {topo.workers}, ps {topo.ps}; "

@@ -94,6 +94,13 @@ def test_user_model_with_custom_layer_killed_worker_matches_uninterrupted(tmp_pa
     info = json.loads((hurt_dir / "train_info.json").read_text())
     assert info["model"] == "tiny_model:build" and info["user_modules"] == ["tiny_model"]
     assert info["steps"] == planned
+    # two tasks on this machine: each sets TensorFlow's pools to its share of the cores
+    threads = {n["task"]: n["threads"] for n in info["inventory"]}
+    assert set(threads) == {"worker:0", "worker:1"}, info["inventory"]
+    for n in info["inventory"]:
+        t = n["threads"]
+        assert t["applied"] and t["tasks_on_node"] == 2, t
+        assert t["intra_op"] == max(1, n["cpu_usable"] // 2) or t["source"] == "environment", t
     resumed = info["resumed_from_step"]  # the last backup at or before the kill
     assert resumed == step - step % job.backup_every, (step, resumed)
     history = json.loads((hurt_dir / "history.json").read_text())

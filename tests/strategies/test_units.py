@@ -109,3 +109,58 @@ def test_mixed_bfloat16_trains_and_exports_a_float32_model(tmp_path) -> None:
     model = keras.models.load_model(tmp_path / "out" / "model.keras")
     assert model.get_layer("dense_0").compute_dtype == "float32"
     assert result.history[-1]["eval_accuracy"] > 0.8
+
+
+def test_cgroup_cpu_quota_v2_v1_and_none(tmp_path) -> None:
+    v2 = tmp_path / "v2"
+    v2.mkdir()
+    (v2 / "cpu.max").write_text("150000 100000\n")
+    assert inventory.cgroup_cpu_quota(v2) == 1.5
+    (v2 / "cpu.max").write_text("max 100000\n")
+    assert inventory.cgroup_cpu_quota(v2) is None
+    v1 = tmp_path / "v1" / "cpu"
+    v1.mkdir(parents=True)
+    (v1 / "cpu.cfs_quota_us").write_text("50000\n")
+    (v1 / "cpu.cfs_period_us").write_text("100000\n")
+    assert inventory.cgroup_cpu_quota(tmp_path / "v1") == 0.5
+    (v1 / "cpu.cfs_quota_us").write_text("-1\n")
+    assert inventory.cgroup_cpu_quota(tmp_path / "v1") is None
+    assert inventory.cgroup_cpu_quota(tmp_path / "absent") is None
+
+
+def test_thread_plan_shares_the_usable_cores_and_yields_to_tf_variables(monkeypatch) -> None:
+    monkeypatch.delenv("TF_NUM_INTRAOP_THREADS", raising=False)
+    monkeypatch.delenv("TF_NUM_INTEROP_THREADS", raising=False)
+    monkeypatch.delenv(inventory.TASKS_ON_NODE_ENV, raising=False)
+    node = {"cpu_usable": 8}
+    assert inventory.thread_plan(node)["intra_op"] == 8  # alone on the node
+    assert inventory.thread_plan(node, 3)["intra_op"] == 2
+    one = inventory.thread_plan({"cpu_usable": 2}, 3)
+    assert (one["intra_op"], one["inter_op"]) == (1, 2)  # never 0; inter-op at least 2
+    monkeypatch.setenv(inventory.TASKS_ON_NODE_ENV, "4")
+    assert inventory.thread_plan(node)["intra_op"] == 2
+    monkeypatch.setenv("TF_NUM_INTRAOP_THREADS", "5")
+    plan = inventory.thread_plan(node)
+    assert (plan["intra_op"], plan["source"]) == (5, "environment")
+
+
+def test_apply_threads_before_and_after_tensorflow_starts() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import json, tensorflow as tf\n"
+        "from baton.strategies import inventory\n"
+        "before = inventory.apply_threads({'intra_op': 1, 'inter_op': 3})\n"
+        "tf.constant(1.0) + 1\n"
+        "after = inventory.apply_threads({'intra_op': 2, 'inter_op': 2})\n"
+        "print(json.dumps([before['applied'], after['applied'], after.get('reason', ''),\n"
+        "    tf.config.threading.get_intra_op_parallelism_threads(),\n"
+        "    tf.config.threading.get_inter_op_parallelism_threads()]))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    import json
+
+    applied, again, reason, intra, inter = json.loads(out.stdout.strip().splitlines()[-1])
+    assert (applied, again, intra, inter) == (True, False, 1, 3)
+    assert "initialization" in reason
