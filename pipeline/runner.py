@@ -19,11 +19,11 @@ from collections.abc import Collection
 from pathlib import Path
 from typing import Any, TextIO
 
-from baton import logs
+from baton import energy, logs
 from baton.errors import BatonError, SpecError, StageError, UsageError
 from baton.pipeline import cache as cache_mod
 from baton.pipeline import lineage, store
-from baton.pipeline.accounting import Meter, Usage
+from baton.pipeline.accounting import Meter, Usage, totals
 from baton.pipeline.configs import config_to_dict
 from baton.pipeline.context import RunOptions, StageContext
 from baton.pipeline.plan import Plan
@@ -86,6 +86,10 @@ def run_pipeline(
         if unknown:
             raise UsageError(f"--only names unknown stage(s) {unknown}; stages: {list(plan.order)}")
     needed = plan.upstream_closure(only) if only else set()
+    try:  # before anything is written: `energy.method: rapl` on a node without readable RAPL
+        rapl = energy.open_counter(spec.energy)
+    except ValueError as exc:
+        raise UsageError(f"{spec.where('energy')}: {exc}") from None
     run_dir.mkdir(parents=True, exist_ok=True)
     store.clean_stale_tmp(run_dir)
     (run_dir / "spec.yaml").write_text(spec.to_yaml())
@@ -93,14 +97,16 @@ def run_pipeline(
     started = _now()
     results: list[StageResult] = []
     _say(stream, options, f"baton: pipeline {spec.name!r}, run {run_id} -> {run_dir}")
-    _write_run_record(run_dir, spec.name, run_id, started, "running", results, options)
+    _write_run_record(run_dir, spec.name, run_id, started, "running", results, options,
+                      spec.energy)
     early_checked: set[str] = set()
     try:
         for i, name in enumerate(plan.order, 1):
             label = f"[{i}/{len(plan.order)}] {name}"
             problems = _early_checks(plan, run_dir, plan.order[i - 1:], early_checked)
             if problems:
-                _write_run_record(run_dir, spec.name, run_id, started, "failed", results, options)
+                _write_run_record(run_dir, spec.name, run_id, started, "failed", results, options,
+                                  spec.energy)
                 raise SpecError([f"{msg} (found from the data before stage {name!r} ran)" for msg in problems])
             if only and name not in only:
                 if name in needed:
@@ -108,17 +114,19 @@ def run_pipeline(
                 results.append(StageResult(name, plan.spec.stage(name).type, "skipped"))
                 _say(stream, options, f"- {label}: skipped (outputs already in {run_dir.name})")
                 continue
-            res = _run_stage(plan, name, run_dir, runs_root, cache, options, stream, label)
+            res = _run_stage(plan, name, run_dir, runs_root, cache, options, stream, label, rapl)
             results.append(res)
             if res.status == "failed":
                 break
     except KeyboardInterrupt:
         store.clean_stale_tmp(run_dir)
-        _write_run_record(run_dir, spec.name, run_id, started, "interrupted", results, options)
+        _write_run_record(run_dir, spec.name, run_id, started, "interrupted", results,
+                          options, spec.energy)
         raise
     result = RunResult(run_id, run_dir, results)
     status = "succeeded" if result.ok else "failed"
-    _write_run_record(run_dir, spec.name, run_id, started, status, results, options)
+    _write_run_record(run_dir, spec.name, run_id, started, status, results, options,
+                      spec.energy)
     if not options.quiet:
         if logs.json_output():  # a log router gets the rows as fields, not a drawn table
             _LOG.info("summary", extra=summary_fields(results))
@@ -160,7 +168,7 @@ def _early_checks(plan: Plan, run_dir: Path, pending: Collection[str], done: set
 
 def _run_stage(
     plan: Plan, name: str, run_dir: Path, runs_root: Path, cache: cache_mod.Cache,
-    options: RunOptions, stream: TextIO, label: str,
+    options: RunOptions, stream: TextIO, label: str, rapl: energy.RaplCounter | None = None,
 ) -> StageResult:
     spec, st, config = plan.spec, plan.types[name], plan.configs[name]
     stage_spec = spec.stage(name)
@@ -208,7 +216,7 @@ def _run_stage(
         run_dir=run_dir, runs_root=runs_root, work_dir=work, inputs=inputs, options=options,
         spec_dir=spec_dir, spec_path=spec.path, stream=stream,
     )
-    meter = Meter()
+    meter = Meter(config=spec.energy, rapl=rapl)
     error = ""
     try:
         with meter:
@@ -226,6 +234,8 @@ def _run_stage(
         (run_dir / f"{name}.traceback.txt").write_text(traceback.format_exc())
         error += f" (traceback in {run_dir / (name + '.traceback.txt')})"
     usage = meter.usage
+    trained = ctx.metrics.get("examples_trained")
+    usage.examples = int(trained) if isinstance(trained, int | float) and trained > 0 else None
     if error:
         # Keep what the stage wrote (an anomalies report, a partial log) for debugging, under a
         # name that no reader mistakes for a finished artifact: it has no lineage record.
@@ -251,7 +261,8 @@ def _run_stage(
     if st.cacheable:
         cache.store(key, record)
     _say(stream, options, f"+ {label} done in {usage.wall_s:.1f}s (cpu {usage.cpu_s:.1f}s, "
-                          f"peak {usage.peak_rss_mb:.0f} MB)")
+                          f"peak {usage.peak_rss_mb:.0f} MB, {usage.energy_j:.0f} J "
+                          f"{usage.energy_method})")
     return StageResult(name, stage_spec.type, "succeeded", usage, dict(ctx.metrics))
 
 
@@ -309,36 +320,34 @@ def _say(stream: TextIO, options: RunOptions, text: str) -> None:
 
 def _write_run_record(
     run_dir: Path, pipeline: str, run_id: str, started: str, status: str,
-    results: list[StageResult], options: RunOptions,
+    results: list[StageResult], options: RunOptions, energy_config: Any = None,
 ) -> None:
-    total = Usage(
-        wall_s=sum(r.usage.wall_s for r in results), cpu_s=sum(r.usage.cpu_s for r in results),
-        peak_rss_mb=max((r.usage.peak_rss_mb for r in results), default=0.0),
-    )
     store.write_json_atomic(run_dir / "run.json", {
         "pipeline": pipeline, "run_id": run_id, "status": status, "started": started,
         "finished": _now() if status != "running" else None,
         "options": config_to_dict({k: v for k, v in dataclasses.asdict(options).items()}),
         "stages": [{"name": r.name, "type": r.type, "status": r.status, "usage": r.usage.as_dict(),
                     "metrics": r.metrics, "error": r.error} for r in results],
-        "totals": {**total.as_dict(), "energy_j": round(sum(r.usage.energy_j for r in results), 1)},
+        "totals": totals([r.usage for r in results]),
+        **({"energy": config_to_dict(energy_config)} if energy_config is not None else {}),
     })
 
 
 def summary_table(results: list[StageResult]) -> str:
-    """The end-of-run table: one row per stage with time, CPU, memory, energy and key metrics."""
-    head = ("stage", "status", "wall s", "cpu s", "peak MB", "energy J", "metrics")
+    """The end-of-run table: one row per stage with time, CPU, memory, energy, carbon and key
+    metrics."""
+    head = ("stage", "status", "wall s", "cpu s", "peak MB", "energy J", "gCO2e", "metrics")
     rows = [head]
     for r in results:
         u = r.usage
         shown = [f"{k}={_fmt(v)}" for k, v in r.metrics.items()
                  if isinstance(v, int | float) or (isinstance(v, str) and len(v) <= 24)]
         rows.append((r.name, r.status, f"{u.wall_s:.1f}", f"{u.cpu_s:.1f}", f"{u.peak_rss_mb:.0f}",
-                     f"{u.energy_j:.0f}", " ".join(shown[:3]) or (r.error[:60] if r.error else "")))
-    rows.append(("total", "", f"{sum(r.usage.wall_s for r in results):.1f}",
-                 f"{sum(r.usage.cpu_s for r in results):.1f}",
-                 f"{max((r.usage.peak_rss_mb for r in results), default=0):.0f}",
-                 f"{sum(r.usage.energy_j for r in results):.0f}", ""))
+                     f"{u.energy_j:.0f}", f"{u.co2e_g:.3f}",
+                     " ".join(shown[:3]) or (r.error[:60] if r.error else "")))
+    t = totals([r.usage for r in results])
+    rows.append(("total", "", f"{t['wall_s']:.1f}", f"{t['cpu_s']:.1f}", f"{t['peak_rss_mb']:.0f}",
+                 f"{t['energy_j']:.0f}", f"{t['co2e_g']:.3f}", f"energy: {t['energy_method']}"))
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(head))]
     lines = ["  ".join(str(c).ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
              for row in rows]
@@ -353,12 +362,7 @@ def summary_fields(results: list[StageResult]) -> dict[str, Any]:
         "stages": [{"name": r.name, "type": r.type, "status": r.status, **r.usage.as_dict(),
                     "metrics": r.metrics, **({"error": r.error} if r.error else {})}
                    for r in results],
-        "totals": {
-            "wall_s": round(sum(r.usage.wall_s for r in results), 3),
-            "cpu_s": round(sum(r.usage.cpu_s for r in results), 3),
-            "peak_rss_mb": round(max((r.usage.peak_rss_mb for r in results), default=0.0), 1),
-            "energy_j": round(sum(r.usage.energy_j for r in results), 1),
-        },
+        "totals": totals([r.usage for r in results]),
     }
 
 

@@ -15,6 +15,7 @@ from typing import Any
 
 import yaml
 
+from baton.energy import EnergyConfig
 from baton.errors import SpecError
 from baton.k8s.options import Resources  # one definition: the same quantities become pod requests
 from baton.pipeline.configs import ConfigError, build_config, config_to_dict, did_you_mean
@@ -23,7 +24,7 @@ from baton.strategies.factory import ONE_DEVICE, PARAMETER_SERVER, Strategy
 DEFAULT_SPEC = Path(__file__).parent / "specs" / "penguins.yaml"
 NAME_RE = re.compile(r"^[a-z]([-a-z0-9]{0,38}[a-z0-9])?$")
 STAGE_NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
-TOP_KEYS = ("pipeline", "description", "runs_dir", "cluster", "stages")
+TOP_KEYS = ("pipeline", "description", "runs_dir", "cluster", "energy", "stages")
 STAGE_KEYS = ("name", "type", "config", "inputs")
 
 
@@ -74,6 +75,7 @@ class PipelineSpec:
     name: str
     stages: tuple[StageSpec, ...]
     cluster: ClusterConfig = dataclasses.field(default_factory=ClusterConfig)
+    energy: EnergyConfig = dataclasses.field(default_factory=EnergyConfig)
     description: str = ""
     runs_dir: str = "runs"
     path: Path | None = None
@@ -107,6 +109,8 @@ class PipelineSpec:
         if self.runs_dir != "runs":
             out["runs_dir"] = self.runs_dir
         out["cluster"] = config_to_dict(self.cluster)
+        if self.energy != EnergyConfig():
+            out["energy"] = config_to_dict(self.energy)
         out["stages"] = [s.to_dict() for s in self.stages]
         return out
 
@@ -195,6 +199,13 @@ def spec_from_dict(data: Any, path: Path | None = None) -> PipelineSpec:
         for err in getattr(exc, "errors", [exc]):
             key = err.path.split(".")[1] if "." in err.path else "cluster"
             problems.append(f"{at(key, data.get('cluster'))}: {err}")
+    energy = EnergyConfig()
+    try:
+        energy = build_config(EnergyConfig, data.get("energy"), "energy")
+    except ConfigError as exc:
+        for err in getattr(exc, "errors", [exc]):
+            key = err.path.split(".")[1] if "." in err.path else "energy"
+            problems.append(f"{at(key, data.get('energy'))}: {err}")
     stages_raw = data.get("stages")
     stages: list[StageSpec] = []
     if not isinstance(stages_raw, list) or not stages_raw:
@@ -210,7 +221,7 @@ def spec_from_dict(data: Any, path: Path | None = None) -> PipelineSpec:
         raise SpecError(problems)
     assert isinstance(name, str)
     return PipelineSpec(
-        name=name, stages=tuple(stages), cluster=cluster,
+        name=name, stages=tuple(stages), cluster=cluster, energy=energy,
         description=str(data.get("description", "")), runs_dir=str(data.get("runs_dir", "runs")),
         path=path, lines=dict(lines),
     )

@@ -20,7 +20,10 @@ label names, so dashboards and alerts written for tensorflow_model_server work h
 
 Baton-only series carry their own `baton_serving_` prefix (TF Serving has no such
 series): queued rows per model and loaded versions, read at scrape time from the
-scheduler and the manager so they cost nothing per request.
+scheduler and the manager so they cost nothing per request; and the server's energy
+since it started (`baton_serving_energy_joules{method}`, RAPL or the Green Algorithms
+estimate, see baton.energy) with `baton_serving_joules_per_1000_requests` over all
+requests answered.
 
 The text is written here (Prometheus text format 0.0.4) rather than by
 prometheus_client, which would rename every counter to `..._total`. Updates take one
@@ -32,6 +35,8 @@ from __future__ import annotations
 import bisect
 import threading
 from collections.abc import Callable, Sequence
+
+from baton.energy import ProcessEnergy
 
 PREFIX = ":tensorflow:serving:"
 BATON_PREFIX = "baton_serving_"
@@ -81,6 +86,10 @@ class Counter:
 
     def value(self, *labels: str) -> int:
         return self._values.get(labels, 0)
+
+    def total(self) -> int:
+        with self._lock:
+            return sum(self._values.values())
 
     def render(self, out: list[str]) -> None:
         out.append(f"# HELP {self.name} {self.help}")
@@ -162,6 +171,7 @@ class Metrics:
                  batching: bool = True, thread_pool_name: str = "batch_threads"):
         self._depth = depth
         self._loaded = loaded
+        self.energy = ProcessEnergy()
         self.batching = batching
         self.thread_pool_name = thread_pool_name
         p, b = PREFIX, PREFIX + "batching_session:"
@@ -264,4 +274,19 @@ class Metrics:
         for model, versions in loaded:
             for ver in versions:
                 out.append(f"{a}{_labels(['model_name', 'version'], [model, str(ver)])} 1")
+        self._render_energy(out)
         return ("\n".join(out) + "\n").encode()
+
+    def _render_energy(self, out: list[str]) -> None:
+        joules = self.energy.joules()
+        requests = self.request_count.total()
+        e = BATON_PREFIX + "energy_joules"
+        out.append(f"# HELP {e} Energy since the server started, by method (Baton only).")
+        out.append(f"# TYPE {e} counter")
+        out.append(f"{e}{_labels(['method'], [self.energy.method])} {_number(joules)}")
+        r = BATON_PREFIX + "joules_per_1000_requests"
+        out.append(f"# HELP {r} Energy since start per 1,000 requests answered (Baton only).")
+        out.append(f"# TYPE {r} gauge")
+        if requests:
+            out.append(f"{r}{_labels(['method'], [self.energy.method])} "
+                       f"{_number(joules / requests * 1000)}")

@@ -50,17 +50,16 @@ def resolve_run_dir(path: Path) -> Path:
 
 
 def render_run(run_dir: Path, run: dict[str, Any]) -> str:
-    from baton.pipeline.accounting import Usage
     from baton.pipeline.runner import StageResult, summary_table
 
     results = [
-        StageResult(s["name"], s["type"], s["status"],
-                    Usage(**{k: s["usage"][k] for k in ("wall_s", "cpu_s", "peak_rss_mb")}),
+        StageResult(s["name"], s["type"], s["status"], _usage(s["usage"], run.get("energy", {})),
                     s.get("metrics", {}), s.get("error", ""))
         for s in run["stages"]
     ]
     out = [f"pipeline {run['pipeline']}  run {run['run_id']}  status {run['status']}",
-           f"started {run['started']}  finished {run.get('finished')}", "", summary_table(results), ""]
+           f"started {run['started']}  finished {run.get('finished')}", "", summary_table(results),
+           "", *cost_table(run), ""]
     out.append("lineage:")
     for s in run["stages"]:
         rec = lineage.read(run_dir / s["name"])
@@ -79,6 +78,46 @@ def render_run(run_dir: Path, run: dict[str, Any]) -> str:
             out.append(f"    data: {k} {v[7:19]}")
     out.extend(_extras(run_dir, run))
     return "\n".join(out)
+
+
+def _usage(recorded: dict[str, Any], energy_config: dict[str, Any]) -> Any:
+    """A stage's Usage as recorded: a RAPL reading is kept as read, an estimate recomputed
+    from the same times and memory (equal to the record up to its rounding)."""
+    from baton.energy import CARBON_INTENSITY, RAPL
+    from baton.pipeline.accounting import Usage
+
+    pue = float(energy_config.get("pue", 1.0))
+    measured = recorded.get("energy_method") == RAPL
+    return Usage(
+        **{k: recorded[k] for k in ("wall_s", "cpu_s", "peak_rss_mb")},
+        rapl_j=recorded["energy_j"] / pue if measured else None, pue=pue,
+        carbon_intensity=float(energy_config.get("carbon_intensity", CARBON_INTENSITY)),
+    )
+
+
+def cost_table(run: dict[str, Any]) -> list[str]:
+    """Energy and carbon per stage and for the run, as recorded (method, J, gCO2e, J/example)."""
+    from baton.energy import CARBON_INTENSITY
+
+    cfg = run.get("energy", {})
+    rows = [("stage", "method", "energy J", "gCO2e", "J/example")]
+    for s in run["stages"]:
+        u = s.get("usage", {})
+        if s["status"] != "succeeded" or not u.get("wall_s"):
+            continue
+        per = u.get("j_per_example")
+        rows.append((s["name"], str(u.get("energy_method", "green-algorithms")),
+                     f"{u.get('energy_j', 0):.1f}", f"{u.get('co2e_g', 0):.4f}",
+                     f"{per:.3g}" if per is not None else ""))
+    t = run.get("totals", {})
+    rows.append(("run", str(t.get("energy_method", "green-algorithms")),
+                 f"{t.get('energy_j', 0):.1f}", f"{t.get('co2e_g', 0):.4f}", ""))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    lines = [f"cost (carbon intensity {cfg.get('carbon_intensity', CARBON_INTENSITY):g} "
+             f"gCO2e/kWh, PUE {cfg.get('pue', 1.0):g}; cached stages cost nothing):"]
+    lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
+              for r in rows]
+    return lines
 
 
 def _extras(run_dir: Path, run: dict[str, Any]) -> list[str]:

@@ -506,6 +506,9 @@ def run(ctx: StageContext, config: Config) -> None:
         steps=info["steps"],
         examples_per_sec=info["examples_per_sec"],
         strategy=info["strategy"],
+        # this run's examples (a resumed run counts from its backup): the runner divides the
+        # stage's energy by it (usage.j_per_example)
+        examples_trained=(info["steps"] - info.get("resumed_from_step", 0)) * job.batch_size,
         **{k: round(v, 4) for k, v in last.items() if k.startswith(("eval_", "train_"))},
     )
 

@@ -41,6 +41,14 @@ def test_default_pipeline_then_full_cache_hit(tmp_path):
     record = json.loads((run_dir / "run.json").read_text())
     assert [s["status"] for s in record["stages"]] == ["succeeded"] * len(record["stages"])
     assert record["totals"]["cpu_s"] > 0 and record["totals"]["energy_j"] > 0
+    # energy per example of the train stage, its method named (no readable RAPL here: estimate)
+    (train,) = [s for s in record["stages"] if s["type"] == "train"]
+    u = train["usage"]
+    assert u["energy_method"] in ("rapl", "green-algorithms") and u["co2e_g"] > 0
+    assert u["j_per_example"] == pytest.approx(u["energy_j"] / train["metrics"]["examples_trained"],
+                                               rel=1e-3)
+    assert record["totals"]["co2e_g"] == pytest.approx(record["totals"]["energy_j"] / 3.6e6 * 475,
+                                                       rel=1e-3)
 
     res = baton(tmp_path, "run", python_flags=("-X", "importtime"))
     assert res.returncode == 0, res.stderr[-3000:]
@@ -60,6 +68,9 @@ def test_default_pipeline_then_full_cache_hit(tmp_path):
 
     res = baton(tmp_path, "inspect", str(again))
     assert res.returncode == 0 and "cached from" in res.stdout
+    res = baton(tmp_path, "inspect", str(run_dir))
+    assert "cost (carbon intensity 475 gCO2e/kWh, PUE 1" in res.stdout
+    assert any(line.split()[:2] == ["train", u["energy_method"]] for line in res.stdout.splitlines())
 
 
 SMALL = """\

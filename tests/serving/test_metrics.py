@@ -1,5 +1,7 @@
 """The Prometheus exposition itself: TF Serving's names, buckets and text (no TensorFlow)."""
 
+import pytest
+
 from baton.serving.metrics import LATENCY_US, Metrics
 
 
@@ -56,3 +58,21 @@ def test_the_exposition_parses_as_a_prometheus_scraper_reads_it():
     latency = families[":tensorflow:serving:request_latency"]
     assert latency.type == "histogram"
     assert any(s.name.endswith("_count") and s.value == 1.0 for s in latency.samples)
+
+
+def test_energy_since_start_and_per_1000_requests_are_exported():
+    from prometheus_client.parser import text_string_to_metric_families
+
+    m = Metrics()
+    families = {f.name: f for f in text_string_to_metric_families(m.render().decode())}
+    (energy,) = families["baton_serving_energy_joules"].samples
+    assert energy.labels["method"] in ("rapl", "green-algorithms") and energy.value >= 0
+    assert not families["baton_serving_joules_per_1000_requests"].samples  # no request yet
+    sum(i * i for i in range(300_000))  # some CPU time, as requests would take
+    for _ in range(4):
+        m.request("m", "Predict", "GRPC", "OK", 15e-6)
+    families = {f.name: f for f in text_string_to_metric_families(m.render().decode())}
+    (energy,) = families["baton_serving_energy_joules"].samples
+    (per,) = families["baton_serving_joules_per_1000_requests"].samples
+    assert energy.value > 0
+    assert per.value == pytest.approx(energy.value / 4 * 1000, rel=0.05)
