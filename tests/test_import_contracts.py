@@ -29,7 +29,7 @@ LAYERED = (
     "baton.k8s",
 )
 INDEPENDENT = ("baton.pipeline.commands.*", "baton.pipeline.stages.*")
-TOP = ["__main__", "pipeline", "k8s", "serving | strategies", "graphs", "(logs) | (energy)", "errors"]
+TOP = ["__main__ | (tft)", "pipeline", "k8s", "serving | strategies", "graphs", "(logs) | (energy)", "errors"]
 
 
 def _contracts() -> list[dict]:

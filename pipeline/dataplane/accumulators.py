@@ -14,65 +14,9 @@ from typing import Any
 
 import numpy as np
 
-SKETCH_SIZE = 2048
+from baton.graphs.quantile_sketch import SKETCH_SIZE, QuantileSketch  # noqa: F401 - one sketch
+
 SKETCH_SAMPLE = 1 << 18  # values of a tensor column's batch that reach its quantile sketch
-
-
-class QuantileSketch:
-    """A weighted sample of at most `size` points whose weighted quantiles approximate the data.
-
-    Each batch contributes `size` evenly spaced order statistics carrying equal weight; merging
-    concatenates and, above `size` points, keeps evenly spaced points of the weighted CDF. The
-    rank error stays around 1/size per merge level, ample for buckets and histograms.
-    """
-
-    def __init__(self, size: int = SKETCH_SIZE) -> None:
-        self.size = size
-        self.values = np.zeros(0, np.float64)
-        self.weights = np.zeros(0, np.float64)
-
-    def add(self, x: np.ndarray) -> None:
-        if not len(x):
-            return
-        x = np.sort(x.astype(np.float64))
-        if len(x) > self.size:
-            pos = ((np.arange(self.size) + 0.5) * len(x) / self.size).astype(np.int64)
-            pts, w = x[pos], np.full(self.size, len(x) / self.size)
-        else:
-            pts, w = x, np.ones(len(x))
-        self._extend(pts, w)
-
-    def merge(self, other: QuantileSketch) -> None:
-        self._extend(other.values, other.weights)
-
-    def _extend(self, v: np.ndarray, w: np.ndarray) -> None:
-        self.values = np.concatenate([self.values, v])
-        self.weights = np.concatenate([self.weights, w])
-        if len(self.values) > 2 * self.size:
-            order = np.argsort(self.values, kind="stable")
-            v, w = self.values[order], self.weights[order]
-            cum = np.cumsum(w)
-            total = cum[-1]
-            targets = (np.arange(self.size) + 0.5) * total / self.size
-            idx = np.searchsorted(cum, targets).clip(0, len(v) - 1)
-            self.values, self.weights = v[idx], np.full(self.size, total / self.size)
-
-    def quantiles(self, qs: np.ndarray) -> np.ndarray:
-        if not len(self.values):
-            return np.full(len(qs), np.nan)
-        order = np.argsort(self.values, kind="stable")
-        v, w = self.values[order], self.weights[order]
-        cum = (np.cumsum(w) - 0.5 * w) / w.sum()
-        return np.interp(qs, cum, v)
-
-    def histogram(self, bins: int, lo: float, hi: float) -> tuple[list[float], list[float]]:
-        """Approximate counts in `bins` equal-width bins over [lo, hi]."""
-        if not len(self.values) or not np.isfinite([lo, hi]).all():
-            return [], []
-        if hi <= lo:
-            hi = lo + 1.0
-        counts, edges = np.histogram(self.values, bins=bins, range=(lo, hi), weights=self.weights)
-        return edges.tolist(), counts.tolist()
 
 
 class NumericAcc:
