@@ -23,17 +23,23 @@ records each image, with its shape, for the CNN.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
+import pickle
 import shutil
 import time
-from typing import Literal
+from pathlib import Path
+from typing import Any, Literal
 
 from baton.errors import StageError
 from baton.pipeline.context import StageContext
 
 INPUTS = {"examples": True}
 OUTPUTS = ("transformed", "transform_graph")
-CODE_DEPS = ("baton.graphs.transform", "baton.graphs.feature_spec", "baton.pipeline.dataplane")
+CODE_DEPS = ("baton.graphs.transform", "baton.graphs.feature_spec", "baton.pipeline.dataplane",
+             "baton.graphs.tft_api", "baton.graphs.tft_engine", "baton.graphs.tft_trace",
+             "baton.graphs.tft_analyzers", "baton.graphs.tft_module",
+             "baton.graphs.quantile_sketch")
 CACHEABLE = True
 
 Kind = Literal["zscore", "minmax", "identity", "bucketize", "vocabulary", "hash", "drop"]
@@ -64,6 +70,9 @@ class Config:
     oov_buckets: int = 1
     buckets: int = 10
     columns: dict[str, ColumnTransform] = dataclasses.field(default_factory=dict)
+    # "module:function": the user's tf.Transform-style preprocessing_fn (import baton.tft as
+    # tft); the column settings above are then unused
+    preprocessing_fn: str | None = None
     beam_pipeline_args: list[str] = dataclasses.field(default_factory=list)
     batch_rows: int = 65_536  # rows parsed per TensorFlow call inside the DoFns
     chunk_rows: int = 4_096  # rows per transformed record
@@ -72,6 +81,22 @@ class Config:
         if self.batch_rows < 1 or self.chunk_rows < 1:
             raise ValueError(f"batch_rows and chunk_rows must be >= 1. Received: "
                              f"{self.batch_rows}, {self.chunk_rows}")
+        if self.preprocessing_fn is not None:
+            from baton.graphs.user_refs import is_ref
+
+            if not is_ref(self.preprocessing_fn):
+                raise ValueError("preprocessing_fn must be 'module:function'. Received: "
+                                 f"{self.preprocessing_fn!r}")
+
+
+def external_inputs(config: Config, spec_dir: Path | None) -> list[Path]:
+    """The preprocessing_fn's module and the modules it imports beside the spec: their bytes
+    join the cache key (editing a helper reruns the transform)."""
+    if config.preprocessing_fn is None:
+        return []
+    from baton.pipeline.user_code import user_code_files
+
+    return user_code_files([config.preprocessing_fn], spec_dir)
 
 
 def plan_columns(config: Config, schema) -> dict[str, dict]:  # noqa: ANN001
@@ -119,6 +144,9 @@ def run(ctx: StageContext, config: Config) -> None:
     if not schema.splits.get("train"):
         raise StageError(f"transform: examples in {examples} have no train rows "
                          f"(splits: {dict(schema.splits)})")
+    if config.preprocessing_fn is not None:
+        _run_preprocessing_fn(ctx, config, schema, examples)
+        return
     plan = plan_columns(config, schema)
     label_col = schema.column(schema.label)
     raw = [(c.name, c.dtype, c.shape) for c in schema.features if c.name in plan]
@@ -184,3 +212,142 @@ def _images(ctx: StageContext, schema, plan: dict[str, dict]) -> tuple:  # noqa:
     if out:
         ctx.log("images: " + ", ".join(f"{i.name} {list(i.shape)}" for i in out))
     return tuple(out)
+
+
+def _run_preprocessing_fn(ctx: StageContext, config: Config, schema: Any, examples: Path) -> None:
+    """The user's preprocessing_fn: its analyzer phases and its apply pass on Beam, its final
+    graph exported as the transform SavedModel (graphs.tft_module)."""
+    from baton.graphs import tft_engine, tft_module
+    from baton.graphs.feature_spec import Feature, FeatureSpec, Label, RawFeature
+    from baton.graphs.user_refs import RefError
+    from baton.pipeline.dataplane import beam_runner, beam_tft
+    from baton.pipeline.dataplane.analysis import finalize
+    from baton.pipeline.dataplane.schema_file import shard_files
+    from baton.pipeline.dataplane.transformed_io import write_metadata
+
+    ref, search = str(config.preprocessing_fn), str(ctx.spec_dir) if ctx.spec_dir else None
+    where = f"transform.preprocessing_fn {ref}"
+    try:
+        fn = beam_tft.load_fn(ref, search)
+    except RefError as exc:
+        raise StageError(f"{where}: {exc}") from None
+    label = schema.label
+    label_col = schema.column(label)
+    raw_feats = [(c.name, "float32" if c.is_numeric else "string", tuple(c.shape))
+                 for c in schema.features]
+    raw_all = [*raw_feats, (label, "float32" if label_col.is_numeric else "string", ())]
+    columns = list(schema.columns)
+    shards = [(split, str(f), i) for split in schema.splits
+              for i, f in enumerate(shard_files(examples, split))]
+    args = config.beam_pipeline_args
+    scratch = ctx.work_dir / ".beam-results"
+    scratch.mkdir(exist_ok=True)
+    started = time.perf_counter()
+
+    def user_errors(step: str) -> Any:
+        return _UserErrors(f"{where}: {step}")
+
+    phases = tft_engine.Phases(fn, tft_engine.raw_specs(raw_all))
+    label_acc = None
+    try:
+        while True:
+            with user_errors("tracing"):
+                phase = phases.next()
+            if phase is None and label_acc is not None:
+                break
+            kinds = {k: r.kind for k, r in (phase.analyzers.items() if phase else [])}
+            dofn = beam_tft.AnalyzePhase(ref, search, raw_all, phases.resolved, columns, label,
+                                         config.batch_rows, with_label=label_acc is None)
+            result = scratch / f"phase-{phases.number}.pkl"
+            with user_errors(f"analyzer phase {phases.number}"):
+                beam_runner.run(functools.partial(
+                    beam_tft.build_phase, shards=shards, dofn=dofn, kinds=kinds,
+                    result_path=str(result)), args)
+            merged = pickle.loads(result.read_bytes())
+            label_acc = label_acc if label_acc is not None else merged["label"]
+            if phase is None:
+                break
+            phases.finish(phase, merged["tft"])
+            ctx.log(f"analyzer phase {phase.number}: {len(phase.analyzers)} analyzers "
+                    f"({', '.join(sorted(set(kinds.values())))})")
+        analysis = finalize(label_acc or {}, {}, raw_feats,
+                            {"name": label, "dtype": label_col.dtype, "task": schema.task})
+        with user_errors("building the transform"):
+            built = tft_module.build_module(fn, list(raw_feats), analysis["label"],
+                                            phases.resolved)
+        out_t, out_g = ctx.output("transformed"), ctx.output("transform_graph")
+        counts_path = scratch / "counts.json"
+        apply = beam_tft.ApplyPreprocessing(ref, search, list(raw_feats), phases.resolved,
+                                            analysis, columns, str(out_t), config.batch_rows,
+                                            config.chunk_rows)
+        with user_errors("applying"):
+            beam_runner.run(lambda p: beam_tft.build_apply(p, shards=shards, dofn=apply,
+                                                            counts_path=str(counts_path)), args)
+        counts = json.loads(counts_path.read_text())
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    beam_s = time.perf_counter() - started
+    features = []
+    for name, info in built.outputs.items():
+        if info["dtype"].startswith("float"):
+            features.append(Feature(name, "numeric", shape=tuple(info["shape"])))
+            continue
+        if "max" not in info:
+            raise StageError(f"{where}: output {name!r} is {info['dtype']} with no known id "
+                             "range: make ids with tft.compute_and_apply_vocabulary, "
+                             "tft.bucketize or tft.hash_strings, or cast it to float32")
+        if info["min"] < 0 or info["shape"]:
+            raise StageError(f"{where}: output {name!r} holds ids from {info['min']} (an unknown "
+                             "token's default_value): pass num_oov_buckets >= 1 or a "
+                             "default_value >= 0 so every id is an embedding row"
+                             if info["min"] < 0 else
+                             f"{where}: output {name!r}: ids must be one per example, "
+                             f"found shape {info['shape']}")
+        features.append(Feature(name, "categorical", vocab_size=info["max"] + 1))
+    lab = analysis["label"]
+    spec = FeatureSpec(
+        raw_features=tuple(RawFeature(n, d, s) for n, d, s in raw_feats),  # type: ignore[arg-type]
+        features=tuple(features),
+        label=Label(label, schema.task, tuple(lab.get("vocabulary", ()))))
+    tft_module.save(built, out_g)
+    analysis = {**analysis, "preprocessing_fn": ref, "phases": phases.number,
+                "analyzers": len(phases.resolved)}
+    (out_g / "analysis.json").write_text(json.dumps(analysis, indent=1) + "\n")
+    spec.save(out_g)
+    splits = {s: counts.get(f"rows_{s}", 0) for s in schema.splits}
+    dtypes = {f.name: f.dtype for f in spec.features}
+    dtypes[label] = "int64" if schema.task == "classification" else "float32"
+    write_metadata(out_t, splits, dtypes, label, config.chunk_rows,
+                   {f.name: f.shape for f in spec.features if f.shape})
+    spec.save(out_t)
+    dropped = {s: counts.get(f"dropped_{s}", 0) for s in schema.splits}
+    ctx.log(f"preprocessing_fn {ref}: {len(phases.resolved)} analyzers in {phases.number} "
+            f"phases; transformed {splits}; dropped (unknown or missing label) {dropped}")
+    ctx.record(rows=sum(splits.values()), **{f"rows_{s}": n for s, n in splits.items()},
+               dropped_label=sum(dropped.values()), features=len(spec.features),
+               analyzers=len(phases.resolved), phases=phases.number,
+               beam_seconds=round(beam_s, 3))
+
+
+class _UserErrors:
+    """Turns an exception from the user's function (or a baton.tft refusal) into a StageError
+    naming the function, the step and the user's line."""
+
+    def __init__(self, where: str) -> None:
+        self.where = where
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, et: Any, exc: BaseException | None, tb: Any) -> None:
+        if exc is None or isinstance(exc, StageError | KeyboardInterrupt):
+            return
+        from baton.graphs.tft_module import OutputError
+        from baton.graphs.user_refs import user_line
+
+        line = user_line(exc)
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        if isinstance(exc, KeyError):
+            text = f"no raw column {exc.args[0]!r}" if exc.args else text
+        kind = "" if isinstance(exc, OutputError) else f"{type(exc).__name__}: "
+        raise StageError(f"{self.where}: {kind}{text}{line}") from None

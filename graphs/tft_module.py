@@ -1,0 +1,131 @@
+"""A preprocessing_fn's final graph as the transform SavedModel, and its feature spec.
+
+The module has the interface of graphs.transform's: `transform_features(raw)` over the raw
+feature columns and `transform_label(raw_label)`, so training, export, check, edge and serving
+take it unchanged. `transform_features` calls the user's function with every analyzer a
+constant (graphs.tft_engine.transform_fn's trace) and the lookup tables tracked by the module;
+the label column is not a serving input, so the function sees a placeholder for it and the
+label output is left out (Baton encodes the label itself: `transform_label`, the class
+vocabulary, as for the built-in transform). The same module object is what the Beam apply
+step calls on record batches, so what trains is what serves.
+
+Besides the SavedModel the directory holds `assets/<vocab_filename>` (one token per line, as
+tf.Transform writes them) and `tft_metadata.json` (the outputs' dtypes, shapes and id ranges).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from baton.errors import BatonError
+from baton.graphs import tft_engine, tft_trace
+
+METADATA_FILE = "tft_metadata.json"
+
+
+class OutputError(BatonError, ValueError):
+    """An output the models cannot take; the message names the feature and what it is."""
+
+
+@dataclasses.dataclass
+class Built:
+    module: Any  # the tf.Module
+    outputs: dict[str, dict[str, Any]]  # name -> dtype, shape, min/max of ids
+    vocabularies: dict[str, list[bytes]]  # vocab_filename -> tokens
+
+
+def build_module(preprocessing_fn: Callable[[dict[str, Any]], Any], raw: list[tuple[str, str, Any]],
+                 label: Mapping[str, Any], resolved: Mapping[int, list[Any]]) -> Built:
+    """The tf.Module. `raw`: (name, dtype, shape) of the feature columns; `label`: the
+    analysis' label entry ({"name", "dtype", "task", "vocabulary"})."""
+    import tensorflow as tf
+
+    from baton.graphs.transform import _table
+
+    specs = tft_engine.raw_specs(raw)
+    label_name = label["name"]
+    label_dtype = tf.string if label["dtype"] == "string" else tf.float32
+
+    def features_fn(inputs: dict[str, Any]) -> dict[str, Any]:
+        batch = tf.shape(next(iter(inputs.values())))[0]
+        stub = tf.fill([batch], "" if label_dtype == tf.string else float("nan"))
+        outputs = preprocessing_fn({**inputs, label_name: tf.cast(stub, label_dtype)})
+        if not isinstance(outputs, Mapping):
+            raise OutputError(f"returned {type(outputs).__name__}, not a dict of tensors")
+        return {k: v for k, v in outputs.items() if k != label_name}
+
+    trace, concrete = tft_engine.transform_fn(features_fn, specs, resolved)
+
+    class PreprocessingModule(tf.Module):
+        def __init__(self) -> None:
+            super().__init__(name="baton_preprocessing")
+            self.tables = list(trace.tables)
+            if label["task"] == "classification":
+                self.label_table = _table(tf, label["vocabulary"])
+            self._concrete = concrete
+
+        @tf.function(input_signature=[specs], autograph=False)
+        def transform_features(self, raw_features):
+            return self._concrete(raw=raw_features)
+
+        @tf.function(input_signature=[tf.TensorSpec([None], label_dtype, name="label")],
+                     autograph=False)
+        def transform_label(self, raw_label):
+            if label["task"] == "classification":
+                return self.label_table.lookup(raw_label)
+            return tf.cast(raw_label, tf.float32)
+
+    return Built(PreprocessingModule(), outputs_info(trace, concrete),
+                 {name: [bytes(t) for t in resolved[k][0]]
+                  for name, k in trace.vocab_files.items() if k in resolved})
+
+
+def outputs_info(trace: tft_trace.Trace, concrete: Any) -> dict[str, dict[str, Any]]:
+    """Each output's dtype, per-example shape and id range (int64 outputs of a vocabulary,
+    buckets or hashes); OutputError for what the models cannot take."""
+    import tensorflow as tf
+
+    outputs = trace.outputs or {}
+    info: dict[str, dict[str, Any]] = {}
+    for name, t in outputs.items():
+        if isinstance(t, tf.RaggedTensor | tf.SparseTensor):
+            raise OutputError(f"output {name!r} is a {type(t).__name__}: Baton's models take "
+                              "fixed-shape features (densify it, e.g. .to_tensor(shape=...), "
+                              "or reduce it per example)")
+        shape = t.shape[1:]
+        if not shape.is_fully_defined():
+            raise OutputError(f"output {name!r} has per-example shape {shape}: it must be "
+                              "fixed (a scalar, a vector [D] or an image [H, W, C])")
+        if t.shape.rank == 0:
+            raise OutputError(f"output {name!r} is a scalar, not a batch [B, ...]")
+        entry: dict[str, Any] = {"dtype": t.dtype.name, "shape": [int(d) for d in shape]}
+        if t.dtype.is_integer:
+            domain = trace.domains.get(t.ref())
+            if domain is not None:
+                entry["min"], entry["max"] = int(domain[0]), int(domain[1])
+        elif t.dtype not in (tf.float32, tf.float64, tf.float16):
+            raise OutputError(f"output {name!r} is {t.dtype.name}: outputs are numbers "
+                              "(float) or ids (int64); encode strings with a vocabulary or "
+                              "a hash")
+        info[name] = entry
+    if not info:
+        raise OutputError("returned no feature (an empty dict, or only the label)")
+    return info
+
+
+def save(built: Built, directory: str | Path) -> Path:
+    """The SavedModel, its vocabulary files and tft_metadata.json in `directory`."""
+    import tensorflow as tf
+
+    d = Path(directory)
+    tf.saved_model.save(built.module, str(d))
+    assets = d / "assets"
+    assets.mkdir(exist_ok=True)
+    for name, tokens in built.vocabularies.items():
+        (assets / name).write_bytes(b"".join(t + b"\n" for t in tokens))
+    (d / METADATA_FILE).write_text(json.dumps(built.outputs, indent=1) + "\n")
+    return d

@@ -1,0 +1,140 @@
+"""transform with the user's preprocessing_fn: phases on Beam, the applied graph is the served
+graph, the feature spec follows the outputs, and bad functions are named stage errors."""
+
+from __future__ import annotations
+
+import json
+import textwrap
+
+import numpy as np
+import pytest
+
+from baton.errors import StageError
+from baton.pipeline.stages import transform
+from baton.pipeline.testing import run_stage
+from tests.pipeline.dataplane.helpers import penguins
+
+MODULE = '''\
+import tensorflow as tf
+
+import baton.tft as tft
+from penguin_helpers import NUMERIC
+
+
+def preprocessing_fn(inputs):
+    outputs = {}
+    for key in NUMERIC:
+        x = tf.where(tf.math.is_nan(inputs[key]), tft.mean(inputs[key]), inputs[key])
+        outputs[key + "_xf"] = tft.scale_to_z_score(x)  # phase 2: uses the mean of phase 1
+    outputs["island_xf"] = tft.compute_and_apply_vocabulary(
+        inputs["island"], num_oov_buckets=1, vocab_filename="island")
+    outputs["sex_hash"] = tft.hash_strings(inputs["sex"], 4)
+    mass = tf.where(tf.math.is_nan(inputs["body_mass_g"]), 0.0, inputs["body_mass_g"])
+    outputs["mass_bucket"] = tft.bucketize(mass, 4)
+    outputs["species"] = inputs["species"]  # the label passes through: Baton encodes it
+    return outputs
+'''
+HELPERS = 'NUMERIC = ["bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g"]\n'
+
+
+@pytest.fixture(scope="module")
+def code(tmp_path_factory):
+    d = tmp_path_factory.mktemp("code")
+    (d / "penguin_pre.py").write_text(MODULE)
+    (d / "penguin_helpers.py").write_text(HELPERS)
+    return d
+
+
+@pytest.fixture(scope="module")
+def ran(tmp_path_factory, code):
+    root = tmp_path_factory.mktemp("pre")
+    examples = penguins(root)["examples"]
+    out, metrics = run_stage("transform", {"preprocessing_fn": "penguin_pre:preprocessing_fn"},
+                             {"examples": examples}, root, spec_dir=code, run_id="pre")
+    return out, metrics, examples
+
+
+def test_phases_feature_spec_and_vocabulary_asset(ran):
+    out, metrics, _ = ran
+    # phase 1: 4 means, the vocabulary, the quantiles; phase 2: the 4 z-scores (of the imputed)
+    assert (metrics["phases"], metrics["analyzers"]) == (2, 10)
+    assert metrics["rows"] == 344
+    spec = json.loads((out["transform_graph"] / "feature_spec.json").read_text())
+    feats = {f["name"]: f for f in spec["features"]}
+    assert feats["bill_length_mm_xf"]["kind"] == "numeric"
+    islands = (out["transform_graph"] / "assets" / "island").read_text().splitlines()
+    assert sorted(islands) == ["Biscoe", "Dream", "Torgersen"]
+    assert feats["island_xf"] == {"name": "island_xf", "kind": "categorical", "vocab_size": 4,
+                                  **{k: v for k, v in feats["island_xf"].items()
+                                     if k not in ("name", "kind", "vocab_size")}}
+    assert feats["sex_hash"]["vocab_size"] == 4 and feats["mass_bucket"]["vocab_size"] == 4
+    assert spec["label"]["vocabulary"] == ["Adelie", "Chinstrap", "Gentoo"]
+
+
+def test_the_graph_applied_in_beam_is_the_served_graph(ran):
+    """Raw eval rows through the exported SavedModel equal the transformed rows written."""
+    import tensorflow as tf
+
+    from baton.graphs.feature_spec import FeatureSpec
+    from baton.graphs.input_pipeline import make_dataset
+    from baton.pipeline.release import data
+
+    out, _, examples = ran
+    spec = FeatureSpec.load(out["transform_graph"])
+    split = data.read_split(examples, spec, "eval")
+    module = tf.saved_model.load(str(out["transform_graph"]))
+    served = {k: v.numpy() for k, v in module.transform_features(
+        {n: split.columns[n] for n in (r.name for r in spec.raw_features)}).items()}
+    written = next(iter(make_dataset(out["transformed"], "eval", spec, batch_size=1000,
+                                     shuffle=False)))[0]
+    for name in served:
+        np.testing.assert_array_equal(served[name], written[name].numpy(), err_msg=name)
+    z = served["flipper_length_mm_xf"]
+    assert abs(float(np.mean(z))) < 0.5 and 0.5 < float(np.std(z)) < 1.5
+
+
+def test_editing_a_helper_beside_the_spec_changes_the_cache_inputs(code):
+    cfg = transform.Config(preprocessing_fn="penguin_pre:preprocessing_fn")
+    files = {p.name for p in transform.external_inputs(cfg, code)}
+    assert files == {"penguin_pre.py", "penguin_helpers.py"}
+
+
+BAD = {
+    "raises": ("def preprocessing_fn(inputs):\n    raise ValueError('no good')\n",
+               r"transform.preprocessing_fn bad_raises:preprocessing_fn: tracing: ValueError: "
+               r"no good \(.*bad_raises.py, line 2\)"),
+    "not_a_dict": ("def preprocessing_fn(inputs):\n    return inputs['island']\n",
+                   r"returned .*Tensor.*, not a dict of tensors"),
+    "missing_column": ("def preprocessing_fn(inputs):\n    return {'x': inputs['wingspan']}\n",
+                       r"KeyError: no raw column 'wingspan'"),
+    "vocabulary_of_floats": (
+        "import baton.tft as tft\n"
+        "def preprocessing_fn(inputs):\n"
+        "    return {'x': tft.compute_and_apply_vocabulary(inputs['body_mass_g'])}\n",
+        r"tft.vocabulary: x must be a string or integer tensor. Received: float32"),
+    "scalar_output": (
+        "import baton.tft as tft\n"
+        "def preprocessing_fn(inputs):\n    return {'m': tft.mean(inputs['body_mass_g'])}\n",
+        r"output 'm' is a scalar, not a batch"),
+    "unknown_ids": (
+        "import baton.tft as tft\n"
+        "def preprocessing_fn(inputs):\n"
+        "    return {'i': tft.compute_and_apply_vocabulary(inputs['island'])}\n",
+        r"output 'i' holds ids from -1 .*num_oov_buckets >= 1"),
+    "unsupported_name": (
+        "import baton.tft as tft\n"
+        "def preprocessing_fn(inputs):\n    return {'t': tft.tfidf(inputs['island'], 3)}\n",
+        r"tft.tfidf is not supported by baton.tft; supported: apply_buckets"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BAD))
+def test_a_bad_preprocessing_fn_is_a_stage_error_naming_it(tmp_path, case):
+    source, message = BAD[case]
+    (tmp_path / f"bad_{case}.py").write_text(textwrap.dedent(source))  # one module per case
+    examples = penguins(tmp_path)["examples"]
+    with pytest.raises(StageError, match=message):
+        run_stage("transform", {"preprocessing_fn": f"bad_{case}:preprocessing_fn"},
+                  {"examples": examples}, tmp_path, spec_dir=tmp_path, run_id=case)
+    run = tmp_path / "runs" / "test" / case
+    assert not (run / "transform").exists()  # nothing half-written: no output was placed
