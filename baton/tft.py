@@ -1,7 +1,8 @@
 """`import baton.tft as tft`: tf.Transform's analyzers and mappers for a `preprocessing_fn`.
 
 The names, arguments, defaults and output values are tf.Transform 1.21's (graphs.tft_api);
-the analysis runs in phases on Baton's engine (graphs.tft_engine). A name tf.Transform has and
+the analysis runs in phases on Baton's engine (graphs.tft_engine); `TFTransformOutput` reads a
+transform graph back (graphs.tft_output). A name tf.Transform has and
 Baton does not is an AttributeError naming the supported ones.
 """
 
@@ -28,9 +29,10 @@ from baton.graphs.tft_api import (
     var,
     vocabulary,
 )
+from baton.graphs.tft_output import TFTransformOutput
 
 __all__ = [  # = SUPPORTED (tests/graphs/test_tft.py checks)
-    "apply_buckets", "apply_vocabulary", "bucketize", "compute_and_apply_vocabulary",
+    "TFTransformOutput", "apply_buckets", "apply_vocabulary", "bucketize", "compute_and_apply_vocabulary",
     "hash_strings", "max", "mean", "min", "quantiles", "scale_by_min_max", "scale_to_0_1",
     "scale_to_z_score", "size", "sum", "var", "vocabulary",
 ]

@@ -18,7 +18,6 @@ with `TFTransformOutput.vocabulary_file_by_name`.
 from __future__ import annotations
 
 import builtins
-import re
 from typing import Any
 
 from baton.graphs import tft_trace
@@ -204,12 +203,6 @@ def scale_to_0_1(x: Any, elementwise: bool = False, name: str | None = None) -> 
 
 
 # ------------------------------------------------------------------ vocabularies
-def _sanitized(name: str) -> str:
-    """tf.Transform's `sanitized_vocab_filename`."""
-    name = re.sub(r"[^\w\s-]", "_", name).strip()
-    return re.sub(r"[-\s]+", "-", name)
-
-
 def vocabulary(x: Any, *, top_k: int | None = None, frequency_threshold: float | None = None,
                vocab_filename: str | None = None, store_frequency: bool = False,
                reserved_tokens: Any = None, weights: Any = None, labels: Any = None,
@@ -237,7 +230,8 @@ def vocabulary(x: Any, *, top_k: int | None = None, frequency_threshold: float |
                         "bucketize, or cast them to int64 first")
     tokens = v if v.dtype == tf.string else tf.strings.as_string(v)
     k = tft_trace.analyzer_index()
-    filename = _sanitized(vocab_filename if vocab_filename is not None else f"vocab_{k}")
+    filename = tft_trace.sanitized_vocab_filename(
+        vocab_filename if vocab_filename is not None else f"vocab_{k}")
     trace = tft_trace.current()
     trace.vocab_files[filename] = k
     (vocab,) = tft_trace.analyzer(
@@ -368,6 +362,6 @@ def hash_strings(strings: Any, hash_buckets: int, key: Any = None, name: str | N
     return out
 
 
-SUPPORTED = ("apply_buckets", "apply_vocabulary", "bucketize", "compute_and_apply_vocabulary",
+SUPPORTED = ("TFTransformOutput", "apply_buckets", "apply_vocabulary", "bucketize", "compute_and_apply_vocabulary",
              "hash_strings", "max", "mean", "min", "quantiles", "scale_by_min_max",
              "scale_to_0_1", "scale_to_z_score", "size", "sum", "var", "vocabulary")

@@ -23,8 +23,7 @@ from typing import Any
 
 from baton.errors import BatonError
 from baton.graphs import tft_engine, tft_trace
-
-METADATA_FILE = "tft_metadata.json"
+from baton.graphs.tft_output import METADATA_FILE
 
 
 class OutputError(BatonError, ValueError):

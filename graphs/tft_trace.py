@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import re
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -56,6 +57,12 @@ class Trace:
     @property
     def final(self) -> bool:
         return not self.pending
+
+
+def sanitized_vocab_filename(name: str) -> str:
+    """tf.Transform's file name rule: `[^\\w\\s-]` -> `_`, stripped, runs of `[-\\s]` -> `-`."""
+    name = re.sub(r"[^\w\s-]", "_", name).strip()
+    return re.sub(r"[-\s]+", "-", name)
 
 
 def current() -> Trace:

@@ -129,7 +129,7 @@ def test_unsupported_arguments_and_names_are_named():
         _run(lambda i: {"v": tft.vocabulary(i["s"], weights=i["s"])},
              {"s": np.array([b"a"], object)})
     with pytest.raises(AttributeError, match=r"tft.tfidf is not supported by baton.tft; "
-                                             r"supported: apply_buckets, "):
+                                             r"supported: TFTransformOutput, apply_buckets, "):
         _ = tft.tfidf
     assert sorted(tft.__all__) == sorted(tft.SUPPORTED)
     with pytest.raises(RuntimeError, match="run inside a preprocessing_fn that Baton traces"):

@@ -93,6 +93,35 @@ def test_the_graph_applied_in_beam_is_the_served_graph(ran):
     assert abs(float(np.mean(z))) < 0.5 and 0.5 < float(np.std(z)) < 1.5
 
 
+def test_tf_transform_output_reads_the_transform_graph(ran):
+    import tensorflow as tf
+
+    import baton.tft as tft
+
+    out, _, _ = ran
+    tfo = tft.TFTransformOutput(str(out["transform_graph"]))
+    spec = tfo.transformed_feature_spec()
+    assert spec["island_xf"] == tf.io.FixedLenFeature([], tf.int64)
+    assert spec["body_mass_g_xf"] == tf.io.FixedLenFeature([], tf.float32)
+    assert tfo.num_buckets_for_transformed_feature("island_xf") == 4  # 3 islands + 1 OOV
+    assert tfo.num_buckets_for_transformed_feature("mass_bucket") == 4
+    path = tfo.vocabulary_file_by_name("island")
+    assert path is not None and tfo.vocabulary_size_by_name("island") == 3
+    assert tfo.vocabulary_file_by_name("no such vocabulary") is None
+    raw = {"bill_length_mm": tf.constant([39.0, float("nan")]),
+           "bill_depth_mm": tf.constant([18.0, 15.0]), "flipper_length_mm": tf.constant([181.0, 220.0]),
+           "body_mass_g": tf.constant([3750.0, 5000.0]), "island": tf.constant(["Dream", "Mars"]),
+           "sex": tf.constant(["male", ""]), "year": tf.constant([2008.0, 2009.0]),
+           "species": tf.constant(["Adelie", "Gentoo"])}  # the label is ignored
+    got = tfo.transform_raw_features(raw)
+    islands = tfo.vocabulary_by_name("island")
+    assert int(got["island_xf"][0]) == islands.index(b"Dream") and int(got["island_xf"][1]) == 3
+    layer_out = tfo.transform_features_layer()(raw)
+    np.testing.assert_array_equal(layer_out["body_mass_g_xf"], got["body_mass_g_xf"])
+    with pytest.raises(KeyError, match=r"missing raw features \['body_mass_g'"):
+        tfo.transform_raw_features({k: v for k, v in raw.items() if k != "body_mass_g"})
+
+
 def test_editing_a_helper_beside_the_spec_changes_the_cache_inputs(code):
     cfg = transform.Config(preprocessing_fn="penguin_pre:preprocessing_fn")
     files = {p.name for p in transform.external_inputs(cfg, code)}
@@ -124,7 +153,7 @@ BAD = {
     "unsupported_name": (
         "import baton.tft as tft\n"
         "def preprocessing_fn(inputs):\n    return {'t': tft.tfidf(inputs['island'], 3)}\n",
-        r"tft.tfidf is not supported by baton.tft; supported: apply_buckets"),
+        r"tft.tfidf is not supported by baton.tft; supported: TFTransformOutput, apply_buckets"),
 }
 
 
