@@ -16,6 +16,7 @@ from baton.errors import EXIT_INTERRUPTED, EXIT_USAGE, BatonError
 COMMANDS: list[tuple[str, str, str]] = [
     ("run", "baton.pipeline.commands.run", "run a pipeline (no SPEC: the embedded penguins pipeline)"),
     ("inspect", "baton.pipeline.commands.inspect", "show a run: stages, metrics, lineage, statistics"),
+    ("transform", "baton.pipeline.commands.transform", "dry-run a preprocessing_fn on a sample (--dry-run)"),
     ("serve", "baton.pipeline.commands.serve", "TensorFlow Serving-compatible model server (REST+gRPC)"),
     ("rollback", "baton.pipeline.commands.rollback", "point serving back at an earlier model version"),
     ("k8s", "baton.pipeline.commands.k8s", "TFJob/serving manifests: generate, validate, emulate, submit"),

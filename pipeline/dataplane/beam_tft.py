@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
-import numpy as np
 
+from baton.pipeline.dataplane.reader import raw_columns
 from baton.pipeline.dataplane.schema_file import Column
 
 
@@ -28,24 +28,6 @@ def load_fn(ref: str, search_dir: str | None) -> Any:
     from baton.graphs.user_refs import import_ref
 
     return import_ref(ref, search_dir, what="preprocessing_fn")
-
-
-def raw_batch(batch: Any, columns: Sequence[Column]) -> dict[str, np.ndarray]:
-    """A pyarrow RecordBatch as the raw contract's numpy columns (strings as bytes objects)."""
-    from baton.pipeline.dataplane.reader import dictionary_parts, numeric_values, tensor_values
-
-    out: dict[str, np.ndarray] = {}
-    for c in columns:
-        col = batch.column(c.name)
-        if c.shape:
-            out[c.name] = tensor_values(col).reshape(len(col), *c.shape)
-        elif c.is_numeric:
-            out[c.name] = numeric_values(col)
-        else:
-            values, idx = dictionary_parts(col)
-            table = np.array(values + [b""], dtype=object)
-            out[c.name] = table[idx] if len(idx) else np.zeros(0, object)
-    return out
 
 
 class AnalyzePhase(beam.DoFn):
@@ -83,7 +65,7 @@ class AnalyzePhase(beam.DoFn):
             if self.phase is not None and self.phase.analyzers:
                 from baton.graphs.tft_engine import merge_all
 
-                part = self.phase.accumulate(raw_batch(batch, self.columns))
+                part = self.phase.accumulate(raw_columns(batch, self.columns))
                 parts = merge_all(self.phase, [parts, part]) if parts else part
         yield pickle.dumps({"tft": parts, "label": label_acc})
 
@@ -154,7 +136,7 @@ class ApplyPreprocessing(beam.DoFn):
         rows = dropped = 0
         with tf.io.TFRecordWriter(str(out / f"part-{index:05d}.tfrecord")) as writer:
             for batch in read_batches(path, self.columns, self.batch_rows):
-                raw = raw_batch(batch, self.columns)
+                raw = raw_columns(batch, self.columns)
                 n = len(next(iter(raw.values())))
                 feats = {k: v.numpy() for k, v in self.built.module.transform_features(
                     {f: raw[f] for f in self.features}).items()}

@@ -189,3 +189,20 @@ def is_tensor(array: Any) -> bool:
     import pyarrow as pa
 
     return pa.types.is_fixed_size_list(array.type)
+
+
+def raw_columns(batch: Any, columns: Sequence[Column]) -> dict[str, np.ndarray]:
+    """A RecordBatch as a preprocessing_fn's raw contract: float32 `[B]` with NaN for missing,
+    strings as bytes objects with b"" for missing, a tensor column as float32 `[B, *shape]`."""
+    out: dict[str, np.ndarray] = {}
+    for c in columns:
+        col = batch.column(c.name)
+        if c.shape:
+            out[c.name] = tensor_values(col).reshape(len(col), *c.shape)
+        elif c.is_numeric:
+            out[c.name] = numeric_values(col)
+        else:
+            values, idx = dictionary_parts(col)
+            table = np.array([*values, b""], dtype=object)
+            out[c.name] = table[idx] if len(idx) else np.zeros(0, object)
+    return out

@@ -245,7 +245,7 @@ def _run_preprocessing_fn(ctx: StageContext, config: Config, schema: Any, exampl
     started = time.perf_counter()
 
     def user_errors(step: str) -> Any:
-        return _UserErrors(f"{where}: {step}")
+        return UserErrors(f"{where}: {step}")
 
     phases = tft_engine.Phases(fn, tft_engine.raw_specs(raw_all))
     label_acc = None
@@ -329,7 +329,7 @@ def _run_preprocessing_fn(ctx: StageContext, config: Config, schema: Any, exampl
                beam_seconds=round(beam_s, 3))
 
 
-class _UserErrors:
+class UserErrors:
     """Turns an exception from the user's function (or a baton.tft refusal) into a StageError
     naming the function, the step and the user's line."""
 

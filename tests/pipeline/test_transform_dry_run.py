@@ -1,0 +1,72 @@
+"""`baton transform SPEC --dry-run`: the preprocessing_fn on a sample, the stage's errors, in
+seconds (ingest runs first when no run has examples yet)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.pipeline.test_e2e import baton
+
+SPEC = """\
+pipeline: dry
+stages:
+  - {name: ingest, type: ingest}
+  - name: transform
+    type: transform
+    inputs: {examples: ingest.examples}
+    config: {preprocessing_fn: "pre:preprocessing_fn"}
+"""
+GOOD = """\
+import tensorflow as tf
+import baton.tft as tft
+
+def preprocessing_fn(inputs):
+    mass = tf.where(tf.math.is_nan(inputs["body_mass_g"]), 0.0, inputs["body_mass_g"])
+    return {"mass_z": tft.scale_to_z_score(mass - tft.min(mass)),
+            "island_id": tft.compute_and_apply_vocabulary(inputs["island"], num_oov_buckets=1)}
+"""
+BAD = """\
+import baton.tft as tft
+
+def preprocessing_fn(inputs):
+    return {"v": tft.compute_and_apply_vocabulary(inputs["body_mass_g"])}
+"""
+
+
+def _write(d: Path, module: str, spec: str = SPEC) -> None:
+    (d / "spec.yaml").write_text(spec)
+    (d / "pre.py").write_text(module)
+
+
+def test_dry_run_runs_ingest_first_then_prints_analyzers_and_rows(tmp_path):
+    _write(tmp_path, GOOD)
+    res = baton(tmp_path, "transform", "spec.yaml", "--dry-run", "--rows", "50", "--show", "2")
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = res.stdout
+    assert "transform.preprocessing_fn pre:preprocessing_fn on 50 train rows" in out
+    assert "3 analyzers in 2 phases" in out  # min, then z-score of x - min; the vocabulary
+    assert "phase 2, analyzer 1 (moments)" in out and "(vocabulary): [" in out
+    assert "island_id: int64, ids 0..3" in out
+    assert out.count("\n  in:  ") == 2 and "  out: mass_z=" in out
+    runs = list((tmp_path / "runs" / "dry").glob("2*/ingest/examples"))
+    assert len(runs) == 1  # ingest ran once, as a run; transform did not
+    assert not list((tmp_path / "runs" / "dry").glob("2*/transform"))
+
+    again = baton(tmp_path, "transform", "spec.yaml", "--dry-run", "--show", "0")
+    assert again.returncode == 0 and "on 278 train rows" in again.stdout  # all of train
+    assert len(list((tmp_path / "runs" / "dry").glob("2*/ingest/examples"))) == 1  # reused
+
+
+def test_dry_run_shows_the_stages_error_and_bad_usage_exits_2(tmp_path):
+    _write(tmp_path, BAD)
+    res = baton(tmp_path, "transform", "spec.yaml", "--dry-run")
+    assert res.returncode == 1
+    assert ("transform.preprocessing_fn pre:preprocessing_fn: tracing: TypeError: "
+            "tft.vocabulary: x must be a string or integer tensor. Received: float32") in res.stderr
+    assert "pre.py, line 4)" in res.stderr
+    _write(tmp_path, GOOD, SPEC.replace('    config: {preprocessing_fn: "pre:preprocessing_fn"}\n',
+                                        ""))
+    res = baton(tmp_path, "transform", "spec.yaml", "--dry-run")
+    assert res.returncode == 2 and "transform.preprocessing_fn is not set" in res.stderr
+    res = baton(tmp_path, "transform", "spec.yaml", "--dry-run", "--rows", "0")
+    assert res.returncode == 2 and "--rows must be >= 1" in res.stderr
