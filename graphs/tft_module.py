@@ -35,6 +35,7 @@ class Built:
     module: Any  # the tf.Module
     outputs: dict[str, dict[str, Any]]  # name -> dtype, shape, min/max of ids
     vocabularies: dict[str, list[bytes]]  # vocab_filename -> tokens
+    features: list[Any] = dataclasses.field(default_factory=list)  # the feature spec's
 
 
 def build_module(preprocessing_fn: Callable[[dict[str, Any]], Any], raw: list[tuple[str, str, Any]],
@@ -78,9 +79,11 @@ def build_module(preprocessing_fn: Callable[[dict[str, Any]], Any], raw: list[tu
                 return self.label_table.lookup(raw_label)
             return tf.cast(raw_label, tf.float32)
 
-    return Built(PreprocessingModule(), outputs_info(trace, concrete),
-                 {name: [bytes(t) for t in resolved[k][0]]
-                  for name, k in trace.vocab_files.items() if k in resolved})
+    built = Built(PreprocessingModule(), outputs_info(trace, concrete),
+                  {name: [bytes(t) for t in resolved[k][0]]
+                   for name, k in trace.vocab_files.items() if k in resolved})
+    built.features = features(built.outputs)  # checked now: before any data is transformed
+    return built
 
 
 def outputs_info(trace: tft_trace.Trace, concrete: Any) -> dict[str, dict[str, Any]]:
@@ -114,6 +117,31 @@ def outputs_info(trace: tft_trace.Trace, concrete: Any) -> dict[str, dict[str, A
     if not info:
         raise OutputError("returned no feature (an empty dict, or only the label)")
     return info
+
+
+def features(outputs: Mapping[str, Mapping[str, Any]]) -> list[Any]:
+    """The feature spec's features from the outputs: a float is numeric of its shape; an int64
+    with a known id range from 0 is categorical of that size. OutputError otherwise."""
+    from baton.graphs.feature_spec import Feature
+
+    out = []
+    for name, info in outputs.items():
+        if info["dtype"].startswith("float"):
+            out.append(Feature(name, "numeric", shape=tuple(info["shape"])))
+            continue
+        if "max" not in info:
+            raise OutputError(f"output {name!r} is {info['dtype']} with no known id range: "
+                              "make ids with tft.compute_and_apply_vocabulary, tft.bucketize "
+                              "or tft.hash_strings, or cast it to float32")
+        if info["min"] < 0:
+            raise OutputError(f"output {name!r} holds ids from {info['min']} (an unknown "
+                              "token's default_value): pass num_oov_buckets >= 1 or a "
+                              "default_value >= 0 so every id is an embedding row")
+        if info["shape"]:
+            raise OutputError(f"output {name!r}: ids must be one per example, found "
+                              f"shape {info['shape']}")
+        out.append(Feature(name, "categorical", vocab_size=info["max"] + 1))
+    return out
 
 
 def save(built: Built, directory: str | Path) -> Path:

@@ -26,7 +26,10 @@ from baton.errors import EXIT_OK, UsageError
 
 
 def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="baton transform", description=__doc__.splitlines()[0])
+    p = argparse.ArgumentParser(
+        prog="baton transform",
+        description="Run the spec's preprocessing_fn eagerly on a sample of train rows: its "
+                    "analyzers, its outputs beside the inputs and the stage's errors, in seconds.")
     p.add_argument("spec", help="the pipeline spec (YAML)")
     p.add_argument("--dry-run", action="store_true", required=True,
                    help="run the preprocessing_fn eagerly on a sample (the only mode; "
@@ -148,12 +151,13 @@ def dry_run(ref: str, spec_dir: Path, examples: Path, rows: int, show: int, stag
             {n: batch[n] for n, _, _ in raw_feats}).items()}
     seconds = time.perf_counter() - started
     n = len(batch[label])
-    head = [f"{where} on {n} train rows of {examples}: {len(phases.resolved)} analyzers in "
-            f"{phases.number} phases, {seconds:.2f}s (analyzers computed on these rows only)",
+    head = [f"{where} on {n} train rows of {examples}: "
+            f"{_count(len(phases.resolved), 'analyzer')} in {_count(phases.number, 'phase')}, "
+            f"{seconds:.2f}s (analyzers computed on these rows only)",
             "", "analyzers:", *(lines or ["  (none)"]), "", "outputs:"]
     for name, info in built.outputs.items():
         ids = f", ids {info['min']}..{info['max']}" if "max" in info else ""
-        head.append(f"  {name}: {info['dtype']}{info['shape'] or ''}{ids}")
+        head.append(f"  {name}: {info['dtype']} {info['shape']}{ids}")
     for i in range(min(show, n)):
         head += ["", f"row {i}:",
                  "  in:  " + ", ".join(f"{k}={_value(batch[k][i])}" for k, _, _ in raw_all),
@@ -178,6 +182,10 @@ def _sample(read_batches: Any, files: list[Path], columns: list[Any], rows: int,
     if not parts:
         raise UsageError(f"the examples have no train rows ({files[0].parent if files else ''})")
     return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+
+def _count(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 def _short(values: list[Any]) -> str:

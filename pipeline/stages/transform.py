@@ -218,7 +218,7 @@ def _run_preprocessing_fn(ctx: StageContext, config: Config, schema: Any, exampl
     """The user's preprocessing_fn: its analyzer phases and its apply pass on Beam, its final
     graph exported as the transform SavedModel (graphs.tft_module)."""
     from baton.graphs import tft_engine, tft_module
-    from baton.graphs.feature_spec import Feature, FeatureSpec, Label, RawFeature
+    from baton.graphs.feature_spec import FeatureSpec, Label, RawFeature
     from baton.graphs.user_refs import RefError
     from baton.pipeline.dataplane import beam_runner, beam_tft
     from baton.pipeline.dataplane.analysis import finalize
@@ -287,27 +287,10 @@ def _run_preprocessing_fn(ctx: StageContext, config: Config, schema: Any, exampl
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     beam_s = time.perf_counter() - started
-    features = []
-    for name, info in built.outputs.items():
-        if info["dtype"].startswith("float"):
-            features.append(Feature(name, "numeric", shape=tuple(info["shape"])))
-            continue
-        if "max" not in info:
-            raise StageError(f"{where}: output {name!r} is {info['dtype']} with no known id "
-                             "range: make ids with tft.compute_and_apply_vocabulary, "
-                             "tft.bucketize or tft.hash_strings, or cast it to float32")
-        if info["min"] < 0 or info["shape"]:
-            raise StageError(f"{where}: output {name!r} holds ids from {info['min']} (an unknown "
-                             "token's default_value): pass num_oov_buckets >= 1 or a "
-                             "default_value >= 0 so every id is an embedding row"
-                             if info["min"] < 0 else
-                             f"{where}: output {name!r}: ids must be one per example, "
-                             f"found shape {info['shape']}")
-        features.append(Feature(name, "categorical", vocab_size=info["max"] + 1))
     lab = analysis["label"]
     spec = FeatureSpec(
         raw_features=tuple(RawFeature(n, d, s) for n, d, s in raw_feats),  # type: ignore[arg-type]
-        features=tuple(features),
+        features=tuple(built.features),
         label=Label(label, schema.task, tuple(lab.get("vocabulary", ()))))
     tft_module.save(built, out_g)
     analysis = {**analysis, "preprocessing_fn": ref, "phases": phases.number,
@@ -345,7 +328,7 @@ class UserErrors:
         from baton.graphs.tft_module import OutputError
         from baton.graphs.user_refs import user_line
 
-        line = user_line(exc)
+        line = "" if isinstance(exc, OutputError) else user_line(exc)  # about outputs: no line
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         if isinstance(exc, KeyError):
             text = f"no raw column {exc.args[0]!r}" if exc.args else text

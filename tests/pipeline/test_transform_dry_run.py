@@ -46,7 +46,7 @@ def test_dry_run_runs_ingest_first_then_prints_analyzers_and_rows(tmp_path):
     assert "transform.preprocessing_fn pre:preprocessing_fn on 50 train rows" in out
     assert "3 analyzers in 2 phases" in out  # min, then z-score of x - min; the vocabulary
     assert "phase 2, analyzer 1 (moments)" in out and "(vocabulary): [" in out
-    assert "island_id: int64, ids 0..3" in out
+    assert "island_id: int64 [], ids 0..3" in out
     assert out.count("\n  in:  ") == 2 and "  out: mass_z=" in out
     runs = list((tmp_path / "runs" / "dry").glob("2*/ingest/examples"))
     assert len(runs) == 1  # ingest ran once, as a run; transform did not
@@ -64,6 +64,12 @@ def test_dry_run_shows_the_stages_error_and_bad_usage_exits_2(tmp_path):
     assert ("transform.preprocessing_fn pre:preprocessing_fn: tracing: TypeError: "
             "tft.vocabulary: x must be a string or integer tensor. Received: float32") in res.stderr
     assert "pre.py, line 4)" in res.stderr
+    # an output check (ids that can be -1) is raised by the dry run too, before any data pass
+    _write(tmp_path, BAD.replace("inputs[\"body_mass_g\"]", "inputs[\"island\"]"))
+    res = baton(tmp_path, "transform", "spec.yaml", "--dry-run")
+    assert res.returncode == 1
+    assert ("pre:preprocessing_fn: building the transform: output 'v' holds ids from -1"
+            in res.stderr) and "line" not in res.stderr.split("holds ids")[1]
     _write(tmp_path, GOOD, SPEC.replace('    config: {preprocessing_fn: "pre:preprocessing_fn"}\n',
                                         ""))
     res = baton(tmp_path, "transform", "spec.yaml", "--dry-run")

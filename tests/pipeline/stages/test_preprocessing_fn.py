@@ -149,7 +149,7 @@ BAD = {
         "import baton.tft as tft\n"
         "def preprocessing_fn(inputs):\n"
         "    return {'i': tft.compute_and_apply_vocabulary(inputs['island'])}\n",
-        r"output 'i' holds ids from -1 .*num_oov_buckets >= 1"),
+        r"building the transform: output 'i' holds ids from -1 .*num_oov_buckets >= 1"),
     "unsupported_name": (
         "import baton.tft as tft\n"
         "def preprocessing_fn(inputs):\n    return {'t': tft.tfidf(inputs['island'], 3)}\n",
