@@ -89,6 +89,24 @@ class Config:
                                  f"{self.preprocessing_fn!r}")
 
 
+def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
+    """The preprocessing_fn must import and be a function (refused by `plan`, exit 2, with the
+    module's file:line when importing it fails), before any stage runs."""
+    if config.preprocessing_fn is None:
+        return []
+    from baton.graphs.user_refs import RefError, import_ref
+
+    try:
+        fn = import_ref(config.preprocessing_fn, getattr(spec, "spec_dir", None),
+                        what="preprocessing_fn")
+    except RefError as exc:
+        return [f"config.preprocessing_fn: {exc}"]
+    if not callable(fn):
+        return [f"config.preprocessing_fn: {config.preprocessing_fn!r} is not a function. "
+                f"Received: {type(fn).__name__}"]
+    return []
+
+
 def external_inputs(config: Config, spec_dir: Path | None) -> list[Path]:
     """The preprocessing_fn's module and the modules it imports beside the spec: their bytes
     join the cache key (editing a helper reruns the transform)."""

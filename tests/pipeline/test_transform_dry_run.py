@@ -76,3 +76,14 @@ def test_dry_run_shows_the_stages_error_and_bad_usage_exits_2(tmp_path):
     assert res.returncode == 2 and "transform.preprocessing_fn is not set" in res.stderr
     res = baton(tmp_path, "transform", "spec.yaml", "--dry-run", "--rows", "0")
     assert res.returncode == 2 and "--rows must be >= 1" in res.stderr
+
+
+def test_a_preprocessing_fn_that_does_not_import_is_a_spec_error_before_any_stage(tmp_path):
+    _write(tmp_path, "import baton.tft as tft\n\ndef preprocessing_fn(inputs)\n    return {}\n")
+    res = baton(tmp_path, "run", "spec.yaml")
+    assert res.returncode == 2
+    assert "config.preprocessing_fn:" in res.stderr and "pre.py, line 3" in res.stderr
+    assert not (tmp_path / "runs").exists()
+    _write(tmp_path, "def something_else(inputs):\n    return {}\n")
+    res = baton(tmp_path, "run", "spec.yaml")
+    assert res.returncode == 2 and "preprocessing_fn" in res.stderr
