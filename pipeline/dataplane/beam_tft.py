@@ -144,7 +144,8 @@ class ApplyPreprocessing(beam.DoFn):
                     if v.shape[:1] != (n,):
                         from baton.errors import StageError
 
-                        raise StageError(f"transform.preprocessing_fn: output {k!r} has "
+                        raise StageError(f"transform.preprocessing_fn {self.ref}: applying: "
+                                         f"output {k!r} has "
                                          f"{v.shape[0] if v.ndim else 'no'} rows for a batch "
                                          f"of {n}: outputs keep the batch dimension")
                 label, keep = self.labels.label(batch)

@@ -150,6 +150,24 @@ BAD = {
         "def preprocessing_fn(inputs):\n"
         "    return {'i': tft.compute_and_apply_vocabulary(inputs['island'])}\n",
         r"building the transform: output 'i' holds ids from -1 .*num_oov_buckets >= 1"),
+    "ragged_output": (
+        "import tensorflow as tf\n"
+        "def preprocessing_fn(inputs):\n"
+        "    return {'t': tf.strings.length(tf.strings.split(inputs['island'], 'e'))}\n",
+        r"output 't' is a RaggedTensor: Baton's models take fixed-shape features"),
+    "string_output": (
+        "def preprocessing_fn(inputs):\n    return {'s': inputs['island']}\n",
+        r"output 's' is string: outputs are numbers"),
+    "unranged_ids": (
+        "import tensorflow as tf\n"
+        "def preprocessing_fn(inputs):\n"
+        "    return {'y': tf.cast(inputs['year'], tf.int64)}\n",
+        r"output 'y' is int64 with no known id range"),
+    "batch_changed": (
+        "import tensorflow as tf\n"
+        "def preprocessing_fn(inputs):\n    return {'x': inputs['year'][:1]}\n",
+        r"bad_batch_changed:preprocessing_fn: applying: output 'x' has 1 rows for a batch of "
+        r"\d+: outputs keep the batch"),
     "unsupported_name": (
         "import baton.tft as tft\n"
         "def preprocessing_fn(inputs):\n    return {'t': tft.tfidf(inputs['island'], 3)}\n",
