@@ -44,7 +44,7 @@ def build_module(preprocessing_fn: Callable[[dict[str, Any]], Any], raw: list[tu
     analysis' label entry ({"name", "dtype", "task", "vocabulary"})."""
     import tensorflow as tf
 
-    from baton.graphs.transform import _table
+    from baton.graphs.transform import apply_label, vocabulary_table
 
     specs = tft_engine.raw_specs(raw)
     label_name = label["name"]
@@ -65,7 +65,7 @@ def build_module(preprocessing_fn: Callable[[dict[str, Any]], Any], raw: list[tu
             super().__init__(name="baton_preprocessing")
             self.tables = list(trace.tables)
             if label["task"] == "classification":
-                self.label_table = _table(tf, label["vocabulary"])
+                self.label_table = vocabulary_table(tf, label["vocabulary"])
             self._concrete = concrete
 
         @tf.function(input_signature=[specs], autograph=False)
@@ -75,9 +75,7 @@ def build_module(preprocessing_fn: Callable[[dict[str, Any]], Any], raw: list[tu
         @tf.function(input_signature=[tf.TensorSpec([None], label_dtype, name="label")],
                      autograph=False)
         def transform_label(self, raw_label):
-            if label["task"] == "classification":
-                return self.label_table.lookup(raw_label)
-            return tf.cast(raw_label, tf.float32)
+            return apply_label(tf, label["task"], getattr(self, "label_table", None), raw_label)
 
     built = Built(PreprocessingModule(), outputs_info(trace, concrete),
                   {name: [bytes(t) for t in resolved[k][0]]

@@ -91,9 +91,9 @@ def build_module(analysis: Mapping[str, Any]) -> Any:
             self.tables = {}
             for op in analysis["features"]:
                 if op["kind"] == "vocabulary" and op["vocabulary"]:
-                    self.tables[op["name"]] = _table(tf, op["vocabulary"])
+                    self.tables[op["name"]] = vocabulary_table(tf, op["vocabulary"])
             if label["task"] == "classification":
-                self.label_table = _table(tf, label["vocabulary"])
+                self.label_table = vocabulary_table(tf, label["vocabulary"])
             self.analysis_json = tf.Variable(json.dumps(analysis), trainable=False)
 
         @tf.function(input_signature=[raw_specs], autograph=False)
@@ -104,14 +104,20 @@ def build_module(analysis: Mapping[str, Any]) -> Any:
         @tf.function(input_signature=[tf.TensorSpec([None], label_dtype, name="label")],
                      autograph=False)
         def transform_label(self, raw_label):
-            if label["task"] == "classification":
-                return self.label_table.lookup(raw_label)
-            return tf.cast(raw_label, tf.float32)
+            return apply_label(tf, label["task"], getattr(self, "label_table", None), raw_label)
 
     return TransformModule()
 
 
-def _table(tf, vocabulary):  # noqa: ANN001, ANN202
+def apply_label(tf, task, table, raw_label):  # noqa: ANN001, ANN201
+    """Class ids (int64, -1 for an unknown class) or float32 targets: `transform_label` of both
+    transform modules (this one and graphs.tft_module's)."""
+    if task == "classification":
+        return table.lookup(raw_label)
+    return tf.cast(raw_label, tf.float32)
+
+
+def vocabulary_table(tf, vocabulary):  # noqa: ANN001, ANN201
     keys = tf.constant(list(vocabulary), tf.string)
     values = tf.range(len(vocabulary), dtype=tf.int64)
     return tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(keys, values), -1)

@@ -192,20 +192,18 @@ def spec_from_dict(data: Any, path: Path | None = None) -> PipelineSpec:
     if not isinstance(name, str) or not NAME_RE.match(name):
         problems.append(f"{at('pipeline')}: 'pipeline' must be a name of lower-case letters, digits "
                         f"and '-', starting with a letter (at most 40). Received: {name!r}")
-    cluster = ClusterConfig()
-    try:
-        cluster = build_config(ClusterConfig, data.get("cluster"), "cluster")
-    except ConfigError as exc:
-        for err in getattr(exc, "errors", [exc]):
-            key = err.path.split(".")[1] if "." in err.path else "cluster"
-            problems.append(f"{at(key, data.get('cluster'))}: {err}")
-    energy = EnergyConfig()
-    try:
-        energy = build_config(EnergyConfig, data.get("energy"), "energy")
-    except ConfigError as exc:
-        for err in getattr(exc, "errors", [exc]):
-            key = err.path.split(".")[1] if "." in err.path else "energy"
-            problems.append(f"{at(key, data.get('energy'))}: {err}")
+    def section(cls: Any, name: str) -> Any:
+        """A top-level settings mapping as its typed config; its errors join `problems`."""
+        try:
+            return build_config(cls, data.get(name), name)
+        except ConfigError as exc:
+            for err in getattr(exc, "errors", [exc]):
+                key = err.path.split(".")[1] if "." in err.path else name
+                problems.append(f"{at(key, data.get(name))}: {err}")
+            return cls()
+
+    cluster = section(ClusterConfig, "cluster")
+    energy = section(EnergyConfig, "energy")
     stages_raw = data.get("stages")
     stages: list[StageSpec] = []
     if not isinstance(stages_raw, list) or not stages_raw:

@@ -58,7 +58,7 @@ def cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
         quota, period = (root / "cpu.max").read_text().split()[:2]
         return None if quota == "max" else int(quota) / int(period)
     except (OSError, ValueError):
-        pass
+        pass  # no cgroup v2 file here: try cgroup v1's
     try:
         q = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
         period_us = int((root / "cpu" / "cpu.cfs_period_us").read_text())
