@@ -20,23 +20,18 @@ from typing import Any
 
 import apache_beam as beam
 
+from baton.pipeline.dataplane.fn_source import FnSource
 from baton.pipeline.dataplane.reader import raw_columns
 from baton.pipeline.dataplane.schema_file import Column
-
-
-def load_fn(ref: str, search_dir: str | None) -> Any:
-    from baton.graphs.user_refs import import_ref
-
-    return import_ref(ref, search_dir, what="preprocessing_fn")
 
 
 class AnalyzePhase(beam.DoFn):
     """Per train shard: this phase's partial accumulators (and, in phase 1, the label's)."""
 
-    def __init__(self, ref: str, search_dir: str | None, raw: list[tuple[str, str, Any]],
+    def __init__(self, source: FnSource, raw: list[tuple[str, str, Any]],
                  resolved: Mapping[int, list[Any]], columns: Sequence[Column], label: str,
                  batch_rows: int, with_label: bool) -> None:
-        self.ref, self.search_dir, self.raw = ref, search_dir, raw
+        self.source, self.raw = source, raw
         self.resolved = pickle.dumps(dict(resolved))
         self.columns, self.label, self.batch_rows = list(columns), label, batch_rows
         self.with_label = with_label
@@ -44,7 +39,7 @@ class AnalyzePhase(beam.DoFn):
     def setup(self) -> None:
         from baton.graphs import tft_engine
 
-        phases = tft_engine.Phases(load_fn(self.ref, self.search_dir),
+        phases = tft_engine.Phases(self.source.load(),
                                    tft_engine.raw_specs(self.raw))
         phases.resolved = pickle.loads(self.resolved)
         self.phase = phases.next()
@@ -106,11 +101,11 @@ class MergePhase(beam.CombineFn):
 class ApplyPreprocessing(beam.DoFn):
     """Transforms one shard with the final graph and writes columnar chunks."""
 
-    def __init__(self, ref: str, search_dir: str | None, raw: list[tuple[str, str, Any]],
+    def __init__(self, source: FnSource, raw: list[tuple[str, str, Any]],
                  resolved: Mapping[int, list[Any]], analysis: Mapping[str, Any],
                  columns: Sequence[Column], out_dir: str, batch_rows: int,
                  chunk_rows: int) -> None:
-        self.ref, self.search_dir, self.raw = ref, search_dir, raw
+        self.source, self.raw = source, raw
         self.resolved, self.analysis = pickle.dumps(dict(resolved)), dict(analysis)
         self.columns, self.out_dir = list(columns), out_dir
         self.batch_rows, self.chunk_rows = batch_rows, chunk_rows
@@ -119,7 +114,7 @@ class ApplyPreprocessing(beam.DoFn):
         from baton.graphs.tft_module import build_module
         from baton.pipeline.dataplane.apply import Applier
 
-        self.built = build_module(load_fn(self.ref, self.search_dir), self.raw,
+        self.built = build_module(self.source.load(), self.raw,
                                   self.analysis["label"], pickle.loads(self.resolved))
         self.labels = Applier(self.analysis)
         self.features = [name for name, _, _ in self.raw]
@@ -144,7 +139,7 @@ class ApplyPreprocessing(beam.DoFn):
                     if v.shape[:1] != (n,):
                         from baton.errors import StageError
 
-                        raise StageError(f"transform.preprocessing_fn {self.ref}: applying: "
+                        raise StageError(f"{self.source.where}: applying: "
                                          f"output {k!r} has "
                                          f"{v.shape[0] if v.ndim else 'no'} rows for a batch "
                                          f"of {n}: outputs keep the batch dimension")

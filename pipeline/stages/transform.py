@@ -240,13 +240,15 @@ def _run_preprocessing_fn(ctx: StageContext, config: Config, schema: Any, exampl
     from baton.graphs.user_refs import RefError
     from baton.pipeline.dataplane import beam_runner, beam_tft
     from baton.pipeline.dataplane.analysis import finalize
+    from baton.pipeline.dataplane.fn_source import UserFn
     from baton.pipeline.dataplane.schema_file import shard_files
     from baton.pipeline.dataplane.transformed_io import write_metadata
 
     ref, search = str(config.preprocessing_fn), str(ctx.spec_dir) if ctx.spec_dir else None
-    where = f"transform.preprocessing_fn {ref}"
+    source = UserFn(ref, search)
+    where = source.where
     try:
-        fn = beam_tft.load_fn(ref, search)
+        fn = source.load()
     except RefError as exc:
         raise StageError(f"{where}: {exc}") from None
     label = schema.label
@@ -274,7 +276,7 @@ def _run_preprocessing_fn(ctx: StageContext, config: Config, schema: Any, exampl
             if phase is None and label_acc is not None:
                 break
             kinds = {k: r.kind for k, r in (phase.analyzers.items() if phase else [])}
-            dofn = beam_tft.AnalyzePhase(ref, search, raw_all, phases.resolved, columns, label,
+            dofn = beam_tft.AnalyzePhase(source, raw_all, phases.resolved, columns, label,
                                          config.batch_rows, with_label=label_acc is None)
             result = scratch / f"phase-{phases.number}.pkl"
             with user_errors(f"analyzer phase {phases.number}"):
@@ -295,7 +297,7 @@ def _run_preprocessing_fn(ctx: StageContext, config: Config, schema: Any, exampl
                                             phases.resolved)
         out_t, out_g = ctx.output("transformed"), ctx.output("transform_graph")
         counts_path = scratch / "counts.json"
-        apply = beam_tft.ApplyPreprocessing(ref, search, list(raw_feats), phases.resolved,
+        apply = beam_tft.ApplyPreprocessing(source, list(raw_feats), phases.resolved,
                                             analysis, columns, str(out_t), config.batch_rows,
                                             config.chunk_rows)
         with user_errors("applying"):
