@@ -1,7 +1,8 @@
 """`baton transform SPEC --dry-run [--rows N] [--show K] [--stage NAME]`: a preprocessing_fn on
 a sample, in seconds, before any Beam pipeline runs.
 
-The spec's transform stage (the one with `preprocessing_fn:`) is run eagerly on the first N
+The spec's transform stage (the one with `preprocessing_fn:`, else the first; its built-in
+column kinds are a preprocessing_fn too, graphs.column_kinds) is run eagerly on the first N
 train rows of its examples. Its analyzers are computed in memory, on those rows, in the same
 phases the stage runs, and with the same graph code (graphs.tft_engine, graphs.tft_module). The
 command prints each analyzer's values and, for the first K rows, every output feature beside the
@@ -55,12 +56,8 @@ def main(argv: list[str]) -> int:
     spec = load_spec(args.spec)
     plan = make_plan(spec)
     name = _stage(plan, args.stage)
-    config = plan.configs[name]
-    if getattr(config, "preprocessing_fn", None) is None:
-        raise UsageError(f"stage {name!r}: transform.preprocessing_fn is not set; the dry run "
-                         "runs a preprocessing_fn")
     examples = _examples(plan, name)
-    print(dry_run(config.preprocessing_fn, spec.spec_dir, examples, args.rows, args.show, name))
+    print(dry_run(plan.configs[name], spec.spec_dir, examples, args.rows, args.show, name))
     return EXIT_OK
 
 
@@ -76,7 +73,7 @@ def _stage(plan: Any, wanted: str | None) -> str:
     if not names:
         raise UsageError("the spec has no transform stage")
     if not with_fn:
-        return names[0]  # reported below: no preprocessing_fn
+        return names[0]  # its column kinds
     raise UsageError(f"the spec has several transform stages with a preprocessing_fn {with_fn}: "
                      "name one with --stage")
 
@@ -102,30 +99,40 @@ def _examples(plan: Any, name: str) -> Path:
     return result.run_dir / src / output
 
 
-def dry_run(ref: str, spec_dir: Path, examples: Path, rows: int, show: int, stage: str) -> str:
-    """The report: analyzer values, then the first `show` rows' inputs and outputs."""
+def dry_run(config: Any, spec_dir: Path, examples: Path, rows: int, show: int,
+            stage: str) -> str:
+    """The report: analyzer values, then the first `show` rows' inputs and outputs.
+    `config`: the transform stage's Config (its preprocessing_fn, else its column kinds)."""
     import numpy as np
 
     from baton.graphs import tft_engine, tft_module
+    from baton.graphs.column_kinds import ColumnsFn
     from baton.graphs.user_refs import RefError, import_ref
     from baton.pipeline.dataplane.reader import raw_columns, read_batches
     from baton.pipeline.dataplane.schema_file import ExamplesSchema, shard_files
-    from baton.pipeline.stages.transform import UserErrors
+    from baton.pipeline.stages.transform import UserErrors, plan_columns
 
-    where = f"{stage}.preprocessing_fn {ref}"
-    try:
-        fn = import_ref(ref, spec_dir, what="preprocessing_fn")
-    except RefError as exc:
-        from baton.errors import StageError
-
-        raise StageError(f"{where}: {exc}") from None
     schema = ExamplesSchema.load(examples)
+    ref = config.preprocessing_fn
+    if ref is not None:
+        where = f"{stage}.preprocessing_fn {ref}"
+        try:
+            fn = import_ref(ref, spec_dir, what="preprocessing_fn")
+        except RefError as exc:
+            from baton.errors import StageError
+
+            raise StageError(f"{where}: {exc}") from None
+        features = list(schema.features)
+    else:
+        where = f"{stage}.columns"
+        fn = ColumnsFn(plan_columns(config, schema), where)
+        features = [c for c in schema.features if c.name in fn.plan]
     columns = list(schema.columns)
     batch = _sample(read_batches, shard_files(examples, "train"), columns, rows, raw_columns)
     label = schema.label
     label_col = schema.column(label)
     raw_feats = [(c.name, "float32" if c.is_numeric else "string", tuple(c.shape))
-                 for c in schema.features]
+                 for c in features]
     raw_all = [*raw_feats, (label, "float32" if label_col.is_numeric else "string", ())]
     started = time.perf_counter()
     phases = tft_engine.Phases(fn, tft_engine.raw_specs(raw_all))

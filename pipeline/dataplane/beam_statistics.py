@@ -42,7 +42,7 @@ class MergeToStats(MergeShardAccumulators):
 
 def build(p: Any, *, shards: list[tuple[str, str]], columns: Sequence[Column],
           batch_rows: int, out_path: str) -> None:
-    from baton.pipeline.dataplane.beam_transform import _write_json
+    from baton.pipeline.dataplane.beam_merge import write_json
 
     (
         p
@@ -51,5 +51,5 @@ def build(p: Any, *, shards: list[tuple[str, str]], columns: Sequence[Column],
         | "Accumulate" >> beam.ParDo(StatsShard(columns, batch_rows))
         | "Merge" >> beam.CombinePerKey(MergeToStats())
         | "Collect" >> beam.combiners.ToDict()
-        | "Write" >> beam.Map(lambda splits: _write_json({"splits": splits}, out_path))
+        | "Write" >> beam.Map(lambda splits: write_json({"splits": splits}, out_path))
     )

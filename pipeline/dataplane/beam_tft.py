@@ -7,7 +7,8 @@ Each DoFn rebuilds the traced graph in its worker (`setup`), from the function's
 and the values known so far, so a worker in another process imports the user's module itself
 (the spec's directory is on its search path). TensorFlow runs once per record batch (the
 stage's `batch_rows`, tens of thousands of rows), never per row. The first phase also
-accumulates the label (Baton encodes it, as for the built-in transform). This module imports
+accumulates the label's classes, which the module's `transform_label` then encodes. The
+built-in column kinds run here too, as graphs.column_kinds' preprocessing_fn. This module imports
 Beam at its top: import it only inside a stage's `run`.
 """
 
@@ -112,12 +113,11 @@ class ApplyPreprocessing(beam.DoFn):
 
     def setup(self) -> None:
         from baton.graphs.tft_module import build_module
-        from baton.pipeline.dataplane.apply import Applier
 
         self.built = build_module(self.source.load(), self.raw,
                                   self.analysis["label"], pickle.loads(self.resolved))
-        self.labels = Applier(self.analysis)
         self.features = [name for name, _, _ in self.raw]
+        self.label = self.analysis["label"]["name"]
 
     def process(self, element: tuple[str, str, int]) -> Iterator[Any]:
         import tensorflow as tf
@@ -143,14 +143,22 @@ class ApplyPreprocessing(beam.DoFn):
                                          f"output {k!r} has "
                                          f"{v.shape[0] if v.ndim else 'no'} rows for a batch "
                                          f"of {n}: outputs keep the batch dimension")
-                label, keep = self.labels.label(batch)
+                label, keep = self._label(raw[self.label])
                 if not keep.all():
                     dropped += int((~keep).sum())
                     feats = {k: v[keep] for k, v in feats.items()}
                     label = label[keep]
-                feats[self.labels.label_name] = label
+                feats[self.label] = label
                 rows += write_chunks(writer, feats, self.chunk_rows)
         yield {f"rows_{split}": rows, f"dropped_{split}": dropped}
+
+    def _label(self, raw_label: Any) -> tuple[Any, Any]:
+        """(encoded label, keep): the module's own `transform_label`; a row whose class is
+        unknown (id -1) or whose target is missing (NaN) is dropped."""
+        import numpy as np
+
+        y = self.built.module.transform_label(raw_label).numpy()
+        return y, (y >= 0) if y.dtype.kind == "i" else ~np.isnan(y)
 
 
 def build_phase(p: Any, *, shards: list[tuple[str, str, int]], dofn: AnalyzePhase,
@@ -166,15 +174,10 @@ def build_phase(p: Any, *, shards: list[tuple[str, str, int]], dofn: AnalyzePhas
 
 def build_apply(p: Any, *, shards: list[tuple[str, str, int]], dofn: ApplyPreprocessing,
                 counts_path: str) -> None:
-    import json
-
-    from baton.pipeline.dataplane.beam_transform import SumCounts
-
-    def write(value: Mapping[str, int]) -> None:
-        Path(counts_path).write_text(json.dumps(value))
+    from baton.pipeline.dataplane.beam_merge import SumCounts, write_json
 
     (p | "Shards" >> beam.Create(shards)
        | "Reshuffle" >> beam.Reshuffle()
        | "Apply" >> beam.ParDo(dofn)
        | "Count" >> beam.CombineGlobally(SumCounts())
-       | "Write" >> beam.Map(write))
+       | "Write" >> beam.Map(write_json, counts_path))

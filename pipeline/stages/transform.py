@@ -1,10 +1,16 @@
 """transform: analyze the train split and transform every split on Beam; export the TF graph.
 
+The transform is a preprocessing_fn: the user's (`preprocessing_fn:`, docs/preprocessing.md) or
+the one the column kinds below stand for (graphs.column_kinds). Both run the same way: one Beam
+pass per analyzer phase, one apply pass calling the final graph per record batch, and that graph
+exported (graphs.tft_module).
+
 Outputs:
 - `transformed/<split>/part-NNNNN.tfrecord` (columnar chunks, see `dataplane.transformed_io`)
   plus `metadata.json`, read by `graphs.input_pipeline.make_dataset`;
 - `transform_graph/`: a SavedModel with `transform_features` and `transform_label`, plus
-  `feature_spec.json` and `analysis.json` (means, variances, vocabularies, boundaries).
+  `feature_spec.json`, `tft_metadata.json`, vocabularies in `assets/`, and `analysis.json` (the
+  label's classes; for the column kinds each column's mean, variance, vocabulary, boundaries).
 
 Defaults: numeric columns get a z-score, string columns a vocabulary (all values, one OOV
 bucket, missing its own id). `columns:` overrides one column, e.g.
@@ -36,7 +42,7 @@ from baton.pipeline.context import StageContext
 
 INPUTS = {"examples": True}
 OUTPUTS = ("transformed", "transform_graph")
-CODE_DEPS = ("baton.graphs.transform", "baton.graphs.feature_spec", "baton.pipeline.dataplane",
+CODE_DEPS = ("baton.graphs.transform", "baton.graphs.column_kinds", "baton.graphs.feature_spec", "baton.pipeline.dataplane",
              "baton.graphs.tft_api", "baton.graphs.tft_engine", "baton.graphs.tft_trace",
              "baton.graphs.tft_analyzers", "baton.graphs.tft_module",
              "baton.graphs.quantile_sketch")
@@ -151,11 +157,9 @@ def plan_columns(config: Config, schema) -> dict[str, dict]:  # noqa: ANN001
 
 
 def run(ctx: StageContext, config: Config) -> None:
-    from baton.graphs import transform as tgraph
-    from baton.pipeline.dataplane import beam_runner, beam_transform
-    from baton.pipeline.dataplane.analysis import feature_spec
-    from baton.pipeline.dataplane.schema_file import ExamplesSchema, shard_files
-    from baton.pipeline.dataplane.transformed_io import write_metadata
+    from baton.graphs.column_kinds import ColumnsFn
+    from baton.pipeline.dataplane.fn_source import UserFn
+    from baton.pipeline.dataplane.schema_file import ExamplesSchema
 
     examples = ctx.inputs["examples"]
     schema = ExamplesSchema.load(examples)
@@ -163,50 +167,13 @@ def run(ctx: StageContext, config: Config) -> None:
         raise StageError(f"transform: examples in {examples} have no train rows "
                          f"(splits: {dict(schema.splits)})")
     if config.preprocessing_fn is not None:
-        _run_preprocessing_fn(ctx, config, schema, examples)
+        search = str(ctx.spec_dir) if ctx.spec_dir else None
+        _run_tft(ctx, config, schema, examples, UserFn(str(config.preprocessing_fn), search),
+                 [c for c in schema.features])
         return
     plan = plan_columns(config, schema)
-    label_col = schema.column(schema.label)
-    raw = [(c.name, c.dtype, c.shape) for c in schema.features if c.name in plan]
-    label = {"name": schema.label, "dtype": label_col.dtype, "task": schema.task}
-    shards = [(split, str(f), i) for split in schema.splits
-              for i, f in enumerate(shard_files(examples, split))]
-    columns = [c for c in schema.columns if c.name in plan or c.name == schema.label]
-    out_t, out_g = ctx.output("transformed"), ctx.output("transform_graph")
-    spill = ctx.work_dir / ".spill"
-    spill.mkdir(exist_ok=True)
-    scratch = ctx.work_dir / ".beam-results"
-    scratch.mkdir(exist_ok=True)
-    total = sum(schema.splits.values())
-    ctx.log(f"{total} rows in {len(shards)} shards on {beam_runner.runner_name(config.beam_pipeline_args)}")
-    started = time.perf_counter()
-    try:
-        beam_runner.run(lambda p: beam_transform.build(
-            p, shards=shards, columns=columns, plan=plan, raw=raw, label=label,
-            spill_dir=str(spill), out_dir=str(out_t), analysis_path=str(scratch / tgraph.ANALYSIS_FILE),
-            counts_path=str(scratch / "counts.json"), batch_rows=config.batch_rows,
-            chunk_rows=config.chunk_rows), config.beam_pipeline_args)
-        analysis = json.loads((scratch / tgraph.ANALYSIS_FILE).read_text())
-        counts = json.loads((scratch / "counts.json").read_text())
-    finally:
-        shutil.rmtree(spill, ignore_errors=True)
-        shutil.rmtree(scratch, ignore_errors=True)
-    beam_s = time.perf_counter() - started
-    spec = dataclasses.replace(feature_spec(analysis), images=_images(ctx, schema, plan))
-    tgraph.save(analysis, out_g)
-    export_s = time.perf_counter() - started - beam_s
-    spec.save(out_g)
-    splits = {s: counts.get(f"rows_{s}", 0) for s in schema.splits}
-    dtypes = {f.name: f.dtype for f in spec.features}
-    dtypes[schema.label] = "int64" if schema.task == "classification" else "float32"
-    write_metadata(out_t, splits, dtypes, schema.label, config.chunk_rows,
-                   {f.name: f.shape for f in spec.features if f.shape})
-    spec.save(out_t)
-    dropped = {s: counts.get(f"dropped_{s}", 0) for s in schema.splits}
-    ctx.log(f"transformed {splits}; dropped (unknown or missing label) {dropped}")
-    ctx.record(rows=sum(splits.values()), **{f"rows_{s}": n for s, n in splits.items()},
-               dropped_label=sum(dropped.values()), features=len(spec.features),
-               beam_seconds=round(beam_s, 3), export_seconds=round(export_s, 3))
+    _run_tft(ctx, config, schema, examples, ColumnsFn(plan),
+             [c for c in schema.features if c.name in plan], plan)
 
 
 def _images(ctx: StageContext, schema, plan: dict[str, dict]) -> tuple:  # noqa: ANN001
@@ -232,20 +199,19 @@ def _images(ctx: StageContext, schema, plan: dict[str, dict]) -> tuple:  # noqa:
     return tuple(out)
 
 
-def _run_preprocessing_fn(ctx: StageContext, config: Config, schema: Any, examples: Path) -> None:
-    """The user's preprocessing_fn: its analyzer phases and its apply pass on Beam, its final
-    graph exported as the transform SavedModel (graphs.tft_module)."""
+def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, source: Any,
+             features: list[Any], plan: dict[str, dict] | None = None) -> None:
+    """A preprocessing_fn (the user's, or the column plan's `ColumnsFn`): its analyzer phases
+    and its apply pass on Beam, its final graph exported as the transform SavedModel
+    (graphs.tft_module). `features`: the raw feature columns it reads (the serving inputs)."""
     from baton.graphs import tft_engine, tft_module
     from baton.graphs.feature_spec import FeatureSpec, Label, RawFeature
     from baton.graphs.user_refs import RefError
     from baton.pipeline.dataplane import beam_runner, beam_tft
-    from baton.pipeline.dataplane.analysis import finalize
-    from baton.pipeline.dataplane.fn_source import UserFn
+    from baton.pipeline.dataplane.analysis import label_analysis
     from baton.pipeline.dataplane.schema_file import shard_files
     from baton.pipeline.dataplane.transformed_io import write_metadata
 
-    ref, search = str(config.preprocessing_fn), str(ctx.spec_dir) if ctx.spec_dir else None
-    source = UserFn(ref, search)
     where = source.where
     try:
         fn = source.load()
@@ -254,14 +220,17 @@ def _run_preprocessing_fn(ctx: StageContext, config: Config, schema: Any, exampl
     label = schema.label
     label_col = schema.column(label)
     raw_feats = [(c.name, "float32" if c.is_numeric else "string", tuple(c.shape))
-                 for c in schema.features]
+                 for c in features]
     raw_all = [*raw_feats, (label, "float32" if label_col.is_numeric else "string", ())]
-    columns = list(schema.columns)
+    names = {name for name, _, _ in raw_all}
+    columns = [c for c in schema.columns if c.name in names]
     shards = [(split, str(f), i) for split in schema.splits
               for i, f in enumerate(shard_files(examples, split))]
     args = config.beam_pipeline_args
     scratch = ctx.work_dir / ".beam-results"
     scratch.mkdir(exist_ok=True)
+    ctx.log(f"{sum(schema.splits.values())} rows in {len(shards)} shards on "
+            f"{beam_runner.runner_name(args)}")
     started = time.perf_counter()
 
     def user_errors(step: str) -> Any:
@@ -290,8 +259,8 @@ def _run_preprocessing_fn(ctx: StageContext, config: Config, schema: Any, exampl
             phases.finish(phase, merged["tft"])
             ctx.log(f"analyzer phase {phase.number}: {len(phase.analyzers)} analyzers "
                     f"({', '.join(sorted(set(kinds.values())))})")
-        analysis = finalize(label_acc or {}, {}, raw_feats,
-                            {"name": label, "dtype": label_col.dtype, "task": schema.task})
+        analysis = label_analysis(label_acc or {}, raw_feats,
+                                  {"name": label, "dtype": label_col.dtype, "task": schema.task})
         with user_errors("building the transform"):
             built = tft_module.build_module(fn, list(raw_feats), analysis["label"],
                                             phases.resolved)
@@ -311,10 +280,16 @@ def _run_preprocessing_fn(ctx: StageContext, config: Config, schema: Any, exampl
     spec = FeatureSpec(
         raw_features=tuple(RawFeature(n, d, s) for n, d, s in raw_feats),  # type: ignore[arg-type]
         features=tuple(built.features),
-        label=Label(label, schema.task, tuple(lab.get("vocabulary", ()))))
+        label=Label(label, schema.task, tuple(lab.get("vocabulary", ()))),
+        images=_images(ctx, schema, plan) if plan is not None else ())
     tft_module.save(built, out_g)
-    analysis = {**analysis, "preprocessing_fn": ref, "phases": phases.number,
-                "analyzers": len(phases.resolved)}
+    export_s = time.perf_counter() - started - beam_s
+    if plan is not None:  # the per-column constants, for a device applying them itself
+        analysis["features"] = source.analysis_ops(
+            phases.resolved, {name: shape for name, _, shape in raw_feats})
+    else:
+        analysis["preprocessing_fn"] = source.ref
+    analysis.update(phases=phases.number, analyzers=len(phases.resolved))
     (out_g / "analysis.json").write_text(json.dumps(analysis, indent=1) + "\n")
     spec.save(out_g)
     splits = {s: counts.get(f"rows_{s}", 0) for s in schema.splits}
@@ -324,12 +299,12 @@ def _run_preprocessing_fn(ctx: StageContext, config: Config, schema: Any, exampl
                    {f.name: f.shape for f in spec.features if f.shape})
     spec.save(out_t)
     dropped = {s: counts.get(f"dropped_{s}", 0) for s in schema.splits}
-    ctx.log(f"preprocessing_fn {ref}: {len(phases.resolved)} analyzers in {phases.number} "
-            f"phases; transformed {splits}; dropped (unknown or missing label) {dropped}")
+    ctx.log(f"{where}: {len(phases.resolved)} analyzers in {phases.number} phases; "
+            f"transformed {splits}; dropped (unknown or missing label) {dropped}")
     ctx.record(rows=sum(splits.values()), **{f"rows_{s}": n for s, n in splits.items()},
                dropped_label=sum(dropped.values()), features=len(spec.features),
                analyzers=len(phases.resolved), phases=phases.number,
-               beam_seconds=round(beam_s, 3))
+               beam_seconds=round(beam_s, 3), export_seconds=round(export_s, 3))
 
 
 class UserErrors:

@@ -10,7 +10,6 @@ import pytest
 
 from baton.graphs import models
 from baton.graphs import signatures as S
-from baton.graphs import transform as T
 from baton.graphs.feature_spec import Feature, FeatureSpec, Image, Label, RawFeature
 from baton.graphs.input_pipeline import make_dataset
 from baton.graphs.model_spec import ModelSpec
@@ -74,38 +73,15 @@ def test_model_spec_inputs_have_the_tensor_shapes():
     assert tuple(inputs["v"].shape) == (None, 4)
 
 
-def _analysis(kind: str = "zscore") -> dict:
-    return {"version": 1,
-            "raw_features": [{"name": "image", "dtype": "float32", "shape": list(SHAPE)}],
-            "features": [{"name": "image", "source": "image", "kind": kind, "shape": list(SHAPE),
-                          "mean": 0.25, "var": 0.04, "min": 0.0, "max": 0.5}],
-            "label": {"name": "label", "dtype": "string", "task": "classification",
-                      "vocabulary": ["a", "b", "c"]}}
+def _identity_transform(path) -> None:
+    """The transform the stage exports for an image column of kind identity."""
+    from baton.graphs import tft_module
+    from baton.graphs.column_kinds import ColumnsFn
 
-
-@pytest.mark.parametrize("kind", ["zscore", "minmax", "identity"])
-def test_transform_graph_scales_a_tensor_elementwise_like_the_numpy_path(kind):
-    import pyarrow as pa
-    import tensorflow as tf
-
-    from baton.pipeline.dataplane.apply import Applier
-
-    rng = np.random.default_rng(0)
-    x = rng.random((3, *SHAPE), dtype=np.float32)
-    x[1, 0, 0, 0] = np.nan  # a missing value inside an image
-    x[2] = np.nan  # a missing image
-    module = T.build_module(_analysis(kind))
-    got = module.transform_features({"image": tf.constant(x)})["image"].numpy()
-    assert got.shape == (3, *SHAPE)
-    offset, scale = T.scale_params(_analysis(kind)["features"][0])
-    want = np.where(np.isnan(x), 0, (x - np.float32(offset)) * np.float32(scale)
-                    if kind != "identity" else x)
-    np.testing.assert_array_equal(got, want.astype(np.float32))
-    batch = pa.RecordBatch.from_arrays(
-        [pa.FixedSizeListArray.from_arrays(pa.array(x.reshape(-1)), int(np.prod(SHAPE))),
-         pa.array(["a", "b", "c"]).dictionary_encode()], names=["image", "label"])
-    numpy_path = Applier(_analysis(kind)).features(batch)["image"]
-    np.testing.assert_array_equal(numpy_path.reshape(got.shape), got)  # bit for bit
+    fn, raw = ColumnsFn({"image": {"kind": "identity"}}), [("image", "float32", SHAPE)]
+    label = {"name": "label", "dtype": "string", "task": "classification",
+             "vocabulary": ["a", "b", "c"]}
+    tft_module.save(tft_module.build_module(fn, raw, label, {}), path)
 
 
 def test_input_pipeline_yields_tensor_features_as_batches_of_tensors(tmp_path):
@@ -170,8 +146,7 @@ def test_serving_signature_takes_the_image_as_one_input(tmp_path):
     import tensorflow as tf
 
     spec = _spec(extra=False)
-    analysis = _analysis("identity")
-    T.save(analysis, tmp_path / "transform")
+    _identity_transform(tmp_path / "transform")
     transform = tf.saved_model.load(str(tmp_path / "transform"))
     model = models.build_model("cnn", spec, models.CNNConfig(filters=(4,)))
     S.save(S.build_module(transform, model, spec), tmp_path / "1", spec)

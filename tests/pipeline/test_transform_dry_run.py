@@ -70,10 +70,6 @@ def test_dry_run_shows_the_stages_error_and_bad_usage_exits_2(tmp_path):
     assert res.returncode == 1
     assert ("pre:preprocessing_fn: building the transform: output 'v' holds ids from -1"
             in res.stderr) and "line" not in res.stderr.split("holds ids")[1]
-    _write(tmp_path, GOOD, SPEC.replace('    config: {preprocessing_fn: "pre:preprocessing_fn"}\n',
-                                        ""))
-    res = baton(tmp_path, "transform", "spec.yaml", "--dry-run")
-    assert res.returncode == 2 and "transform.preprocessing_fn is not set" in res.stderr
     res = baton(tmp_path, "transform", "spec.yaml", "--dry-run", "--rows", "0")
     assert res.returncode == 2 and "--rows must be >= 1" in res.stderr
 
@@ -87,3 +83,18 @@ def test_a_preprocessing_fn_that_does_not_import_is_a_spec_error_before_any_stag
     _write(tmp_path, "def something_else(inputs):\n    return {}\n")
     res = baton(tmp_path, "run", "spec.yaml")
     assert res.returncode == 2 and "preprocessing_fn" in res.stderr
+
+
+def test_dry_run_of_the_built_in_column_kinds_shows_their_preprocessing_fn(tmp_path):
+    """The column kinds are a preprocessing_fn (graphs.column_kinds): the dry run shows it."""
+    kinds = ('    config: {columns: {island: {kind: hash, buckets: 4}, '
+             'body_mass_g: {kind: bucketize, buckets: 3}, year: {kind: drop}}}\n')
+    _write(tmp_path, GOOD, SPEC.replace('    config: {preprocessing_fn: "pre:preprocessing_fn"}\n',
+                                        kinds))
+    res = baton(tmp_path, "transform", "spec.yaml", "--dry-run", "--rows", "100", "--show", "1")
+    assert res.returncode == 0, res.stderr[-3000:]
+    out = res.stdout
+    assert "transform.columns on 100 train rows" in out
+    assert "5 analyzers in 1 phase," in out  # 3 z-scores, the sex vocabulary, the quantiles
+    assert "island: int64 [], ids 0..4" in out and "body_mass_g: int64 [], ids 0..3" in out
+    assert "year" not in out.split("outputs:")[1].split("row 0")[0]

@@ -1,4 +1,5 @@
-"""transform stage: analyze + apply on Beam, the exported graph, and the transformed artifact."""
+"""transform stage: the built-in column kinds analyzed and applied on Beam (as a preprocessing_fn,
+graphs.column_kinds), the exported graph, and the transformed artifact."""
 
 from __future__ import annotations
 
@@ -33,6 +34,9 @@ def test_ingest_then_transform_then_make_dataset(art):
 
 
 def test_analysis_matches_numpy_on_the_train_rows(art):
+    from baton.pipeline.dataplane.reader import numeric_values, read_batches
+    from baton.pipeline.dataplane.schema_file import ExamplesSchema, shard_files
+
     analysis = json.loads((art["transform_graph"] / "analysis.json").read_text())
     spec = FeatureSpec.load(art["transform_graph"])
     rows = sum(1 for _ in make_dataset(art["transformed"], "train", spec, 1))
@@ -44,11 +48,20 @@ def test_analysis_matches_numpy_on_the_train_rows(art):
                           for f, _ in make_dataset(art["transformed"], "train", spec, 64)])
     present = col[col != 0]
     assert abs(present.mean()) < 0.02 and abs(present.std() - 1) < 0.02
-    assert op["count"] + op["missing"] == meta["splits"]["train"]
+    schema = ExamplesSchema.load(art["examples"])
+    raw = np.concatenate([numeric_values(b.column("body_mass_g"))
+                          for f in shard_files(art["examples"], "train")
+                          for b in read_batches(f, schema.columns)])
+    raw = raw[~np.isnan(raw)]
+    assert op["mean"] == pytest.approx(raw.mean(), rel=1e-6)
+    assert op["var"] == pytest.approx(raw.var(), rel=1e-5)  # biased, as tf.Transform's
     sex = next(o for o in analysis["features"] if o["name"] == "sex")
-    assert sex["missing"] >= 1  # penguins has NA sexes; missing gets its own id
+    assert "" not in sex["vocabulary"]  # penguins has NA sexes; missing gets its own id, V
+    sizes = {f.name: f.vocab_size for f in spec.categorical}
+    assert sizes["sex"] == len(sex["vocabulary"]) + 1 + 1  # + missing + one OOV bucket
     island = next(o for o in analysis["features"] if o["name"] == "island")
     assert sorted(island["vocabulary"]) == ["Biscoe", "Dream", "Torgersen"]
+    assert analysis["phases"] == 1 and analysis["analyzers"] == 7
 
 
 def test_unknown_override_column_is_a_stage_error(art, tmp_path):
@@ -68,7 +81,7 @@ ALL_KINDS = {"columns": {
 
 
 def test_beam_output_equals_the_exported_graph_on_the_same_rows(art, tmp_path):
-    """The parity proof: Beam/numpy-transformed rows == SavedModel transform_features(raw rows)."""
+    """The parity proof: Beam-transformed rows == SavedModel transform_features(raw rows)."""
     import tensorflow as tf
 
     from baton.pipeline.dataplane.reader import read_batches
@@ -77,7 +90,9 @@ def test_beam_output_equals_the_exported_graph_on_the_same_rows(art, tmp_path):
     out, _ = run_stage("transform", ALL_KINDS, {"examples": art["examples"]}, tmp_path)
     spec = FeatureSpec.load(out["transform_graph"])
     assert "body_mass_g" not in {f.name for f in spec.features}
-    assert spec.feature("bill_length_mm").vocab_size == 4 + 1  # 3 boundaries + 2
+    assert spec.feature("bill_length_mm").vocab_size == 4 + 1  # 4 buckets + missing
+    assert spec.feature("island").vocab_size == 5 + 1  # 5 hash buckets + missing
+    assert spec.feature("sex").vocab_size == 1 + 1 + 2  # top_k 1 + missing + 2 OOV buckets
     graph = tf.saved_model.load(str(out["transform_graph"]))
     schema = ExamplesSchema.load(art["examples"])
     for split in ("train", "eval"):
@@ -99,7 +114,7 @@ def test_beam_output_equals_the_exported_graph_on_the_same_rows(art, tmp_path):
 
 
 def test_examples_without_the_columnar_copy_give_the_same_result(art, tmp_path):
-    """Examples written by another tool (TFRecords only): parsed by TF, spilled, same output."""
+    """Examples written by another tool (TFRecords only): parsed by TF, same output."""
     import shutil
 
     examples = tmp_path / "examples"
