@@ -142,6 +142,18 @@ def features(outputs: Mapping[str, Mapping[str, Any]]) -> list[Any]:
     return out
 
 
+def feature_spec(built: Built, raw: list[tuple[str, str, Any]], label: Mapping[str, Any],
+                 images: tuple[Any, ...] = ()) -> Any:
+    """The transform's FeatureSpec: the raw serving inputs, the outputs' features, the label."""
+    from baton.graphs.feature_spec import FeatureSpec, Label, RawFeature
+
+    return FeatureSpec(
+        raw_features=tuple(RawFeature(n, d, tuple(s)) for n, d, s in raw),  # type: ignore[arg-type]
+        features=tuple(built.features),
+        label=Label(label["name"], label["task"], tuple(label.get("vocabulary", ()))),
+        images=images)
+
+
 def save(built: Built, directory: str | Path) -> Path:
     """The SavedModel, its vocabulary files and tft_metadata.json in `directory`."""
     import tensorflow as tf

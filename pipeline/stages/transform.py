@@ -205,7 +205,6 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
     and its apply pass on Beam, its final graph exported as the transform SavedModel
     (graphs.tft_module). `features`: the raw feature columns it reads (the serving inputs)."""
     from baton.graphs import tft_engine, tft_module
-    from baton.graphs.feature_spec import FeatureSpec, Label, RawFeature
     from baton.graphs.user_refs import RefError
     from baton.pipeline.dataplane import beam_runner, beam_tft
     from baton.pipeline.dataplane.analysis import label_analysis
@@ -276,12 +275,8 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     beam_s = time.perf_counter() - started
-    lab = analysis["label"]
-    spec = FeatureSpec(
-        raw_features=tuple(RawFeature(n, d, s) for n, d, s in raw_feats),  # type: ignore[arg-type]
-        features=tuple(built.features),
-        label=Label(label, schema.task, tuple(lab.get("vocabulary", ()))),
-        images=_images(ctx, schema, plan) if plan is not None else ())
+    spec = tft_module.feature_spec(built, raw_feats, analysis["label"],
+                                   _images(ctx, schema, plan) if plan is not None else ())
     tft_module.save(built, out_g)
     export_s = time.perf_counter() - started - beam_s
     if plan is not None:  # the per-column constants, for a device applying them itself
