@@ -245,7 +245,7 @@ def _run_preprocessing_fn(ctx: StageContext, config: Config, schema: Any, exampl
     from baton.pipeline.dataplane.transformed_io import write_metadata
 
     ref, search = str(config.preprocessing_fn), str(ctx.spec_dir) if ctx.spec_dir else None
-    source = UserFn(ref, search)
+    source = UserFn.staged(ref, search)  # the user modules travel to the workers
     where = source.where
     try:
         fn = source.load()
