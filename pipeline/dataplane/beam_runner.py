@@ -4,6 +4,36 @@ FnApiRunner (in-process) is the default because Beam's own default (Prism) downl
 and fails offline. `--direct_num_workers=N --direct_running_mode=multi_processing` gives local
 parallelism through the same FnApiRunner; `--runner=FlinkRunner|SparkRunner|PortableRunner|
 DataflowRunner` (with their usual flags) is passed through for clusters.
+
+Runners whose workers are other processes (tested: PortableRunner against Beam's Python job
+service, `local_job_service_main`, with an external worker pool, `worker_pool_main`, the
+portability protocol Flink, Spark and Dataflow use; tests/pipeline/dataplane/
+test_portable_runner.py). What Baton does, and needs, for them:
+
+- nothing from `__main__` is pickled: the DoFns are classes of importable Baton modules and the
+  user's preprocessing_fn travels inside them (`fn_source.UserFn.staged`), so Baton passes
+  `--no_save_main_session` unless the args say otherwise (Dataflow would otherwise pickle the
+  `baton` command's main module, by default with cloudpickle). Beam's default pickler
+  (cloudpickle) is what is tested.
+- no artifact staging is needed (`--sdk_location`, `--extra_package`, `--setup_file` stay the
+  user's): the workers must have Baton, TensorFlow and Beam installed (the Baton image as
+  `--sdk_container_image`, or the worker pool's environment), as they must have Beam itself.
+- `--job_endpoint=HOST:PORT` is checked before submitting (a TCP connect, at most 10 s): with
+  no job service there Beam would wait `--job_server_timeout` (300 s) for the channel.
+- a job that fails on the job service is a StageError with its last error line (the whole
+  remote traceback is chained).
+- `--wait_until_finish_duration=MS` (Beam's own option, used by its test pipelines) bounds the
+  wait for the job: past it the job is cancelled and a StageError says so. Without it Baton
+  waits as Beam does, forever: a worker that dies or never connects leaves a portable job
+  RUNNING on the job service (Beam's job service does not notice a lost worker).
+- Beam's Python worker pool starts each worker as `python -c ...`: the `python` first on the
+  pool's PATH must be the environment with Baton (otherwise the worker exits on
+  `No module named 'apache_beam'` and the job waits forever: a hang that looks like a stuck
+  submission), and
+  it pipes the worker's stdout without reading it, so a worker printing more than 64 KiB to
+  stdout blocks (logging goes to stderr and is fine).
+- paths in the pipeline (the examples' shards, the run directory's outputs) are opened by the
+  workers: they must be on a volume every worker mounts at the same path.
 """
 
 from __future__ import annotations
@@ -22,6 +52,9 @@ def make_runner(args: Sequence[str]) -> tuple[Any, Any]:
     """(runner, PipelineOptions) for `args`; FnApiRunner unless `--runner` names another."""
     from apache_beam.options.pipeline_options import PipelineOptions, StandardOptions
 
+    if not any(a.split("=", 1)[0] in ("--save_main_session", "--no_save_main_session")
+               for a in args):
+        args = [*args, "--no_save_main_session"]  # nothing Baton runs lives in __main__
     options = PipelineOptions(list(args))
     name = options.view_as(StandardOptions).runner
     if name in (None, "FnApiRunner"):
@@ -41,17 +74,49 @@ def runner_name(args: Sequence[str]) -> str:
     return "FnApiRunner"
 
 
+def check_job_endpoint(options: Any, connect_timeout_s: float = 10.0) -> None:
+    """A StageError, in seconds, when `--job_endpoint` names no listening job service."""
+    import socket
+
+    from apache_beam.options.pipeline_options import PortableOptions
+
+    portable = options.view_as(PortableOptions)
+    endpoint = portable.job_endpoint
+    if not endpoint or endpoint == "embed":
+        return
+    host, _, port = endpoint.rpartition(":")
+    if not host or not port.isdigit():
+        raise StageError(f"beam_pipeline_args --job_endpoint must be HOST:PORT. "
+                         f"Received: {endpoint!r}")
+    timeout = min(connect_timeout_s, float(portable.job_server_timeout or connect_timeout_s))
+    try:
+        socket.create_connection((host.strip("[]"), int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise StageError(f"beam_pipeline_args --job_endpoint={endpoint}: no job service "
+                         f"answers there ({exc}); start the job server (Flink, Spark, or "
+                         "python -m apache_beam.runners.portability.local_job_service_main "
+                         "--port PORT) or fix the address") from None
+
+
 def run(build: Callable[[Any], None], args: Sequence[str]) -> None:
     """Build a pipeline with `build(pipeline)` and run it to completion.
 
     A `StageError` raised inside a DoFn arrives wrapped in the runner's exception (with a
     worker traceback); it is re-raised here as a plain StageError so the user sees the message.
+    With `--wait_until_finish_duration=MS` a job still running after MS milliseconds is
+    cancelled and is a StageError.
     """
     import logging
 
     import apache_beam as beam
+    from apache_beam.options.pipeline_options import StandardOptions, TestOptions
 
     runner, options = make_runner(args)
+    check_job_endpoint(options)
+    duration_ms = options.view_as(TestOptions).wait_until_finish_duration
+    if duration_ms:
+        # Beam's `with` block would wait without a bound: run, then wait here
+        options.view_as(StandardOptions).no_wait_until_finish = True
     # Beam logs a DoFn's exception with its traceback before re-raising it; the exception
     # itself still carries everything, so keep the log quiet and decide below what to show.
     beam_log = logging.getLogger("apache_beam")
@@ -60,12 +125,52 @@ def run(build: Callable[[Any], None], args: Sequence[str]) -> None:
     try:
         with beam.Pipeline(runner=runner, options=options) as p:
             build(p)
+        if duration_ms:
+            _wait(p.result, duration_ms)
     except StageError:
         raise
     except Exception as exc:
         found = _STAGE_ERROR.findall(str(exc))
         if found:
             raise StageError(found[-1].strip()) from None
+        if isinstance(runner, str):  # a job service's failure: its traceback is text
+            raise StageError(f"the {runner} job failed: {_last_error(str(exc))}") from exc
         raise
     finally:
         beam_log.setLevel(level)
+
+
+def _last_error(text: str) -> str:
+    """The telling line of a remote traceback: gRPC's `details`, else the last `Error: ...`."""
+    details = re.findall(r'details = "(.+)"', text)
+    if details:
+        return details[-1]
+    lines = [ln.strip() for ln in text.splitlines()
+             if ln.strip() and not ln.startswith((" ", "\t", "Traceback"))]
+    return lines[-1] if lines else text.strip()[:500]
+
+
+def _wait(result: Any, duration_ms: int) -> None:
+    """Wait at most `duration_ms` for `result`; cancel it and raise a StageError past that."""
+    import threading
+
+    from apache_beam.runners.runner import PipelineState
+
+    state = result.wait_until_finish(duration=duration_ms)
+    if PipelineState.is_terminal(state):
+        return  # a failed job has raised already
+    # cancelling a job whose worker is gone may itself block: give it a few seconds
+    canceller = threading.Thread(target=_cancel_quietly, args=(result,), daemon=True)
+    canceller.start()
+    canceller.join(10)
+    raise StageError(f"beam_pipeline_args --wait_until_finish_duration={duration_ms}: the Beam "
+                     f"job did not finish within {duration_ms / 1000:g} s (state {state}) and "
+                     "was cancelled; on a portable runner a worker that crashed or never "
+                     "connected looks like this: see the worker pool's (SDK harness's) log")
+
+
+def _cancel_quietly(result: Any) -> None:
+    import contextlib
+
+    with contextlib.suppress(Exception):  # the job is abandoned either way
+        result.cancel()

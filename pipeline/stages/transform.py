@@ -168,7 +168,8 @@ def run(ctx: StageContext, config: Config) -> None:
                          f"(splits: {dict(schema.splits)})")
     if config.preprocessing_fn is not None:
         search = str(ctx.spec_dir) if ctx.spec_dir else None
-        _run_tft(ctx, config, schema, examples, UserFn(str(config.preprocessing_fn), search),
+        # the user's modules travel to the workers inside the DoFns (fn_source.UserFn.staged)
+        _run_tft(ctx, config, schema, examples, UserFn.staged(str(config.preprocessing_fn), search),
                  [c for c in schema.features])
         return
     plan = plan_columns(config, schema)
