@@ -1,83 +1,249 @@
-"""Render the data-plane benchmark results as docs/benchmarks-data.md."""
+"""Render the data-plane benchmark results (bench/data/results/data.json) as
+docs/benchmarks-data.md.  `python bench/data/report.py` re-renders without running."""
 
 from __future__ import annotations
 
-import platform
-import time
+import json
+import sys
 from pathlib import Path
 from typing import Any
 
+HERE = Path(__file__).resolve().parent
+
+
+def _x(v: float) -> str:
+    return f"{v:.1f}x" if v < 10 else f"{v:.0f}x"
+
+
+def _runs(c: dict) -> str:
+    runs = c.get("runs_seconds") or [c["seconds"]]
+    return ", ".join(f"{s:.2f}" for s in runs)
+
+
+def _goal(met: bool) -> str:
+    return "met" if met else "**missed**"
+
 
 def write_report(r: dict[str, Any], path: Path) -> Path:
-    tft = r.get("tft")
+    m = r["machine"]
+    rows, big = r["rows"], r["big_rows"]
+    t = r["tables"]
+    load = ", ".join(f"{x:.1f}" for x in m["load_average"])
     lines = [
-        "## Data plane (transform, statistics, input pipeline)",
+        "## Data plane (ingest + transform vs tf.Transform, statistics, input pipeline)",
         "",
-        f"Run {time.strftime('%Y-%m-%d %H:%M')} on {platform.machine()}, 2 cores, by "
-        "`python bench/data/run_bench.py`. Synthetic rows (4 float columns, 1 string column "
-        "of 100 values, binary label) written by the `ingest` stage. Seconds are the whole "
-        "stage: Beam pipeline construction and run, the Arrow/TFRecord reads, the write of "
-        "`transformed`, and the SavedModel export (~1 s of fixed cost).",
+        f"Run {m['date']} on {m['machine']}, {m['cores']} cores shared with another engineer's "
+        f"test runs (load average {load} at the start of the run: absolute seconds are "
+        "inflated and noisy, compare the ratios), by `python bench/data/run_bench.py` (results: "
+        "`bench/data/results/data.json`). Both sides start from the same CSV file with the "
+        f"same {rows:,} rows. Baton = the `ingest` stage (source: csv -> TFRecord tf.Examples "
+        "+ the Arrow copy) then the `transform` stage (analyze, apply, write `transformed`, "
+        "export the SavedModel), each in a fresh process after `import tensorflow`; "
+        "tf.Transform = tensorflow-transform "
+        f"{t['current'].get('peer', {}).get('tft', '?')} the way TFX's Transform runs it: "
+        "`tfxio.CsvTFXIO` -> `tft_beam.AnalyzeAndTransformDataset(..., "
+        "output_record_batches=True)` -> `WriteTransformFn` + the transformed rows encoded by "
+        "tfx_bsl's `RecordBatchToExamplesEncoder` and written by `WriteToTFRecord` (its own "
+        "venv, FnApiRunner in-process, batch size tuned by TFXIO), seconds of the pipeline "
+        "after its imports. Like for like: both write their transform graph and the "
+        f"transformed rows. Baton figures: median of {r['repeat']} runs (all runs listed); "
+        f"tf.Transform: {r['peer_repeat']} run(s).",
         "",
-        "### Transform: z-score on 4 numeric columns + vocabulary on 1 categorical",
+        f"### Ingest + transform from one CSV file, {rows:,} rows",
         "",
-        "| implementation | runner | rows | seconds | rows/s | peak RSS MB | vs tf.Transform |",
+        "| table | Baton ingest s | Baton transform s | Baton total s (runs) | Baton rows/s | "
+        "tf.Transform (CsvTFXIO) s | tf.Transform rows/s | peak RSS MB ingest / transform / "
+        "tf.Transform | Baton vs tf.Transform |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    names = {"current": "current: z-score x4 + vocabulary x1 (built-in kinds)",
+             "census": "census-like `preprocessing_fn` (tests/graphs/tft_parity_fn.py)"}
+    for key in ("current", "census"):
+        e = t[key]
+        p = e.get("peer")
+        total = e["baton_seconds"]
+        runs = ", ".join(f"{s:.2f}" for s in e["baton_runs_seconds"])
+        lines.append(
+            f"| {names[key]} | {e['ingest']['seconds_median']:.2f} | "
+            f"{e['transform']['seconds_median']:.2f} | {total:.2f} ({runs}) | "
+            f"{e['rows'] / total:,.0f} | "
+            + (f"{p['seconds_median']:.1f} | {e['rows'] / p['seconds_median']:,.0f} | "
+               if p else "not run | | ")
+            + f"{e['ingest']['peak_rss_mb']:.0f} / {e['transform']['peak_rss_mb']:.0f} / "
+            + (f"{p['peak_rss_mb']:.0f} | **{_x(e['ratio'])}** |" if p else "| n/a |"))
+    cen = t["census"]
+    par = cen.get("parity")
+    lines += [""]
+    if par:
+        differ = ", ".join(f"{k} {v:.3%}" for k, v in par["bucket_ids_differ"].items())
+        lines += [
+            f"Parity (census table, every run): Baton's written `transformed` rows and the "
+            f"peer's written TFRecords read back and compared row by row on all "
+            f"{par['rows']:,} rows ({len(par['outputs'])} outputs; `tft_parity_fn.compare`, "
+            "the checks of tests/graphs/test_tft_parity.py): "
+            + ("**same outputs**" if par["ok"] else f"**FAILED**: {par['failures']}")
+            + f" (ids, hashes, token ids and analyzer values equal; scalings within 1e-5; "
+            f"bucket ids differing within tf.Transform's quantile epsilon: {differ}). The "
+            "bench runs the function with `for_stage=True`: `cat2_top` gets an OOV bucket and "
+            "the padded token ids are float32, since the stage refuses -1 ids and int64 ids "
+            "of unknown range.",
+            ""]
+    lines += [
+        "**Read the ratios with the machine's load in mind.** Under load the peer slows more "
+        "than Baton (it is mostly single-threaded Python per batch of <= 1000 rows): issue 12 "
+        "measured tf.Transform/TFXIO at 22.4 s (current table) and 33.1 s (census) on a quiet "
+        "machine, and Baton's ingest of the current table takes about 1.5 s and its transform "
+        "about 2 s there. A ratio from a loaded run therefore flatters Baton; re-run on a quiet "
+        "machine before quoting one (the goals below are judged on this run's figures, with "
+        "that caveat).",
+        "",
+        "Where Baton's time goes (per-stage seconds above): the transform stage is now most "
+        "of it. Ingest from CSV: pyarrow's multithreaded parser converts the columns while it "
+        "parses, strings stay dictionary-encoded, and the tf.Example bytes and their TFRecord "
+        "framing (masked CRC-32C) are assembled for a whole batch with Arrow and numpy "
+        "(`pipeline/dataplane/example_codec.py`, `crc32c.py`), so no Python code runs per row.",
+        "",
+        "### Transform stage alone (current table)",
+        "",
+        "| implementation | runner | rows | seconds (median; runs) | rows/s | peak RSS MB | "
+        "vs tf.Transform alone, same rows |",
         "|---|---|---:|---:|---:|---:|---:|",
     ]
-    for t in r["transform"]:
-        ratio = f"{t['rows_per_s'] / tft['rows_per_s']:.0f}x" if tft else "n/a"
-        lines.append(f"| Baton `transform` | {t['runner']} | {t['rows']:,} | {t['seconds']:.1f} "
-                     f"| {t['rows_per_s']:,.0f} | {t['peak_rss_mb']:.0f} | {ratio} |")
-    if tft:
-        lines.append(f"| tensorflow-transform {tft['tft']} `AnalyzeAndTransformDataset` | "
-                     f"FnApiRunner | {tft['rows']:,} | {tft['seconds']:.1f} | "
-                     f"{tft['rows_per_s']:,.0f} | {tft['peak_rss_mb']:.0f} | 1x |")
-    if tft:
-        best = {t["rows"]: t["rows_per_s"] for t in r["transform"] if t["runner"] == "FnApiRunner"}
-        lines += ["", "Summary: " + "; ".join(
-            f"{rows:,} rows at {rate:,.0f} rows/s = {rate / tft['rows_per_s']:.0f}x tf.Transform"
-            for rows, rate in sorted(best.items())) + " (target: 50x; aim: 1M rows/s)."]
+    peers = {p["rows"]: p for p in r.get("peer_alone", [])}
+    for c in r["transform_alone"]:
+        pr = peers.get(c["rows"])
+        ratio = _x(pr["seconds_median"] / c["seconds_median"]) if pr else (
+            "see below" if c["rows"] == big else "n/a")
+        lines.append(
+            f"| Baton `transform` | {c['runner']} | {c['rows']:,} | "
+            f"{c['seconds_median']:.2f} ({_runs(c)}) | {c['rows'] / c['seconds_median']:,.0f} | "
+            f"{c['peak_rss_mb']:.0f} | {ratio} |")
+    for n, pr in sorted(peers.items()):
+        lines.append(
+            f"| tensorflow-transform {pr['tft']} (`tfxio.TFExampleRecord` on Baton's "
+            f"tf.Examples) | FnApiRunner | {n:,} | {pr['seconds_median']:.1f} | "
+            f"{n / pr['seconds_median']:,.0f} | {pr['peak_rss_mb']:.0f} | 1x |")
+    base = next((c for c in r["transform_alone"] if c["rows"] == rows
+                 and c["runner"] == "FnApiRunner"), None)
+    top = next((c for c in r["transform_alone"] if c["rows"] == big
+                and c["runner"] == "FnApiRunner"), None)
+    peer_big = peers.get(big)
+    peer_small = peers.get(rows)
+    big_note, big_ratio = "", None
+    if top and peer_big:
+        big_ratio = peer_big["seconds_median"] / top["seconds_median"]
+        big_note = f"measured: {_x(big_ratio)}"
+    elif top and peer_small:
+        est = peer_small["seconds_median"] * big / rows
+        big_ratio = est / top["seconds_median"]
+        big_note = (f"**extrapolated, not measured**: tf.Transform at {big:,} rows estimated "
+                    f"as {big // rows}x its {rows:,}-row time ({est:.0f} s; it was not run, "
+                    f"about 5 min here) -> {_x(big_ratio)}")
+    lines += [""]
+    if big_note:
+        lines += [f"At {big:,} rows: {big_note}.", ""]
     lines += [
-        "",
-        "The `examples` artifact is TFRecord tf.Examples (the contract) plus an Arrow copy of "
-        "each shard written by ingest; the transform reads the Arrow copy. The \"TFRecords "
-        "only\" row is the same transform on examples without it (each tf.Example parsed by "
-        "TensorFlow, then spilled to Arrow between the analyze and apply passes). With 2 worker "
-        "processes each worker first imports TensorFlow and Beam (~5 s here), which this "
-        "workload (microseconds of numpy per thousand rows) never earns back on 2 cores; "
-        "the in-process FnApiRunner is the right local default.",
-        "",
-        "Peak RSS is the stage process (and its Beam worker processes, for the 2-process runs);"
-        " compare the two row counts: memory is bounded by batches and vocabularies, not by "
-        "rows.",
-        "",
-        "### Statistics",
-        "",
-        "| rows | seconds | rows/s | peak RSS MB |",
-        "|---:|---:|---:|---:|",
-    ]
-    for s in r["statistics"]:
-        lines.append(f"| {s['rows']:,} | {s['seconds']:.1f} | {s['rows_per_s']:,.0f} | "
-                     f"{s['peak_rss_mb']:.0f} |")
-    i = r["input"]
-    lines += [
-        "",
-        "### Input pipeline vs train step (default `mlp`, batch 32)",
-        "",
-        "`make_dataset(..., shuffle=True, repeat=True)` measured two ways: drained by "
-        "`Dataset.reduce` (the pipeline alone, in C++), and consumed as the trainer does "
-        "(`next(iterator)` inside a `tf.function` running 20 steps; this includes the per-step "
-        "iterator cost, which the train step pays too). The train step (`graphs.steps."
-        "make_train_chunk`, 20 steps per call) reads one fixed batch, so it pays no input cost.",
-        "",
-        "| measure | examples/s | vs train step |",
-        "|---|---:|---:|",
-        f"| input pipeline alone (`Dataset.reduce`) | {i['produce_examples_per_s']:,.0f} | "
-        f"{i['produce_ratio']:.1f}x |",
-        f"| input pipeline through an iterator in a `tf.function` | "
-        f"{i['input_examples_per_s']:,.0f} | {i['ratio']:.1f}x |",
-        f"| train step (`mlp`, Adam) | {i['train_step_examples_per_s']:,.0f} | 1x |",
+        "tf.Transform's transform alone reads the same tf.Examples Baton's ingest wrote "
+        "(TFRecords, through `tfxio.TFExampleRecord`), as TFX's Transform reads ExampleGen's "
+        "output; Baton's transform reads its Arrow copy of them. The 2-process row is the "
+        "FnApiRunner with `--direct_num_workers=2 --direct_running_mode=multi_processing`: "
+        "each worker imports TensorFlow and Beam first, which this workload does not earn "
+        "back on 2 cores.",
         "",
     ]
-    path.write_text("\n".join(lines) + "\n")
+    goals = []
+    for key, label in (("current", "the current table"), ("census", "the census-like "
+                                                                     "preprocessing_fn")):
+        e = t[key]
+        if "ratio" in e:
+            goals.append(f"- {_goal(e['ratio'] >= 10)}: ingest + transform >= 10x tf.Transform "
+                         f"on TFXIO at {rows:,} rows, {label}: **{_x(e['ratio'])}** "
+                         f"({e['baton_seconds']:.2f} s vs {e['peer']['seconds_median']:.1f} s)")
+        else:
+            goals.append(f"- not measured: 10x on {label} (no .venv-tft)")
+    if big_ratio is not None and top:
+        goals.append(f"- {_goal(big_ratio >= 50)}: transform stage alone >= 50x at {big:,} "
+                     f"rows: **{_x(big_ratio)}** ({top['seconds_median']:.2f} s; "
+                     f"{'measured' if peer_big else 'peer extrapolated, see above'})")
+    if base and top:
+        grow = top["peak_rss_mb"] / base["peak_rss_mb"] - 1
+        goals.append(f"- {_goal(grow <= 0.10)}: peak memory at {big:,} rows within 10% of "
+                     f"{rows:,}: **{grow:+.1%}** ({top['peak_rss_mb']:.0f} vs "
+                     f"{base['peak_rss_mb']:.0f} MB, transform stage)")
+    lines += ["### Goals (issue 12)", "", *goals, "",
+              "Caveat on the first goal: on a quiet machine the peer's 22.4 s (issue 12) "
+              "against Baton's ~1.5 s ingest + ~2 s transform would be about 6x, i.e. "
+              "**missed**; that estimate mixes separate runs and is not a measurement, but it "
+              "says this run's 12x is load-inflated. Re-run quiet to settle it.", "",
+              "### Ingest alone, before and after the vectorised encoder (hand-recorded)", "",
+              "The `ingest` stage on the current table's 1M-row CSV file, old code (commit "
+              "89b455c) and new, alternated 3 times in fresh processes (load average 3-4.6; "
+              "median): before **6.05 s, 165k rows/s** (runs 6.05, 8.67, 5.60); after "
+              "**1.68 s, 596k rows/s** (runs 6.31, 1.68, 1.49): 3.6x. Quiet-machine "
+              "profile of the old code: 4.5 s, of which string decoding in Python 1.5 s, "
+              "1M `TFRecordWriter.write` calls 1.35 s, the numpy encoder and its np.unique "
+              "1.0 s.", "",
+              "Census transform profile (hand-recorded, cProfile of the stage at 1M rows, "
+              "13.7 s at load ~3): 4.8 s in numpy `sort` under `np.unique` (90 calls, 5.0 s "
+              "cumulative) from `graphs/tft_analyzers.py: accumulate` (5.3 s): the vocabulary "
+              "analyzers sort each batch's Python string objects; 1.2 s in TensorFlow eager "
+              "execution, 0.6 s converting numpy batches to tensors. That, not ingest, is what "
+              "keeps the census table under 10x.", ""]
+    lines += [
+        "### Corrections to the figures published before",
+        "",
+        "The previous version of this page claimed 107x tf.Transform at 1M rows and 856x at "
+        "10M. Both were wrong, in Baton's favour:",
+        "",
+        "- the peer ran on 100,000 rows while Baton ran on 1M and 10M, so the peer's fixed "
+        "start-up cost weighed 10-100x more in its rows/s;",
+        "- the peer was fed Python instance dicts (`beam.Create` of one dict per row), a path "
+        "its maintainers call a test format, not TFXIO, its production input;",
+        "- Baton's side started from tf.Examples already written by a synthetic ingest (not "
+        "timed), while the issue's comparison starts both from the same CSV file;",
+        "- the \"10M rows in 1.9 s\" row (vs 1.5 s at 1M) compared rows/s across different "
+        "row counts against one peer run: the transform's fixed costs (Beam pipeline "
+        "construction, the SavedModel export, about a second) dominate at 1M, so its rows/s "
+        "looks almost 10x better at 10M, and dividing that by the 100k-row peer's rows/s "
+        "gave 856x. This bench now checks that the stage transformed exactly the rows asked "
+        "for (its own `rows` metric, not the requested count), times every case against the "
+        "peer on the same row count, and reports seconds.",
+        "",
+        "The figures above replace them; the 10M transform-alone figure is the measured "
+        "Baton time against the peer measured or explicitly extrapolated.",
+        "",
+    ]
+    s = r.get("statistics")
+    if s:
+        lines += ["### Statistics", "", "| rows | seconds | rows/s | peak RSS MB |",
+                  "|---:|---:|---:|---:|",
+                  f"| {s['rows']:,} | {s['seconds']:.1f} | {s['rows_per_s']:,.0f} | "
+                  f"{s['peak_rss_mb']:.0f} |", ""]
+    i = r.get("input")
+    if i:
+        lines += [
+            "### Input pipeline vs train step (default `mlp`, batch 32)",
+            "",
+            "`make_dataset(..., shuffle=True, repeat=True)` on the current table's transformed "
+            "rows, measured two ways: drained by `Dataset.reduce` (the pipeline alone, in "
+            "C++), and consumed as the trainer does (`next(iterator)` inside a `tf.function` "
+            "running 20 steps). The train step (`baton.graphs.steps.make_train_chunk`, 20 "
+            "steps per call) reads one fixed batch, so it pays no input cost.",
+            "",
+            "| measure | examples/s | vs train step |",
+            "|---|---:|---:|",
+            f"| input pipeline alone (`Dataset.reduce`) | {i['produce_examples_per_s']:,.0f} | "
+            f"{i['produce_ratio']:.1f}x |",
+            f"| input pipeline through an iterator in a `tf.function` | "
+            f"{i['input_examples_per_s']:,.0f} | {i['ratio']:.1f}x |",
+            f"| train step (`mlp`, Adam) | {i['train_step_examples_per_s']:,.0f} | 1x |",
+            "",
+        ]
+    path.write_text("\n".join(lines))
     return path
+
+
+if __name__ == "__main__":
+    res = json.loads((HERE / "results" / "data.json").read_text())
+    out = Path(sys.argv[1]) if len(sys.argv) > 1 else HERE.parents[1] / "docs" / "benchmarks-data.md"
+    print(write_report(res, out))

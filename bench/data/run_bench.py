@@ -1,18 +1,31 @@
-"""Data-plane benchmarks: transform vs tensorflow-transform, statistics, tf.data vs train step.
+"""Data-plane benchmark: Baton's ingest + transform against tensorflow-transform on TFXIO,
+both sides starting from the same CSV file with the same rows (issue 12).
 
-Every case runs in a fresh subprocess (so peak RSS is that case's own) on synthetic data made
-by the ingest stage (4 numeric columns, 1 categorical with 100 values, binary label):
+Tables (each a CSV file generated once, `--rows` rows, default 1M):
 
-- transform: the `transform` stage (analyze: mean/variance x4 + vocabulary; apply; write;
-  export the SavedModel) over 1M and 10M rows, FnApiRunner in-process and with
-  `--direct_num_workers=2 --direct_running_mode=multi_processing`;
-- peer: tensorflow-transform 1.21 `AnalyzeAndTransformDataset` (own venv, `.venv-tft`) on
-  the same rows (`--tft-rows`, default the smallest Baton size, so both sides pay their fixed
-  costs over the same row count; ~3 min for tf.Transform at 1M);
-- statistics: the `statistics` stage over 10M rows;
-- input pipeline: `make_dataset` alone vs the default model's train step (batch 32).
+- `current`: 4 float columns x0..x3, c0 (100 values), a binary label. Baton: the `ingest`
+  stage (source: csv) then the `transform` stage with its built-in column kinds (z-score on
+  the numbers, a vocabulary on c0), driven only through their configs. Peer: the same
+  preprocessing written for tf.Transform.
+- `census`: tests/graphs/tft_parity_fn.py's census-like preprocessing_fn (z-score on 4
+  numeric columns, vocabularies with OOV buckets on 3 categorical ones, bucketize on 2, a
+  hash, a token vocabulary on a text column, ...), run by Baton as
+  `transform.config.preprocessing_fn` (bench/data/census_fn.py) and by the peer; then the
+  two written outputs are read back and compared row by row (`tft_parity_fn.compare`): the
+  parity check runs on every benchmark run.
 
-Writes docs/benchmarks-data.md.  `python bench/data/run_bench.py [--quick]`
+Baton's figure is the ingest stage + the transform stage (each reported, and the sum); the
+peer's is one tf.Transform pipeline from the CSV file (CsvTFXIO -> AnalyzeAndTransformDataset
+-> transform_fn + transformed TFRecords, bench/data/tft_peer.py, in `.venv-tft`). Also:
+Baton's transform stage alone at `--rows` and `--big-rows` (default 10M; peak RSS of each),
+the peer's transform alone on the same tf.Examples (`tfxio.TFExampleRecord` on the TFRecords
+Baton's ingest wrote), the statistics stage and the input pipeline. Every case runs in a fresh
+subprocess (its own peak RSS), after its libraries are imported; seconds are wall time of the
+stage / pipeline. Baton cases run `--repeat` times (median reported), the peer `--peer-repeat`.
+
+Writes bench/data/results/data.json and docs/benchmarks-data.md (`report.py`).
+
+    python bench/data/run_bench.py [--tft-python .venv-tft/bin/python] [--quick]
 """
 
 from __future__ import annotations
@@ -21,6 +34,8 @@ import argparse
 import json
 import os
 import resource
+import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -28,9 +43,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PY = str(ROOT / ".venv" / "bin" / "python")
-TFT_PY = ROOT / ".venv-tft" / "bin" / "python"
-ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"}
+HERE = Path(__file__).resolve().parent
+PY = sys.executable
+ENV = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONPATH": str(ROOT)}
 
 
 def _peak_mb() -> float:
@@ -39,29 +54,104 @@ def _peak_mb() -> float:
     return max(own, kids) / 1024
 
 
-def case_prepare(rows: int, out: str) -> dict:
+# --- cases (each runs in its own process) -------------------------------------------------
+
+
+def case_gen(table: str, rows: int, path: str) -> dict:
+    """Write the table's CSV file (deterministic), in chunks."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.csv as pcsv
+
+    from baton.pipeline.datasets import synthetic
+
+    start = time.perf_counter()
+    writer = None
+    opts = pcsv.WriteOptions(quoting_style="needed")
+    if table == "current":
+        chunks = synthetic.generate(rows, seed=1, numeric=4, categorical=1, vocab_size=100,
+                                    classes=2)
+    else:
+        chunks = _census_chunks(rows)
+    for chunk in chunks:
+        t = pa.table({k: pa.array(v) if v.dtype != object else pa.array(v.tolist(), pa.string())
+                      for k, v in chunk.items()})
+        if writer is None:
+            writer = pcsv.CSVWriter(path, t.schema, write_options=opts)
+        writer.write_table(t)
+    assert writer is not None
+    writer.close()
+    del np
+    return {"table": table, "rows": rows, "seconds": time.perf_counter() - start,
+            "bytes": Path(path).stat().st_size}
+
+
+def _census_chunks(rows: int, chunk: int = 1 << 18):  # noqa: ANN202
+    """tft_parity_fn.rows' columns and distributions, vectorised for millions of rows, plus
+    a binary `label` column (Baton's ingest needs a label; both sides pass it through)."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    words = np.array([f"w{i}" for i in range(80)], object)
+    p = np.arange(80, 0, -1) / np.arange(80, 0, -1).sum()
+    for start in range(0, rows, chunk):
+        n = min(chunk, rows - start)
+        rng = np.random.default_rng([7, start])
+        count = rng.integers(1, 6, n)
+        flat = words[rng.choice(80, size=int(count.sum()), p=p)]
+        offsets = np.concatenate([[0], np.cumsum(count)]).astype(np.int32)
+        text = pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets),
+                                                       pa.array(flat.tolist(), pa.string())), " ")
+        yield {
+            "row": np.arange(start, start + n, dtype=np.float32),
+            "a": rng.normal(3.0, 2.0, n).astype(np.float32),
+            "b": rng.normal(-1.0, 0.5, n).astype(np.float32),
+            "c": rng.lognormal(0.0, 1.0, n).astype(np.float32),
+            "d": rng.integers(0, 20, n).astype(np.float32),
+            "cat1": np.array([f"v{int(x)}" for x in range(40)], object)[rng.zipf(1.6, n) % 40],
+            "cat2": np.array([f"k{x}" for x in range(7)], object)[rng.integers(0, 7, n)],
+            "cat3": np.array([f"z{x}" for x in range(31)], object)[rng.binomial(30, 0.3, n)],
+            "text": np.array(text.to_pylist(), object),
+            "label": np.array(["no", "yes"], object)[rng.integers(0, 2, n)],
+        }
+
+
+def case_ingest(csv: str, out: str) -> dict:
+    import tensorflow  # noqa: F401 - imported before timing, as in a pipeline run
+
     from baton.pipeline.testing import run_stage
 
-    cfg = {"source": "synthetic", "splits": {"train": 1.0}, "rows_per_shard": 1_000_000,
-           "synthetic": {"rows": rows, "seed": 1, "numeric": 4, "categorical": 1,
-                         "vocab_size": 100, "classes": 2}}
+    cfg = {"source": "csv", "path": csv, "label": "label", "splits": {"train": 1.0},
+           "rows_per_shard": 1_000_000}
     start = time.perf_counter()
-    res, _ = run_stage("ingest", cfg, {}, out, run_id="data")
-    return {"rows": rows, "seconds": time.perf_counter() - start,
-            "examples": str(res["examples"])}
+    res, metrics = run_stage("ingest", cfg, {}, out, run_id="data")
+    seconds = time.perf_counter() - start
+    return {"rows": metrics["rows"], "seconds": seconds, "rows_per_s": metrics["rows"] / seconds,
+            "peak_rss_mb": _peak_mb(), "examples": str(res["examples"])}
 
 
-def case_stage(stage: str, examples: str, rows: int, args: list[str]) -> dict:
+def case_stage(stage: str, examples: str, args: list[str], fn: str = "") -> dict:
     import tensorflow  # noqa: F401 - imported before timing, as in a pipeline run
 
     from baton.pipeline.testing import run_stage
 
     root = tempfile.mkdtemp(prefix=f"bench-{stage}-")
+    cfg: dict = {"beam_pipeline_args": args}
+    if fn:
+        cfg["preprocessing_fn"] = fn
     start = time.perf_counter()
-    _, metrics = run_stage(stage, {"beam_pipeline_args": args}, {"examples": examples}, root)
+    out, metrics = run_stage(stage, cfg, {"examples": examples}, root, spec_dir=HERE)
     seconds = time.perf_counter() - start
+    rows = int(metrics["rows"])
     return {"rows": rows, "seconds": seconds, "rows_per_s": rows / seconds,
-            "peak_rss_mb": _peak_mb(), "metrics": metrics, "root": root}
+            "peak_rss_mb": _peak_mb(), "metrics": metrics, "root": root,
+            **{k: str(v) for k, v in out.items()}}
+
+
+# case_portable(examples, rows) -> dict: "transform on PortableRunner" (added separately).
+# It returns what case_stage returns; run_all appends it to results["transform_alone"] with
+# "runner": "PortableRunner" and report.py renders it as one more row of that table.
 
 
 def case_input(transformed: str, graph: str, batch: int) -> dict:
@@ -112,6 +202,72 @@ def case_input(transformed: str, graph: str, batch: int) -> dict:
             "produce_ratio": produce_rate / step_rate}
 
 
+def _read_baton(transformed: str) -> dict:
+    """Baton's `transformed` artifact (columnar chunk records, dataplane.transformed_io) as
+    numpy columns, read with its documented format only."""
+    import numpy as np
+    import tensorflow as tf
+
+    meta = json.loads((Path(transformed) / "metadata.json").read_text())
+    shapes = meta.get("shapes", {})
+    parts: dict[str, list] = {k: [] for k in meta["columns"]}
+    for f in sorted((Path(transformed) / "train").glob("*.tfrecord")):
+        for rec in tf.data.TFRecordDataset(str(f)).as_numpy_iterator():
+            feats = tf.train.Example.FromString(rec).features.feature
+            for k, dtype in meta["columns"].items():
+                v = np.frombuffer(feats[k].bytes_list.value[0], np.dtype(dtype).newbyteorder("<"))
+                parts[k].append(v.reshape(-1, *shapes[k]) if k in shapes else v)
+    return {k: np.concatenate(v) for k, v in parts.items()}
+
+
+def _read_peer(files: list[str], like: dict) -> dict:
+    import numpy as np
+    import tensorflow as tf
+
+    spec = {}
+    for k, v in like.items():
+        dtype = tf.float32 if v.dtype.kind == "f" else tf.int64
+        spec[k] = tf.io.FixedLenFeature(list(v.shape[1:]), dtype)
+    spec["label"] = tf.io.FixedLenFeature([], tf.string)
+    out: dict[str, list] = {k: [] for k in spec}
+    ds = tf.data.TFRecordDataset(files).batch(65_536).map(lambda x: tf.io.parse_example(x, spec))
+    for batch in ds.as_numpy_iterator():
+        for k, v in batch.items():
+            out[k].append(v)
+    return {k: np.concatenate(v) for k, v in out.items()}
+
+
+def case_parity(transformed: str, peer_files: str) -> dict:
+    """The census table's outputs, Baton's against the peer's, row by row (by `row_out`)."""
+    import numpy as np
+
+    sys.path.insert(0, str(ROOT / "tests" / "graphs"))
+    import tft_parity_fn
+
+    ours = _read_baton(transformed)
+    label = ours.pop(json.loads((Path(transformed) / "metadata.json").read_text())["label"])
+    peer = _read_peer(json.loads(peer_files), ours)
+    peer_label = peer.pop("label")
+    a, b = np.argsort(ours["row_out"], kind="stable"), np.argsort(peer["row_out"], kind="stable")
+    ours = {k: v[a] for k, v in ours.items()}
+    peer = {k: v[b] for k, v in peer.items()}
+    failures, differ = tft_parity_fn.compare(ours, peer)
+    return {"rows": len(a), "rows_peer": len(b), "outputs": sorted(ours),
+            "failures": failures, "bucket_ids_differ": differ,
+            "labels": [len(np.unique(label)), len(np.unique(peer_label[b]))],
+            "ok": not failures and len(a) == len(b)}
+
+
+def case_peer(tft_python: str, table: str, csv: str, out: str, tfrecords: str = "",
+              batch_size: int = 0) -> dict:
+    argv = [str(HERE / "tft_peer.py"), "--table", table, "--csv", csv, "--out", out]
+    if tfrecords:
+        argv += ["--tfrecords", tfrecords]
+    if batch_size:
+        argv += ["--batch-size", str(batch_size)]
+    return child(argv, python=tft_python)
+
+
 def child(argv: list[str], python: str = PY, timeout: int = 3600) -> dict:
     proc = subprocess.run([python, *argv], capture_output=True, text=True, env=ENV,
                           timeout=timeout, cwd=ROOT)
@@ -125,81 +281,157 @@ def child(argv: list[str], python: str = PY, timeout: int = 3600) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--case", help=argparse.SUPPRESS)
-    ap.add_argument("--rows", type=int, default=0, help=argparse.SUPPRESS)
-    ap.add_argument("--path", default="", help=argparse.SUPPRESS)
-    ap.add_argument("--path2", default="", help=argparse.SUPPRESS)
-    ap.add_argument("--beam-args", default="", help=argparse.SUPPRESS)
-    ap.add_argument("--quick", action="store_true", help="100k/1M rows instead of 1M/10M")
-    ap.add_argument("--tft-rows", type=int, default=0, help="default: the smallest Baton size")
+    ap.add_argument("--arg", action="append", default=[], help=argparse.SUPPRESS)
+    ap.add_argument("--quick", action="store_true", help="100k / 1M rows instead of 1M / 10M")
+    ap.add_argument("--rows", type=int, default=0, help="rows of both tables (default 1M)")
+    ap.add_argument("--big-rows", type=int, default=0, help="transform alone (default 10M)")
+    ap.add_argument("--repeat", type=int, default=3, help="runs of each Baton case")
+    ap.add_argument("--peer-repeat", type=int, default=1, help="runs of each peer case")
+    ap.add_argument("--peer-big", action="store_true",
+                    help="also run the peer's transform alone at --big-rows (~5 min at 10M)")
+    ap.add_argument("--tft-python", default=str(ROOT / ".venv-tft" / "bin" / "python"))
     ap.add_argument("--work", default="", help="scratch directory kept (default: a temp dir)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "benchmarks-data.md"))
     a = ap.parse_args()
     if a.case:
-        if a.case == "prepare":
-            out = case_prepare(a.rows, a.path)
-        elif a.case in ("transform", "statistics"):
-            out = case_stage(a.case, a.path, a.rows, a.beam_args.split() if a.beam_args else [])
-        else:
-            out = case_input(a.path, a.path2, a.rows)
-        print(json.dumps(out))
+        cases = {"gen": lambda t, r, p: case_gen(t, int(r), p), "ingest": case_ingest,
+                 "stage": lambda s, e, args, fn: case_stage(s, e, args.split(), fn),
+                 "input": lambda t, g, b: case_input(t, g, int(b)), "parity": case_parity}
+        print(json.dumps(cases[a.case](*a.arg)))
         return
     run_all(a)
 
 
-def run_all(a: argparse.Namespace) -> None:
-    sizes = [100_000, 1_000_000] if a.quick else [1_000_000, 10_000_000]
-    work = Path(a.work or tempfile.mkdtemp(prefix="baton-bench-data-"))
-    me = str(Path(__file__).resolve())
-    results: dict = {"sizes": sizes, "transform": [], "statistics": []}
-    data = {}
-    for rows in sizes:
-        data[rows] = child([me, "--case", "prepare", "--rows", str(rows),
-                            "--path", str(work / f"r{rows}")])
-        print(f"prepared {rows} rows in {data[rows]['seconds']:.1f}s", file=sys.stderr)
-    mp = "--direct_num_workers=2 --direct_running_mode=multi_processing"
-    for rows in sizes:
-        for label, args in (("FnApiRunner", ""), ("FnApiRunner, 2 processes", mp)):
-            r = child([me, "--case", "transform", "--rows", str(rows),
-                       "--path", data[rows]["examples"], "--beam-args", args])
-            r["runner"] = label
-            results["transform"].append(r)
-            print(f"transform {rows} {label}: {r['rows_per_s']:,.0f} rows/s", file=sys.stderr)
-    small = sizes[0]  # the same rows without the Arrow copy: every tf.Example parsed by TF
-    view = work / f"r{small}-tfrecords-only"
-    view.mkdir(exist_ok=True)
-    src = Path(data[small]["examples"])
-    for name in ("train", "schema.json"):
-        if not (view / name).exists():
-            (view / name).symlink_to(src / name)
-    r = child([me, "--case", "transform", "--rows", str(small), "--path", str(view)])
-    r["runner"] = "FnApiRunner, TFRecords only (no Arrow copy)"
-    results["transform"].append(r)
-    print(f"transform {small} tfrecords only: {r['rows_per_s']:,.0f} rows/s", file=sys.stderr)
-    big = sizes[-1]
-    r = child([me, "--case", "statistics", "--rows", str(big), "--path", data[big]["examples"]])
-    results["statistics"].append(r)
-    print(f"statistics {big}: {r['rows_per_s']:,.0f} rows/s", file=sys.stderr)
-    first = next(t for t in results["transform"] if t["rows"] == sizes[0])
-    tdir = Path(first["root"]) / "runs" / "test" / "test-run" / "transform"
-    results["input"] = child([me, "--case", "input", "--rows", "32", "--path",
-                              str(tdir / "transformed"), "--path2", str(tdir / "transform_graph")])
-    if TFT_PY.exists():
-        results["tft"] = child([str(ROOT / "bench" / "data" / "tft_peer.py"), "--rows",
-                                str(a.tft_rows or sizes[0])], python=str(TFT_PY))
-        print(f"tft: {results['tft']['rows_per_s']:,.0f} rows/s", file=sys.stderr)
-    import shutil
+def _median(runs: list[dict]) -> dict:
+    """The run with the median seconds, with every run's seconds beside it."""
+    ordered = sorted(runs, key=lambda r: r["seconds"])
+    mid = dict(ordered[(len(ordered) - 1) // 2])
+    mid["runs_seconds"] = [round(r["seconds"], 3) for r in runs]
+    mid["seconds_median"] = statistics.median(r["seconds"] for r in runs)
+    return mid
 
-    for case in results["transform"] + results["statistics"]:
-        shutil.rmtree(case.pop("root"), ignore_errors=True)
+
+def run_all(a: argparse.Namespace) -> None:
+    rows = a.rows or (100_000 if a.quick else 1_000_000)
+    big = a.big_rows or (1_000_000 if a.quick else 10_000_000)
+    work = Path(a.work or tempfile.mkdtemp(prefix="baton-bench-data-"))
+    work.mkdir(parents=True, exist_ok=True)
+    me = str(Path(__file__).resolve())
+    peer_ok = Path(a.tft_python).exists()
+    res: dict = {"rows": rows, "big_rows": big, "repeat": a.repeat, "peer_repeat": a.peer_repeat,
+                 "tables": {}, "transform_alone": [], "machine": _machine()}
+
+    def log(msg: str) -> None:
+        print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+    def baton(argv: list[str]) -> dict:
+        return child([me, "--case", argv[0], *[f"--arg={arg}" for arg in argv[1:]]])
+
+    csvs = {}
+    for table, n in (("current", rows), ("census", rows), ("current", big)):
+        path = work / f"{table}-{n}.csv"
+        if not path.exists():
+            baton(["gen", table, str(n), str(path)])
+        csvs[(table, n)] = str(path)
+    log(f"CSV files in {work}")
+    examples = {}
+    for table, n in (("current", rows), ("census", rows)):
+        fn = "census_fn:preprocessing_fn" if table == "census" else ""
+        ingests, transforms = [], []
+        for i in range(a.repeat):
+            out = work / f"ingest-{table}-{n}-{i}"
+            shutil.rmtree(out, ignore_errors=True)
+            ingests.append(baton(["ingest", csvs[(table, n)], str(out)]))
+            transforms.append(baton(["stage", "transform", ingests[-1]["examples"], "", fn]))
+            log(f"{table} {n}: ingest {ingests[-1]['seconds']:.2f} s, transform "
+                f"{transforms[-1]['seconds']:.2f} s")
+        ing, tr = _median(ingests), _median(transforms)
+        examples[(table, n)] = ing["examples"]
+        entry: dict = {"rows": n, "ingest": ing, "transform": tr,
+                       "baton_seconds": ing["seconds_median"] + tr["seconds_median"],
+                       "baton_runs_seconds": [round(x["seconds"] + y["seconds"], 3)
+                                              for x, y in zip(ingests, transforms, strict=True)]}
+        if peer_ok:
+            peers = []
+            for i in range(a.peer_repeat):
+                out = work / f"peer-{table}-{n}-{i}"
+                shutil.rmtree(out, ignore_errors=True)
+                peers.append(case_peer(a.tft_python, table, csvs[(table, n)], str(out)))
+                log(f"{table} {n}: peer {peers[-1]['seconds']:.1f} s")
+            entry["peer"] = _median(peers)
+            entry["ratio"] = entry["peer"]["seconds_median"] / entry["baton_seconds"]
+            if table == "census":
+                entry["parity"] = baton(["parity", tr["transformed"],
+                                         json.dumps(entry["peer"]["transformed"])])
+                log(f"parity: {'ok' if entry['parity']['ok'] else entry['parity']['failures']}")
+        res["tables"][table] = entry
+        for r in transforms:  # the median run's output is read by the parity/input cases
+            if r["root"] != tr["root"]:
+                shutil.rmtree(r["root"], ignore_errors=True)
+    # The transform stage alone: on the current table's examples at `rows` (already measured
+    # above, the same runs) and at `big` (ingested once from its CSV; not timed here).
+    alone = [dict(res["tables"]["current"]["transform"], runner="FnApiRunner")]
+    out = work / f"ingest-current-{big}"
+    shutil.rmtree(out, ignore_errors=True)
+    big_ing = baton(["ingest", csvs[("current", big)], str(out)])
+    log(f"current {big}: ingest {big_ing['seconds']:.1f} s")
+    res["big_ingest"] = big_ing
+    runs = []
+    for _ in range(a.repeat):
+        runs.append(baton(["stage", "transform", big_ing["examples"], "", ""]))
+        log(f"current {big}: transform {runs[-1]['seconds']:.2f} s "
+            f"({runs[-1]['rows']} rows, peak {runs[-1]['peak_rss_mb']:.0f} MB)")
+        if runs[-1]["rows"] != big:
+            raise SystemExit(f"transform at {big} rows transformed {runs[-1]['rows']} rows")
+    alone.append(dict(_median(runs), runner="FnApiRunner"))
+    mp = "--direct_num_workers=2 --direct_running_mode=multi_processing"
+    r = baton(["stage", "transform", examples[("current", rows)], mp, ""])
+    alone.append(dict(r, runner="FnApiRunner, 2 processes", runs_seconds=[round(r["seconds"], 3)],
+                      seconds_median=r["seconds"]))
+    log(f"current {rows}: transform 2 processes {r['seconds']:.2f} s")
+    # <- "transform on PortableRunner": alone.append(dict(case_portable(...), runner=...))
+    res["transform_alone"] = alone
+    if peer_ok:  # the peer's transform alone: TFExampleRecord on the same tf.Examples
+        peers = []
+        for n, ex in ((rows, examples[("current", rows)]), (big, big_ing["examples"])):
+            if n == big and not a.peer_big:
+                continue
+            out = work / f"peer-alone-{n}"
+            shutil.rmtree(out, ignore_errors=True)
+            p = case_peer(a.tft_python, "current", csvs[("current", n)], str(out),
+                          tfrecords=str(Path(ex) / "train" / "*.tfrecord"))
+            p["rows"] = n
+            peers.append(dict(p, runs_seconds=[round(p["seconds"], 3)],
+                              seconds_median=p["seconds"]))
+            log(f"peer alone {n}: {p['seconds']:.1f} s")
+            shutil.rmtree(out, ignore_errors=True)
+        res["peer_alone"] = peers
+    stats = baton(["stage", "statistics", big_ing["examples"], "", ""])
+    shutil.rmtree(stats.pop("root"), ignore_errors=True)
+    res["statistics"] = stats
+    first = res["tables"]["current"]["transform"]
+    res["input"] = baton(["input", first["transformed"], first["transform_graph"], "32"])
+    for case in [*alone, res["tables"]["census"]["transform"]]:
+        if case.get("root"):
+            shutil.rmtree(case.pop("root"), ignore_errors=True)
+    results = HERE / "results"
+    results.mkdir(exist_ok=True)
+    (results / "data.json").write_text(json.dumps(res, indent=1) + "\n")
     if not a.work:  # the generated rows (GBs at 10M) only when we made the directory
         shutil.rmtree(work, ignore_errors=True)
-    else:
-        (work / "results.json").write_text(json.dumps(results, indent=1))
-    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    sys.path.insert(0, str(HERE))
     from report import write_report
 
-    path = write_report(results, Path(a.out))
-    print(f"wrote {path}", file=sys.stderr)
+    path = write_report(res, Path(a.out))
+    print(json.dumps({k: v for k, v in res.items() if k != "input"}, indent=1, default=str))
+    log(f"wrote {results / 'data.json'} and {path}")
+
+
+def _machine() -> dict:
+    import platform
+
+    return {"machine": platform.machine(), "cores": os.cpu_count(),
+            "load_average": os.getloadavg(), "date": time.strftime("%Y-%m-%d %H:%M")}
 
 
 # --- portable runner (issue #12 item 4): self-contained, run on its own ------------------------

@@ -190,8 +190,33 @@ def numeric_column(arr: Any, na: set[bytes]) -> tuple[np.ndarray, np.ndarray, np
         return vals, bad, nan if nan.any() else None
 
 
-def string_column(arr: Any, na: set[bytes]) -> tuple[np.ndarray, np.ndarray]:
-    """A binary arrow column as str objects ("" for NA) and a mask of non-UTF-8 values."""
+def string_column(arr: Any, na: set[bytes]) -> tuple[Any, np.ndarray]:
+    """A binary arrow column as `Strings` ("" for NA) and a mask of non-UTF-8 values.
+
+    Values are stripped of ASCII whitespace (as `bytes.strip`), then matched against `na`. On
+    valid UTF-8 (the usual case) this runs in Arrow without a Python object per row; otherwise
+    value by value, to find the culprits.
+    """
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    from baton.pipeline.dataplane.example_codec import Strings
+
+    try:
+        s = pc.ascii_trim_whitespace(arr.cast(pa.string()))
+    except (pa.ArrowInvalid, UnicodeDecodeError):
+        return _string_column_slow(arr, na)
+    if na:
+        mask = pc.is_in(s, value_set=pa.array([v.decode("utf-8", "replace") for v in na],
+                                              pa.string()))
+        if pc.any(mask).as_py():
+            s = pc.if_else(mask, pa.scalar("", pa.string()), s)
+    return Strings.from_arrow(s), np.zeros(len(arr), bool)
+
+
+def _string_column_slow(arr: Any, na: set[bytes]) -> tuple[Any, np.ndarray]:
+    from baton.pipeline.dataplane.example_codec import Strings
+
     values = arr.to_pylist()
     out = np.empty(len(values), object)
     bad = np.zeros(len(values), bool)
@@ -205,7 +230,7 @@ def string_column(arr: Any, na: set[bytes]) -> tuple[np.ndarray, np.ndarray]:
         except UnicodeDecodeError:
             bad[i] = True
             out[i] = ""
-    return out, bad
+    return Strings.from_objects(out), bad
 
 
 def infer_types(path: Path, header: list[str], na: set[bytes]) -> dict[str, str]:
@@ -305,10 +330,23 @@ def _chunks(path: Path, start: int, size: int) -> Iterator[bytes]:
             yield buf[: cut + 1]
 
 
+def typed_read_ok(na: set[bytes]) -> bool:
+    """Whether pyarrow may convert values while it parses (`iter_raw(types=...)`): only when
+    no NA value has surrounding whitespace, since the parser matches NA values untrimmed."""
+    return all(v == v.strip() for v in na)
+
+
 def iter_raw(path: Path, header: list[str], quarantine: Quarantine | None,
-             block_rows: int = 65_536) -> Generator[Any, None, None]:
+             block_rows: int = 65_536, types: Mapping[str, str] | None = None,
+             na: set[bytes] | None = None) -> Generator[Any, None, None]:
     """Record batches of raw bytes columns named by `header` (the file's own header line is
-    skipped); rows with a wrong field count or an unterminated quote go to `quarantine`."""
+    skipped); rows with a wrong field count or an unterminated quote go to `quarantine`.
+
+    With `types` (column -> "float32" | "string") and `na`, each chunk is first parsed with
+    the values converted by pyarrow's multithreaded parser (float32 columns with `na` as
+    nulls, string columns as validated UTF-8); a chunk whose values do not all convert that
+    way (a bad number, whitespace around a number or an NA value, invalid UTF-8) is parsed
+    again as raw bytes, so `decode_batch` gives every chunk the same result either way."""
     import pyarrow as pa
     import pyarrow.csv as pcsv
 
@@ -318,23 +356,36 @@ def iter_raw(path: Path, header: list[str], quarantine: Quarantine | None,
     convert_options = pcsv.ConvertOptions(
         column_types=dict.fromkeys(names, pa.binary()), strings_can_be_null=False,
         quoted_strings_can_be_null=False)
+    typed_options = None
+    if types is not None and na is not None and typed_read_ok(na):
+        arrow_types = {"float32": pa.float32(), "string": pa.string()}
+        typed_options = pcsv.ConvertOptions(
+            column_types={n: arrow_types[types[n]] if n in types else pa.binary()
+                          for n in names},
+            null_values=sorted(v.decode("utf-8", "replace") for v in na),
+            strings_can_be_null=False, quoted_strings_can_be_null=False)
 
     def parse(buf: bytes) -> tuple[Any, list[Any]]:
-        invalid: list[Any] = []
         if not buf.strip(b"\r\n"):  # nothing but line breaks: pyarrow calls that an error
-            return pa.table({n: pa.array([], pa.binary()) for n in names}), invalid
+            return pa.table({n: pa.array([], pa.binary()) for n in names}), []
+        for options in ((typed_options, convert_options) if typed_options else
+                        (convert_options,)):
+            invalid: list[Any] = []
 
-        def on_invalid(row: Any) -> str:
-            invalid.append((row.expected_columns, row.actual_columns, row.text))
-            return "skip"
+            def on_invalid(row: Any, invalid: list[Any] = invalid) -> str:
+                invalid.append((row.expected_columns, row.actual_columns, row.text))
+                return "skip"
 
-        try:
-            table = pcsv.read_csv(
-                pa.py_buffer(buf), read_options=read_options, convert_options=convert_options,
-                parse_options=pcsv.ParseOptions(invalid_row_handler=on_invalid))
-        except pa.ArrowInvalid as exc:
-            raise StageError(f"CSV file {path}: cannot be parsed ({str(exc)[:300]})") from None
-        return table, invalid
+            try:
+                table = pcsv.read_csv(
+                    pa.py_buffer(buf), read_options=read_options, convert_options=options,
+                    parse_options=pcsv.ParseOptions(invalid_row_handler=on_invalid))
+            except pa.ArrowInvalid as exc:
+                if options is typed_options:
+                    continue  # a value that does not convert: the raw bytes path finds it
+                raise StageError(f"CSV file {path}: cannot be parsed ({str(exc)[:300]})") from None
+            return table, invalid
+        raise AssertionError("unreachable")
 
     line_no = 2  # the header is line 1
     for buf in _chunks(path, rows_at, max(1 << 16, block_rows * 64)):
@@ -364,14 +415,25 @@ def decode_batch(batch: Any, path: Path, types: Mapping[str, str], na: set[bytes
                  quarantine: Quarantine) -> tuple[dict[str, np.ndarray], dict[str, np.ndarray]]:
     """Typed numpy columns of one raw batch, and the rows of each numeric column that hold a
     literal NaN (only columns that have one). Rows with any bad value are quarantined and
-    removed from both."""
+    removed from both. String columns come back as `example_codec.Strings`."""
+    import pyarrow as pa
+
     cols: dict[str, np.ndarray] = {}
     nans: dict[str, np.ndarray] = {}
     bad_any = np.zeros(batch.num_rows, bool)
     reasons: dict[int, str] = {}
     for name, dtype in types.items():
         arr = batch.column(name)
-        if dtype == "float32":
+        if dtype == "float32" and arr.type == pa.float32():  # converted by the parser
+            values = np.asarray(arr.to_numpy(zero_copy_only=False), np.float32)  # null -> NaN
+            bad = np.zeros(len(arr), bool)
+            if arr.null_count < len(arr):
+                lit = np.isnan(values)
+                if arr.null_count:
+                    lit &= np.asarray(arr.is_valid().to_numpy(zero_copy_only=False), bool)
+                if lit.any():
+                    nans[name] = lit
+        elif dtype == "float32":
             values, bad, nan = numeric_column(arr, na)
             if nan is not None:
                 nans[name] = nan

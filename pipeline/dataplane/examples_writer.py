@@ -20,6 +20,12 @@ A tensor column (`Column.shape`, e.g. an image) arrives as `[rows, *shape]` (or 
 float32 values: one `float_list` of K = prod(shape) values per row in the TFRecords, a
 `fixed_size_list<float32>[K]` in the Arrow copy; a row whose values are all NaN is a missing
 tensor (an absent feature, a null list).
+
+The TFRecord files are written by this module, not by `tf.io.TFRecordWriter`: `example_codec`
+frames a whole batch (length, masked CRC-32C of the length, example, masked CRC-32C of the
+example) into one buffer, and each shard's rows are one contiguous slice of it, appended with
+a single `write`. The bytes are those TFRecordWriter writes (uncompressed), which
+`tests/pipeline/dataplane/test_example_codec.py` checks; writing needs no TensorFlow.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from baton.pipeline.dataplane.example_codec import encode_batch
+from baton.pipeline.dataplane.example_codec import Strings, as_strings, encode
 from baton.pipeline.dataplane.schema_file import Column
 
 COLUMNAR = "columnar"
@@ -50,7 +56,7 @@ def arrow_schema(columns: Sequence[Column]) -> Any:
     return pa.schema([(c.name, arrow_type(c)) for c in columns], metadata={MISSING_KEY: b"null"})
 
 
-def to_record_batch(columns: Sequence[Column], values: Sequence[np.ndarray],
+def to_record_batch(columns: Sequence[Column], values: Sequence[Any],
                     nan: Mapping[str, np.ndarray] | None = None) -> Any:
     """The Arrow copy of a batch: a missing number is null; a NaN marked in `nan` stays NaN."""
     import pyarrow as pa
@@ -69,6 +75,9 @@ def to_record_batch(columns: Sequence[Column], values: Sequence[np.ndarray],
             if nan and c.name in nan:
                 missing &= ~nan[c.name]
             arrays.append(pa.array(v, mask=missing) if missing.any() else pa.array(v))
+        elif isinstance(v, Strings):
+            s = v.compact()  # the values this batch uses, sorted: as np.unique gives them
+            arrays.append(pa.DictionaryArray.from_arrays(pa.array(s.codes), s.values))
         else:
             uniq, idx = np.unique(np.asarray(v, object).astype(str), return_inverse=True)
             arrays.append(pa.DictionaryArray.from_arrays(
@@ -76,8 +85,10 @@ def to_record_batch(columns: Sequence[Column], values: Sequence[np.ndarray],
     return pa.RecordBatch.from_arrays(arrays, schema=arrow_schema(columns))
 
 
-def missing_mask(values: np.ndarray, numeric: bool) -> np.ndarray:
+def missing_mask(values: Any, numeric: bool) -> np.ndarray:
     """True where a value is missing: NaN for numeric columns, "" for strings."""
+    if isinstance(values, Strings):
+        return values.missing()
     if numeric:
         return np.isnan(np.asarray(values, np.float32))
     return np.asarray(values, dtype=object) == ""
@@ -99,31 +110,33 @@ class SplitWriter:
         self._writer: Any = None
         directory.mkdir(parents=True, exist_ok=True)
 
-    def write(self, records: Sequence[bytes], batch: Any = None) -> None:
-        """Append serialized examples (and the same rows as a pyarrow RecordBatch, if columnar)."""
-        import tensorflow as tf
+    def write(self, records: Any, batch: Any = None) -> None:
+        """Append framed TFRecord records (an Arrow binary array from
+        `example_codec.encode(..., framed=True)`) and the same rows as a pyarrow RecordBatch,
+        if columnar."""
+        from baton.pipeline.dataplane.example_codec import _bytes_of
 
+        data, offsets = _bytes_of(records)
         i = 0
-        while i < len(records):
+        n = len(records)
+        while i < n:
             if self._writer is None or self._in_shard >= self.rows_per_shard:
-                self._open_next(tf)
-            take = min(len(records) - i, self.rows_per_shard - self._in_shard)
+                self._open_next()
+            take = min(n - i, self.rows_per_shard - self._in_shard)
             assert self._writer is not None
-            write = self._writer.write
-            for rec in records[i : i + take]:
-                write(rec)
+            self._writer.write(data[int(offsets[i]):int(offsets[i + take])].data)
             if batch is not None and self._arrow is not None:
                 self._arrow.write_batch(batch.slice(i, take))
             self._in_shard += take
             self.rows += take
             i += take
 
-    def _open_next(self, tf: Any) -> None:
+    def _open_next(self) -> None:
         self._close_files()
         self._shard += 1
         self._in_shard = 0
         name = f"part-{self._shard:05d}"
-        self._writer = tf.io.TFRecordWriter(str(self.directory / f"{name}.tfrecord"))
+        self._writer = open(self.directory / f"{name}.tfrecord", "wb")  # noqa: SIM115
         if self.columnar is not None and self._schema is not None:
             import pyarrow as pa
 
@@ -139,9 +152,7 @@ class SplitWriter:
 
     def close(self) -> None:
         if self._writer is None:  # an empty split still gets one (empty) shard file
-            import tensorflow as tf
-
-            self._open_next(tf)
+            self._open_next()
         self._close_files()
 
 
@@ -208,14 +219,17 @@ class ExamplesWriter:
         which = np.searchsorted(self._cuts, draw, side="right").clip(0, len(self._names) - 1)
         for i, name in enumerate(self._names):
             sel = keep & (which == i)
-            if sel.any():
+            if sel.all():
+                self._write(name, names, cols, numeric, nan)
+            elif sel.any():
                 self._write(name, names, [c[sel] for c in cols], numeric,
                             {k: v[sel] for k, v in nan.items()})
 
-    def _write(self, split: str, names: list[str], cols: list[np.ndarray], numeric,  # noqa: ANN001
+    def _write(self, split: str, names: list[str], cols: list[Any], numeric,  # noqa: ANN001
                nan: Mapping[str, np.ndarray]) -> None:
         if len(cols[0]):
-            self._writer(split).write(encode_batch(names, cols, numeric, nan),
+            cols = [c if num else as_strings(c) for c, num in zip(cols, numeric, strict=True)]
+            self._writer(split).write(encode(names, cols, numeric, nan, framed=True),
                                       to_record_batch(self.columns, cols, nan))
 
     def close(self) -> dict[str, int]:

@@ -60,7 +60,8 @@ def ingest(ctx: Any, config: Any, out: Path) -> None:
     good = 0
     try:
         for f in nonempty:
-            for raw in csv_source.iter_raw(f, header, quarantine, config.batch_rows):
+            for raw in csv_source.iter_raw(f, header, quarantine, config.batch_rows,
+                                             types=types, na=na):
                 batch, nan = csv_source.decode_batch(raw, f, types, na, quarantine)
                 n = len(batch[label])
                 if n:

@@ -28,7 +28,13 @@ def rows(n: int = 3000, seed: int = 7) -> dict[str, np.ndarray]:
     }
 
 
-def make(tft, tf):  # noqa: ANN001, ANN201 - tft is either library
+def make(tft, tf, for_stage: bool = False):  # noqa: ANN001, ANN201 - tft is either library
+    """`for_stage`: every id output a valid embedding row, as Baton's transform stage requires
+    (the data benchmark runs it there): `cat2_top` gets an OOV bucket, and the text ids are
+    padded with the OOV id (50) instead of -1 and cast to float32 (the stage takes int64 ids
+    only with a known range, which padding a ragged tensor loses)."""
+    top_oov, pad = (1, 50) if for_stage else (0, -1)
+
     def preprocessing_fn(inputs):  # noqa: ANN001, ANN202
         out = {"row_out": inputs["row"] + 0.0}
         for k in NUMERIC:
@@ -39,13 +45,16 @@ def make(tft, tf):  # noqa: ANN001, ANN201 - tft is either library
             out[k + "_id"] = tft.compute_and_apply_vocabulary(inputs[k], num_oov_buckets=2,
                                                               vocab_filename=k)
         out["cat2_top"] = tft.compute_and_apply_vocabulary(inputs["cat2"], top_k=3,
-                                                           frequency_threshold=5)
+                                                           frequency_threshold=5,
+                                                           num_oov_buckets=top_oov)
         out["c_b"] = tft.bucketize(inputs["c"], 8)
         out["d_b"] = tft.bucketize(inputs["d"], 4)
         out["cat1_h"] = tft.hash_strings(inputs["cat1"], 16)
         tokens = tf.strings.split(inputs["text"])
         out["text_ids"] = tft.compute_and_apply_vocabulary(
-            tokens, top_k=50, num_oov_buckets=1).to_tensor(default_value=-1, shape=[None, 5])
+            tokens, top_k=50, num_oov_buckets=1).to_tensor(default_value=pad, shape=[None, 5])
+        if for_stage:
+            out["text_ids"] = tf.cast(out["text_ids"], tf.float32)
         zero = tf.zeros_like(inputs["a"])
         out["a_mean"] = tft.mean(inputs["a"]) + zero
         out["a_var"] = tft.var(inputs["a"]) + zero
@@ -57,3 +66,37 @@ def make(tft, tf):  # noqa: ANN001, ANN201 - tft is either library
         return out
 
     return preprocessing_fn
+
+
+SCALINGS = ("a_z", "b_z", "c_z", "d_z", "a_01", "b_mm", "nested")
+ANALYZER_VALUES = ("a_mean", "a_var", "c_min", "c_max", "d_sum", "d_size")
+IDS = ("cat1_id", "cat2_id", "cat3_id", "cat2_top", "cat1_h", "text_ids")
+BUCKETS = (("c_b", 8), ("d_b", 4))
+
+
+def compare(ours: dict[str, np.ndarray], peer: dict[str, np.ndarray],
+            min_text_vocab: int = 40) -> tuple[list[str], dict[str, float]]:
+    """The parity checks, for the test and the data benchmark: (failures, bucket-id
+    disagreement per bucketized output). Rows must be in the same order on both sides."""
+    failures: list[str] = []
+    if sorted(ours) != sorted(peer):
+        return [f"outputs differ: {sorted(set(ours) ^ set(peer))}"], {}
+    if not np.array_equal(ours["row_out"], peer["row_out"]):
+        failures.append("row_out")
+    for k in SCALINGS:
+        if not np.allclose(ours[k], peer[k], rtol=1e-5, atol=1e-6):
+            failures.append(f"{k}: max |diff| {np.max(np.abs(ours[k] - peer[k])):.3g}")
+    for k in ANALYZER_VALUES:
+        if not np.allclose(ours[k], peer[k], rtol=1e-6, atol=0):
+            failures.append(f"{k}: {ours[k].flat[0]!r} vs {peer[k].flat[0]!r}")
+    if len(np.unique(peer["text_ids"])) <= min_text_vocab:
+        failures.append("text_ids: the peer's vocabulary is nearly all OOV")
+    for k in IDS:
+        if not np.array_equal(ours[k], peer[k]):
+            failures.append(f"{k}: {float(np.mean(ours[k] != peer[k])):.4%} of ids differ")
+    differ = {}
+    for k, buckets in BUCKETS:  # within tf.Transform's quantile epsilon
+        differ[k] = float(np.mean(ours[k] != peer[k]))
+        if differ[k] > min(1.0 / buckets, 0.01) * 2:
+            failures.append(f"{k}: {differ[k]:.4%} of bucket ids differ")
+    return failures, differ
