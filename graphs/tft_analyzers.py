@@ -47,8 +47,15 @@ def accumulate(kind: str, params: Mapping[str, Any], arrays: Sequence[np.ndarray
     if kind == "size":
         x = _values(arrays[0], reduce)
         return np.full(x.shape[1:], x.shape[0], np.int64)
-    if kind == "vocabulary":
+    if kind == "vocabulary":  # (distinct tokens, counts), or the tokens themselves
         tokens = np.asarray(arrays[0]).reshape(-1)
+        if len(arrays) > 1:
+            counts = np.asarray(arrays[1]).reshape(-1).tolist()
+            out: dict[bytes, int] = {}
+            for t, c in zip(tokens.tolist(), counts, strict=True):
+                b = _bytes(t)
+                out[b] = out.get(b, 0) + int(c)
+            return out
         uniq, counts = np.unique(tokens.astype(object), return_counts=True)
         return {_bytes(t): int(c) for t, c in zip(uniq, counts, strict=True)}
     if kind == "quantiles":

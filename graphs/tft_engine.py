@@ -49,8 +49,13 @@ class Phase:
         out = self.concrete(**_feed(self.concrete, batch))
         return {k: tft_analyzers.accumulate(
                     req.kind, req.params,
-                    [_numpy(out[f"{k}/{i}"]) for i in range(len(req.inputs))])
+                    [_numpy(out[f"{k}/{i}"]) for i in range(_outputs(req))])
                 for k, req in self.analyzers.items()}
+
+
+def _outputs(req: tft_trace.Request) -> int:
+    """How many arrays the phase's graph returns for an analyzer (tft_trace.trace_function)."""
+    return 2 if req.kind == "vocabulary" else len(req.inputs)
 
 
 def merge_all(phase: Phase, parts: Iterable[Mapping[int, Any]]) -> dict[int, Any]:

@@ -137,8 +137,10 @@ def trace_function(preprocessing_fn: Callable[[dict[str, Any]], Any], raw_specs:
     """Trace `preprocessing_fn` over `raw_specs` with the analyzer values known so far.
 
     `analysis=True`: the concrete function returns the ready analyzers' inputs, keyed
-    `"<k>/<i>"` (a ragged or sparse input as its flat values); False: the preprocessing_fn's
-    outputs (every analyzer must be known).
+    `"<k>/<i>"` (a ragged or sparse input as its flat values; a vocabulary's tokens already
+    counted, `<k>/0` the distinct tokens and `<k>/1` their counts, by TensorFlow's hash-based
+    unique rather than a numpy sort of Python strings); False: the preprocessing_fn's outputs
+    (every analyzer must be known).
     """
     import tensorflow as tf
 
@@ -151,8 +153,16 @@ def trace_function(preprocessing_fn: Callable[[dict[str, Any]], Any], raw_specs:
         box["outputs"] = outputs
         if not analysis:
             return outputs
-        return {f"{k}/{i}": _flat(t) for k, req in trace.requests.items()
-                for i, t in enumerate(req.inputs)}
+        out = {}
+        for k, req in trace.requests.items():
+            if req.kind == "vocabulary":  # counted in the graph: distinct tokens and counts
+                tokens, _, counts = tf.unique_with_counts(tf.reshape(_flat(req.inputs[0]), [-1]),
+                                                          out_idx=tf.int64)
+                out[f"{k}/0"], out[f"{k}/1"] = tokens, counts
+                continue
+            for i, t in enumerate(req.inputs):
+                out[f"{k}/{i}"] = _flat(t)
+        return out
 
     concrete = tf.function(fn, input_signature=[dict(raw_specs)], autograph=False) \
         .get_concrete_function()

@@ -149,9 +149,8 @@ def case_stage(stage: str, examples: str, args: list[str], fn: str = "") -> dict
             **{k: str(v) for k, v in out.items()}}
 
 
-# case_portable(examples, rows) -> dict: "transform on PortableRunner" (added separately).
-# It returns what case_stage returns; run_all appends it to results["transform_alone"] with
-# "runner": "PortableRunner" and report.py renders it as one more row of that table.
+# case_portable(rows) (below): the transform with a preprocessing_fn on the PortableRunner
+# beside the in-process run; run_all records it as results["portable"].
 
 
 def case_input(transformed: str, graph: str, batch: int) -> dict:
@@ -296,7 +295,8 @@ def main() -> None:
     if a.case:
         cases = {"gen": lambda t, r, p: case_gen(t, int(r), p), "ingest": case_ingest,
                  "stage": lambda s, e, args, fn: case_stage(s, e, args.split(), fn),
-                 "input": lambda t, g, b: case_input(t, g, int(b)), "parity": case_parity}
+                 "input": lambda t, g, b: case_input(t, g, int(b)), "parity": case_parity,
+                 "portable": lambda r: case_portable(int(r))}
         print(json.dumps(cases[a.case](*a.arg)))
         return
     run_all(a)
@@ -389,7 +389,8 @@ def run_all(a: argparse.Namespace) -> None:
     alone.append(dict(r, runner="FnApiRunner, 2 processes", runs_seconds=[round(r["seconds"], 3)],
                       seconds_median=r["seconds"]))
     log(f"current {rows}: transform 2 processes {r['seconds']:.2f} s")
-    # <- "transform on PortableRunner": alone.append(dict(case_portable(...), runner=...))
+    res["portable"] = baton(["portable", str(rows)])
+    log(f"portable {rows}: {res['portable']}")
     res["transform_alone"] = alone
     if peer_ok:  # the peer's transform alone: TFExampleRecord on the same tf.Examples
         peers = []
@@ -467,7 +468,9 @@ def case_portable(rows: int = 1_000_000) -> dict:
     from baton.pipeline.testing import run_stage
 
     work = Path(tempfile.mkdtemp(prefix="baton-bench-portable-"))
-    examples = case_prepare(rows, str(work / "data"))["examples"]
+    csv = str(work / "current.csv")
+    case_gen("current", rows, csv)
+    examples = case_ingest(csv, str(work / "data"))["examples"]
     spec = work / "spec"
     spec.mkdir()
     (spec / "bench_pre.py").write_text(PORTABLE_FN)
