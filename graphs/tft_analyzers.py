@@ -50,14 +50,14 @@ def accumulate(kind: str, params: Mapping[str, Any], arrays: Sequence[np.ndarray
     if kind == "vocabulary":  # (distinct tokens, counts), or the tokens themselves
         tokens = np.asarray(arrays[0]).reshape(-1)
         if len(arrays) > 1:
-            counts = np.asarray(arrays[1]).reshape(-1).tolist()
             out: dict[bytes, int] = {}
-            for t, c in zip(tokens.tolist(), counts, strict=True):
+            for t, c in zip(tokens.tolist(), np.asarray(arrays[1]).reshape(-1).tolist(),
+                            strict=True):
                 b = _bytes(t)
                 out[b] = out.get(b, 0) + int(c)
             return out
-        uniq, counts = np.unique(tokens.astype(object), return_counts=True)
-        return {_bytes(t): int(c) for t, c in zip(uniq, counts, strict=True)}
+        uniq, n = np.unique(tokens.astype(object), return_counts=True)
+        return {_bytes(t): int(c) for t, c in zip(uniq, n, strict=True)}
     if kind == "quantiles":
         sketch = QuantileSketch()
         x = np.asarray(arrays[0], np.float64).reshape(-1)
