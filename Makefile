@@ -30,7 +30,7 @@ $(VENV)/.runtime: pyproject.toml | $(BIN)/python
 	touch $@
 
 $(VENV)/.dev: pyproject.toml $(VENV)/.runtime
-	$(PIP) -e '.[dev]'
+	$(PIP) -e '.[dev,federated]'
 	touch $@
 
 venv: $(VENV)/.dev

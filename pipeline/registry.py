@@ -27,6 +27,7 @@ STAGES: list[tuple[str, str]] = [
     ("validate", "baton.pipeline.stages.validate"),
     ("transform", "baton.pipeline.stages.transform"),
     ("train", "baton.pipeline.stages.train"),
+    ("federated", "baton.pipeline.stages.federated"),
     ("evaluate", "baton.pipeline.stages.evaluate"),
     ("export", "baton.pipeline.stages.export"),
     ("check", "baton.pipeline.stages.check"),

@@ -3,7 +3,8 @@
 A federated run on one machine rehearses data that lives in silos: every client gets its own
 directory, an examples artifact of the same layout (schema.json, `<split>/part-NNNNN.tfrecord`
 and the Arrow copy), and its process reads only that directory. Rows are copied as they are
-(the serialized tf.Examples byte for byte, the Arrow rows with `take`), so nothing is re-encoded.
+(the TFRecord records byte for byte, framing included, the Arrow rows with `take`), so nothing
+is re-encoded.
 
 How rows go to clients (`Partition`):
 
@@ -73,6 +74,8 @@ def client_names(partition: Partition, schema: ExamplesSchema, examples: Path,
 def split(examples: Path, out_dirs: Sequence[Path], partition: Partition,
           rows_per_shard: int = 500_000) -> dict[str, dict[str, int]]:
     """Write each client's examples artifact; returns rows per client per split."""
+    import pyarrow as pa
+
     schema = ExamplesSchema.load(examples)
     names = [d.name for d in out_dirs]
     values = sorted(_distinct(partition.by, schema, examples)) if partition.by else []
@@ -92,7 +95,8 @@ def split(examples: Path, out_dirs: Sequence[Path], partition: Partition,
                 for i, w in enumerate(writers):
                     rows = np.flatnonzero(owner == i)
                     if len(rows):
-                        w.write([records[start + r] for r in rows], batch.take(rows))
+                        w.write(pa.array([records[start + r] for r in rows], pa.large_binary()),
+                                batch.take(rows))
                         counts[names[i]][split_name] += len(rows)
                 unassigned += int((owner < 0).sum())
                 start += n
@@ -115,9 +119,23 @@ def split(examples: Path, out_dirs: Sequence[Path], partition: Partition,
 
 
 def _records(shard: Path) -> list[bytes]:
-    import tensorflow as tf
+    """Each record of a TFRecord file with its framing (length, CRCs) as it is on disk, so a
+    client's shard holds the same bytes: `uint64 length, uint32 crc, data, uint32 crc`."""
+    import gzip
+    import struct
 
-    return [r.numpy() for r in tf.data.TFRecordDataset(str(shard))]
+    raw = shard.read_bytes()
+    if shard.name.endswith(".gz") or raw[:2] == b"\x1f\x8b":
+        raw = gzip.decompress(raw)
+    out, pos = [], 0
+    while pos < len(raw):
+        (length,) = struct.unpack_from("<Q", raw, pos)
+        end = pos + 16 + length
+        if end > len(raw):
+            raise StageError(f"examples shard {shard}: truncated record at byte {pos}")
+        out.append(raw[pos:end])
+        pos = end
+    return out
 
 
 def _distinct(column: str, schema: ExamplesSchema, examples: Path) -> set[Any]:

@@ -18,6 +18,11 @@ from typing import Any
 import numpy as np
 
 
+def field(record: Any, key: str = "blob") -> bytes:
+    """The bytes stored under `key` of a Flower ConfigRecord."""
+    return bytes(record[key])
+
+
 def dumps(value: Any) -> bytes:
     return json.dumps(_enc(value), separators=(",", ":")).encode()
 

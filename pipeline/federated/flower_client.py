@@ -1,0 +1,167 @@
+"""Baton's Flower ClientApp: runs in each SuperNode, on that node's data directory only.
+
+The SuperNode's `--node-config` names the node's data (`data-dir`, an examples artifact) and
+its name (`client`). Messages from the server:
+
+- query `analyze`: this node's partial analyzer accumulators for the transform's next phase
+  (pipeline.federated.local.analyze), plus its examples' schema (columns, not rows);
+- query `setup`: the transform's analyzer values and the training settings; stored in the
+  run's `context.state` (the SuperNode keeps it between messages), so every later message
+  rebuilds the same local transform and model;
+- train: the global weights in, `local_epochs` of training, the updated weights out. With
+  `compression` set, `compression_mod` sends the update compressed instead (error feedback in
+  `context.state`); with privacy on, Flower's `fixedclipping_mod` clips it first;
+- evaluate: loss and accuracy (or mse) of the global weights on the node's eval rows;
+- query `edge`: the same for the TFLite edge model the server converted (on-device check).
+
+Everything that leaves the node goes through pipeline.federated.codec (no pickle) or Flower's
+own ArrayRecord/MetricRecord.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from typing import Any, cast
+
+import numpy as np
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
+from flwr.clientapp import ClientApp
+
+from baton.pipeline.federated import codec, compression
+
+app = ClientApp()
+# setup digest -> Local: Flower 1.42 starts a fresh ClientApp process per message, so this
+# saves work only when one process answers several (simulation, tests)
+_LOCAL: dict[str, Any] = {}
+STATE = "baton"
+
+
+def _arrays(msg: Message) -> list[np.ndarray]:
+    return cast(ArrayRecord, msg.content["arrays"]).to_numpy_ndarrays()
+
+
+def _config(msg: Message) -> Any:
+    """The message's ConfigRecord (the strategy's train/evaluate config), as a mapping."""
+    return cast(Any, msg.content.get("config", ConfigRecord()))
+
+
+def _data(context: Context) -> Any:
+    from baton.pipeline.federated.local import ClientData
+
+    key = "data:" + str(context.node_config["data-dir"])
+    if key not in _LOCAL:
+        _LOCAL[key] = ClientData(str(context.node_config["data-dir"]))
+    return _LOCAL[key]
+
+
+def _name(context: Context) -> str:
+    return str(context.node_config.get("client", context.node_id))
+
+
+def _local(context: Context) -> Any:
+    from baton.pipeline.federated.local import FnSpec, Local, Settings
+
+    if STATE not in context.state or "setup" not in context.state[STATE]:
+        raise RuntimeError("this node has no transform setup yet: the server sends it before "
+                           "training")
+    raw = codec.field(context.state[STATE], "setup")
+    digest = hashlib.sha256(raw).hexdigest()
+    if digest not in _LOCAL:
+        setup = codec.loads(raw)
+        _LOCAL[digest] = Local(FnSpec(**setup["fn"]), setup["resolved"], setup["label"],
+                               _data(context), Settings(**setup["settings"]))
+    return _LOCAL[digest]
+
+
+def _reply(msg: Message, **payload: Any) -> Message:
+    return Message(content=RecordDict({"baton": ConfigRecord({"blob": codec.dumps(payload)})}),
+                   reply_to=msg)
+
+
+@app.query()
+def query(msg: Message, context: Context) -> Message:
+    from baton.pipeline.federated.local import FnSpec, analyze
+
+    request = codec.loads(codec.field(msg.content["baton"]))
+    op = request["op"]
+    data = _data(context)
+    if op == "analyze":
+        out = analyze(FnSpec(**request["fn"]), request["resolved"], data, request["with_label"])
+        return _reply(msg, client=_name(context), schema=data.schema.to_dict(), **out)
+    if op == "setup":
+        context.state[STATE] = ConfigRecord({"setup": codec.dumps(request["setup"])})
+        local = _local(context)
+        return _reply(msg, client=_name(context), train=local.examples("train"),
+                      eval=local.examples("eval"))
+    if op == "edge":
+        return _reply(msg, client=_name(context), **_edge(context, request["tflite"]))
+    raise ValueError(f"unknown query {op!r}")
+
+
+def _edge(context: Context, model: bytes) -> dict[str, float]:
+    """The TFLite model's accuracy (or mse) on this node's eval rows, on the node itself."""
+    from baton.pipeline.release import tflite
+
+    local = _local(context)
+    split = "eval" if local.examples("eval") else "train"
+    feats, y = local.splits[split]
+    out = tflite.predict(tflite.runner(model), feats)
+    if local.task == "regression":
+        return {"mse": float(np.mean((np.reshape(out["predictions"], -1) - y) ** 2)),
+                "examples": float(len(y))}
+    return {"accuracy": float(np.mean(np.argmax(out["probabilities"], axis=1) == y)),
+            "examples": float(len(y))}
+
+
+def compression_mod(msg: Message, context: Context, call_next: Any) -> Message:
+    """Send the update (trained - received weights) compressed, with error feedback."""
+    reply = call_next(msg, context)
+    method = str(_config(msg).get("compression", "none"))
+    if method == "none" or reply.has_error():
+        return reply
+    received, trained = _arrays(msg), _arrays(reply)
+    update = [t - r for t, r in zip(trained, received, strict=True)]
+    residual = None
+    if STATE in context.state and "residual" in context.state[STATE]:
+        residual = [np.asarray(a) for a in codec.loads(codec.field(context.state[STATE], "residual"))]
+    sent, residual = compression.encode(update, method, residual)
+    state = cast(Any, context.state[STATE] if STATE in context.state else ConfigRecord())
+    state["residual"] = codec.dumps(residual)
+    context.state[STATE] = state
+    reply.content["arrays"] = ArrayRecord({k: Array(v) for k, v in sent.items()})
+    return reply
+
+
+def dp_clipping_mod(msg: Message, context: Context, call_next: Any) -> Message:
+    """Flower's fixedclipping_mod when the server's DP wrapper asks for clipping (it sends
+    `clipping_norm`); otherwise nothing (the plain mod fails a message without it)."""
+    from flwr.clientapp.mod import fixedclipping_mod
+
+    if "clipping_norm" in _config(msg):
+        return fixedclipping_mod(msg, context, call_next)
+    return call_next(msg, context)
+
+
+@app.train(mods=[compression_mod, dp_clipping_mod])
+def train(msg: Message, context: Context) -> Message:
+    local = _local(context)
+    cfg = _config(msg)
+    new, _, loss = local.train(_arrays(msg), int(cfg["local_epochs"]), float(cfg.get("mu", 0.0)),
+                               int(cfg.get("server-round", 0)))
+    metrics = MetricRecord({"num-examples": local.examples("train"), "train_loss": loss})
+    return Message(content=RecordDict({"arrays": ArrayRecord(new), "metrics": metrics}),
+                   reply_to=msg)
+
+
+@app.evaluate()
+def evaluate(msg: Message, context: Context) -> Message:
+    local = _local(context)
+    out = local.evaluate(_arrays(msg))
+    examples = int(out.pop("examples"))
+    metrics = MetricRecord({"num-examples": examples, **out})
+    return Message(content=RecordDict({"metrics": metrics}), reply_to=msg)
+

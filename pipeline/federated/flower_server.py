@@ -1,0 +1,337 @@
+"""Baton's Flower ServerApp: the federated run, driven from the server, without a row of data.
+
+`flwr run` starts it (one `flwr-serverapp` process per run, under the SuperLink). The run
+config's `baton-plan` names the plan file the stage wrote (plan.Plan: the transform, the model
+settings, the algorithm, where outputs go). In order:
+
+1. wait until the clients are connected (`min_clients` at least, all of them within
+   `round_timeout_s`);
+2. the transform, federated: one `analyze` query per analyzer phase, merged here
+   (pipeline.federated.server.federated_transform); the `transform_graph` is written, and
+   every client gets its analyzer values (`setup`);
+3. training: Flower's FedAvg, FedProx or FedAdam strategy (`strategy.start`), under Flower's
+   client-side fixed-clipping DP wrapper when `privacy` is set; each round's global weights are
+   checkpointed, and the round's record (clients that trained, loss, weighted federated
+   accuracy or mse, bytes up and down on the wire, epsilon) is appended to `rounds.jsonl`;
+4. the model artifact (model.keras, history.json, train_info.json) in the train stage's format.
+
+A run that starts with a checkpoint in its output directory resumes after that round (the
+launcher submits a new run when the server restarted): no round is lost or repeated.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
+from flwr.serverapp import Grid, ServerApp
+
+from baton.pipeline.federated import codec, compression, wire
+from baton.pipeline.federated.plan import Plan, RoundLog
+
+app = ServerApp()
+
+
+@app.main()
+def main(grid: Grid, context: Context) -> None:
+    plan = Plan.load(Path(str(context.run_config["baton-plan"])))
+    FederatedRun(plan, grid).run()
+
+
+class FederatedRun:
+    def __init__(self, plan: Plan, grid: Grid) -> None:
+        self.plan, self.grid = plan, grid
+        self.out = Path(plan.out_dir)
+        self.log = RoundLog(self.out / "rounds.jsonl")
+        self.names: dict[int, str] = {}  # node id -> client name
+
+    # ------------------------------------------------------------------ messages
+    def _nodes(self) -> list[int]:
+        want, least = len(self.plan.clients), self.plan.min_clients
+        deadline = time.time() + self.plan.round_timeout_s
+        while True:
+            nodes = sorted(self.grid.get_node_ids())
+            if len(nodes) >= want or (time.time() > deadline and len(nodes) >= least):
+                return nodes
+            if time.time() > deadline + self.plan.round_timeout_s:
+                raise RuntimeError(f"only {len(nodes)} of {want} clients connected after "
+                                   f"{2 * self.plan.round_timeout_s:.0f} s; min_clients is "
+                                   f"{least}")
+            time.sleep(0.5)
+
+    def _query(self, op: str, payload: dict[str, Any], group: str) -> list[dict[str, Any]]:
+        """Send a query to every connected client; the replies that came back in time."""
+        nodes = self._nodes()
+        blob = codec.dumps({"op": op, **payload})
+        msgs = [self.grid.create_message(RecordDict({"baton": ConfigRecord({"blob": blob})}),
+                                         "query", node, group) for node in nodes]
+        replies = list(self.grid.send_and_receive(msgs, timeout=self.plan.round_timeout_s))
+        out = []
+        for m in replies:
+            if m.has_error():
+                continue
+            reply = codec.loads(codec.field(m.content["baton"]))
+            self.names[m.metadata.src_node_id] = str(reply.get("client"))
+            out.append(reply)
+        if len(out) < self.plan.min_clients:
+            raise RuntimeError(f"{op}: {len(out)} of {len(nodes)} clients answered within "
+                               f"round_timeout_s={self.plan.round_timeout_s:g}; min_clients is "
+                               f"{self.plan.min_clients}")
+        return out
+
+    # ------------------------------------------------------------------ the run
+    def run(self) -> None:
+        from baton.pipeline.federated.local import FnSpec
+
+        fn = FnSpec(**self.plan.fn)
+        state = self._resume()
+        if state is None:
+            transform = self._transform(fn)
+            resolved, label = transform.resolved, transform.label
+            start_round, weights = 1, None
+        else:
+            resolved, label, start_round, weights = state
+        setup = {"fn": fn.to_dict(), "resolved": resolved, "label": label,
+                 "settings": self.plan.settings}
+        replies = self._query("setup", {"setup": setup}, "setup")
+        self.log.write({"event": "setup", "clients": {r["client"]: {"train": r["train"],
+                        "eval": r["eval"]} for r in replies}})
+        self._train(fn, resolved, label, start_round, weights)
+
+    def _transform(self, fn: Any) -> Any:
+        from baton.pipeline.federated.server import federated_transform
+
+        number = [0]
+
+        def ask(request: Any) -> list[dict[str, Any]]:
+            number[0] += 1
+            return self._query("analyze", {"fn": fn.to_dict(), **request},
+                               f"analyze-{number[0]}")
+
+        t = federated_transform(fn, ask)
+        save_transform(t, self.out / "transform_graph.partial", fn)
+        (self.out / "transform_graph.partial").rename(self.out / "transform_graph")
+        (self.out / "state.json").write_bytes(codec.dumps(
+            {"resolved": t.resolved, "label": t.label, "round": 0}))
+        self.log.write({"event": "transform", "phases": t.phases,
+                        "analyzers": len(t.resolved), "rows": t.rows})
+        return t
+
+    def _resume(self) -> tuple[Any, Any, int, Any] | None:
+        path = self.out / "state.json"
+        if not path.is_file() or not (self.out / "transform_graph").is_dir():
+            return None
+        state = codec.loads(path.read_bytes())
+        weights = None
+        if state["round"]:
+            weights = codec.loads((self.out / "checkpoint.json").read_bytes())
+        self.log.write({"event": "resume", "after_round": state["round"]})
+        return state["resolved"], state["label"], int(state["round"]) + 1, weights
+
+    def _train(self, fn: Any, resolved: Any, label: Any, start_round: int,
+               weights: list[Any] | None) -> None:
+        from baton.graphs import model_fn
+        from baton.graphs.feature_spec import FeatureSpec
+
+        plan = self.plan
+        spec = FeatureSpec.load(self.out / "transform_graph")
+        s = plan.settings
+        model = model_fn.build(s["model"], spec, dict(s["model_params"]), int(s["seed"]),
+                               s.get("search_dir"))
+        if weights is not None:
+            model.set_weights(weights)
+        problems = compression.check(model.get_weights(), plan.compression,
+                                     [w.path for w in model.weights])
+        if problems:
+            raise RuntimeError("; ".join(problems))
+        rounds_left = plan.rounds - start_round + 1
+        strategy = make_strategy(plan, self, start_round)
+        started = time.time()
+        self._round_start: dict[str, Any] = {"time": started,
+                                             "wire": wire.read(Path(plan.wire_path))}
+
+        def after_round(server_round: int, arrays: ArrayRecord) -> None:
+            if server_round == 0:
+                return None
+            number = server_round + start_round - 1
+            w = arrays.to_numpy_ndarrays()
+            (self.out / "checkpoint.json.tmp").write_bytes(codec.dumps(w))
+            (self.out / "checkpoint.json.tmp").replace(self.out / "checkpoint.json")
+            state = codec.loads((self.out / "state.json").read_bytes())
+            state["round"] = number
+            (self.out / "state.json.tmp").write_bytes(codec.dumps(state))
+            (self.out / "state.json.tmp").replace(self.out / "state.json")
+            self._close_round(number, strategy)
+            return None
+
+        if rounds_left > 0:
+            result = strategy.start(
+                grid=self.grid, initial_arrays=ArrayRecord(model.get_weights()),
+                num_rounds=rounds_left, timeout=plan.round_timeout_s,
+                train_config=ConfigRecord({"local_epochs": plan.local_epochs,
+                                           "mu": plan.proximal_mu if plan.algorithm == "fedprox"
+                                           else 0.0, "compression": plan.compression}),
+                evaluate_config=ConfigRecord(), evaluate_fn=after_round)
+            model.set_weights(result.arrays.to_numpy_ndarrays())
+        save_model(model, self.out / "model", plan, self.log.read(), time.time() - started)
+
+    # ------------------------------------------------------------------ records
+    def _close_round(self, number: int, strategy: Any) -> None:
+        now = wire.read(Path(self.plan.wire_path))
+        before = self._round_start["wire"]
+        up = sum(v["up"] - before.get(k, {}).get("up", 0) for k, v in now.items())
+        down = sum(v["down"] - before.get(k, {}).get("down", 0) for k, v in now.items())
+        rec = dict(getattr(strategy_core(strategy), "pending", {}))
+        rec.update({"event": "round", "round": number, "bytes_up": up, "bytes_down": down,
+                    "seconds": round(time.time() - self._round_start["time"], 3)})
+        if self.plan.privacy:
+            rec["epsilon"] = epsilon(self.plan, number)
+        self.log.write(rec)
+        self._round_start = {"time": time.time(), "wire": now}
+        strategy_core(strategy).pending = {}
+
+
+def strategy_core(strategy: Any) -> Any:
+    """The Recording strategy inside a DP wrapper (or the strategy itself)."""
+    return getattr(strategy, "strategy", strategy)
+
+
+def make_strategy(plan: Plan, run: FederatedRun, first_round: int = 1) -> Any:
+    from flwr.serverapp import strategy as S
+
+    base = {"fedavg": S.FedAvg, "fedprox": S.FedProx, "fedadam": S.FedAdam}[plan.algorithm]
+    common: dict[str, Any] = dict(
+        fraction_train=plan.fraction_fit, fraction_evaluate=1.0,
+        min_train_nodes=plan.min_clients, min_evaluate_nodes=plan.min_clients,
+        min_available_nodes=plan.min_clients)
+    if plan.algorithm == "fedprox":
+        common["proximal_mu"] = plan.proximal_mu
+    if plan.algorithm == "fedadam":
+        common.update(eta=plan.server_learning_rate, eta_l=plan.settings["learning_rate"])
+    strategy = recording(base)(run=run, first_round=first_round, **common)
+    if plan.privacy:
+        strategy = S.DifferentialPrivacyClientSideFixedClipping(
+            strategy, noise_multiplier=float(plan.privacy["noise_multiplier"]),
+            clipping_norm=float(plan.privacy["clip_norm"]),
+            num_sampled_clients=max(1, round(plan.fraction_fit * len(plan.clients))))
+    return strategy
+
+
+def recording(base: type) -> type:
+    """`base` with Baton's bookkeeping: compressed updates decoded before aggregation, the
+    clients that answered named, too few answers refused, metrics kept for the round record."""
+
+    class Recording(base):  # type: ignore[misc, valid-type]
+        def __init__(self, *args: Any, run: FederatedRun, first_round: int,
+                     **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            self.run, self.first_round = run, first_round
+            self.pending: dict[str, Any] = {}
+            self._global: list[Any] = []
+
+        def configure_train(self, server_round: int, arrays: ArrayRecord, config: Any,
+                            grid: Grid) -> Any:
+            self._global = arrays.to_numpy_ndarrays()
+            msgs = list(super().configure_train(server_round, arrays, config, grid))
+            self.pending["sampled"] = [self.run.names.get(m.metadata.dst_node_id, "?")
+                                       for m in msgs]
+            self.run.log.write({"event": "train_start", "round": self._number(server_round),
+                                "clients": self.pending["sampled"]})
+            return msgs
+
+        def _number(self, server_round: int) -> int:
+            return server_round + self.first_round - 1
+
+        def aggregate_train(self, server_round: int, replies: Any) -> Any:
+            replies = list(replies)
+            ok = [m for m in replies if not m.has_error()]
+            self.pending["clients"] = sorted(self.run.names.get(m.metadata.src_node_id, "?")
+                                             for m in ok)
+            self.pending["failed"] = len(replies) - len(ok)
+            if len(ok) < self.run.plan.min_clients:
+                raise RuntimeError(
+                    f"round {self._number(server_round)}: {len(ok)} clients trained "
+                    f"(of {len(self.pending.get('sampled', []))} asked) within round_timeout_s="
+                    f"{self.run.plan.round_timeout_s:g}; min_clients is "
+                    f"{self.run.plan.min_clients}")
+            method = self.run.plan.compression
+            for m in ok:
+                if method != "none":
+                    sent = {k: v.numpy() for k, v in m.content["arrays"].items()}
+                    update = compression.decode(sent, len(self._global))
+                    m.content["arrays"] = ArrayRecord(
+                        [g + u for g, u in zip(self._global, update, strict=True)])
+            arrays, metrics = super().aggregate_train(server_round, ok)
+            if metrics is not None and "train_loss" in metrics:
+                self.pending["train_loss"] = float(metrics["train_loss"])
+            return arrays, metrics
+
+        def aggregate_evaluate(self, server_round: int, replies: Any) -> Any:
+            replies = [m for m in replies if not m.has_error()]
+            metrics = super().aggregate_evaluate(server_round, replies)
+            if metrics is not None:
+                for key in ("loss", "accuracy", "mse"):
+                    if key in metrics:
+                        self.pending[key] = float(metrics[key])
+                self.pending["evaluated"] = len(replies)
+            return metrics
+
+    return Recording
+
+
+def epsilon(plan: Plan, rounds: int) -> float:
+    """Client-level (epsilon, delta)-DP spent after `rounds` rounds of the Gaussian mechanism
+    with noise multiplier z, each client sampled with probability fraction_fit (Google's
+    dp-accounting RDP accountant; Poisson sampling is an approximation of Flower's fixed-size
+    sampling, exact when every client takes part)."""
+    from dp_accounting import dp_event, rdp
+
+    z = float(plan.privacy["noise_multiplier"])
+    if z <= 0:
+        return float("inf")
+    event: Any = dp_event.GaussianDpEvent(z)
+    if plan.fraction_fit < 1:
+        event = dp_event.PoissonSampledDpEvent(plan.fraction_fit, event)
+    acc = rdp.RdpAccountant()
+    acc.compose(dp_event.SelfComposedDpEvent(event, rounds))
+    return float(acc.get_epsilon(float(plan.privacy.get("delta", 1e-5))))
+
+
+def save_transform(t: Any, directory: Path, fn: Any) -> None:
+    from baton.graphs import tft_module
+
+    tft_module.save(t.built, directory)
+    analysis = {"version": 1, "raw_features": [{"name": n, "dtype": d, **({"shape": list(s)}
+                                                if s else {})} for n, d, s in t.raw],
+                "features": [], "label": t.label, "phases": t.phases,
+                "analyzers": len(t.resolved), "federated": True}
+    if fn.columns is not None:
+        analysis["features"] = fn.source().analysis_ops(t.resolved,
+                                                        {n: s for n, _, s in t.raw})
+    (directory / "analysis.json").write_text(json.dumps(analysis, indent=1) + "\n")
+    t.spec.save(directory)
+
+
+def save_model(model: Any, directory: Path, plan: Plan, records: list[dict[str, Any]],
+               seconds: float) -> None:
+    """The train stage's model artifact: model.keras, history.json, train_info.json."""
+    tmp = directory.with_name(directory.name + ".partial")
+    tmp.mkdir(parents=True, exist_ok=True)
+    model.save(tmp / "model.keras")
+    rounds = [r for r in records if r.get("event") == "round"]
+    history = [{"epoch": r["round"], **{k: r[k] for k in ("train_loss", "loss", "accuracy",
+                                                          "mse") if k in r}} for r in rounds]
+    (tmp / "history.json").write_text(json.dumps(history, indent=1) + "\n")
+    info = {"strategy": f"federated/{plan.algorithm}", "model": plan.settings["model"],
+            "rounds": len(rounds), "clients": plan.clients, "seconds": round(seconds, 3),
+            "compression": plan.compression, "privacy": plan.privacy or None,
+            "user_modules": [], "code_dir": plan.settings.get("search_dir")}
+    (tmp / "train_info.json").write_text(json.dumps(info, indent=1) + "\n")
+    tmp.rename(directory)
+

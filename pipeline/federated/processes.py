@@ -1,0 +1,226 @@
+"""A Flower federation on this machine: one SuperLink, one SuperNode per client, real processes.
+
+What Flower 1.42 needs, found by running it offline (the helper's notes are in
+docs/federated.md): the SuperLink serves its Fleet, Runtime and Control APIs on one HTTP port;
+both daemons start `flower-superexec` by name, so the venv's bin goes first on PATH; telemetry,
+the update check and the runtime `uv sync` are switched off (no network); every component gets
+its own FLWR_HOME. A run is submitted with `flwr run <app> <connection>` (the connection named in
+the CLI's own FLWR_HOME/config.toml) and followed with `flwr ls --format json`.
+
+Every SuperNode reaches the SuperLink through its own counting relay (pipeline.federated.wire),
+so bytes per client are measured on the wire. Processes start in their own sessions on free
+127.0.0.1 ports and are stopped by process group (and their descendants, which the daemons
+spawn), SIGTERM then SIGKILL: nothing is left behind.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from baton.errors import StageError
+from baton.pipeline.federated import wire
+
+APP_PYPROJECT = """\
+[project]
+name = "baton-federated"
+version = "1.0.0"
+description = "Baton's federated training (ServerApp and ClientApp live in the baton package)"
+dependencies = []
+
+[tool.flwr.app]
+publisher = "baton"
+
+[tool.flwr.app.components]
+serverapp = "baton.pipeline.federated.flower_server:app"
+clientapp = "baton.pipeline.federated.flower_client:app"
+
+[tool.flwr.app.config]
+baton-plan = ""
+"""
+CONNECTION = "baton"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _bin(name: str) -> str:
+    return str(Path(sys.executable).parent / name)
+
+
+def flower_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str]:
+    home.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env.update(PATH=f"{Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}",
+               FLWR_HOME=str(home), FLWR_TELEMETRY_ENABLED="0", FLWR_DISABLE_UPDATE_CHECK="1",
+               FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION="1", TF_CPP_MIN_LOG_LEVEL="3",
+               PYTHONUNBUFFERED="1")
+    env.update(extra or {})
+    return env
+
+
+def _descendants(pid: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+            ppid = int(stat[stat.rfind(")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            out.append(c)
+            todo.append(c)
+    return out
+
+
+class Proc:
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], logs: Path) -> None:
+        logs.mkdir(parents=True, exist_ok=True)
+        self.name, self.log = name, logs / f"{name}.log"
+        with self.log.open("ab") as fh:
+            self.popen = subprocess.Popen(argv, env=env, stdout=fh, stderr=subprocess.STDOUT,
+                                          stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def alive(self) -> bool:
+        return self.popen.poll() is None
+
+    def signal_tree(self, sig: int) -> None:
+        for pid in [self.popen.pid, *_descendants(self.popen.pid)]:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+
+    def kill(self) -> None:
+        """SIGKILL the process and everything it started (a crashed host)."""
+        self.signal_tree(signal.SIGKILL)
+        self.popen.wait(timeout=10)
+
+    def stop(self, grace: float = 5.0) -> None:
+        tree = [self.popen.pid, *_descendants(self.popen.pid)]
+        self.signal_tree(signal.SIGTERM)
+        deadline = time.time() + grace
+        while time.time() < deadline and self.alive():
+            time.sleep(0.1)
+        for pid in tree + _descendants(self.popen.pid):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.popen.wait(timeout=5)
+
+    def tail(self, n: int = 3000) -> str:
+        try:
+            return self.log.read_text(errors="replace")[-n:]
+        except OSError:
+            return ""
+
+
+def _wait(predicate: Any, timeout: float, what: str, proc: Proc | None = None) -> None:
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if predicate():
+            return
+        if proc is not None and not proc.alive():
+            raise StageError(f"federated: {what}: {proc.name} exited "
+                             f"({proc.popen.returncode}): {proc.tail(800)}")
+        time.sleep(0.1)
+    raise StageError(f"federated: {what} within {timeout:.0f} s"
+                     + (f"; {proc.name}'s log: {proc.tail(800)}" if proc else ""))
+
+
+class Federation:
+    """The SuperLink, the SuperNodes (one per client data directory) and the relays."""
+
+    def __init__(self, work: Path, clients: dict[str, Path], start_timeout: float = 120) -> None:
+        self.work, self.clients, self.timeout = work, clients, start_timeout
+        self.logs = work / "logs"
+        self.port = free_port()
+        self.relays = wire.Relays(("127.0.0.1", self.port), work / "wire.json")
+        self.superlink: Proc | None = None
+        self.nodes: dict[str, Proc] = {}
+
+    def start(self) -> None:
+        self.start_superlink()
+        for name in self.clients:
+            self.start_node(name)
+        for name, proc in self.nodes.items():
+            _wait(lambda p=proc: "SuperNode ID" in p.tail(20000) or "Connected" in p.tail(20000),
+                  self.timeout, f"SuperNode {name} did not connect", proc)
+
+    def start_superlink(self) -> None:
+        self.superlink = Proc("superlink", [
+            _bin("flower-superlink"), "--insecure", "--host", "127.0.0.1", "--port",
+            str(self.port), "--database", str(self.work / "superlink.db"),
+            "--disable-runtime-dependency-installation"],
+            flower_env(self.work / "home" / "superlink"), self.logs)
+        link = self.superlink
+        _wait(lambda: "Application startup complete" in link.tail(20000), self.timeout,
+              "the SuperLink did not start", link)
+
+    def start_node(self, name: str) -> Proc:
+        port = self.relays.relays[name].port if name in self.relays.relays else \
+            self.relays.add(name)
+        data = self.clients[name]
+        self.nodes[name] = Proc(f"supernode-{name}", [
+            _bin("flower-supernode"), "--insecure", "--superlink", f"127.0.0.1:{port}",
+            "--host", "127.0.0.1", "--port", str(free_port()), "--isolation", "subprocess",
+            "--node-config", f"data-dir='{data}' client='{name}'"],
+            flower_env(self.work / "home" / f"node-{name}"), self.logs)
+        return self.nodes[name]
+
+    def submit(self, plan_path: Path) -> int:
+        app = self.work / "app"
+        app.mkdir(exist_ok=True)
+        (app / "pyproject.toml").write_text(APP_PYPROJECT)
+        home = self.work / "home" / "cli"
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "config.toml").write_text(
+            f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
+            f'address = "127.0.0.1:{self.port}"\ninsecure = true\n')
+        res = self._flwr("run", str(app), CONNECTION, "--format", "json", "--run-config",
+                         f'baton-plan="{plan_path}"')
+        try:
+            return int(json.loads(res[res.index("{"):])["run-id"])
+        except (ValueError, KeyError) as exc:
+            raise StageError(f"federated: flwr run gave no run id: {res[-1500:]}") from exc
+
+    def _flwr(self, *args: str, timeout: float = 120) -> str:
+        proc = subprocess.run([_bin("flwr"), *args], env=flower_env(self.work / "home" / "cli"),
+                              capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+        if proc.returncode != 0:
+            raise StageError(f"federated: flwr {args[0]} failed ({proc.returncode}): "
+                             f"{(proc.stdout + proc.stderr)[-1500:]}")
+        return proc.stdout
+
+    def status(self, run_id: int) -> str:
+        out = self._flwr("ls", CONNECTION, "--run-id", str(run_id), "--format", "json")
+        runs = json.loads(out[out.index("{"):]).get("runs", [])
+        return str(runs[0].get("status", "")) if runs else ""
+
+    def logs_of(self, run_id: int) -> str:
+        try:
+            return self._flwr("log", str(run_id), CONNECTION, "--show", timeout=60)
+        except (StageError, subprocess.TimeoutExpired):
+            return ""
+
+    def stop(self) -> None:
+        for proc in self.nodes.values():
+            proc.stop()
+        if self.superlink is not None:
+            self.superlink.stop()
+        self.relays.close()

@@ -1,0 +1,332 @@
+"""federated: train where the data lives, on Flower's deployment engine (docs/federated.md).
+
+Outputs `model` and `transform_graph` in the train and transform stages' formats, so evaluate,
+export, check, edge and push take them unchanged. One client is one Flower SuperNode process
+that reads only its own examples directory; the server (SuperLink + Baton's ServerApp) never
+opens an example: the transform's analyzers are merged from the clients' accumulators, the
+model from their updates.
+
+Clients:
+- real silos: `clients: [{name: hospital-a, examples: /data/a/examples}, ...]`, each an
+  examples artifact on that client's storage (no stage input);
+- a rehearsal on one machine: `inputs: {examples: ingest.examples}` with `clients: N` and
+  `partition: {by: <column>} | {dirichlet: <alpha>} | {iid: true}`; each part is written to
+  its own client directory before training starts (pipeline.dataplane.partition).
+
+Faults: a client that dies or answers after `round_timeout_s` is left out of the round, which
+completes when at least `min_clients` answered; `--inject-failure client:1@round:2` SIGKILLs
+client 1's SuperNode when round 2 starts, `server@round:2` kills the SuperLink and its
+ServerApp there, restarts them and resumes after the last completed round.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Literal
+
+from baton.errors import StageError
+from baton.pipeline.context import StageContext
+from baton.pipeline.dataplane.column_plan import TransformSettings, plan_columns
+
+INPUTS = {"examples": False}
+OUTPUTS = ("model", "transform_graph")
+CODE_DEPS = ("baton.pipeline.federated", "baton.graphs.column_kinds", "baton.graphs.tft_module",
+             "baton.graphs.tft_engine", "baton.graphs.tft_api", "baton.graphs.tft_analyzers",
+             "baton.graphs.models", "baton.graphs.model_fn", "baton.graphs.objectives",
+             "baton.pipeline.dataplane.partition")
+CACHEABLE = True
+_FAULT = re.compile(r"^(?:client:(?P<client>\d+)|(?P<server>server))@round:(?P<round>\d+)$")
+
+
+@dataclasses.dataclass(frozen=True)
+class Silo:
+    name: str
+    examples: Path
+
+
+@dataclasses.dataclass(frozen=True)
+class PartitionSettings:
+    by: str | None = None
+    dirichlet: float | None = None
+    iid: bool = False
+    seed: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class Privacy:
+    clip_norm: float
+    noise_multiplier: float = 1.0
+    delta: float = 1e-5
+
+    def __post_init__(self) -> None:
+        if not self.clip_norm > 0:
+            raise ValueError(f"clip_norm must be > 0. Received: {self.clip_norm}")
+        if self.noise_multiplier < 0 or not 0 < self.delta < 1:
+            raise ValueError(f"noise_multiplier must be >= 0 and delta in (0, 1). Received: "
+                             f"{self.noise_multiplier}, {self.delta}")
+
+
+@dataclasses.dataclass(frozen=True)
+class Config:
+    clients: int | list[Silo] = 2
+    partition: PartitionSettings | None = None
+    rounds: int = 5
+    local_epochs: int = 1
+    algorithm: Literal["fedavg", "fedprox", "fedadam"] = "fedavg"
+    proximal_mu: float = 0.1  # fedprox
+    server_learning_rate: float = 0.1  # fedadam's eta
+    fraction_fit: float = 1.0
+    min_clients: int = 2
+    round_timeout_s: float = 120.0
+    compression: Literal["none", "fp16", "int8"] = "none"
+    privacy: Privacy | None = None
+    transform: TransformSettings = dataclasses.field(default_factory=TransformSettings)
+    # the model settings the train stage takes (a built-in's hyperparameters in model_params)
+    model: str = "mlp"
+    model_params: dict[str, Any] = dataclasses.field(default_factory=dict)
+    batch_size: int = 32
+    learning_rate: float = 0.01
+    optimizer: str | dict[str, Any] = "adam"
+    loss: str = ""
+    seed: int = 42
+
+    def __post_init__(self) -> None:
+        n = self.clients if isinstance(self.clients, int) else len(self.clients)
+        if n < 1:
+            raise ValueError(f"clients must be >= 1. Received: {self.clients}")
+        for name in ("rounds", "local_epochs", "batch_size", "min_clients"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1. Received: {getattr(self, name)}")
+        if self.min_clients > n:
+            raise ValueError(f"min_clients ({self.min_clients}) is above the number of clients "
+                             f"({n}). Received: min_clients={self.min_clients}")
+        if not 0 < self.fraction_fit <= 1:
+            raise ValueError(f"fraction_fit must be in (0, 1]. Received: {self.fraction_fit}")
+        if self.round_timeout_s <= 0 or self.learning_rate <= 0:
+            raise ValueError("round_timeout_s and learning_rate must be > 0. Received: "
+                             f"{self.round_timeout_s}, {self.learning_rate}")
+        if not isinstance(self.clients, int):
+            names = [s.name for s in self.clients]
+            dup = sorted({x for x in names if names.count(x) > 1})
+            if dup:
+                raise ValueError(f"clients: names must be unique. Received: {dup} twice")
+        if self.partition is not None and not isinstance(self.clients, int):
+            raise ValueError("partition rehearses silos from one examples input; with clients "
+                             "listed (real silos) leave it out")
+
+
+def parse_fault(text: str | None, clients: int) -> tuple[str, int, int] | None:
+    """`client:1@round:2` -> ("client", 1, 2); `server@round:2` -> ("server", 0, 2)."""
+    if not text:
+        return None
+    m = _FAULT.match(text.strip())
+    if not m or int(m.group("round")) < 1:
+        raise ValueError("inject-failure for a federated stage must look like "
+                         f"'client:1@round:2' or 'server@round:2'. Received: {text!r}")
+    if m.group("server"):
+        return ("server", 0, int(m.group("round")))
+    index = int(m.group("client"))
+    if index >= clients:
+        raise ValueError(f"inject-failure names client {index}; the stage has {clients} "
+                         f"clients (0..{clients - 1}). Received: {text!r}")
+    return ("client", index, int(m.group("round")))
+
+
+def check_options(config: Config, options: Any, stage: Any, spec: Any) -> list[str]:
+    n = config.clients if isinstance(config.clients, int) else len(config.clients)
+    try:
+        parse_fault(options.inject_failure, n)
+    except ValueError as exc:
+        return [str(exc)]
+    return []
+
+
+def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
+    """Rehearsal needs the examples input; silos none; the flwr extra must be installed."""
+    import importlib.util
+
+    problems = []
+    has_input = "examples" in (getattr(stage, "inputs", None) or {})
+    if isinstance(config.clients, int) and not has_input:
+        problems.append(f"clients: {config.clients} rehearses silos from one dataset and needs "
+                        "inputs: {examples: <ingest>.examples}; or list the clients with their "
+                        "own examples (clients: [{name, examples}])")
+    if not isinstance(config.clients, int) and has_input:
+        problems.append("clients are listed with their own examples (real silos): the stage "
+                        "takes no examples input")
+    if importlib.util.find_spec("flwr") is None:
+        problems.append("federated training needs Flower: pip install 'baton[federated]'")
+    return problems
+
+
+def external_inputs(config: Config, spec_dir: Path | None) -> list[Path]:
+    """Silo data and the user's code are part of the stage's identity (cache key)."""
+    out: list[Path] = []
+    if not isinstance(config.clients, int):
+        out += [_silo_path(s, spec_dir) / "schema.json" for s in config.clients]
+    refs = [r for r in (config.transform.preprocessing_fn, config.model, config.loss)
+            if r and ":" in r]
+    if refs:
+        from baton.pipeline.user_code import user_code_files
+
+        out += user_code_files(refs, spec_dir)
+    return out
+
+
+def _silo_path(silo: Silo, spec_dir: Path | None) -> Path:
+    p = Path(silo.examples)
+    return p if p.is_absolute() or spec_dir is None else (spec_dir / p)
+
+
+def _clients(ctx: StageContext, config: Config) -> dict[str, Path]:
+    from baton.pipeline.dataplane import partition as P
+    from baton.pipeline.dataplane.schema_file import ExamplesSchema
+
+    if not isinstance(config.clients, int):
+        out = {}
+        for silo in config.clients:
+            path = _silo_path(silo, ctx.spec_dir)
+            if not (path / "schema.json").is_file() or not any((path / "train").glob("*")):
+                raise StageError(f"federated.clients.{silo.name}: no examples at {path} "
+                                 "(expected schema.json and train/ shards of an ingest run)")
+            out[silo.name] = path
+        return out
+    examples = ctx.inputs["examples"]
+    part = config.partition or PartitionSettings(iid=True)
+    partition = P.Partition(by=part.by, dirichlet=part.dirichlet, iid=part.iid, seed=part.seed)
+    schema = ExamplesSchema.load(examples)
+    names = P.client_names(partition, schema, examples,
+                           None if part.by else config.clients)
+    if part.by and len(names) != config.clients:
+        raise StageError(f"federated.partition.by {part.by!r} makes {len(names)} clients "
+                         f"({names}); clients is {config.clients}")
+    root = ctx.work_dir / "clients"
+    shutil.rmtree(root, ignore_errors=True)
+    counts = P.split(examples, [root / n for n in names], partition)
+    ctx.log(f"partition {partition.describe()}: " + ", ".join(
+        f"{n} {counts[n].get('train', 0)}/{counts[n].get('eval', 0)}" for n in names)
+        + " train/eval rows")
+    return {n: root / n for n in names}
+
+
+def run(ctx: StageContext, config: Config) -> None:
+    from baton.pipeline.dataplane.schema_file import ExamplesSchema
+    from baton.pipeline.federated.local import FnSpec
+    from baton.pipeline.federated.plan import Plan, RoundLog
+    from baton.pipeline.federated.processes import Federation
+
+    clients = _clients(ctx, config)
+    fault = parse_fault(ctx.options.inject_failure, len(clients))
+    schema = ExamplesSchema.load(next(iter(clients.values())))
+    spec_dir = str(ctx.spec_dir) if ctx.spec_dir else None
+    if config.transform.preprocessing_fn:
+        fn = FnSpec(preprocessing_fn=config.transform.preprocessing_fn, search_dir=spec_dir)
+    else:
+        fn = FnSpec(columns=plan_columns(config.transform, schema))
+    work = ctx.work_dir / "federation"
+    shutil.rmtree(work, ignore_errors=True)
+    server = work / "server"
+    server.mkdir(parents=True)
+    plan = Plan(
+        clients=list(clients), out_dir=str(server), wire_path=str(work / "wire.json"),
+        fn=fn.to_dict(),
+        settings={"model": config.model, "model_params": dict(config.model_params),
+                  "batch_size": config.batch_size, "learning_rate": config.learning_rate,
+                  "optimizer": config.optimizer, "loss": config.loss, "seed": config.seed,
+                  "search_dir": spec_dir},
+        rounds=config.rounds, local_epochs=config.local_epochs, algorithm=config.algorithm,
+        proximal_mu=config.proximal_mu, server_learning_rate=config.server_learning_rate,
+        fraction_fit=config.fraction_fit, min_clients=config.min_clients,
+        round_timeout_s=config.round_timeout_s, compression=config.compression,
+        privacy=dataclasses.asdict(config.privacy) if config.privacy else {})
+    plan_path = plan.save(work / "plan.json")
+    log = RoundLog(server / "rounds.jsonl")
+    fed = Federation(work, clients)
+    started = time.perf_counter()
+    try:
+        fed.start()
+        ctx.log(f"{len(clients)} SuperNodes connected to the SuperLink on 127.0.0.1:{fed.port}")
+        run_id = fed.submit(plan_path)
+        _follow(ctx, fed, run_id, plan_path, log, fault, len(clients))
+    finally:
+        fed.stop()
+    _publish(ctx, server, log, config, time.perf_counter() - started)
+
+
+def _follow(ctx: StageContext, fed: Any, run_id: int, plan_path: Path, log: Any,
+            fault: tuple[str, int, int] | None, clients: int) -> None:
+    """Wait for the run; inject the fault at its round; resume after a server restart."""
+    seen = 0
+    names = list(fed.clients)
+    while True:
+        records = log.read()
+        for rec in records[seen:]:
+            _say(ctx, rec)
+            if fault and rec.get("event") == "train_start" and rec.get("round") == fault[2]:
+                kind, index, _ = fault
+                fault = None
+                if kind == "client":
+                    ctx.log(f"inject-failure: SIGKILL client {names[index]}'s SuperNode")
+                    fed.nodes[names[index]].kill()
+                else:
+                    ctx.log("inject-failure: SIGKILL the SuperLink and its ServerApp")
+                    fed.superlink.kill()
+                    fed.start_superlink()
+                    run_id = fed.submit(plan_path)
+                    ctx.log(f"SuperLink restarted; run {run_id} resumes after the last round")
+        seen = len(records)
+        status = fed.status(run_id)
+        if status.startswith("finished"):
+            if status != "finished:completed":
+                detail = fed.logs_of(run_id)
+                lines = [ln for ln in detail.splitlines()
+                         if "Error" in ln or "error" in ln or "raise" in ln][-6:]
+                raise StageError(f"federated: run {run_id} {status}: "
+                                 + ("; ".join(ln.strip() for ln in lines) or detail[-1500:]))
+            for rec in log.read()[seen:]:
+                _say(ctx, rec)
+            return
+        time.sleep(2.0)
+
+
+def _say(ctx: StageContext, rec: dict[str, Any]) -> None:
+    if rec.get("event") == "round":
+        metric = (f"accuracy {rec['accuracy']:.4f}" if "accuracy" in rec
+                  else f"mse {rec.get('mse', float('nan')):.4f}")
+        eps = f", epsilon {rec['epsilon']:.3f}" if "epsilon" in rec else ""
+        ctx.log(f"round {rec['round']}: {len(rec.get('clients', []))} clients "
+                f"{rec.get('clients')}, loss {rec.get('loss', float('nan')):.4f}, {metric}, "
+                f"{rec['bytes_up']:,} B up / {rec['bytes_down']:,} B down{eps}, "
+                f"{rec['seconds']:.1f} s")
+    elif rec.get("event") == "transform":
+        ctx.log(f"federated transform: {rec['analyzers']} analyzers in {rec['phases']} phases "
+                f"from {len(rec['rows'])} clients' summaries ({sum(rec['rows'].values())} rows "
+                "never left them)")
+
+
+def _publish(ctx: StageContext, server: Path, log: Any, config: Config, seconds: float) -> None:
+    import json
+
+    model, graph = server / "model", server / "transform_graph"
+    rounds = [r for r in log.read() if r.get("event") == "round"]
+    if not model.is_dir() or not rounds:
+        raise StageError("federated: no round completed; no global model is written")
+    shutil.copytree(model, ctx.output("model"), dirs_exist_ok=True)
+    (ctx.output("model") / "rounds.json").write_text(json.dumps(rounds, indent=1) + "\n")
+    shutil.copytree(graph, ctx.output("transform_graph"), dirs_exist_ok=True)
+    last = rounds[-1]
+    traffic = [r["bytes_up"] + r["bytes_down"] for r in rounds]
+    numbers: dict[str, Any] = {
+        "rounds": len(rounds), "clients": len(config.clients) if not isinstance(
+            config.clients, int) else config.clients,
+        "bytes_per_round": round(sum(traffic) / len(traffic)),
+        "bytes_up_per_round": round(sum(r["bytes_up"] for r in rounds) / len(rounds)),
+        "seconds": round(seconds, 3)}
+    for key in ("accuracy", "mse", "loss", "epsilon"):
+        if key in last:
+            numbers[key] = round(float(last[key]), 6)
+    ctx.record(**numbers)
