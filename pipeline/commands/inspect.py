@@ -131,6 +131,25 @@ def _extras(run_dir: Path, run: dict[str, Any]) -> list[str]:
             except ImportError:
                 continue
             out += ["", f"statistics ({s['name']}):", statistics_table(stage_dir / "statistics")]
+        if s["type"] == "federated" and (stage_dir / "model" / "rounds.json").is_file():
+            out += ["", f"rounds ({s['name']}):",
+                    *federated_rounds(json.loads((stage_dir / "model" / "rounds.json")
+                                                 .read_text()))]
         for html in sorted(stage_dir.glob("*/*.html")):
             out.append(f"report ({s['name']}): {html}")
     return out
+
+
+def federated_rounds(rounds: list[dict[str, Any]]) -> list[str]:
+    """One line per federated round: who trained, loss, accuracy/mse, bytes, epsilon."""
+    rows = [("round", "clients", "loss", "accuracy/mse", "bytes up", "bytes down", "epsilon")]
+    for r in rounds:
+        metric = r.get("accuracy", r.get("mse"))
+        rows.append((str(r["round"]), ",".join(r.get("clients", [])),
+                     f"{r['loss']:.4f}" if "loss" in r else "-",
+                     f"{metric:.4f}" if metric is not None else "-",
+                     f"{r.get('bytes_up', 0):,}", f"{r.get('bytes_down', 0):,}",
+                     f"{r['epsilon']:.3f}" if "epsilon" in r else "-"))
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))
+            for row in rows]

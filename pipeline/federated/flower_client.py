@@ -98,7 +98,11 @@ def query(msg: Message, context: Context) -> Message:
         return _reply(msg, client=_name(context), train=local.examples("train"),
                       eval=local.examples("eval"))
     if op == "edge":
-        return _reply(msg, client=_name(context), **_edge(context, request["tflite"]))
+        cloud = _local(context).evaluate([np.asarray(w) for w in request["weights"]])
+        edge = _edge(context, request["tflite"])
+        return _reply(msg, client=_name(context), examples=edge.pop("examples"),
+                      **{f"edge_{k}": v for k, v in edge.items()},
+                      **{f"cloud_{k}": v for k, v in cloud.items() if k in ("accuracy", "mse")})
     raise ValueError(f"unknown query {op!r}")
 
 

@@ -179,7 +179,27 @@ class FederatedRun:
                                            else 0.0, "compression": plan.compression}),
                 evaluate_config=ConfigRecord(), evaluate_fn=after_round)
             model.set_weights(result.arrays.to_numpy_ndarrays())
+        if plan.edge != "off":
+            self._edge(model, spec)
         save_model(model, self.out / "model", plan, self.log.read(), time.time() - started)
+
+    def _edge(self, model: Any, spec: Any) -> None:
+        """The global model as the edge stage's TFLite variant, sent to every client, which
+        measures it on its own eval rows beside the cloud (Keras) model."""
+        import tensorflow as tf
+
+        from baton.graphs import signatures as S
+        from baton.pipeline.release import tflite
+
+        export = self.out / "edge" / "1"
+        transform = tf.saved_model.load(str(self.out / "transform_graph"))
+        S.save(S.build_module(transform, model, spec), export, spec)
+        flat = tflite.convert(export, self.plan.edge)
+        (self.out / "edge" / "model.tflite").write_bytes(flat)
+        replies = self._query("edge", {"tflite": flat, "weights": model.get_weights()}, "edge")
+        self.log.write({"event": "edge", "variant": self.plan.edge, "size_bytes": len(flat),
+                        "clients": {r["client"]: {k: v for k, v in r.items() if k != "client"}
+                                    for r in replies}})
 
     # ------------------------------------------------------------------ records
     def _close_round(self, number: int, strategy: Any) -> None:

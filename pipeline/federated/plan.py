@@ -31,6 +31,7 @@ class Plan:
     round_timeout_s: float = 120.0
     compression: str = "none"
     privacy: dict[str, Any] = dataclasses.field(default_factory=dict)
+    edge: str = "off"  # or a TFLite variant of the edge stage's converter: float, dynamic
 
     def save(self, path: Path) -> Path:
         tmp = path.with_suffix(".tmp")

@@ -84,6 +84,9 @@ class Config:
     round_timeout_s: float = 120.0
     compression: Literal["none", "fp16", "int8"] = "none"
     privacy: Privacy | None = None
+    # release the final model to the clients as the edge stage's TFLite variant, measured on
+    # each client's eval rows beside the cloud model
+    edge: Literal["off", "float", "dynamic"] = "off"
     transform: TransformSettings = dataclasses.field(default_factory=TransformSettings)
     # the model settings the train stage takes (a built-in's hyperparameters in model_params)
     model: str = "mlp"
@@ -242,7 +245,7 @@ def run(ctx: StageContext, config: Config) -> None:
         proximal_mu=config.proximal_mu, server_learning_rate=config.server_learning_rate,
         fraction_fit=config.fraction_fit, min_clients=config.min_clients,
         round_timeout_s=config.round_timeout_s, compression=config.compression,
-        privacy=dataclasses.asdict(config.privacy) if config.privacy else {})
+        privacy=dataclasses.asdict(config.privacy) if config.privacy else {}, edge=config.edge)
     plan_path = plan.save(work / "plan.json")
     log = RoundLog(server / "rounds.jsonl")
     fed = Federation(work, clients)
@@ -302,6 +305,11 @@ def _say(ctx: StageContext, rec: dict[str, Any]) -> None:
                 f"{rec.get('clients')}, loss {rec.get('loss', float('nan')):.4f}, {metric}, "
                 f"{rec['bytes_up']:,} B up / {rec['bytes_down']:,} B down{eps}, "
                 f"{rec['seconds']:.1f} s")
+    elif rec.get("event") == "edge":
+        for name, r in rec["clients"].items():
+            key = "accuracy" if "edge_accuracy" in r else "mse"
+            ctx.log(f"edge ({rec['variant']} TFLite, {rec['size_bytes']:,} B) on {name}: "
+                    f"{key} {r[f'edge_{key}']:.4f} (cloud {r[f'cloud_{key}']:.4f})")
     elif rec.get("event") == "transform":
         ctx.log(f"federated transform: {rec['analyzers']} analyzers in {rec['phases']} phases "
                 f"from {len(rec['rows'])} clients' summaries ({sum(rec['rows'].values())} rows "
@@ -317,6 +325,10 @@ def _publish(ctx: StageContext, server: Path, log: Any, config: Config, seconds:
         raise StageError("federated: no round completed; no global model is written")
     shutil.copytree(model, ctx.output("model"), dirs_exist_ok=True)
     (ctx.output("model") / "rounds.json").write_text(json.dumps(rounds, indent=1) + "\n")
+    edge = [r for r in log.read() if r.get("event") == "edge"]
+    if edge:
+        (ctx.output("model") / "edge.json").write_text(json.dumps(edge[-1], indent=1) + "\n")
+        shutil.copyfile(server / "edge" / "model.tflite", ctx.output("model") / "model.tflite")
     shutil.copytree(graph, ctx.output("transform_graph"), dirs_exist_ok=True)
     last = rounds[-1]
     traffic = [r["bytes_up"] + r["bytes_down"] for r in rounds]

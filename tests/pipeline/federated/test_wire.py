@@ -42,3 +42,17 @@ def test_relay_counts_bytes_each_way(tmp_path):
     finally:
         relays.close()
         server.close()
+
+
+def test_inspect_shows_a_line_per_federated_round():
+    from baton.pipeline.commands.inspect import federated_rounds
+
+    lines = federated_rounds([
+        {"round": 1, "clients": ["a", "b"], "loss": 0.5, "accuracy": 0.75, "bytes_up": 1200,
+         "bytes_down": 300},
+        {"round": 2, "clients": ["a"], "loss": 0.4, "accuracy": 0.8, "bytes_up": 1000,
+         "bytes_down": 250, "epsilon": 1.25}])
+    assert lines[0].split() == ["round", "clients", "loss", "accuracy/mse", "bytes", "up",
+                                "bytes", "down", "epsilon"]
+    assert lines[1].split() == ["1", "a,b", "0.5000", "0.7500", "1,200", "300", "-"]
+    assert lines[2].split()[-1] == "1.250"

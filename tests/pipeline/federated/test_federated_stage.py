@@ -1,0 +1,85 @@
+"""The federated stage on real Flower processes (a SuperLink, one SuperNode per client on
+127.0.0.1): penguins split by island, a client SIGKILLed when round 2 starts, int8 updates;
+the model and transform_graph go through evaluate unchanged. Then the privacy path."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from baton.errors import StageError
+from baton.pipeline.context import RunOptions
+from baton.pipeline.stages.federated import parse_fault
+from baton.pipeline.testing import run_stage
+
+pytestmark = [pytest.mark.slow, pytest.mark.multi_worker]
+
+
+@pytest.fixture(scope="module")
+def examples(tmp_path_factory):
+    out, _ = run_stage("ingest", {}, {}, tmp_path_factory.mktemp("ingest"))
+    return out["examples"]
+
+
+def test_rounds_go_on_without_a_killed_client_and_the_model_evaluates(examples, tmp_path):
+    cfg = {"clients": 3, "partition": {"by": "island"}, "rounds": 2, "min_clients": 2,
+           "round_timeout_s": 90, "compression": "int8", "batch_size": 16,
+           "model_params": {"hidden_units": [16]}}
+    out, metrics = run_stage("federated", cfg, {"examples": examples}, tmp_path,
+                             options=RunOptions(inject_failure="client:2@round:2"))
+    rounds = json.loads((out["model"] / "rounds.json").read_text())
+    assert [r["round"] for r in rounds] == [1, 2]
+    assert rounds[0]["clients"] == ["biscoe", "dream", "torgersen"]
+    assert rounds[1]["clients"] == ["biscoe", "dream"]  # torgersen (client 2) was killed
+    assert all(r["bytes_up"] > 0 and r["bytes_down"] > 0 for r in rounds)
+    assert metrics["rounds"] == 2 and 0.0 <= metrics["accuracy"] <= 1.0
+    analysis = json.loads((out["transform_graph"] / "analysis.json").read_text())
+    assert analysis["federated"] and analysis["analyzers"] == 7
+    info = json.loads((out["model"] / "train_info.json").read_text())
+    assert info["compression"] == "int8" and info["clients"] == ["biscoe", "dream", "torgersen"]
+    ev, ev_metrics = run_stage("evaluate", {}, {"model": out["model"],
+                                                "transform_graph": out["transform_graph"],
+                                                "examples": examples}, tmp_path)
+    assert 0.0 <= ev_metrics["accuracy"] <= 1.0
+
+
+def test_privacy_reports_epsilon_per_round_and_the_edge_model_is_measured_on_each_client(
+        examples, tmp_path):
+    cfg = {"clients": 2, "partition": {"iid": True}, "rounds": 1, "min_clients": 2,
+           "round_timeout_s": 90, "algorithm": "fedprox", "batch_size": 32, "edge": "float",
+           "privacy": {"clip_norm": 1.0, "noise_multiplier": 1.0},
+           "model_params": {"hidden_units": [8]}}
+    out, metrics = run_stage("federated", cfg, {"examples": examples}, tmp_path)
+    from dp_accounting import dp_event, rdp
+
+    acc = rdp.RdpAccountant()
+    acc.compose(dp_event.GaussianDpEvent(1.0))
+    assert metrics["epsilon"] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-6)
+    rounds = json.loads((out["model"] / "rounds.json").read_text())
+    assert rounds[0]["clients"] == ["client-0", "client-1"] and "epsilon" in rounds[0]
+    edge = json.loads((out["model"] / "edge.json").read_text())
+    assert set(edge["clients"]) == {"client-0", "client-1"}
+    for r in edge["clients"].values():  # float TFLite: the same predictions as the cloud model
+        assert r["edge_accuracy"] == pytest.approx(r["cloud_accuracy"], abs=0.02)
+    assert (out["model"] / "model.tflite").stat().st_size == edge["size_bytes"]
+
+
+def test_bad_federated_settings_name_the_field(examples, tmp_path):
+    with pytest.raises(Exception, match="min_clients \\(4\\) is above the number of clients"):
+        run_stage("federated", {"clients": 3, "min_clients": 4}, {"examples": examples},
+                  tmp_path / "1")
+    with pytest.raises(StageError, match="no column 'isle'"):
+        run_stage("federated", {"clients": 3, "partition": {"by": "isle"}},
+                  {"examples": examples}, tmp_path / "2")
+    with pytest.raises(StageError, match=r"federated.clients.a: no examples at"):
+        run_stage("federated", {"clients": [{"name": "a", "examples": str(tmp_path / "none")},
+                                            {"name": "b", "examples": str(examples)}]},
+                  {}, tmp_path / "3")
+    with pytest.raises(Exception, match="clip_norm"):
+        run_stage("federated", {"clients": 2, "privacy": {"noise_multiplier": 1.0}},
+                  {"examples": examples}, tmp_path / "4")
+    with pytest.raises(ValueError, match="inject-failure names client 5"):
+        parse_fault("client:5@round:1", 3)
+    with pytest.raises(ValueError, match="must look like 'client:1@round:2'"):
+        parse_fault("worker:1@step:3", 3)
