@@ -105,6 +105,8 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
                 return _convert(arg, value, path)
             except ConfigError as exc:
                 errors.append(exc)
+        if len(errors) == 1 and isinstance(value, Mapping):  # `Settings | None`: say what
+            raise errors[0]  # is wrong inside the mapping, not only that it is not a Settings
         raise ConfigError(path, f"expected {_name(tp)}. Received: {_show(value)}")
     if origin is typing.Literal:
         if value in args:
