@@ -341,4 +341,5 @@ def _publish(ctx: StageContext, server: Path, log: Any, config: Config, seconds:
     for key in ("accuracy", "mse", "loss", "epsilon"):
         if key in last:
             numbers[key] = round(float(last[key]), 6)
+    numbers["server_restarts"] = sum(1 for r in log.read() if r.get("event") == "resume")
     ctx.record(**numbers)

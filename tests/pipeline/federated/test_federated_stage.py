@@ -44,20 +44,29 @@ def test_rounds_go_on_without_a_killed_client_and_the_model_evaluates(examples, 
     assert 0.0 <= ev_metrics["accuracy"] <= 1.0
 
 
-def test_privacy_reports_epsilon_per_round_and_the_edge_model_is_measured_on_each_client(
+def test_a_restarted_server_resumes_with_privacy_and_the_edge_model_is_measured_on_clients(
         examples, tmp_path):
-    cfg = {"clients": 2, "partition": {"iid": True}, "rounds": 1, "min_clients": 2,
+    """The SuperLink and its ServerApp are SIGKILLed when round 2 starts: the new run resumes
+    after round 1 (no round lost or repeated); epsilon composes over both rounds."""
+    cfg = {"clients": 2, "partition": {"iid": True}, "rounds": 2, "min_clients": 2,
            "round_timeout_s": 90, "algorithm": "fedprox", "batch_size": 32, "edge": "float",
            "privacy": {"clip_norm": 1.0, "noise_multiplier": 1.0},
            "model_params": {"hidden_units": [8]}}
-    out, metrics = run_stage("federated", cfg, {"examples": examples}, tmp_path)
+    out, metrics = run_stage("federated", cfg, {"examples": examples}, tmp_path,
+                             options=RunOptions(inject_failure="server@round:2"))
     from dp_accounting import dp_event, rdp
 
-    acc = rdp.RdpAccountant()
-    acc.compose(dp_event.GaussianDpEvent(1.0))
-    assert metrics["epsilon"] == pytest.approx(acc.get_epsilon(1e-5), rel=1e-6)
+    def eps(rounds):
+        acc = rdp.RdpAccountant()
+        acc.compose(dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(1.0), rounds))
+        return acc.get_epsilon(1e-5)
+
+    assert metrics["server_restarts"] == 1
     rounds = json.loads((out["model"] / "rounds.json").read_text())
-    assert rounds[0]["clients"] == ["client-0", "client-1"] and "epsilon" in rounds[0]
+    assert [r["round"] for r in rounds] == [1, 2]
+    assert [r["epsilon"] for r in rounds] == pytest.approx([eps(1), eps(2)], rel=1e-6)
+    assert metrics["epsilon"] == pytest.approx(eps(2), rel=1e-6)
+    assert all(r["clients"] == ["client-0", "client-1"] for r in rounds)
     edge = json.loads((out["model"] / "edge.json").read_text())
     assert set(edge["clients"]) == {"client-0", "client-1"}
     for r in edge["clients"].values():  # float TFLite: the same predictions as the cloud model
