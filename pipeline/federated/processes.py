@@ -94,6 +94,9 @@ class Proc:
         logs.mkdir(parents=True, exist_ok=True)
         self.name, self.log = name, logs / f"{name}.log"
         with self.log.open("ab") as fh:
+            # a restarted process appends to its predecessor's log: tail() reads only its own
+            # part, so "Application startup complete" of the killed SuperLink does not count
+            self.offset = fh.tell()
             self.popen = subprocess.Popen(argv, env=env, stdout=fh, stderr=subprocess.STDOUT,
                                           stdin=subprocess.DEVNULL, start_new_session=True)
 
@@ -124,7 +127,9 @@ class Proc:
 
     def tail(self, n: int = 3000) -> str:
         try:
-            return self.log.read_text(errors="replace")[-n:]
+            with self.log.open("rb") as fh:
+                fh.seek(self.offset)
+                return fh.read().decode(errors="replace")[-n:]
         except OSError:
             return ""
 
