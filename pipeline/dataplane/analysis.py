@@ -1,4 +1,6 @@
-"""The label's part of `analysis.json`: its class vocabulary, or its mean and variance.
+"""`analysis.json` and the transform_graph directory, written one way for every transform.
+
+The label's part of `analysis.json` is its class vocabulary, or its mean and variance.
 
 Baton encodes the label itself, whatever computes the features: the first analyzer pass also
 accumulates the label column (pipeline.dataplane.accumulators), and this turns the merged
@@ -7,7 +9,9 @@ accumulator into the class vocabulary the transform SavedModel's `transform_labe
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from baton.errors import StageError
@@ -35,11 +39,32 @@ def label_analysis(accs: Mapping[str, Any], raw: Sequence[tuple[Any, ...]],
                      "counts": [lab.counts[v.encode("utf-8")] for v in vocab]}
     else:
         label_out = {**label, "vocabulary": [], "mean": lab.mean, "var": lab.var}
-    return {
-        "version": VERSION,
-        "raw_features": [{"name": r[0], "dtype": r[1],
-                          **({"shape": [int(d) for d in r[2]]} if len(r) > 2 and r[2] else {})}
-                         for r in raw],
-        "features": [],
-        "label": label_out,
-    }
+    return {"version": VERSION, "raw_features": raw_entries(raw), "features": [],
+            "label": label_out}
+
+
+def raw_entries(raw: Sequence[tuple[Any, ...]]) -> list[dict[str, Any]]:
+    """analysis.json's raw_features: name, dtype, and shape for a tensor feature."""
+    return [{"name": r[0], "dtype": r[1],
+             **({"shape": [int(d) for d in r[2]]} if len(r) > 2 and r[2] else {})}
+            for r in raw]
+
+
+def save_transform_graph(directory: Path, built: Any, spec: Any, analysis: Mapping[str, Any],
+                         source: Any, resolved: Mapping[int, list[Any]],
+                         raw: Sequence[tuple[str, str, Any]]) -> None:
+    """The transform SavedModel (graphs.tft_module), analysis.json and feature_spec.json.
+
+    The column kinds (`source` a graphs.column_kinds.ColumnsFn) record each column's constants,
+    for a device applying them beside the TFLite model; a user's function records its ref."""
+    from baton.graphs import tft_module
+
+    tft_module.save(built, directory)
+    out = dict(analysis)
+    ops = getattr(source, "analysis_ops", None)
+    if ops is not None:
+        out["features"] = ops(resolved, {name: shape for name, _, shape in raw})
+    else:
+        out["preprocessing_fn"] = source.ref
+    (Path(directory) / "analysis.json").write_text(json.dumps(out, indent=1) + "\n")
+    spec.save(directory)

@@ -30,7 +30,7 @@ import numpy as np
 
 from baton.errors import StageError
 from baton.pipeline.dataplane.examples_writer import COLUMNAR, SplitWriter, arrow_schema
-from baton.pipeline.dataplane.reader import dictionary_parts, numeric_values, read_batches
+from baton.pipeline.dataplane.reader import raw_columns, read_batches
 from baton.pipeline.dataplane.schema_file import ExamplesSchema, shard_files
 
 
@@ -154,7 +154,7 @@ def _distinct(column: str, schema: ExamplesSchema, examples: Path) -> set[Any]:
     for split_name in schema.splits:
         for shard in shard_files(examples, split_name):
             for batch in read_batches(shard, [col]):
-                out |= set(_column_values(batch.column(0), col.is_numeric).tolist())
+                out |= set(_column_values(batch, col).tolist())
     out.discard(b"")
     out = {v for v in out if not (isinstance(v, float) and np.isnan(v))}
     if not out:
@@ -162,16 +162,13 @@ def _distinct(column: str, schema: ExamplesSchema, examples: Path) -> set[Any]:
     return out
 
 
-def _column_values(array: Any, numeric: bool) -> np.ndarray:
-    if numeric:
-        return numeric_values(array)
-    values, idx = dictionary_parts(array)
-    table = np.array([*values, b""], dtype=object)
-    return table[idx] if len(idx) else np.zeros(0, object)
+def _column_values(batch: Any, column: Any) -> np.ndarray:
+    """One column of a batch in the raw contract (reader.raw_columns)."""
+    return raw_columns(batch, [column])[column.name]
 
 
 def _classes(schema: ExamplesSchema, batch: Any, bins: np.ndarray | None) -> np.ndarray:
-    y = _column_values(batch.column(schema.label), schema.column(schema.label).is_numeric)
+    y = _column_values(batch, schema.column(schema.label))
     if bins is not None:
         return np.searchsorted(bins, y.astype(np.float64), side="right")
     return y
@@ -183,7 +180,7 @@ def _shares(partition: Partition, schema: ExamplesSchema, examples: Path, client
     if partition.dirichlet is None:
         return None
     label = schema.column(schema.label)
-    ys = [_column_values(b.column(0), label.is_numeric)
+    ys = [_column_values(b, label)
           for f in shard_files(examples, "train") for b in read_batches(f, [label])]
     y = np.concatenate(ys) if ys else np.zeros(0)
     bins = None
@@ -205,7 +202,7 @@ def _owners(partition: Partition, schema: ExamplesSchema, batch: Any, values: li
     n = len(batch)
     if partition.by is not None:
         col = schema.column(partition.by)
-        v = _column_values(batch.column(partition.by), col.is_numeric)
+        v = _column_values(batch, col)
         index = {val: i for i, val in enumerate(values)}
         return np.array([index.get(x, -1) for x in v.tolist()], np.int64)
     if shares is None:  # iid

@@ -324,18 +324,12 @@ def epsilon(plan: Plan, rounds: int) -> float:
 
 
 def save_transform(t: Any, directory: Path, fn: Any) -> None:
-    from baton.graphs import tft_module
+    from baton.pipeline.dataplane.analysis import VERSION, raw_entries, save_transform_graph
 
-    tft_module.save(t.built, directory)
-    analysis = {"version": 1, "raw_features": [{"name": n, "dtype": d, **({"shape": list(s)}
-                                                if s else {})} for n, d, s in t.raw],
-                "features": [], "label": t.label, "phases": t.phases,
-                "analyzers": len(t.resolved), "federated": True}
-    if fn.columns is not None:
-        analysis["features"] = fn.source().analysis_ops(t.resolved,
-                                                        {n: s for n, _, s in t.raw})
-    (directory / "analysis.json").write_text(json.dumps(analysis, indent=1) + "\n")
-    t.spec.save(directory)
+    analysis = {"version": VERSION, "raw_features": raw_entries(t.raw), "features": [],
+                "label": t.label, "phases": t.phases, "analyzers": len(t.resolved),
+                "federated": True}
+    save_transform_graph(directory, t.built, t.spec, analysis, fn.source(), t.resolved, t.raw)
 
 
 def save_model(model: Any, directory: Path, plan: Plan, records: list[dict[str, Any]],

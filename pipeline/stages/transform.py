@@ -146,7 +146,7 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
     from baton.graphs import tft_engine, tft_module
     from baton.graphs.user_refs import RefError
     from baton.pipeline.dataplane import beam_runner, beam_tft
-    from baton.pipeline.dataplane.analysis import label_analysis
+    from baton.pipeline.dataplane.analysis import label_analysis, save_transform_graph
     from baton.pipeline.dataplane.schema_file import shard_files
     from baton.pipeline.dataplane.transformed_io import write_metadata
 
@@ -216,16 +216,9 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
     beam_s = time.perf_counter() - started
     spec = tft_module.feature_spec(built, raw_feats, analysis["label"],
                                    _images(ctx, schema, plan) if plan is not None else ())
-    tft_module.save(built, out_g)
-    export_s = time.perf_counter() - started - beam_s
-    if plan is not None:  # the per-column constants, for a device applying them itself
-        analysis["features"] = source.analysis_ops(
-            phases.resolved, {name: shape for name, _, shape in raw_feats})
-    else:
-        analysis["preprocessing_fn"] = source.ref
     analysis.update(phases=phases.number, analyzers=len(phases.resolved))
-    (out_g / "analysis.json").write_text(json.dumps(analysis, indent=1) + "\n")
-    spec.save(out_g)
+    save_transform_graph(out_g, built, spec, analysis, source, phases.resolved, raw_feats)
+    export_s = time.perf_counter() - started - beam_s
     splits = {s: counts.get(f"rows_{s}", 0) for s in schema.splits}
     dtypes = {f.name: f.dtype for f in spec.features}
     dtypes[label] = "int64" if schema.task == "classification" else "float32"
