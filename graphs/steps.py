@@ -125,6 +125,7 @@ def make_train_chunk(
     strategy: Any = None,
     options: StepOptions | None = None,
     loss_fn: Any = None,
+    balance: bool = False,
 ) -> Any:
     """A `tf.function(iterator, n_steps, stop_flag) -> totals[4]` running `n_steps` steps in-graph.
 
@@ -138,6 +139,11 @@ def make_train_chunk(
         options: XLA and fp16 all-reduce switches.
         loss_fn: `(labels, logits) -> per-example loss [B]` (graphs.objectives.make_loss);
             None: `loss_per_example`, softmax cross-entropy or squared error.
+        balance: uneven per-replica batches (strategies.balance). The chunk is then
+            `(iterator, n_steps, stop_flag, bounds) -> totals[4 + 2R]`: every replica receives
+            the whole global batch and trains on rows `[bounds[r], bounds[r+1])` of it, and the
+            totals end with each replica's summed forward-backward seconds (R values) and rows
+            (R values), reduced with the rest so every task sees every replica's speed.
     """
     import tensorflow as tf
 
@@ -149,6 +155,9 @@ def make_train_chunk(
     scales_loss = hasattr(optimizer, "scale_loss") and "LossScale" in type(optimizer).__name__
 
     scope = resolve_jit_scope(options, strategy)
+    if balance and scope == "step":
+        scope = "gradients"  # the timestamps around the gradients need the host clock
+    replicas = strategy.num_replicas_in_sync
     per_example = loss_fn or (lambda labels, logits: loss_per_example(task, labels, logits))
 
     def forward_backward(features: Any, labels: Any) -> Any:
@@ -173,6 +182,25 @@ def make_train_chunk(
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return tf.concat([stats, tf.reshape(stop_flag, [1])], axis=0)
 
+    def balanced_step(batch: Any, stop_flag: Any, bounds: Any) -> Any:
+        features, labels = batch
+        rid = tf.distribute.get_replica_context().replica_id_in_sync_group
+        lo, hi = bounds[rid], bounds[rid + 1]
+        features = {k: v[lo:hi] for k, v in features.items()}
+        labels = labels[lo:hi]
+        # The clock starts once this step may compute: its rows are here and the previous
+        # step's update (which waits for every replica's gradients) has landed in the
+        # variables; reading them here orders the clock after that write, as the forward
+        # pass's own reads are ordered, so waiting for slower replicas is not counted.
+        weights = [tf.convert_to_tensor(v.value) for v in model.trainable_variables]
+        began = _host_clock([labels, *features.values(), *weights])
+        grads, stats = forward_backward(features, labels)
+        took = tf.cast(_host_clock([g for g in grads if g is not None] + [stats]) - began,
+                       tf.float32)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        mine = tf.one_hot(rid, replicas, dtype=tf.float32)
+        return tf.concat([stats, tf.reshape(stop_flag, [1]), mine * took, mine * stats[2]], 0)
+
     # Not converted by AutoGraph, as Keras 3's own `one_step_on_data`: the step is straight-line
     # code, and converting the model's and optimizer's Python took most of the first call.
     replica_step = tf.autograph.experimental.do_not_convert(replica_step)
@@ -186,7 +214,34 @@ def make_train_chunk(
             totals += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
         return totals
 
-    return train_chunk
+    if not balance:
+        return train_chunk
+    uneven = tf.autograph.experimental.do_not_convert(balanced_step)
+
+    @tf.function
+    def balanced_chunk(iterator: Any, n_steps: Any, stop_flag: Any, bounds: Any) -> Any:
+        totals = tf.zeros([len(TOTALS) + 2 * replicas], tf.float32)
+        for _ in tf.range(n_steps):
+            per_replica = strategy.run(uneven, args=(next(iterator), stop_flag, bounds))
+            totals += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+        return totals
+
+    return balanced_chunk
+
+
+def _host_clock(after: list[Any]) -> Any:
+    """This process's monotonic clock (seconds, float64), read once `after` are computed.
+
+    `tf.timestamp` would do, but TensorFlow refuses it under op determinism (which Baton turns
+    on by default), so the clock is read through a py_function: it runs in this task's own
+    process, costs microseconds, and does not change any value the step computes.
+    """
+    import time
+
+    import tensorflow as tf
+
+    with tf.control_dependencies(after):
+        return tf.py_function(lambda: time.perf_counter(), [], tf.float64)
 
 
 def xla_compiled_functions(fn: Any) -> list[str]:

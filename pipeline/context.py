@@ -32,6 +32,7 @@ class RunOptions:
     strategy: str | None = None
     no_cache: bool = False
     inject_failure: str | None = None  # e.g. "worker:1@step:40" (strategies.faults)
+    inject_slowdown: str | None = None  # e.g. "worker:1@speed:0.5" (strategies.slowdown)
     quiet: bool = False
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 

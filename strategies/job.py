@@ -55,12 +55,18 @@ class TrainJob:
     deterministic: bool = True
     cache: bool = True
     strategy: str = ONE_DEVICE
+    # "auto": per-replica batches follow measured speed (strategies.balance); "off": equal
+    balance: str = "off"
     communication: dict[str, Any] = dataclasses.field(default_factory=dict)
     partition: dict[str, Any] = dataclasses.field(default_factory=dict)
     # Content hash of the inputs (set by the train stage). When set, the backup fingerprint uses
     # it instead of `transformed_dir`, so a rerun whose inputs sit in another run directory (the
     # same bytes) still resumes the interrupted run's backup.
     data_hash: str = ""
+
+    def __post_init__(self) -> None:
+        if self.balance not in ("auto", "off"):
+            raise ValueError(f"balance must be 'auto' or 'off'. Received: balance={self.balance!r}")
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -219,7 +225,27 @@ def dataset_fns(job: TrainJob) -> tuple[Any, Any]:
 
     Training reads one endless, seeded stream; with op determinism on (which also makes tf.data
     deterministic) a resumed task that skips `skip` batches sees exactly what it would have seen.
+    With `balance: auto` no task shards it: every task reads the whole stream in global batches
+    (each local replica gets its own copy of each batch) and the step slices each replica's
+    rows out of it (graphs.steps.make_train_chunk(balance=True)).
     """
+    import tensorflow as tf
+
+    def balanced_ds(skip: int, ctx: Any) -> Any:
+        ds = _make_dataset(job, "train", job.batch_size, shuffle=True, input_context=None,
+                           seed=job.seed, repeat=True)
+        ds = ds.skip(skip) if skip else ds
+        local = ctx.num_replicas_in_sync // ctx.num_input_pipelines if ctx is not None else 1
+        if local > 1:  # replicas of one task take consecutive elements: give each the batch
+            ds = ds.flat_map(
+                lambda features, label: tf.data.Dataset.from_tensors((features, label)).repeat(
+                    local))
+        if ctx is not None:
+            options = tf.data.Options()
+            options.experimental_distribute.auto_shard_policy = (
+                tf.data.experimental.AutoShardPolicy.OFF)
+            ds = ds.with_options(options)
+        return ds
 
     def train_ds(skip: int, ctx: Any) -> Any:
         batch = (
@@ -233,7 +259,7 @@ def dataset_fns(job: TrainJob) -> tuple[Any, Any]:
     def eval_ds() -> Any:
         return _make_dataset(job, "eval", job.eval_batch_size, shuffle=False, input_context=None)
 
-    return train_ds, eval_ds
+    return (balanced_ds if job.balance == "auto" else train_ds), eval_ds
 
 
 def _make_dataset(
@@ -316,6 +342,7 @@ def run_task(job: TrainJob, tf_config: TFConfig | None, role: TaskRole) -> Train
         global_batch_size=job.batch_size,
         steps_per_execution=job.steps_per_execution,
         backup_every=job.backup_every,
+        balance=job.balance == "auto",
     )
     train_ds, eval_ds = dataset_fns(job)
     options = StepOptions(jit_compile=job.jit_compile, fp16_allreduce=comm.fp16_allreduce)

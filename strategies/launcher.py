@@ -48,6 +48,7 @@ from baton.strategies.faults import Fault
 from baton.strategies.inventory import TASKS_ON_NODE_ENV
 from baton.strategies.preemption import stop_on_sigterm
 from baton.strategies.restart_policies import Action, GroupRestart, Verdict
+from baton.strategies.slowdown import DutyCycle, Slowdown
 from baton.strategies.supervisor import Command, ProcessGroup, describe
 
 PERMANENT_EXIT = EXIT_FAILED
@@ -66,6 +67,7 @@ class LaunchConfig:
     preempt_grace_seconds: float = 60.0  # SIGTERM: how long the tasks get to save and exit
     worker_restart_delay: float = 1.0
     extra_env: dict[str, str] = dataclasses.field(default_factory=dict)
+    slowdown: Slowdown | None = None  # a straggler rehearsed from outside (strategies.slowdown)
 
     @property
     def parameter_server(self) -> bool:
@@ -203,21 +205,26 @@ def launch(
                     f"attempt {attempt}: started {', '.join(group.names)} "
                     f"({json.dumps(cluster.as_dict())})"
                 )
-                verdict = _supervise(
-                    config,
-                    cluster,
-                    group,
-                    policy,
-                    envs,
-                    command,
-                    sink,
-                    status_file,
-                    attempt,
-                    result,
-                    on_step,
-                    state,
-                    preempt,
-                )
+                duty = _slow_down(config, group, sink)
+                try:
+                    verdict = _supervise(
+                        config,
+                        cluster,
+                        group,
+                        policy,
+                        envs,
+                        command,
+                        sink,
+                        status_file,
+                        attempt,
+                        result,
+                        on_step,
+                        state,
+                        preempt,
+                    )
+                finally:
+                    if duty is not None:  # continued before the group is stopped
+                        duty.stop()
             outcome = verdict.reason
             result.events.append(f"attempt {attempt}: {outcome}")
             if verdict.action is Action.SUCCEED:
@@ -241,6 +248,15 @@ def launch(
         result.preempted = preempt.is_set()
     result.seconds = time.monotonic() - start
     return result
+
+
+def _slow_down(config: LaunchConfig, group: ProcessGroup, sink: _Sink) -> DutyCycle | None:
+    slow = config.slowdown
+    if slow is None or slow.task.name not in group:
+        return None
+    sink.say(f"slowing {slow.task.name} down to {slow.speed:g} of its speed "
+             f"(SIGSTOP/SIGCONT every {slow.period_ms} ms)")
+    return DutyCycle(slow, lambda signum: group.signal(slow.task.name, signum)).start()
 
 
 def _log(state: Path, task: TaskId, attempt: int, restart: int | None = None) -> Path:

@@ -22,6 +22,7 @@ from typing import Any
 from baton.errors import Preempted
 from baton.graphs.feature_spec import FeatureSpec
 from baton.graphs.steps import (
+    TOTALS,
     StepOptions,
     make_eval_fn,
     make_train_chunk,
@@ -30,6 +31,7 @@ from baton.graphs.steps import (
 )
 from baton.strategies import faults
 from baton.strategies.backup import Backup
+from baton.strategies.balance import Balancer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,6 +43,7 @@ class TrainPlan:
     global_batch_size: int
     steps_per_execution: int = 20
     backup_every: int = 0  # steps between backups; 0: epoch ends only
+    balance: bool = False  # per-replica batches follow measured speed (strategies.balance)
 
     def __post_init__(self) -> None:
         for name in ("epochs", "steps_per_epoch", "global_batch_size", "steps_per_execution"):
@@ -151,7 +154,13 @@ def train(
     step = int(optimizer.iterations.numpy())
     resumed_from = step
     chunk = make_train_chunk(
-        model, optimizer, spec, plan.global_batch_size, strategy, step_options, objectives.loss
+        model, optimizer, spec, plan.global_batch_size, strategy, step_options, objectives.loss,
+        balance=plan.balance,
+    )
+    balancer = (
+        Balancer(plan.global_batch_size, strategy.num_replicas_in_sync,
+                 record_every=max(1, plan.total_steps // 40))
+        if plan.balance else None
     )
     evaluate = (
         make_eval_fn(model, spec, objectives.loss, metrics) if eval_dataset is not None else None
@@ -196,7 +205,14 @@ def train(
             n = faults.clip_chunk(role.fault, step, n)
             flag = tf.constant(1.0 if role.stop.is_set() else 0.0)
             callbacks.on_train_batch_begin(in_epoch)
-            totals = chunk(iterator, tf.constant(n, tf.int32), flag).numpy()
+            if balancer is None:
+                totals = chunk(iterator, tf.constant(n, tf.int32), flag).numpy()
+            else:
+                bounds = tf.constant(balancer.bounds(), tf.int32)
+                out = chunk(iterator, tf.constant(n, tf.int32), flag, bounds).numpy()
+                totals, r = out[: len(TOTALS)], balancer.replicas
+                balancer.observe(step + n, out[len(TOTALS):len(TOTALS) + r],
+                                 out[len(TOTALS) + r:])
             step += n
             in_epoch += n
             state.step = step
@@ -225,6 +241,8 @@ def train(
         callbacks.on_epoch_end(epoch, cbs.epoch_logs(record))
         stopped = stopped or stop_requested()
     callbacks.on_train_end(cbs.epoch_logs(history[-1]) if history else None)
+    if balancer is not None:
+        balancer.record(step, "end")
     seconds = time.perf_counter() - start
     done = step - start_step
     return TrainResult(
@@ -237,6 +255,7 @@ def train(
         steps_per_sec=done / max(seconds, 1e-9),
         num_replicas=strategy.num_replicas_in_sync,
         info={"xla_compiled": xla_compiled_functions(chunk),
+              **({"balance": balancer.summary()} if balancer is not None else {}),
               **({"stopped_early_at_step": step} if stopped and step < total else {})},
     )
 

@@ -36,6 +36,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--only", help="comma-separated stages to run; the others must already be in the run")
     p.add_argument("--inject-failure", metavar="TASK@step:N",
                    help="rehearse a failure, e.g. worker:1@step:40 (env BATON_INJECT_FAILURE)")
+    p.add_argument("--inject-slowdown", metavar="TASK@speed:F",
+                   help="rehearse a straggler: run a local cluster's task at fraction F of its "
+                   "speed (SIGSTOP/SIGCONT duty cycle), e.g. worker:1@speed:0.5")
     p.add_argument("--check", action="store_true", help="validate the spec and print the plan only")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     return p
@@ -56,7 +59,7 @@ def main(argv: list[str]) -> int:
     inject = args.inject_failure or os.environ.get("BATON_INJECT_FAILURE") or None
     options = RunOptions(
         workers=args.workers, ps=args.ps, strategy=args.strategy, no_cache=args.no_cache,
-        inject_failure=inject, quiet=args.quiet,
+        inject_failure=inject, inject_slowdown=args.inject_slowdown, quiet=args.quiet,
     )
     only = [s.strip() for s in args.only.split(",") if s.strip()] if args.only else None
     _check_options(the_plan, options, only, "--inject-failure" if args.inject_failure

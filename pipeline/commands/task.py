@@ -230,7 +230,8 @@ def _job(args: argparse.Namespace, tf_config: Any) -> tuple[Any, Path]:
     # No row count here: that would run TF ops before the strategy exists (see make_job).
     # The user's modules (model, loss, ...) are imported from the spec's directory on this
     # replica too: on a TFJob pod, the ConfigMap mounted beside the spec (docs/kubernetes.md).
-    job = train_stage.make_job(config, inputs, topo.strategy, count=False, code_dir=spec.spec_dir)
+    job = train_stage.make_job(config, inputs, topo.strategy, count=False, code_dir=spec.spec_dir,
+                               balance=train_stage.balance_mode(config, topo))
     return job, Path(args.out) if args.out else run_dir / args.stage
 
 

@@ -21,6 +21,7 @@ from baton.errors import Preempted, StageError
 from baton.graphs.models import BUILDERS as BUILTIN_MODELS  # the table's names (no TF import)
 from baton.pipeline.context import StageContext
 from baton.strategies.factory import (
+    MIRRORED,
     MULTI_WORKER,
     MULTI_WORKER_MIRRORED,
     ONE_DEVICE,
@@ -85,6 +86,9 @@ class Config:
     workers: int | None = None
     ps: int | None = None
     max_restarts: int = 3
+    # per-replica batches follow measured speed (strategies.balance); None: auto under
+    # multi-worker mirrored with 2+ workers, off otherwise
+    balance: Literal["auto", "off"] | None = None
     communication: CommunicationConfig = dataclasses.field(default_factory=CommunicationConfig)
     partition: PartitionConfig = dataclasses.field(default_factory=PartitionConfig)
 
@@ -232,12 +236,23 @@ def _resolve(config: Config, options: Any, cluster: Any) -> tuple[list[str], Top
     return problems, topo, s_src
 
 
+BALANCED_STRATEGIES = (MULTI_WORKER_MIRRORED, MIRRORED)
+
+
+def balance_mode(config: Config, topo: Topology) -> str:
+    """The resolved `balance`: as written, or auto for a multi-worker mirrored cluster."""
+    if config.balance is not None:
+        return config.balance
+    return "auto" if topo.strategy == MULTI_WORKER_MIRRORED and topo.workers > 1 else "off"
+
+
 def check_options(config: Config, options: Any, stage: Any, spec: Any) -> list[str]:
     """Problems of this stage under the run's flags (`baton run` calls it before any stage runs).
 
     The topology (flags, then the stage config, then the spec's `cluster:` section) must be
-    consistent, XLA must be supported by the resolved strategy, and a fault to inject must parse
-    and name a task of that topology.
+    consistent, XLA must be supported by the resolved strategy, `balance: auto` needs a
+    strategy whose replicas share a synchronous step, and a fault to inject must parse and
+    name a task of that topology.
     """
     from baton.strategies.faults import FaultSpecError, parse_fault
 
@@ -245,11 +260,14 @@ def check_options(config: Config, options: Any, stage: Any, spec: Any) -> list[s
     problems, topo, source = _resolve(config, options, cluster)
     if not problems and config.jit_compile and topo.strategy == PARAMETER_SERVER:
         problems.append(_jit_problem(stage.name, f"{topo.strategy} ({source})"))
+    if not problems and config.balance == "auto" and topo.strategy not in BALANCED_STRATEGIES:
+        problems.append(_balance_problem(stage.name, f"{topo.strategy} ({source})"))
     try:
         fault = parse_fault(options.inject_failure)
     except FaultSpecError as exc:
         problems.append(str(exc))
         fault = None
+    problems += _slowdown_problems(options, topo)
     if fault is not None and not problems:
         tasks = _task_names(topo)
         if fault.task.name not in tasks:
@@ -269,6 +287,9 @@ def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
     problems = _code_problems(config, getattr(spec, "spec_dir", None))
     if config.jit_compile and config.strategy == PARAMETER_SERVER:
         problems.append(_jit_problem(stage.name, PARAMETER_SERVER))
+    if (config.balance == "auto" and config.strategy is not None
+            and config.strategy not in BALANCED_STRATEGIES):
+        problems.append(_balance_problem(stage.name, config.strategy))
     if config.ps and config.strategy not in (None, PARAMETER_SERVER):
         problems.append(
             f"config.ps={config.ps} needs strategy parameter_server. "
@@ -367,6 +388,36 @@ def _jit_problem(stage_name: str, strategy: str) -> str:
     )
 
 
+def _slowdown_problems(options: Any, topo: Topology) -> list[str]:
+    from baton.strategies.slowdown import SlowdownSpecError, parse_slowdown
+
+    text = getattr(options, "inject_slowdown", None)
+    try:
+        slow = parse_slowdown(text)
+    except SlowdownSpecError as exc:
+        return [str(exc)]
+    if slow is None:
+        return []
+    tasks = _task_names(topo) if topo.multi_process else []
+    if slow.task.name not in tasks:
+        return [
+            f"inject-slowdown names task {slow.task.name}, which is not a process of this "
+            f"{topo.strategy} topology (a local cluster's tasks: {', '.join(tasks) or 'none'}, "
+            f"workers={topo.workers}). Received: {text!r}"
+        ]
+    return []
+
+
+def _balance_problem(stage_name: str, strategy: str) -> str:
+    return (
+        f"{stage_name}.config.balance: auto is not supported with strategy {strategy}: it "
+        "sizes the batches of replicas that share one synchronous step (multi_worker_mirrored, "
+        "mirrored). one_device has one replica; parameter_server workers already go at their "
+        "own pace (each pulls its next step when done). Received: balance='auto', "
+        f"strategy={strategy}"
+    )
+
+
 def _task_names(topo: Topology) -> list[str]:
     if not topo.multi_process:
         return ["worker:0"]
@@ -384,6 +435,7 @@ def make_job(
     count: bool = True,
     data_hash: str = "",
     code_dir: Path | None = None,
+    balance: str = "off",
 ) -> Any:
     """The plain TrainJob every task runs (counts the training rows once, here).
 
@@ -429,6 +481,7 @@ def make_job(
         deterministic=config.deterministic,
         cache=config.cache,
         strategy=strategy,
+        balance=balance,
         communication=dataclasses.asdict(config.communication),
         partition=dataclasses.asdict(config.partition),
         data_hash=data_hash,
@@ -481,7 +534,7 @@ def run(ctx: StageContext, config: Config) -> None:
     topo = topology(config, ctx.options, _spec_cluster(ctx))
     data_hash = _content_hash(Path(ctx.inputs["transformed"]))
     job = make_job(config, dict(ctx.inputs), topo.strategy, data_hash=data_hash,
-                   code_dir=ctx.spec_dir)
+                   code_dir=ctx.spec_dir, balance=balance_mode(config, topo))
     backups = backup_dir(ctx, job)
     out = ctx.output("model")
     node = inventory.node_inventory()
@@ -564,6 +617,7 @@ def _run_cluster(
     ctx: StageContext, config: Config, job: Any, topo: Topology, out: Path, backups: Path
 ) -> None:
     from baton.strategies import faults, launcher
+    from baton.strategies.slowdown import parse_slowdown
 
     job_file = ctx.work_dir / "job.json"
     job_file.write_text(job.to_json())
@@ -582,6 +636,7 @@ def _run_cluster(
             max_restarts=config.max_restarts,
             fault=fault,
             state_dir=ctx.work_dir / "launcher",
+            slowdown=parse_slowdown(getattr(ctx.options, "inject_slowdown", None)),
         ),
         command,
         stream=ctx.stream,

@@ -1,4 +1,5 @@
-"""fp16 gradient all-reduce under a 2-replica MirroredStrategy (one CPU split into two devices).
+"""fp16 gradient all-reduce and uneven (balanced) per-replica batches under a 2-replica
+MirroredStrategy (one CPU split into two devices).
 
 The logical-device split must happen before TensorFlow initialises, so the check runs in a fresh
 interpreter.
@@ -38,23 +39,55 @@ for fp16 in (False, True):
     out[str(fp16)] = [w.tolist() for w in model.get_weights()]
     out["examples_" + str(fp16)] = float(totals[2])
     out["replicas"] = strategy.num_replicas_in_sync
+
+# balance: each replica gets the whole global batch and trains on its rows [b[r], b[r+1]).
+with strategy.scope():
+    model = models.build_model("mlp", spec, seed=5)
+    opt = keras.optimizers.SGD(0.1)
+    opt.build(model.trainable_variables)
+chunk = make_train_chunk(model, opt, spec, 64, strategy, StepOptions(), balance=True)
+data = synthetic_dataset(spec, 512, 64, repeat=True).flat_map(
+    lambda f, l: tf.data.Dataset.from_tensors((f, l)).repeat(2))
+it = iter(strategy.distribute_datasets_from_function(lambda ctx: data))
+totals = chunk(it, tf.constant(10), tf.constant(0.0), tf.constant([0, 48, 64])).numpy()
+out["balanced"] = [w.tolist() for w in model.get_weights()]
+out["balanced_totals"] = totals.tolist()
 print("RESULT" + json.dumps(out))
 """
 
 
-@pytest.mark.slow
-def test_fp16_allreduce_is_close_to_fp32_but_not_identical() -> None:
-    import numpy as np
-
+@pytest.fixture(scope="module")
+def out() -> dict:
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT], cwd=ROOT, capture_output=True, text=True, timeout=300
     )
     line = next((x for x in proc.stdout.splitlines() if x.startswith("RESULT")), None)
     assert line is not None, proc.stderr[-3000:]
-    out = json.loads(line[len("RESULT") :])
+    return json.loads(line[len("RESULT") :])
+
+
+@pytest.mark.slow
+def test_fp16_allreduce_is_close_to_fp32_but_not_identical(out: dict) -> None:
+    import numpy as np
+
     assert out["replicas"] == 2 and out["examples_True"] == 640
     fp32 = [np.array(w) for w in out["False"]]
     fp16 = [np.array(w) for w in out["True"]]
     assert any(not np.array_equal(a, b) for a, b in zip(fp32, fp16, strict=True))  # fp16 active
     for a, b in zip(fp32, fp16, strict=True):
         np.testing.assert_allclose(a, b, atol=2e-3)
+
+
+@pytest.mark.slow
+def test_uneven_replica_batches_make_the_even_update(out: dict) -> None:
+    """Replicas on 48 and 16 rows of each global batch of 64: the all-reduced gradient is the
+    global-batch mean, so 10 SGD steps land where 32 + 32 rows do (up to float sum order)."""
+    import numpy as np
+
+    even = [np.array(w) for w in out["False"]]
+    uneven = [np.array(w) for w in out["balanced"]]
+    for a, b in zip(even, uneven, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    totals = out["balanced_totals"]  # loss, correct, examples, stop, seconds[2], rows[2]
+    assert totals[2] == 640 and totals[6:8] == [480.0, 160.0], totals
+    assert totals[4] > 0 and totals[5] > 0, totals  # each replica timed its own pass

@@ -1,0 +1,170 @@
+"""Per-replica batch sizes that follow each replica's measured speed, the global batch fixed.
+
+A synchronous step waits for its slowest replica: with equal batches, a worker at half speed
+holds every other worker to its pace. LB-BSP and Cannikin size each worker's batch to its speed
+instead. Baton does the same under multi-worker mirrored (`train.config.balance: auto`):
+
+- every worker reads the same global batch of the same seeded stream and trains on its slice
+  `[bounds[i], bounds[i+1])` of it (`graphs.steps.make_train_chunk(balance=True)`), so the union
+  of the slices is exactly the global batch whatever the split;
+- the loss is averaged over the global batch (per-example losses divided by it, as always), so
+  the all-reduced gradient is the global-batch mean for any split: the update is the one
+  `balance: off` makes, up to the order of a float sum;
+- each replica times its own forward and backward pass in-graph (`tf.timestamp` on either side
+  of the gradient computation, before the all-reduce waits for the others) and the times travel
+  with the step's totals through the same all-reduce, so every worker receives every replica's
+  speed and computes the same new split here, with no extra collective and no coordinator.
+
+The split is re-checked after every chunk of steps; it moves only when the predicted step time
+(the slowest replica's rows over its rate) drops by more than `threshold`, so noise on equal
+workers does not reshuffle the batches. This module is pure arithmetic (no TensorFlow).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+AUTO, OFF = "auto", "off"
+BALANCE_MODES = (AUTO, OFF)
+
+
+def proportional_split(total: int, weights: Sequence[float], floor: int) -> list[int]:
+    """`total` rows in proportion to `weights`, each at least `floor`, summing to `total`.
+
+    Replicas whose share falls below `floor` get `floor` and the rest is shared among the
+    others in proportion; then largest-remainder rounding (ties to the lower index).
+    """
+    n = len(weights)
+    if n < 1 or total < n * floor:
+        raise ValueError(f"cannot split {total} rows over {n} replicas of at least {floor}")
+    w = [max(float(x), 0.0) for x in weights]
+    if sum(w) <= 0:
+        w = [1.0] * n
+    pinned: set[int] = set()
+    while True:
+        free = [i for i in range(n) if i not in pinned]
+        weight = {i: w[i] for i in free}
+        if sum(weight.values()) <= 0:
+            weight = dict.fromkeys(free, 1.0)
+        mass, rest = sum(weight.values()), total - floor * len(pinned)
+        shares = [float(floor) if i in pinned else rest * weight[i] / mass for i in range(n)]
+        low = {i for i in free if shares[i] < floor}
+        if not low:
+            break
+        pinned |= low
+    out = [math.floor(x) for x in shares]
+    left = total - sum(out)
+    order = sorted(range(n), key=lambda i: (-(shares[i] - math.floor(shares[i])), i))
+    for i in order[:left]:
+        out[i] += 1
+    return out
+
+
+@dataclasses.dataclass
+class Balancer:
+    """The current split and what was measured; identical on every worker given the same input.
+
+    Attributes:
+        global_batch: rows per step over all replicas (fixed).
+        replicas: replicas in sync.
+        min_share: no replica gets fewer rows than this fraction of an equal share (at least 1),
+            so a slow replica keeps being measured instead of starving.
+        threshold: relative step-time gain below which the split is left alone.
+        smoothing: weight of the newest measure in each replica's rate (exponential average).
+        damping: the fraction of the way to the speed-proportional split taken per move.
+        warmup: observations ignored at the start (the first chunk's time holds one-off work).
+        record_every: steps between the samples kept in `history` (changes are always kept).
+    """
+
+    global_batch: int
+    replicas: int
+    min_share: float = 0.125
+    threshold: float = 0.05
+    smoothing: float = 0.5
+    damping: float = 0.5
+    warmup: int = 1
+    record_every: int = 0
+    sizes: list[int] = dataclasses.field(default_factory=list)
+    rates: list[float] = dataclasses.field(default_factory=list)
+    history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    changes: int = 0
+    _seen: int = 0
+    _last_record: int = -1
+
+    def __post_init__(self) -> None:
+        if self.replicas < 1 or self.global_batch < self.replicas:
+            raise ValueError(
+                f"balance needs a global batch of at least one row per replica. Received: "
+                f"batch_size={self.global_batch}, replicas={self.replicas}"
+            )
+        if not self.sizes:
+            self.sizes = proportional_split(self.global_batch, [1.0] * self.replicas, 0)
+        self.rates = self.rates or [0.0] * self.replicas
+
+    @property
+    def floor(self) -> int:
+        return max(1, int(self.global_batch / self.replicas * self.min_share))
+
+    def bounds(self) -> list[int]:
+        """Row offsets `[0, s0, s0+s1, ..., global_batch]`: replica i trains on [b[i], b[i+1])."""
+        out = [0]
+        for s in self.sizes:
+            out.append(out[-1] + s)
+        return out
+
+    def step_seconds(self, sizes: Sequence[int]) -> float:
+        """Predicted compute time of one step with `sizes`: the slowest replica's."""
+        return max(s / r for s, r in zip(sizes, self.rates, strict=True))
+
+    def observe(self, step: int, seconds: Sequence[float], rows: Sequence[float]) -> bool:
+        """Fold in one chunk's per-replica compute seconds and rows; True when the split moved."""
+        self._seen += 1
+        if self._seen <= self.warmup:
+            return False
+        for i, (t, n) in enumerate(zip(seconds, rows, strict=True)):
+            if t > 0 and n > 0:
+                rate = float(n) / float(t)
+                old = self.rates[i]
+                self.rates[i] = rate if old <= 0 else (
+                    self.smoothing * rate + (1 - self.smoothing) * old)
+        changed = False
+        if all(r > 0 for r in self.rates):
+            target = proportional_split(self.global_batch, self.rates, self.floor)
+            # Halfway there: a replica's rate measured on few rows carries its fixed per-step
+            # cost, so a full jump overshoots and the split would swing chunk to chunk.
+            halfway = [s + self.damping * (t - s) for s, t in zip(self.sizes, target, strict=True)]
+            proposal = proportional_split(self.global_batch, halfway, self.floor)
+            now, then = self.step_seconds(self.sizes), self.step_seconds(proposal)
+            if proposal != self.sizes and then < now * (1 - self.threshold):
+                self.sizes = proposal
+                self.changes += 1
+                changed = True
+        due = self.record_every > 0 and (
+            self._last_record < 0 or step - self._last_record >= self.record_every)
+        if changed or due:
+            self.record(step, "rebalanced" if changed else "sample")
+        return changed
+
+    def record(self, step: int, event: str) -> None:
+        self._last_record = step
+        self.history.append({
+            "step": step,
+            "event": event,
+            "batch": list(self.sizes),
+            "rows_per_sec": [round(r, 1) for r in self.rates],
+        })
+
+    def summary(self) -> dict[str, Any]:
+        """What train_info.json records under `balance`."""
+        return {
+            "mode": AUTO,
+            "global_batch": self.global_batch,
+            "replicas": self.replicas,
+            "final_batch": list(self.sizes),
+            "rows_per_sec": [round(r, 1) for r in self.rates],
+            "changes": self.changes,
+            "history": self.history,
+        }

@@ -1,0 +1,101 @@
+"""Rehearse a straggler: slow one task of a local cluster down from outside its process.
+
+`--inject-slowdown worker:1@speed:0.5` makes the launcher stop and continue task worker:1's
+process group on a fixed duty cycle (SIGSTOP for half of every `period_ms`, SIGCONT for the
+other half), the way a node shared with a noisy neighbour, a throttled CPU or a slower machine
+type looks to a synchronous job: the task makes progress at `speed` of its normal rate and
+knows nothing of it. This is what `train.config.balance: auto` is tested and benchmarked
+against (strategies.balance); unlike `--inject-failure` it applies to every attempt (a slow node
+stays slow after a restart).
+
+The task is always continued before the launcher stops it (a stopped process does not act on
+SIGTERM until continued), and only processes the launcher started are signalled.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+import signal
+import threading
+from collections.abc import Callable
+
+from baton.errors import EXIT_USAGE, BatonError
+from baton.strategies.cluster import TASK_TYPES, TaskId
+
+_RE = re.compile(
+    r"^(?P<type>[a-z]+)(?::(?P<index>\d+))?@speed:(?P<speed>[0-9.]+)(?::(?P<period>\d+)ms)?$"
+)
+
+
+class SlowdownSpecError(BatonError, ValueError):
+    """A slowdown spec that cannot be parsed."""
+
+    exit_code = EXIT_USAGE
+
+
+@dataclasses.dataclass(frozen=True)
+class Slowdown:
+    task: TaskId
+    speed: float  # the fraction of every period the task may run, in (0, 1)
+    period_ms: int = 50
+
+    def __str__(self) -> str:
+        return f"{self.task.name}@speed:{self.speed:g}:{self.period_ms}ms"
+
+
+def parse_slowdown(text: str | None) -> Slowdown | None:
+    """`"worker:1@speed:0.5[:50ms]"` -> Slowdown; None or "" -> None."""
+    if not text:
+        return None
+    m = _RE.match(text.strip())
+    if not m or m.group("type") not in TASK_TYPES:
+        raise SlowdownSpecError(
+            "inject-slowdown must look like 'worker:1@speed:0.5' (optionally ':50ms', the "
+            f"duty cycle's period), task type one of {', '.join(TASK_TYPES)}. Received: {text!r}"
+        )
+    speed = float(m.group("speed"))
+    period = int(m.group("period") or 50)
+    if not 0 < speed < 1:
+        raise SlowdownSpecError(f"inject-slowdown speed must be in (0, 1). Received: {speed:g}")
+    if not 5 <= period <= 10_000:
+        raise SlowdownSpecError(
+            f"inject-slowdown period must be 5-10000 ms. Received: {period}ms")
+    return Slowdown(TaskId(m.group("type"), int(m.group("index") or 0)), speed, period)
+
+
+class DutyCycle:
+    """A thread that SIGSTOPs and SIGCONTs one task on the slowdown's duty cycle.
+
+    `send(signum)` delivers a signal to the task's current process (group); it returns False
+    while there is none (between restarts), which is harmless.
+    """
+
+    def __init__(self, slowdown: Slowdown, send: Callable[[int], bool]) -> None:
+        self.slowdown, self._send = slowdown, send
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="baton-slowdown", daemon=True)
+        self.cycles = 0
+
+    def start(self) -> DutyCycle:
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        period = self.slowdown.period_ms / 1000
+        running, stopped = period * self.slowdown.speed, period * (1 - self.slowdown.speed)
+        while not self._done.is_set():
+            self._send(signal.SIGCONT)
+            if self._done.wait(running):
+                break
+            self._send(signal.SIGSTOP)
+            self.cycles += 1
+            if self._done.wait(stopped):
+                break
+        self._send(signal.SIGCONT)
+
+    def stop(self) -> None:
+        """End the cycle with the task running (SIGCONT), before anyone stops the task."""
+        self._done.set()
+        self._thread.join(timeout=5)
+        self._send(signal.SIGCONT)

@@ -1,0 +1,59 @@
+"""`balance: auto` on a real 2-worker cluster with one worker slowed down from outside.
+
+The launcher stops and continues worker:1 on a 50 % duty cycle (--inject-slowdown); the workers
+time their own passes and move rows of each global batch to worker:0. Multi-process, so slow
+and multi_worker; one cluster, a few dozen steps.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pytest
+
+from baton.graphs.synthetic import synthetic_spec
+from baton.pipeline.stages.train import task_argv
+from baton.strategies import launcher
+from baton.strategies.job import TrainJob
+from baton.strategies.slowdown import parse_slowdown
+
+pytestmark = [pytest.mark.multi_worker, pytest.mark.slow]
+
+
+def test_a_worker_at_half_speed_gets_a_smaller_batch_and_the_global_batch_holds(
+        tmp_path) -> None:
+    job = TrainJob(
+        feature_spec=synthetic_spec(16, (), 3).to_dict(),
+        synthetic_examples=512 * 48,
+        batch_size=512,
+        epochs=1,
+        steps_per_execution=4,
+        strategy="multi_worker_mirrored",
+        balance="auto",
+        model_config={"hidden_units": [256, 256]},
+    )
+    (tmp_path / "job.json").write_text(job.to_json())
+    log = io.StringIO()
+    cfg = launcher.LaunchConfig(
+        workers=2, strategy=job.strategy, max_restarts=0, state_dir=tmp_path / "state",
+        slowdown=parse_slowdown("worker:1@speed:0.5:20ms"),
+    )
+    result = launcher.launch(
+        cfg, lambda t: task_argv(tmp_path / "job.json", tmp_path / "out", tmp_path / "b"),
+        stream=log,
+    )
+    assert result.ok, log.getvalue()[-3000:]
+    assert "slowing worker:1 down to 0.5" in log.getvalue()
+    info = json.loads((tmp_path / "out" / "model" / "train_info.json").read_text())
+    assert info["steps"] == 48 and info["num_replicas"] == 2
+    bal = info["balance"]
+    assert bal["mode"] == "auto" and bal["global_batch"] == 512
+    final = bal["final_batch"]
+    assert sum(final) == 512 and final[0] > final[1], bal  # the slowed worker trains on less
+    assert bal["changes"] >= 1 and bal["history"][-1]["event"] == "end", bal
+    print(json.dumps(bal))
+    fast, slow = bal["rows_per_sec"]
+    assert fast > 1.3 * slow, bal  # measured: about 2x (half of every 20 ms stopped)
+    for h in bal["history"]:
+        assert sum(h["batch"]) == 512 and len(h["rows_per_sec"]) == 2, h
