@@ -182,24 +182,32 @@ def make_train_chunk(
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return tf.concat([stats, tf.reshape(stop_flag, [1])], axis=0)
 
-    def balanced_step(batch: Any, stop_flag: Any, bounds: Any) -> Any:
+    def balanced_step(batch: Any, stop_flag: Any, bounds: Any, after: Any) -> Any:
         features, labels = batch
         rid = tf.distribute.get_replica_context().replica_id_in_sync_group
         lo, hi = bounds[rid], bounds[rid + 1]
         features = {k: v[lo:hi] for k, v in features.items()}
         labels = labels[lo:hi]
-        # The clock starts once this step may compute: its rows are here and the previous
-        # step's update (which waits for every replica's gradients) has landed in the
-        # variables; reading them here orders the clock after that write, as the forward
-        # pass's own reads are ordered, so waiting for slower replicas is not counted.
-        weights = [tf.convert_to_tensor(v.value) for v in model.trainable_variables]
-        began = _host_clock([labels, *features.values(), *weights])
+        # The clock starts once this step may compute: its rows are here and `after` (the
+        # previous step's reduced totals, which wait for every replica's update) is known,
+        # so waiting for slower replicas is never counted as this replica's work.
+        # The clock is read before any of the pass runs and after all of it, before the
+        # gradients go to the all-reduce (control edges both ways: the executor would
+        # otherwise run a read whenever a thread is free).
+        began = _host_clock([labels, *features.values(), after])
+        with tf.control_dependencies([began]):
+            features = {k: tf.identity(v) for k, v in features.items()}
+            labels = tf.identity(labels)
         grads, stats = forward_backward(features, labels)
-        took = tf.cast(_host_clock([g for g in grads if g is not None] + [stats]) - began,
-                       tf.float32)
+        ended = _host_clock([g for g in grads if g is not None] + [stats])
+        with tf.control_dependencies([ended]):
+            grads = [None if g is None else tf.identity(g) for g in grads]
+        took = tf.cast(ended - began, tf.float32)
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         mine = tf.one_hot(rid, replicas, dtype=tf.float32)
-        return tf.concat([stats, tf.reshape(stop_flag, [1]), mine * took, mine * stats[2]], 0)
+        out = tf.concat([stats, tf.reshape(stop_flag, [1]), mine * took, mine * stats[2]], 0)
+        with tf.control_dependencies([optimizer.iterations.value]):  # read after the update
+            return tf.identity(out)
 
     # Not converted by AutoGraph, as Keras 3's own `one_step_on_data`: the step is straight-line
     # code, and converting the model's and optimizer's Python took most of the first call.
@@ -222,7 +230,7 @@ def make_train_chunk(
     def balanced_chunk(iterator: Any, n_steps: Any, stop_flag: Any, bounds: Any) -> Any:
         totals = tf.zeros([len(TOTALS) + 2 * replicas], tf.float32)
         for _ in tf.range(n_steps):
-            per_replica = strategy.run(uneven, args=(next(iterator), stop_flag, bounds))
+            per_replica = strategy.run(uneven, args=(next(iterator), stop_flag, bounds, totals))
             totals += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
         return totals
 

@@ -51,16 +51,16 @@ def parse_slowdown(text: str | None) -> Slowdown | None:
     m = _RE.match(text.strip())
     if not m or m.group("type") not in TASK_TYPES:
         raise SlowdownSpecError(
-            "inject-slowdown must look like 'worker:1@speed:0.5' (optionally ':50ms', the "
+            "--inject-slowdown must look like 'worker:1@speed:0.5' (optionally ':50ms', the "
             f"duty cycle's period), task type one of {', '.join(TASK_TYPES)}. Received: {text!r}"
         )
     speed = float(m.group("speed"))
     period = int(m.group("period") or 50)
     if not 0 < speed < 1:
-        raise SlowdownSpecError(f"inject-slowdown speed must be in (0, 1). Received: {speed:g}")
+        raise SlowdownSpecError(f"--inject-slowdown speed must be in (0, 1). Received: {speed:g}")
     if not 5 <= period <= 10_000:
         raise SlowdownSpecError(
-            f"inject-slowdown period must be 5-10000 ms. Received: {period}ms")
+            f"--inject-slowdown period must be 5-10000 ms. Received: {period}ms")
     return Slowdown(TaskId(m.group("type"), int(m.group("index") or 0)), speed, period)
 
 

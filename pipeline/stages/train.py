@@ -401,7 +401,7 @@ def _slowdown_problems(options: Any, topo: Topology) -> list[str]:
     tasks = _task_names(topo) if topo.multi_process else []
     if slow.task.name not in tasks:
         return [
-            f"inject-slowdown names task {slow.task.name}, which is not a process of this "
+            f"--inject-slowdown names task {slow.task.name}, which is not a process of this "
             f"{topo.strategy} topology (a local cluster's tasks: {', '.join(tasks) or 'none'}, "
             f"workers={topo.workers}). Received: {text!r}"
         ]

@@ -25,19 +25,19 @@ def test_a_worker_at_half_speed_gets_a_smaller_batch_and_the_global_batch_holds(
         tmp_path) -> None:
     job = TrainJob(
         feature_spec=synthetic_spec(16, (), 3).to_dict(),
-        synthetic_examples=512 * 48,
-        batch_size=512,
+        synthetic_examples=1024 * 40,
+        batch_size=1024,
         epochs=1,
         steps_per_execution=4,
         strategy="multi_worker_mirrored",
         balance="auto",
-        model_config={"hidden_units": [256, 256]},
+        model_config={"hidden_units": [512, 512]},
     )
     (tmp_path / "job.json").write_text(job.to_json())
     log = io.StringIO()
     cfg = launcher.LaunchConfig(
         workers=2, strategy=job.strategy, max_restarts=0, state_dir=tmp_path / "state",
-        slowdown=parse_slowdown("worker:1@speed:0.5:20ms"),
+        slowdown=parse_slowdown("worker:1@speed:0.5:10ms"),
     )
     result = launcher.launch(
         cfg, lambda t: task_argv(tmp_path / "job.json", tmp_path / "out", tmp_path / "b"),
@@ -46,14 +46,14 @@ def test_a_worker_at_half_speed_gets_a_smaller_batch_and_the_global_batch_holds(
     assert result.ok, log.getvalue()[-3000:]
     assert "slowing worker:1 down to 0.5" in log.getvalue()
     info = json.loads((tmp_path / "out" / "model" / "train_info.json").read_text())
-    assert info["steps"] == 48 and info["num_replicas"] == 2
+    assert info["steps"] == 40 and info["num_replicas"] == 2
     bal = info["balance"]
-    assert bal["mode"] == "auto" and bal["global_batch"] == 512
+    assert bal["mode"] == "auto" and bal["global_batch"] == 1024
     final = bal["final_batch"]
-    assert sum(final) == 512 and final[0] > final[1], bal  # the slowed worker trains on less
+    assert sum(final) == 1024 and final[0] > final[1], bal  # the slowed worker trains on less
     assert bal["changes"] >= 1 and bal["history"][-1]["event"] == "end", bal
-    print(json.dumps(bal))
-    fast, slow = bal["rows_per_sec"]
-    assert fast > 1.3 * slow, bal  # measured: about 2x (half of every 20 ms stopped)
     for h in bal["history"]:
-        assert sum(h["batch"]) == 512 and len(h["rows_per_sec"]) == 2, h
+        assert sum(h["batch"]) == 1024 and len(h["rows_per_sec"]) == 2, h
+    # half of every 10 ms stopped: about 2x slower per row (noisy on a shared machine)
+    ratios = sorted(h["rows_per_sec"][0] / h["rows_per_sec"][1] for h in bal["history"])
+    assert ratios[len(ratios) // 2] > 1.3, bal

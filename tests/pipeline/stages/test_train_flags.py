@@ -120,3 +120,38 @@ def test_check_options_hook_with_the_spec_cluster_section() -> None:
     # Flags beat the spec's cluster section: its ps count is a default, not a contradiction.
     opts = RunOptions(strategy="multi_worker_mirrored", workers=2)
     assert train.check_options(cfg, opts, stage, spec) == []
+
+
+def test_balance_auto_with_a_strategy_that_cannot_use_it_exits_2(tmp_path) -> None:
+    res = baton(tmp_path, "--check", "--workers", "2", "--ps", "1", extra=", balance: auto")
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert ("fit.config.balance: auto is not supported with strategy parameter_server "
+            "(implied by --ps 1)") in res.stderr
+    assert "Received: balance='auto', strategy=parameter_server" in res.stderr
+    assert not (tmp_path / "runs").exists()
+    res = baton(tmp_path, "--check", extra=", balance: auto, strategy: one_device")
+    assert res.returncode == 2 and "strategy one_device" in res.stderr, res.stderr
+    res = baton(tmp_path, "--check", "--workers", "2", "--inject-slowdown", "worker:1@speed:2")
+    assert res.returncode == 2 and "--inject-slowdown speed must be in (0, 1). Received: 2" in (
+        res.stderr), res.stderr
+
+
+def test_balance_resolves_to_auto_for_multi_worker_mirrored_clusters_only() -> None:
+    spec = spec_from_dict({"pipeline": "p", "stages": [{"name": "train", "type": "train"}]})
+    stage = spec.stage("train")
+    two = train.topology(train.Config(), RunOptions(workers=2), spec.cluster)
+    one = train.topology(train.Config(), RunOptions(), spec.cluster)
+    assert train.balance_mode(train.Config(), two) == "auto"
+    assert train.balance_mode(train.Config(), one) == "off"
+    assert train.balance_mode(train.Config(balance="off"), two) == "off"
+    assert train.check_options(train.Config(balance="auto"), RunOptions(strategy="mirrored"),
+                               stage, spec) == []
+    problems = train.check_options(train.Config(), RunOptions(
+        workers=2, inject_slowdown="worker:2@speed:0.5"), stage, spec)
+    assert problems == [
+        "--inject-slowdown names task worker:2, which is not a process of this "
+        "multi_worker_mirrored topology (a local cluster's tasks: worker:0, worker:1, "
+        "workers=2). Received: 'worker:2@speed:0.5'"], problems
+    problems = train.check_options(train.Config(), RunOptions(
+        inject_slowdown="worker:0@speed:0.5"), stage, spec)
+    assert problems and "a local cluster's tasks: none" in problems[0], problems
