@@ -34,6 +34,8 @@ import dataclasses
 import time
 from typing import Any
 
+from baton.errors import BatonError
+
 
 @dataclasses.dataclass
 class Segment:
@@ -82,7 +84,7 @@ class Segment:
         }
 
 
-class ElasticError(Exception):
+class ElasticError(BatonError):
     """Not enough workers left (the launcher turns it into a failed launch)."""
 
 
