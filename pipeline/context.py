@@ -30,6 +30,7 @@ class RunOptions:
     workers: int | None = None  # None: the spec's cluster section decides
     ps: int | None = None
     strategy: str | None = None
+    min_workers: int | None = None  # None: the spec decides (elastic multi-worker mirrored)
     no_cache: bool = False
     inject_failure: str | None = None  # e.g. "worker:1@step:40" (strategies.faults)
     inject_slowdown: str | None = None  # e.g. "worker:1@speed:0.5" (strategies.slowdown)

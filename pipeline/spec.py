@@ -30,11 +30,16 @@ STAGE_KEYS = ("name", "type", "config", "inputs")
 
 @dataclasses.dataclass(frozen=True)
 class ClusterConfig:
-    """The training topology; `baton run --workers/--ps/--strategy` override it."""
+    """The training topology; `baton run --workers/--ps/--strategy/--min-workers` override it.
+
+    `min_workers` (multi-worker mirrored only) makes the job elastic: it continues from its last
+    backup with the workers left while at least this many remain (strategies/elastic.py).
+    """
 
     strategy: Strategy = ONE_DEVICE
     workers: int = 1
     ps: int = 0
+    min_workers: int | None = None
     image: str = "baton:latest"
     namespace: str = "default"
     resources: Resources = dataclasses.field(default_factory=Resources)
@@ -46,6 +51,17 @@ class ClusterConfig:
             raise ValueError(f"ps must be >= 0. Received: ps={self.ps}")
         if self.strategy == PARAMETER_SERVER and self.ps < 1:
             raise ValueError("strategy parameter_server needs ps >= 1. Received: ps=0")
+        if self.min_workers is not None and not 1 <= self.min_workers <= self.workers:
+            raise ValueError(
+                f"min_workers must be between 1 and workers={self.workers}. "
+                f"Received: min_workers={self.min_workers}"
+            )
+        if self.min_workers is not None and self.strategy == PARAMETER_SERVER:
+            raise ValueError(
+                "min_workers needs strategy multi_worker_mirrored (parameter-server workers "
+                f"are restarted alone). Received: min_workers={self.min_workers}, "
+                f"strategy={self.strategy}"
+            )
 
 
 @dataclasses.dataclass(frozen=True)

@@ -105,14 +105,21 @@ class Progress(keras.callbacks.Callback):
 
 
 class StatusFile(keras.callbacks.Callback):
-    """`{"step": n}` written atomically at every chunk end (the launcher fires PS-side faults)."""
+    """`{"step": n, "resumed_from": r}` written atomically when training begins (after the
+    restore: n == r) and at every chunk end; the launcher follows the chief's step with it (to
+    fire PS-side faults, time each group size of an elastic job, see strategies/elastic.py)."""
 
     def __init__(self, path: Path, state: LoopState) -> None:
         super().__init__()
         self.path, self.state = path, state
+        self.resumed_from = state.step
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        self.resumed_from = self.state.step
+        write_status(self.path, self.state.step, self.resumed_from)
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        write_status(self.path, self.state.step)
+        write_status(self.path, self.state.step, self.resumed_from)
 
 
 class Backups(keras.callbacks.Callback):
@@ -289,7 +296,10 @@ def make_user_callbacks(specs: Sequence[Any], search_dir: Path | str | None = No
     return out
 
 
-def write_status(path: Path, step: int) -> None:
+def write_status(path: Path, step: int, resumed_from: int | None = None) -> None:
     tmp = path.with_suffix(".tmp")
-    tmp.write_text(json.dumps({"step": step}))
+    data: dict[str, int] = {"step": step}
+    if resumed_from is not None:
+        data["resumed_from"] = resumed_from
+    tmp.write_text(json.dumps(data))
     tmp.replace(path)

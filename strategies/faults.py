@@ -2,7 +2,11 @@
 
 `--inject-failure worker:1@step:40` (or `BATON_INJECT_FAILURE=...`, read at the CLI edge) kills
 task worker:1 when training reaches step 40. An optional third field picks the signal:
-`worker:1@step:40:term` sends SIGTERM (a preemption) instead of SIGKILL (a crash).
+`worker:1@step:40:term` sends SIGTERM (a preemption) instead of SIGKILL (a crash), and
+`worker:1@step:40:lost` is a crash whose node is gone for good: the task is SIGKILLed at that
+step and the local launcher does not start it again (an elastic job, `min_workers`, continues
+with the workers left; strategies/elastic.py). Elsewhere (`baton task` on a TFJob pod) `lost` is a
+SIGKILL like `kill`: the operator's restart policy decides, as it would for a pod on a dead node.
 
 Tasks that run the training loop (multi-worker mirrored workers, the PS coordinator) kill
 themselves at the exact step boundary. Tasks that only serve (PS-strategy workers and parameter
@@ -21,7 +25,7 @@ from baton.errors import EXIT_USAGE, BatonError
 from baton.strategies.cluster import TASK_TYPES, TaskId
 
 _RE = re.compile(
-    r"^(?P<type>[a-z]+)(?::(?P<index>\d+))?@step:(?P<step>\d+)(?::(?P<sig>kill|term))?$"
+    r"^(?P<type>[a-z]+)(?::(?P<index>\d+))?@step:(?P<step>\d+)(?::(?P<sig>kill|term|lost))?$"
 )
 
 
@@ -35,24 +39,32 @@ class FaultSpecError(BatonError, ValueError):
 class Fault:
     task: TaskId
     step: int
-    signal: str = "kill"  # "kill" (SIGKILL, a crash) or "term" (SIGTERM, a preemption)
+    # "kill" (SIGKILL, a crash), "term" (SIGTERM, a preemption) or "lost" (SIGKILL, and the
+    # task's node never comes back)
+    signal: str = "kill"
 
     @property
     def signum(self) -> int:
-        return int(signal.SIGKILL if self.signal == "kill" else signal.SIGTERM)
+        return int(signal.SIGTERM if self.signal == "term" else signal.SIGKILL)
+
+    @property
+    def lost(self) -> bool:
+        """The task's node is gone for good: the launcher must not restart it."""
+        return self.signal == "lost"
 
     def __str__(self) -> str:
         return f"{self.task.name}@step:{self.step}:{self.signal}"
 
 
 def parse_fault(text: str | None) -> Fault | None:
-    """`"worker:1@step:40[:kill|term]"` -> Fault; None or "" -> None."""
+    """`"worker:1@step:40[:kill|term|lost]"` -> Fault; None or "" -> None."""
     if not text:
         return None
     m = _RE.match(text.strip())
     if not m or m.group("type") not in TASK_TYPES:
         raise FaultSpecError(
-            "inject-failure must look like 'worker:1@step:40' (optionally ':term'), "
+            "inject-failure must look like 'worker:1@step:40' (optionally ':kill', ':term' or "
+            "':lost'), "
             "task type one of "
             f"{', '.join(TASK_TYPES)}. Received: {text!r}"
         )

@@ -9,7 +9,11 @@ group the way the operator's restart policy would:
   the group restarts from the chief's last backup, with fresh ports, up to `max_restarts` times;
 - parameter-server strategy: a dead worker is restarted alone at the same address (the
   coordinator reschedules its closures meanwhile); a dead PS or coordinator restarts the group;
-- exit code 1 (bad config) is permanent: no retry, like `restartPolicy: ExitCode`.
+- exit code 1 (bad config) is permanent: no retry, like `restartPolicy: ExitCode`;
+- elastic multi-worker mirrored (`min_workers` < `workers`, strategies/elastic.py): a worker
+  that is lost (a `:lost` fault, or its restarts exhausted) is left out and the group restarts
+  with the workers left, renumbered so the chief stays worker:0, as long as `min_workers`
+  remain; a replacement (`replacement_after_s`) is admitted at the next backup boundary.
 
 SIGTERM to the launcher is a preemption: the training tasks (every worker under multi-worker
 mirrored, the coordinator under parameter server) get SIGTERM, save a backup at their next step
@@ -42,7 +46,8 @@ from typing import IO, Any
 
 from baton import logs
 from baton.errors import EXIT_FAILED, EXIT_PREEMPTED
-from baton.strategies.cluster import ClusterSpec, TaskId, TFConfig
+from baton.strategies import elastic
+from baton.strategies.cluster import ClusterSpec, ClusterSpecError, TaskId, TFConfig
 from baton.strategies.factory import MULTI_WORKER_MIRRORED, PARAMETER_SERVER
 from baton.strategies.faults import Fault
 from baton.strategies.inventory import TASKS_ON_NODE_ENV
@@ -68,15 +73,41 @@ class LaunchConfig:
     worker_restart_delay: float = 1.0
     extra_env: dict[str, str] = dataclasses.field(default_factory=dict)
     slowdown: Slowdown | None = None  # a straggler rehearsed from outside (strategies.slowdown)
+    # Elastic multi-worker mirrored (strategies/elastic.py): continue while this many workers
+    # remain (None: all `workers` are needed); a lost node's replacement is available this many
+    # seconds after the loss (None: never).
+    min_workers: int | None = None
+    replacement_after_s: float | None = None
+    global_batch_size: int = 0  # examples/s of each segment in the result (0: steps/s only)
+
+    def __post_init__(self) -> None:
+        if self.min_workers is None:
+            return
+        if self.parameter_server:
+            raise ClusterSpecError(
+                "min_workers needs strategy multi_worker_mirrored (parameter-server workers are "
+                f"restarted alone). Received: min_workers={self.min_workers}, "
+                f"strategy={self.strategy}"
+            )
+        if not 1 <= self.min_workers <= self.workers:
+            raise ClusterSpecError(
+                f"min_workers must be between 1 and workers={self.workers}. "
+                f"Received: min_workers={self.min_workers}"
+            )
 
     @property
     def parameter_server(self) -> bool:
         return self.strategy == PARAMETER_SERVER
 
-    def cluster(self) -> ClusterSpec:
+    @property
+    def elastic(self) -> bool:
+        return self.min_workers is not None and self.min_workers < self.workers
+
+    def cluster(self, workers: int | None = None) -> ClusterSpec:
+        """The cluster at full size, or (multi-worker mirrored) with `workers` workers."""
         if self.parameter_server:
             return ClusterSpec.local(workers=self.workers, ps=self.ps, chief=True)
-        return ClusterSpec.local(workers=self.workers)
+        return ClusterSpec.local(workers=self.workers if workers is None else workers)
 
 
 @dataclasses.dataclass
@@ -88,6 +119,10 @@ class LaunchResult:
     worker_restarts: int = 0
     events: list[str] = dataclasses.field(default_factory=list)
     seconds: float = 0.0
+    # strategies.elastic: resize events (step, workers before/after, reason, resumed_from) and
+    # one segment per attempt (workers, resumed_from, last step, steps/s and examples/s)
+    elastic: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    segments: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def summary(self) -> dict[str, Any]:
         return {
@@ -96,6 +131,8 @@ class LaunchResult:
             "worker_restarts": self.worker_restarts,
             "events": self.events[-20:],
             "seconds": round(self.seconds, 2),
+            "elastic": self.elastic,
+            "segments": self.segments,
         }
 
 
@@ -156,11 +193,12 @@ def _relay(task: str, line: str) -> None:
 
 
 def policy_for(config: LaunchConfig, cluster: ClusterSpec) -> GroupRestart:
-    """Multi-worker mirrored: every task must finish, any failure restarts the group. Parameter
-    server: the coordinator's success ends the job, a worker is restarted alone, a PS restarts
-    the group."""
+    """Multi-worker mirrored: every task must finish, any failure restarts the group (elastic:
+    a worker whose restarts are exhausted is lost instead). Parameter server: the coordinator's
+    success ends the job, a worker is restarted alone, a PS restarts the group."""
     if not config.parameter_server:
-        return GroupRestart(config.max_restarts, permanent=(PERMANENT_EXIT,))
+        workers = [t.name for t in cluster.tasks()] if config.elastic else []
+        return GroupRestart(config.max_restarts, permanent=(PERMANENT_EXIT,), elastic=workers)
     tasks = cluster.tasks()
     chief = next(t.name for t in tasks if cluster.is_chief(t))
     alone = [t.name for t in tasks if t.name != chief and t.type != "ps"]
@@ -185,11 +223,17 @@ def launch(
     start = time.monotonic()
     attempt = 0
     preempt = threading.Event()
+    members = elastic.Membership(
+        config.workers if not config.parameter_server else 1,
+        config.min_workers,
+        config.replacement_after_s,
+    )
     policy = policy_for(config, config.cluster())
     with stop_on_sigterm(preempt.set):
         while True:
             status_file.unlink(missing_ok=True)
-            cluster = config.cluster()
+            cluster = config.cluster(members.workers)
+            segment = members.begin(attempt)
             # Leaving the block stops every task: SIGTERM, SIGKILL after the grace period.
             with ProcessGroup(
                 grace=config.grace_seconds, echo=sink.line, die_with_parent=True
@@ -221,11 +265,14 @@ def launch(
                         on_step,
                         state,
                         preempt,
+                        segment,
+                        members,
                     )
                 finally:
                     if duty is not None:  # continued before the group is stopped
                         duty.stop()
             outcome = verdict.reason
+            segment.ended = outcome
             result.events.append(f"attempt {attempt}: {outcome}")
             if verdict.action is Action.SUCCEED:
                 result.ok = True
@@ -238,15 +285,39 @@ def launch(
             if preempt.is_set():  # SIGTERM while the group was failing: do not start another
                 result.error = f"{outcome}; preempted by SIGTERM before a restart"
                 break
-            attempt = policy.restarts
-            result.restarts = attempt
-            sink.say(
-                f"{outcome}: restarting the whole group from the last backup "
-                f"(restart {attempt}/{config.max_restarts})"
-            )
+            if verdict.action is Action.LOSE:
+                try:
+                    members.lose(verdict.member, outcome, segment.last_step)
+                except elastic.ElasticError as exc:
+                    result.error = f"{exc}; the job cannot continue" + (
+                        "" if config.elastic else
+                        " (min_workers lets a multi-worker mirrored job go on with fewer)"
+                    )
+                    break
+                policy = policy_for(config, config.cluster(members.workers))  # a fresh budget
+                sink.say(
+                    f"{outcome}: continuing with {members.workers} worker(s) from the last "
+                    f"backup (min_workers {members.min_workers}, global batch kept)"
+                )
+            elif verdict.action is Action.RESIZE:
+                before = members.workers
+                members.admit(segment.last_step)
+                policy = policy_for(config, config.cluster(members.workers))
+                sink.say(f"{outcome}: admitting the replacement(s), {before} -> "
+                         f"{members.workers} workers, from that backup")
+            else:
+                result.restarts += 1
+                sink.say(
+                    f"{outcome}: restarting the whole group from the last backup "
+                    f"(restart {policy.restarts}/{config.max_restarts})"
+                )
+            attempt += 1
         # A SIGTERM at any point (even one that came as training finished) is reported.
         result.preempted = preempt.is_set()
     result.seconds = time.monotonic() - start
+    if not config.parameter_server:
+        result.elastic = members.events()
+        result.segments = members.segments(config.global_batch_size)
     return result
 
 
@@ -278,10 +349,14 @@ def _supervise(
     on_step: Callable[[int], None] | None,
     state: Path,
     preempt: threading.Event | None = None,
+    segment: elastic.Segment | None = None,
+    members: elastic.Membership | None = None,
 ) -> Verdict:
-    """Watch the group until it finishes or must be restarted; returns the policy's verdict."""
+    """Watch the group until it finishes or must be restarted; returns the policy's verdict
+    (or RESIZE: a replacement is available and the group stopped at a backup to admit it)."""
     fault = config.fault if attempt == 0 else None
     external_fault = fault is not None and config.parameter_server and fault.task.type != "chief"
+    lost = fault.task.name if fault is not None and fault.lost else None
     last_step = -1
     tasks = {t.name: t for t in cluster.tasks()}
     chief = next(t.name for t in cluster.tasks() if cluster.is_chief(t))
@@ -289,16 +364,27 @@ def _supervise(
         exits = group.wait(0.05)
         if preempt is not None and preempt.is_set():
             return _preempt(config, group, chief, sink)
-        step = _read_step(status_file)
+        status = _read_status(status_file)
+        step = status[0] if status else None
+        if status is not None and segment is not None:
+            segment.seen(*status)
         if step is not None and step != last_step:
             last_step = step
             if on_step is not None:
                 on_step(step)
+        if (members is not None and segment is not None and members.replacements_ready()
+                and status is not None and status[1] is not None and status[0] > status[1]):
+            return _admit(config, group, sink, step)
         if external_fault and step is not None and step >= fault.step:  # type: ignore[union-attr]
             if fault.task.name in group:  # type: ignore[union-attr]
                 sink.say(f"injecting fault {fault} at step {step}")
                 group.signal(fault.task.name, fault.signum)  # type: ignore[union-attr]
             external_fault = False
+        if lost is not None and any(e.name == lost for e in exits):
+            # its node is gone: decided first, whatever else ended in the same poll (a survivor
+            # that saw the broken all-reduce)
+            policy.gone.add(lost)
+            exits = sorted(exits, key=lambda e: e.name != lost)
         for ended in exits:
             verdict = policy.decide(group, ended)
             if verdict.action is Action.CONTINUE:
@@ -311,6 +397,24 @@ def _supervise(
             task = tasks[ended.name]
             log = _log(state, task, attempt, result.worker_restarts)
             group.start(ended.name, Command(command(task), envs[ended.name], log=log))
+
+
+def _admit(config: LaunchConfig, group: ProcessGroup, sink: _Sink, step: int | None) -> Verdict:
+    """Capacity is back: ask every worker to save a backup at its next step boundary and stop
+    (the preemption path), so the group can start again at full size from that backup."""
+    names = group.names
+    sink.say(f"a replacement node is available at step {step}: asking {', '.join(names)} "
+             "to save a backup and stop to admit it")
+    group.stop(names, grace=config.preempt_grace_seconds, kill=False)
+    codes = [group.returncode(n) for n in names]
+    if all(c == 0 for c in codes):
+        return Verdict(Action.SUCCEED, "ok")  # training had just finished
+    saved = all(c == PREEMPTED_EXIT for c in codes)
+    return Verdict(
+        Action.RESIZE,
+        "replacement available: " + ("the group saved a backup and stopped" if saved else
+                                     "the group stopped (resuming from its last backup)"),
+    )
 
 
 def _preempt(config: LaunchConfig, group: ProcessGroup, chief: str, sink: _Sink) -> Verdict:
@@ -345,8 +449,9 @@ def _env(
     env["BATON_ATTEMPT"] = str(attempt)
     env["BATON_STATUS_FILE"] = str(status_file)
     env["BATON_INVENTORY_DIR"] = str(config.state_dir / "inventory")
-    # every task of the group runs on this machine: each gets its share of the cores
-    env[TASKS_ON_NODE_ENV] = str(len(cluster.tasks()))
+    # every task of the group runs on this machine: each gets its share of the cores, the share
+    # of one node of the full-size cluster (an elastic job that lost a node lost its cores too)
+    env[TASKS_ON_NODE_ENV] = str(len(cluster.tasks()) if config.parameter_server else config.workers)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.pop("BATON_INJECT_FAILURE", None)
@@ -355,10 +460,13 @@ def _env(
     return env
 
 
-def _read_step(path: Path) -> int | None:
+def _read_status(path: Path) -> tuple[int, int | None] | None:
+    """(step, the step the chief resumed from) of the chief's status file; None: none yet."""
     try:
-        return int(json.loads(path.read_text())["step"])
-    except (OSError, ValueError, KeyError):
+        data = json.loads(path.read_text())
+        resumed = data.get("resumed_from")
+        return int(data["step"]), None if resumed is None else int(resumed)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
         return None
 
 

@@ -8,7 +8,10 @@ Two policies, one per way Baton runs a cluster:
   backup), up to `max_restarts` times; exit code 1 (EXIT_FAILED: bad config, a bug) is
   permanent; anything else (143 preempted, 129 transient, a signal) is retried. Members in
   `alone` (parameter-server workers) are restarted by themselves instead. The group succeeds
-  when every `required` member (default: all) has exited 0.
+  when every `required` member (default: all) has exited 0. Members in `elastic` (the workers of
+  an elastic multi-worker mirrored job, strategies/elastic.py) can be *lost* instead: one marked
+  `gone` (its node vanished), or one that fails once more after the budget is spent (its
+  restarts are exhausted), gets `Action.LOSE` and the caller restarts the group without it.
 - `ReplicaRestart`: the Kubeflow training operator's per-replica `restartPolicy` (Never,
   OnFailure, Always, ExitCode: 128 and above retryable), restarts counted against
   `runPolicy.backoffLimit`. Success is the job's success policy, the emulator's to decide.
@@ -29,6 +32,8 @@ class Action(enum.Enum):
     CONTINUE = "continue"  # nothing to do: keep watching (e.g. a member finished with 0)
     RESTART = "restart"  # start the exited member again, by itself
     RESTART_GROUP = "restart group"  # stop every member and start the whole group again
+    LOSE = "lose member"  # that member is gone for good: restart the group without it
+    RESIZE = "resize"  # stop the group and start it with the members the caller now has
     SUCCEED = "succeed"  # the group is done
     FAIL = "fail"  # the group failed: stop it, no retry
 
@@ -38,6 +43,7 @@ class Verdict:
     action: Action
     reason: str  # what happened, for the log and the events ("worker:1 exited with code 143")
     exhausted: bool = False  # FAIL although the exit was retryable: the restart budget is spent
+    member: str = ""  # LOSE: the member lost
 
 
 class RestartPolicy(Protocol):
@@ -57,6 +63,12 @@ class GroupRestart:
             others (parameter-server workers: the coordinator reschedules their work); counted
             in `member_restarts`, not against `max_restarts`.
         permanent: return codes never retried (1: bad config or a bug).
+        elastic: members that may be lost rather than fail the group (see the module docstring);
+            the caller decides whether enough members are left.
+
+    Attributes:
+        gone: members whose node is gone for good (set by the caller, e.g. a `:lost` fault):
+            their next exit is `Action.LOSE`, whatever the budget.
     """
 
     def __init__(
@@ -66,8 +78,11 @@ class GroupRestart:
         required: Collection[str] | None = None,
         alone: Collection[str] = (),
         permanent: Collection[int] = (EXIT_FAILED,),
+        elastic: Collection[str] = (),
     ) -> None:
         self.max_restarts = max_restarts
+        self.elastic = frozenset(elastic)
+        self.gone: set[str] = set()
         self.required = None if required is None else tuple(required)
         self.alone = frozenset(alone)
         self.permanent = frozenset(permanent)
@@ -81,6 +96,8 @@ class GroupRestart:
             if all(group.returncode(n) == 0 for n in required):
                 return Verdict(Action.SUCCEED, "ok")
             return Verdict(Action.CONTINUE, what)
+        if ended.name in self.gone:
+            return Verdict(Action.LOSE, f"{what}; its node is gone for good", member=ended.name)
         if ended.name in self.alone and ended.name not in required:
             self.member_restarts += 1
             return Verdict(Action.RESTART, what)
@@ -91,6 +108,13 @@ class GroupRestart:
                 "(bad config or a bug; not retried)",
             )
         if self.restarts >= self.max_restarts:
+            if ended.name in self.elastic:
+                return Verdict(
+                    Action.LOSE,
+                    f"{what}; its restarts are exhausted ({self.max_restarts} used)",
+                    exhausted=True,
+                    member=ended.name,
+                )
             return Verdict(Action.FAIL, what, exhausted=True)
         self.restarts += 1
         return Verdict(Action.RESTART_GROUP, what)

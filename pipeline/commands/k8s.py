@@ -198,10 +198,27 @@ def generate(argv: list[str]) -> int:
         raise UsageError(f"generated manifests do not validate:\n{exc}") from exc
     except OSError as exc:
         raise UsageError(f"--out {args.out}: cannot write {exc.filename or ''}: {exc.strerror or exc}") from exc
+    _note_min_workers(spec)
     topo = opts.topology.replica_counts()
     print(f"wrote {len(written)} files to {args.out}: TFJob {opts.job_name} "
           f"({', '.join(f'{k} x{v}' for k, v in topo.items())}), run id {opts.run_id}")
     return EXIT_OK
+
+
+def _note_min_workers(spec) -> None:
+    """min_workers has no TFJob field: say so rather than drop it silently."""
+    from baton.pipeline.configs import build_config
+    from baton.pipeline.stages import train as train_stage
+
+    values = [spec.cluster.min_workers] + [
+        build_config(train_stage.Config, s.config).min_workers for s in spec.stages
+        if s.type == "train"]
+    given = [v for v in values if v is not None]
+    if given:
+        print(f"note: min_workers={given[0]} is not in the TFJob: the kubeflow.org/v1 TFJob has a "
+              "fixed replica count (elasticPolicy exists for PyTorchJob only), so on Kubernetes "
+              "a lost worker pod is re-created under its restartPolicy and the job waits for it; "
+              "min_workers applies to `baton run`'s local cluster", file=sys.stderr)
 
 
 def validate(argv: list[str]) -> int:

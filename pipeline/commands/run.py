@@ -29,6 +29,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("spec", nargs="?", help="pipeline YAML (default: the embedded penguins pipeline)")
     p.add_argument("--workers", type=int, help="training workers (a local cluster when > 1)")
     p.add_argument("--ps", type=int, help="parameter-server tasks (with --strategy parameter_server)")
+    p.add_argument("--min-workers", type=int, metavar="M",
+                   help="elastic multi-worker mirrored: go on with the workers left while at "
+                   "least M remain (default: all --workers are needed)")
     p.add_argument("--strategy", choices=STRATEGIES, help="tf.distribute strategy for training")
     p.add_argument("--no-cache", action="store_true", help="run every stage even if cached")
     p.add_argument("--runs-dir", help="where runs are written (default: the spec's runs_dir, ./runs)")
@@ -46,10 +49,11 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    for flag in ("workers", "ps"):
+    for flag in ("workers", "ps", "min_workers"):
         value = getattr(args, flag)
-        if value is not None and value < (1 if flag == "workers" else 0):
-            raise UsageError(f"--{flag} must be >= {1 if flag == 'workers' else 0}. Received: {value}")
+        if value is not None and value < (0 if flag == "ps" else 1):
+            name = flag.replace("_", "-")
+            raise UsageError(f"--{name} must be >= {0 if flag == 'ps' else 1}. Received: {value}")
     from baton.pipeline.context import RunOptions
     from baton.pipeline.plan import plan
     from baton.pipeline.runner import run_pipeline
@@ -58,8 +62,9 @@ def main(argv: list[str]) -> int:
     the_plan = plan(load_spec(args.spec))
     inject = args.inject_failure or os.environ.get("BATON_INJECT_FAILURE") or None
     options = RunOptions(
-        workers=args.workers, ps=args.ps, strategy=args.strategy, no_cache=args.no_cache,
-        inject_failure=inject, inject_slowdown=args.inject_slowdown, quiet=args.quiet,
+        workers=args.workers, ps=args.ps, strategy=args.strategy, min_workers=args.min_workers,
+        no_cache=args.no_cache, inject_failure=inject, inject_slowdown=args.inject_slowdown,
+        quiet=args.quiet,
     )
     only = [s.strip() for s in args.only.split(",") if s.strip()] if args.only else None
     _check_options(the_plan, options, only, "--inject-failure" if args.inject_failure

@@ -16,6 +16,7 @@ transient failure such as a dead peer or a lost connection (retried).
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import shutil
 import signal
@@ -223,6 +224,10 @@ def _job(args: argparse.Namespace, tf_config: Any) -> tuple[Any, Path]:
             workers=len(cluster.worker) if ps else cluster.num_workers(),
             ps=ps,
         )
+    # min_workers is the local launcher's (a TFJob's replica count is fixed; the operator's
+    # restartPolicy handles a lost pod): a replica ignores it
+    config = dataclasses.replace(config, min_workers=None)
+    spec = dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, min_workers=None))
     topo = train_stage.topology(config, options, spec.cluster)
     problems = train_stage.check_options(config, options, stage, spec)  # e.g. XLA on PS
     if problems:

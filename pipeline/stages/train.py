@@ -85,6 +85,8 @@ class Config:
     strategy: Strategy | None = None
     workers: int | None = None
     ps: int | None = None
+    # elastic multi-worker mirrored: go on with the workers left while this many remain
+    min_workers: int | None = None
     max_restarts: int = 3
     # per-replica batches follow measured speed (strategies.balance); None: auto under
     # multi-worker mirrored with 2+ workers, off otherwise
@@ -113,6 +115,8 @@ class Config:
             raise ValueError(f"workers must be >= 1. Received: workers={self.workers}")
         if self.ps is not None and self.ps < 0:
             raise ValueError(f"ps must be >= 0. Received: ps={self.ps}")
+        if self.min_workers is not None and self.min_workers < 1:
+            raise ValueError(f"min_workers must be >= 1. Received: min_workers={self.min_workers}")
         if self.backup_every < 0 or self.max_restarts < 0:
             raise ValueError(
                 "backup_every and max_restarts must be >= 0. Received: "
@@ -154,6 +158,11 @@ class Topology:
     strategy: str
     workers: int
     ps: int
+    min_workers: int | None = None  # elastic when below `workers` (multi-worker mirrored only)
+
+    @property
+    def elastic(self) -> bool:
+        return self.min_workers is not None and self.min_workers < self.workers
 
     @property
     def multi_process(self) -> bool:
@@ -232,7 +241,24 @@ def _resolve(config: Config, options: Any, cluster: Any) -> tuple[list[str], Top
             f"but the strategy is {strategy} ({s_src}), which trains in one process. "
             f"Received: {w_src}"
         )
-    topo = Topology(strategy, workers, ps if strategy == PARAMETER_SERVER else 0)
+    min_workers, mw_src = _min_workers(config, options, cluster)
+    overridden = options.workers or options.strategy or config.workers or config.strategy
+    if mw_src.startswith("cluster.") and overridden and (
+        strategy != MULTI_WORKER_MIRRORED or min_workers > workers  # type: ignore[operator]
+    ):
+        min_workers = None  # the spec's section is a default: it does not fit this topology
+    if min_workers is not None and strategy != MULTI_WORKER_MIRRORED:
+        problems.append(
+            f"{mw_src} needs strategy multi_worker_mirrored (an elastic job goes on with fewer "
+            f"synchronous workers), but the strategy is {strategy} ({s_src}). Received: {mw_src}"
+        )
+    elif min_workers is not None and not 1 <= min_workers <= workers:
+        problems.append(
+            f"min_workers must be between 1 and the number of workers ({w_src}). "
+            f"Received: {mw_src}"
+        )
+    topo = Topology(strategy, workers, ps if strategy == PARAMETER_SERVER else 0,
+                    min_workers if not problems else None)
     return problems, topo, s_src
 
 
@@ -244,6 +270,20 @@ def balance_mode(config: Config, topo: Topology) -> str:
     if config.balance is not None:
         return config.balance
     return "auto" if topo.strategy == MULTI_WORKER_MIRRORED and topo.workers > 1 else "off"
+
+
+def _min_workers(config: Config, options: Any, cluster: Any) -> tuple[int | None, str]:
+    """min_workers and where it came from: --min-workers, config.min_workers, the spec's
+    cluster.min_workers (None: every worker is needed)."""
+    flag = getattr(options, "min_workers", None)
+    if flag is not None:
+        return flag, f"--min-workers {flag}"
+    if config.min_workers is not None:
+        return config.min_workers, f"config.min_workers={config.min_workers}"
+    spec_value = getattr(cluster, "min_workers", None) if cluster is not None else None
+    if spec_value is not None:
+        return spec_value, f"cluster.min_workers={spec_value}"
+    return None, ""
 
 
 def check_options(config: Config, options: Any, stage: Any, spec: Any) -> list[str]:
@@ -267,7 +307,12 @@ def check_options(config: Config, options: Any, stage: Any, spec: Any) -> list[s
     except FaultSpecError as exc:
         problems.append(str(exc))
         fault = None
-    problems += _slowdown_problems(options, topo)
+    if fault is not None and fault.lost and not problems and topo.strategy == PARAMETER_SERVER:
+        problems.append(
+            f"inject-failure ':lost' needs strategy multi_worker_mirrored: a parameter-server "
+            f"job restarts a dead worker alone and cannot shrink. Received: "
+            f"{options.inject_failure!r}"
+        )
     if fault is not None and not problems:
         tasks = _task_names(topo)
         if fault.task.name not in tasks:
@@ -276,7 +321,7 @@ def check_options(config: Config, options: Any, stage: Any, spec: Any) -> list[s
                 f"topology does not have (its tasks: {', '.join(tasks)}). "
                 f"Received: {options.inject_failure!r}"
             )
-    return problems
+    return problems + _slowdown_problems(options, topo)
 
 
 def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
@@ -299,6 +344,16 @@ def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
         problems.append(
             f"config.workers={config.workers} needs a multi-worker strategy. "
             f"Received: strategy={config.strategy}"
+        )
+    if config.min_workers is not None and config.strategy not in (None, MULTI_WORKER_MIRRORED):
+        problems.append(
+            f"config.min_workers={config.min_workers} needs strategy multi_worker_mirrored. "
+            f"Received: strategy={config.strategy}"
+        )
+    if config.min_workers is not None and config.workers and config.min_workers > config.workers:
+        problems.append(
+            f"config.min_workers must not exceed config.workers={config.workers}. "
+            f"Received: min_workers={config.min_workers}"
         )
     return problems
 
@@ -555,8 +610,12 @@ def run(ctx: StageContext, config: Config) -> None:
     info = json.loads((out / TRAIN_INFO_FILE).read_text())
     history = json.loads((out / HISTORY_FILE).read_text())
     last = history[-1] if history else {}
+    from baton.strategies.elastic import describe_segments
+
+    resized = {"elastic_ex_s": describe_segments(info["segments"])} if info.get("elastic") else {}
     ctx.record(
         steps=info["steps"],
+        **resized,  # examples/s of each group size, e.g. "2:5120>1:2980" (the table shows it)
         examples_per_sec=info["examples_per_sec"],
         strategy=info["strategy"],
         # this run's examples (a resumed run counts from its backup): the runner divides the
@@ -637,6 +696,8 @@ def _run_cluster(
             fault=fault,
             state_dir=ctx.work_dir / "launcher",
             slowdown=parse_slowdown(getattr(ctx.options, "inject_slowdown", None)),
+            min_workers=topo.min_workers if topo.strategy == MULTI_WORKER_MIRRORED else None,
+            global_batch_size=job.batch_size,
         ),
         command,
         stream=ctx.stream,
@@ -656,6 +717,11 @@ def _run_cluster(
     info = json.loads((out / TRAIN_INFO_FILE).read_text())
     info["restarts"] = result.restarts
     info["launcher"] = result.summary()
+    if topo.elastic or result.elastic:
+        # strategies/elastic.py: each resize and the speed of each group size
+        info["min_workers"] = topo.min_workers
+        info["elastic"] = result.elastic
+        info["segments"] = result.segments
     (out / TRAIN_INFO_FILE).write_text(json.dumps(info, indent=2, default=str) + "\n")
     shutil.rmtree(backups, ignore_errors=True)
 

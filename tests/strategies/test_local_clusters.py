@@ -51,7 +51,8 @@ def _command(d: Path):
 
 
 def _launch(
-    root: Path, name: str, job: TrainJob, workers: int = 2, ps: int = 0, fault: str | None = None
+    root: Path, name: str, job: TrainJob, workers: int = 2, ps: int = 0, fault: str | None = None,
+    **kw: Any,
 ):
     d = root / name
     d.mkdir()
@@ -64,6 +65,7 @@ def _launch(
         max_restarts=2,
         fault=parse_fault(fault),
         state_dir=d / "state",
+        **kw,
     )
     result = launcher.launch(cfg, _command(d), stream=log)
     return result, d / "out" / "model", log.getvalue()
@@ -189,12 +191,29 @@ def test_ctrl_c_on_the_launcher_leaves_no_orphans(tmp_path) -> None:
     assert not alive, f"orphans left behind: {[p.pid for p in alive]}"
 
 
-def test_jit_compile_runs_under_multi_worker_mirrored(tmp_path) -> None:
-    """XLA compiles forward and backward; the gradient all-reduce stays outside XLA."""
-    job = _job(jit_compile=True, epochs=1, backup_every=0)
-    result, model_dir, log = _launch(tmp_path, "xla", job, workers=2)
-    assert result.ok, log[-4000:]
+def test_jit_compile_and_a_lost_worker_under_multi_worker_mirrored(tmp_path) -> None:
+    """XLA compiles forward and backward; the gradient all-reduce stays outside XLA.
+
+    The same run is the elastic case (strategies/elastic.py): worker:1's node is gone for good
+    at step 8; with min_workers 1 the job goes on with one worker from the step-8 backup,
+    keeping the global batch, and ends at exactly the planned steps.
+    """
+    job = _job(jit_compile=True, epochs=1, backup_every=4)
+    planned = job.epochs * job.steps_per_epoch()
+    result, model_dir, log = _launch(tmp_path, "xla", job, workers=2, fault="worker:1@step:8:lost",
+                                     min_workers=1, global_batch_size=job.batch_size,
+                                     grace_seconds=2.0)
+    assert result.ok and result.restarts == 0, (result.events, log[-4000:], _task_logs(tmp_path))
     info = json.loads((model_dir / "train_info.json").read_text())
-    assert info["steps"] == job.epochs * job.steps_per_epoch()
+    assert info["steps"] == info["planned_steps"] == planned
     compiled = info["xla_compiled"]
     assert len(compiled) == 1 and "forward_backward" in compiled[0], compiled
+    (event,) = result.elastic
+    assert (event["task"], event["workers_before"], event["workers_after"]) == ("worker:1", 2, 1)
+    assert event["resumed_from"] == 8 and event["steps_recomputed"] == 0, event
+    before, after = result.segments
+    assert (before["workers"], before["resumed_from"], after["workers"]) == (2, 0, 1)
+    assert after["resumed_from"] == 8 and after["last_step"] == planned, result.segments
+    assert before["examples_per_sec"] > 0 and after["examples_per_sec"] > 0, result.segments
+    assert info["resumed_from_step"] == 8 and info["num_replicas"] == 1
+    assert info["global_batch_size"] == job.batch_size

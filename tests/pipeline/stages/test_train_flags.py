@@ -7,6 +7,7 @@ one-process strategy), to crash the train stage after ingest and transform had r
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -38,7 +39,9 @@ stages:
 def baton(tmp_path: Path, *args: str, env: dict[str, str] | None = None, extra: str = ""):
     spec = tmp_path / "spec.yaml"
     spec.write_text(SPEC.format(extra=extra))
-    full_env = {"PATH": "/usr/bin:/bin", **(env or {})}
+    # PYTHONPATH passes through: a checkout run with its folders first tests that checkout
+    keep = {k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}
+    full_env = {"PATH": "/usr/bin:/bin", **keep, **(env or {})}
     return subprocess.run(
         [sys.executable, "-m", "baton.pipeline.cli", "run", str(spec), "--runs-dir",
          str(tmp_path / "runs"), *args],
@@ -66,6 +69,9 @@ def baton(tmp_path: Path, *args: str, env: dict[str, str] | None = None, extra: 
          "--inject-failure must look like 'worker:1@step:40'"),
         ([], {"BATON_INJECT_FAILURE": "gpu:0@step:3"},
          "BATON_INJECT_FAILURE must look like 'worker:1@step:40'"),
+        (["--workers", "2", "--min-workers", "3"], {},
+         "min_workers must be between 1 and the number of workers (--workers 2). "
+         "Received: --min-workers 3"),
         (["--workers", "2", "--inject-failure", "worker:2@step:3"], {},
          "--inject-failure names task worker:2, which the multi_worker_mirrored topology does "
          "not have (its tasks: worker:0, worker:1)"),
@@ -155,3 +161,61 @@ def test_balance_resolves_to_auto_for_multi_worker_mirrored_clusters_only() -> N
     problems = train.check_options(train.Config(), RunOptions(
         inject_slowdown="worker:0@speed:0.5"), stage, spec)
     assert problems and "a local cluster's tasks: none" in problems[0], problems
+
+
+def test_min_workers_is_checked_against_the_resolved_topology() -> None:
+    """Flag, then stage config, then the spec's cluster section; each problem names its source
+    and the value received (baton run reports them with exit 2 before any stage runs)."""
+    def spec(cluster: dict):
+        return spec_from_dict({"pipeline": "p", "cluster": cluster,
+                               "stages": [{"name": "train", "type": "train"}]})
+
+    s = spec({"workers": 2, "min_workers": 1})
+    stage, cfg = s.stage("train"), train.Config()
+    assert train.check_options(cfg, RunOptions(), stage, s) == []
+    topo = train.topology(cfg, RunOptions(), s.cluster)
+    assert (topo.strategy, topo.workers, topo.min_workers, topo.elastic) == (
+        "multi_worker_mirrored", 2, 1, True)
+    # the spec's section is a default: flags for another topology leave it out
+    assert train.check_options(cfg, RunOptions(workers=1), stage, s) == []
+    assert train.topology(cfg, RunOptions(workers=1), s.cluster).min_workers is None
+    assert train.topology(cfg, RunOptions(workers=4), s.cluster).min_workers == 1
+    (problem,) = train.check_options(cfg, RunOptions(workers=2, min_workers=3), stage, s)
+    assert problem == ("min_workers must be between 1 and the number of workers (--workers 2). "
+                       "Received: --min-workers 3")
+    (problem,) = train.check_options(train.Config(min_workers=3), RunOptions(), stage, s)
+    assert problem.endswith("Received: config.min_workers=3")
+    (problem,) = train.check_options(
+        cfg, RunOptions(strategy="parameter_server", ps=1, min_workers=1), stage, s)
+    assert problem.startswith("--min-workers 1 needs strategy multi_worker_mirrored")
+    assert "but the strategy is parameter_server (--strategy parameter_server)" in problem
+    (problem,) = train.check_options(
+        cfg, RunOptions(workers=2, ps=1, inject_failure="worker:1@step:4:lost"), stage,
+        spec({"workers": 2}))
+    assert problem.startswith("inject-failure ':lost' needs strategy multi_worker_mirrored")
+
+
+def test_min_workers_in_the_spec_and_stage_config_is_refused_when_out_of_range() -> None:
+    from baton.errors import SpecError
+
+    with pytest.raises(SpecError, match=r"min_workers must be between 1 and workers=2. "
+                       r"Received: min_workers=3"):
+        spec_from_dict({"pipeline": "p", "cluster": {"workers": 2, "min_workers": 3},
+                        "stages": [{"name": "train", "type": "train"}]})
+    stage = spec_from_dict({"pipeline": "p", "stages": [{"name": "train", "type": "train"}]})
+    problems = train.check_spec(train.Config(workers=2, min_workers=3), stage.stage("train"), stage)
+    assert "config.min_workers must not exceed config.workers=2. Received: min_workers=3" in problems
+    with pytest.raises(ValueError, match="Received: min_workers=0"):
+        train.Config(min_workers=0)
+
+
+def test_baton_k8s_says_min_workers_is_not_in_the_tfjob(capsys) -> None:
+    """The TFJob CRD has fixed replica counts: the note names the value instead of dropping it."""
+    from baton.pipeline.commands.k8s import _note_min_workers
+
+    _note_min_workers(spec_from_dict({"pipeline": "p", "cluster": {"workers": 2, "min_workers": 1},
+                                      "stages": [{"name": "train", "type": "train"}]}))
+    err = capsys.readouterr().err
+    assert err.startswith("note: min_workers=1 is not in the TFJob") and "PyTorchJob only" in err
+    _note_min_workers(spec_from_dict({"pipeline": "p", "stages": [{"name": "t", "type": "train"}]}))
+    assert capsys.readouterr().err == ""
