@@ -182,19 +182,20 @@ def make_train_chunk(
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return tf.concat([stats, tf.reshape(stop_flag, [1])], axis=0)
 
-    def balanced_step(batch: Any, stop_flag: Any, bounds: Any, after: Any) -> Any:
+    def balanced_step(batch: Any, stop_flag: Any, bounds: Any) -> Any:
         features, labels = batch
         rid = tf.distribute.get_replica_context().replica_id_in_sync_group
         lo, hi = bounds[rid], bounds[rid + 1]
         features = {k: v[lo:hi] for k, v in features.items()}
         labels = labels[lo:hi]
-        # The clock starts once this step may compute: its rows are here and `after` (the
-        # previous step's reduced totals, which wait for every replica's update) is known,
-        # so waiting for slower replicas is never counted as this replica's work.
-        # The clock is read before any of the pass runs and after all of it, before the
-        # gradients go to the all-reduce (control edges both ways: the executor would
-        # otherwise run a read whenever a thread is free).
-        began = _host_clock([labels, *features.values(), after])
+        # The clock starts once this step may compute: its rows are here and the previous
+        # update (which waits for every replica's gradients) has landed in the variables,
+        # read here in the order the forward pass reads them; so waiting for slower
+        # replicas is never counted as this replica's work. It is read before any of the
+        # pass runs and after all of it, before the gradients go to the all-reduce (control
+        # edges both ways: the executor would otherwise read it whenever a thread is free).
+        weights = [tf.convert_to_tensor(v.value) for v in model.trainable_variables]
+        began = _host_clock([labels, *features.values(), *weights])
         with tf.control_dependencies([began]):
             features = {k: tf.identity(v) for k, v in features.items()}
             labels = tf.identity(labels)
@@ -205,9 +206,7 @@ def make_train_chunk(
         took = tf.cast(ended - began, tf.float32)
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         mine = tf.one_hot(rid, replicas, dtype=tf.float32)
-        out = tf.concat([stats, tf.reshape(stop_flag, [1]), mine * took, mine * stats[2]], 0)
-        with tf.control_dependencies([optimizer.iterations.value]):  # read after the update
-            return tf.identity(out)
+        return tf.concat([stats, tf.reshape(stop_flag, [1]), mine * took, mine * stats[2]], 0)
 
     # Not converted by AutoGraph, as Keras 3's own `one_step_on_data`: the step is straight-line
     # code, and converting the model's and optimizer's Python took most of the first call.
@@ -230,7 +229,7 @@ def make_train_chunk(
     def balanced_chunk(iterator: Any, n_steps: Any, stop_flag: Any, bounds: Any) -> Any:
         totals = tf.zeros([len(TOTALS) + 2 * replicas], tf.float32)
         for _ in tf.range(n_steps):
-            per_replica = strategy.run(uneven, args=(next(iterator), stop_flag, bounds, totals))
+            per_replica = strategy.run(uneven, args=(next(iterator), stop_flag, bounds))
             totals += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
         return totals
 

@@ -5,9 +5,16 @@ duty cycle (`--inject-slowdown worker:1@speed:0.5`, SIGSTOP for half of every pe
 noisy neighbour or a slower node would look. Same synthetic rows, model, global batch, seed and
 steps for every case; the cases alternate (off, auto, off, auto, ...) so drift in the machine's
 load hits both. Examples/s are the chief's training-loop figure (train_info.json, startup
-excluded); accuracy is the final eval accuracy on the same held-out rows.
+excluded); accuracy is the final eval accuracy on the same held-out rows. The rows are written
+in the `transformed` artifact's columnar format first and read through Baton's own input
+pipeline, as a pipeline run reads them.
 
-    .venv/bin/python bench/training/bench_balance.py [--steps 240] [--repeats 2] [--json OUT]
+    .venv/bin/python bench/training/bench_balance.py [--batches 8192:80,1024:240] [--repeats 1]
+
+Two global batches: a large one, where each step's compute dominates its all-reduce (what
+balancing can win back), and a small one, where the all-reduce between two processes on two
+cores dominates and the slowed worker also stretches the collective (which no split of the
+batch can shorten). Both are reported.
 """
 
 from __future__ import annotations
@@ -60,12 +67,38 @@ def run_case(root: Path, name: str, job, slowdown: str | None) -> dict:
     }
 
 
+def write_transformed(root: Path, spec, n_train: int, n_eval: int, files: int = 4) -> Path:
+    """Synthetic rows in the `transformed` artifact's format (columnar TFRecord chunks), so the
+    bench reads them through Baton's real input pipeline (graphs.input_pipeline), as a pipeline
+    run would; `synthetic_dataset` builds one tf.data element per row, which would make the
+    input, not the step, the bottleneck."""
+    import numpy as np
+    import tensorflow as tf
+
+    from baton.graphs.input_pipeline import column_dtypes
+    from baton.graphs.synthetic import synthetic_arrays
+    from baton.pipeline.dataplane.transformed_io import write_chunks
+
+    dtypes = column_dtypes(spec)
+    for split, n, seed in (("train", n_train, 0), ("eval", n_eval, 1)):
+        feats, labels = synthetic_arrays(spec, n, seed=seed)
+        cols = {k: np.asarray(v).astype(dtypes[k]) for k, v in feats.items()}
+        cols[spec.label.name] = np.asarray(labels).astype(dtypes[spec.label.name])
+        (root / split).mkdir(parents=True)
+        per = -(-n // files)
+        for i in range(files):
+            part = {k: v[i * per:(i + 1) * per] for k, v in cols.items()}
+            with tf.io.TFRecordWriter(str(root / split / f"part-{i:05d}.tfrecord")) as w:
+                write_chunks(w, part, 4096)
+    return root
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--steps", type=int, default=240)
-    p.add_argument("--batch", type=int, default=1024)
-    p.add_argument("--repeats", type=int, default=2)
-    p.add_argument("--speed", type=float, default=0.5)
+    p.add_argument("--batches", default="8192:80,1024:240",
+                   help="global batch:steps pairs, one set of cases each")
+    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--slowdown", default="worker:1@speed:0.5:10ms")
     p.add_argument("--json", default=str(ROOT / "bench/training/results/balance.json"))
     args = p.parse_args()
     import dataclasses
@@ -73,50 +106,58 @@ def main() -> None:
     from baton.graphs.synthetic import synthetic_spec
     from baton.strategies.job import TrainJob
 
-    base = TrainJob(
-        feature_spec=synthetic_spec(32, (16, 8), 4).to_dict(),
-        synthetic_examples=args.batch * args.steps // 2,
-        model_config={"hidden_units": [512, 512]},
-        epochs=2,
-        batch_size=args.batch,
-        steps_per_execution=10,
-        strategy="multi_worker_mirrored",
-    )
-    slow = f"worker:1@speed:{args.speed:g}"
-    plan = [("off", None), ("off", slow), ("auto", slow)]
+    plan = [("off", None), ("auto", None), ("off", args.slowdown), ("auto", args.slowdown)]
     rows: list[dict] = []
     started = time.time()
     load = os.getloadavg()
+    configs = [tuple(int(x) for x in pair.split(":")) for pair in args.batches.split(",")]
+    spec = synthetic_spec(32, (16, 8), 4)
     with tempfile.TemporaryDirectory() as tmp:
+        data = {batch: write_transformed(Path(tmp) / f"data-{batch}", spec, batch * steps // 2,
+                                         16_384) for batch, steps in configs}
         for r in range(args.repeats):
-            for mode, slowdown in plan:
-                job = dataclasses.replace(base, balance=mode)
-                name = f"{mode}-{'slow' if slowdown else 'even'}-{r}"
-                row = run_case(Path(tmp), name, job, slowdown)
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+            for batch, steps in configs:
+                base = TrainJob(
+                    feature_spec=spec.to_dict(),
+                    transformed_dir=str(data[batch]),
+                    num_train_examples=batch * steps // 2,
+                    model_config={"hidden_units": [512, 512]},
+                    epochs=2,
+                    batch_size=batch,
+                    steps_per_execution=10,
+                    strategy="multi_worker_mirrored",
+                )
+                for mode, slowdown in plan:
+                    job = dataclasses.replace(base, balance=mode)
+                    name = f"b{batch}-{mode}-{'slow' if slowdown else 'even'}-{r}"
+                    row = run_case(Path(tmp), name, job, slowdown)
+                    row["global_batch"], row["load_after"] = batch, round(os.getloadavg()[0], 2)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
 
-    def median(mode: str, slowed: bool, key: str) -> float:
-        vals = [x[key] for x in rows if x["balance"] == mode and
-                (x["slowdown"] != "none") == slowed]
-        return statistics.median(vals)
+    def median(batch: int, mode: str, slowed: bool, key: str) -> float:
+        return statistics.median(
+            x[key] for x in rows if x["global_batch"] == batch and x["balance"] == mode
+            and (x["slowdown"] != "none") == slowed)
 
-    summary = {
-        "off_even": median("off", False, "examples_per_sec"),
-        "off_slow": median("off", True, "examples_per_sec"),
-        "auto_slow": median("auto", True, "examples_per_sec"),
-        "acc_off_slow": median("off", True, "eval_accuracy"),
-        "acc_auto_slow": median("auto", True, "eval_accuracy"),
-    }
-    summary["speedup_auto_vs_off"] = round(summary["auto_slow"] / summary["off_slow"], 3)
+    summary = {}
+    for batch, _ in configs:
+        s = {k: median(batch, m, slowed, "examples_per_sec") for k, m, slowed in (
+            ("off_even", "off", False), ("auto_even", "auto", False),
+            ("off_slow", "off", True), ("auto_slow", "auto", True))}
+        s["acc_off_slow"] = median(batch, "off", True, "eval_accuracy")
+        s["acc_auto_slow"] = median(batch, "auto", True, "eval_accuracy")
+        s["speedup_auto_vs_off"] = round(s["auto_slow"] / s["off_slow"], 3)
+        s["auto_vs_off_even"] = round(s["auto_even"] / s["off_even"], 3)
+        summary[str(batch)] = s
     out = {
         "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(started)),
         "load_at_start": [round(x, 2) for x in load],
         "cpu_count": os.cpu_count(),
-        "steps": base.epochs * base.steps_per_epoch(),
-        "global_batch": args.batch,
         "model": "mlp 512x512 on 32 numeric + 2 categorical features, 4 classes",
-        "slowdown": slow,
+        "slowdown": args.slowdown,
+        "batches": [{"global_batch": b, "steps": n} for b, n in configs],
+        "headline_batch": configs[0][0],
         "runs": rows,
         "summary": summary,
     }

@@ -20,6 +20,8 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
 FIT_SPEEDUP_GOAL = 1.5  # examples/s at least 1.5x Keras `model.fit`
+BALANCE_GOAL = 1.4  # balance: auto at least 1.4x off with one of two workers at half speed
+BALANCE_ACCURACY_NOISE = 0.01  # "accuracy equal within noise": within 1 point
 CALLBACK_COST_GOAL = 0.05  # the callback list costs at most 5% of the loop's examples/s
 ROOF_AIM = 0.35  # 35% of the float32 matmul roof
 NAMED = ("default", "wider")  # the issue's two named models; others are extra
@@ -60,7 +62,7 @@ These figures were written down by hand after earlier runs; no result file holds
 def load(results: Path) -> dict[str, Any]:
     """The result files that exist in `results`, parsed."""
     out: dict[str, Any] = {}
-    for name in ("single", "cluster", "meta", "own_model", "elastic"):
+    for name in ("single", "cluster", "meta", "own_model", "elastic", "balance"):
         f = results / f"{name}.json"
         if f.exists():
             out[name] = json.loads(f.read_text())
@@ -437,6 +439,66 @@ def elastic_section(rows: list[dict]) -> list[str]:
     return lines
 
 
+def balance_section(bal: dict) -> list[str]:
+    """`bench_balance.py`: balance auto vs off, 2 workers, worker:1 slowed from outside."""
+    batches = ", ".join(f"{b['global_batch']} ({b['steps']} steps)" for b in bal["batches"])
+    lines = [
+        "## Heterogeneous workers: `balance: auto` vs `off` (bench_balance.py)",
+        "",
+        f"Run {bal['started']}, load average {', '.join(map(str, bal['load_at_start']))} at the "
+        f"start. 2 multi-worker-mirrored workers on this {bal['cpu_count']}-core machine, "
+        f"{bal['model']}, global batches {batches}; same synthetic rows and seed in every "
+        "case, the cases alternate. `slowed` = worker:1 slowed from outside its process by the "
+        f"launcher (`--inject-slowdown {bal['slowdown']}`: SIGSTOP for half of every period). "
+        "Examples/s are the chief's training-loop figure.",
+        "",
+        "| global batch | balance | worker:1 | examples/s | eval accuracy | final batch (w0 / w1) "
+        "| measured rows/s (w0 / w1) | moves | load after |",
+        "|---:|---|---|---:|---:|---|---|---:|---:|",
+    ]
+    for r in bal["runs"]:
+        rates = r.get("rows_per_sec")
+        lines.append(
+            f"| {r['global_batch']} | {r['balance']} | "
+            f"{'slowed' if r['slowdown'] != 'none' else 'full speed'} | "
+            f"{r['examples_per_sec']:,.0f} | {r['eval_accuracy']:.4f} | "
+            f"{' / '.join(map(str, r['final_batch']))} | "
+            f"{' / '.join(f'{x:,.0f}' for x in rates) if rates else '-'} | {r['rebalances']} | "
+            f"{r.get('load_after', '-')} |")
+    lines += ["", "Medians per global batch:", ""]
+    for batch, s in bal["summary"].items():
+        lines.append(
+            f"- {int(batch):,}: worker:1 slowed, auto {s['auto_slow']:,.0f} vs off "
+            f"{s['off_slow']:,.0f} ex/s (**{s['speedup_auto_vs_off']:.2f}x**); at full speed "
+            f"auto {s['auto_even']:,.0f} vs off {s['off_even']:,.0f} ex/s "
+            f"({s['auto_vs_off_even']:.2f}x: the cost of balancing when there is nothing to "
+            f"balance); accuracy slowed {s['acc_auto_slow']:.4f} (auto) vs "
+            f"{s['acc_off_slow']:.4f} (off).")
+    head = bal["summary"][str(bal["headline_batch"])]
+    ratio = head["speedup_auto_vs_off"]
+    acc_gap = abs(head["acc_auto_slow"] - head["acc_off_slow"])
+    lines += [
+        "",
+        f"Goals (issue 14), judged on the global batch of {bal['headline_batch']:,}, where a "
+        "step's compute outweighs its all-reduce:",
+        "",
+        f"- {'met' if ratio >= BALANCE_GOAL else '**missed**'}: examples/s with `balance: auto` "
+        f">= {BALANCE_GOAL}x `off` with one worker at half speed: **{ratio:.2f}x**",
+        f"- {'met' if acc_gap <= BALANCE_ACCURACY_NOISE else '**missed**'}: accuracy equal "
+        f"within noise (1 point): {head['acc_auto_slow']:.4f} vs {head['acc_off_slow']:.4f}",
+    ]
+    small = [b for b in bal["summary"] if b != str(bal["headline_batch"])]
+    for b in small:
+        s = bal["summary"][b]
+        lines.append(
+            f"- not a goal, reported: at the global batch of {int(b):,} the same comparison "
+            f"gives {s['speedup_auto_vs_off']:.2f}x; there the all-reduce between two processes "
+            "on two cores dominates the step, and a stopped worker stretches the collective too, "
+            "which no split of the batch shortens.")
+    lines.append("")
+    return lines
+
+
 def render(results: dict[str, Any]) -> str:
     meta = results.get("meta", {})
     lines = ["# Training benchmarks", ""]
@@ -459,6 +521,8 @@ def render(results: dict[str, Any]) -> str:
         lines += own_model_section(results["own_model"])
     if results.get("elastic"):
         lines += elastic_section(results["elastic"])
+    if results.get("balance"):
+        lines += balance_section(results["balance"])
     earlier = EARLIER_RUNS if meta else EARLIER_RUNS + CONDITIONS_BY_HAND
     return "\n".join(lines) + "\n" + earlier
 
