@@ -60,7 +60,7 @@ These figures were written down by hand after earlier runs; no result file holds
 def load(results: Path) -> dict[str, Any]:
     """The result files that exist in `results`, parsed."""
     out: dict[str, Any] = {}
-    for name in ("single", "cluster", "meta", "own_model", "elastic"):
+    for name in ("single", "cluster", "meta", "own_model", "elastic", "auto_workers"):
         f = results / f"{name}.json"
         if f.exists():
             out[name] = json.loads(f.read_text())
@@ -437,6 +437,58 @@ def elastic_section(rows: list[dict]) -> list[str]:
     return lines
 
 
+def auto_workers_section(res: dict) -> list[str]:
+    """bench/training/bench_auto_workers.py: the probe's table and choice, then each
+    alternative trained in full, and whether the choice was right."""
+    lines = [
+        "## workers: auto",
+        "",
+        f"`bench/training/bench_auto_workers.py` ({res['started']}, load average at start "
+        f"{res['load_at_start'][0]}): the train stage with `workers: auto, max_workers: 2` on "
+        f"{res['model']}, {res['rows']:,} rows, global batch {res['global_batch']}, "
+        f"{res['epochs']} epochs; each probe is one warm-up chunk (10 steps) plus "
+        f"{res['probe_steps']} timed steps. Every case runs in a fresh process. Probe figures "
+        "cover the timed window only; a full run's ex/s is the training loop's (startup "
+        "excluded) and its J/example is the whole stage's energy (startup included) over the "
+        "examples trained.",
+        "",
+        "| case | candidate | probe ex/s | probe J/example | probe s | chosen |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for r in res["runs"]:
+        probe = r.get("probe")
+        if not probe:
+            continue
+        for c in probe["candidates"]:
+            chosen = c["workers"] == probe["chosen"]["workers"]
+            lines.append(
+                f"| {r['case']} ({probe['objective']}) | {c['workers']} worker"
+                f"{'s' if c['workers'] > 1 else ''} ({c['strategy']}) | "
+                f"{c['examples_per_sec']:,.0f} | {c['j_per_example']:.3g} | {c['wall_s']:.1f} | "
+                f"{'**yes**' if chosen else ''} |")
+    lines += [
+        "",
+        "| case | trained with | steps | ex/s (loop) | stage wall s | stage CPU s | energy J | "
+        "J/example | eval acc | energy method |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in res["runs"]:
+        lines.append(
+            f"| {r['case']} | {r['workers']} worker{'s' if r['workers'] > 1 else ''} "
+            f"({r['strategy']}) | {r['steps']} | {r['examples_per_sec']:,.0f} | "
+            f"{r['stage_wall_s']} | {r['stage_cpu_s']} | {r['energy_j']:,.0f} | "
+            f"{r['j_per_example']:.3g} | {r['eval_accuracy']} | {r['energy_method']} |")
+    lines.append("")
+    for case, v in res.get("verdict", {}).items():
+        reason = next(r["probe"]["reason"] for r in res["runs"] if r["case"] == case)
+        lines.append(
+            f"- {case}: the probe said \"{reason}\"; in full runs the best by {v['by']} was "
+            f"{v['full_run_best']} worker(s): the choice was "
+            + ("**right**." if v["right"] else "**wrong**."))
+    lines.append("")
+    return lines
+
+
 def render(results: dict[str, Any]) -> str:
     meta = results.get("meta", {})
     lines = ["# Training benchmarks", ""]
@@ -459,6 +511,8 @@ def render(results: dict[str, Any]) -> str:
         lines += own_model_section(results["own_model"])
     if results.get("elastic"):
         lines += elastic_section(results["elastic"])
+    if results.get("auto_workers"):
+        lines += auto_workers_section(results["auto_workers"])
     earlier = EARLIER_RUNS if meta else EARLIER_RUNS + CONDITIONS_BY_HAND
     return "\n".join(lines) + "\n" + earlier
 
