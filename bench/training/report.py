@@ -485,6 +485,29 @@ def auto_workers_section(res: dict) -> list[str]:
             f"- {case}: the probe said \"{reason}\"; in full runs the best by {v['by']} was "
             f"{v['full_run_best']} worker(s): the choice was "
             + ("**right**." if v["right"] else "**wrong**."))
+    full = {r["workers"]: r for r in res["runs"] if r["case"].startswith("full-")}
+    autos = [r for r in res["runs"] if "probe" in r and r["workers"] in full]
+    if autos:
+        extra = [f"{r['case']} {r['energy_j'] / full[r['workers']]['energy_j']:.1f}x the energy "
+                 f"and {r['stage_wall_s'] / full[r['workers']]['stage_wall_s']:.1f}x the wall time"
+                 for r in autos]
+        ones = [c["examples_per_sec"] for r in autos for c in r["probe"]["candidates"]
+                if c["workers"] == 1]
+        lines += [
+            "",
+            "Reading: the probe's absolute examples/s are not the full run's: the probe times "
+            "steady steps only, while a run's loop figure includes the first chunk's tracing and "
+            "each epoch's evaluation; and on this shared machine the same candidate probed "
+            f"{min(ones):,.0f} to {max(ones):,.0f} ex/s in two probes minutes apart. What the "
+            "probe has to get right is the order, and the margins here are wide. Its cost is "
+            "mostly the cluster candidate's startup (TensorFlow import, collective setup): "
+            "against a full run of the chosen topology without probing, the auto stage took "
+            + "; ".join(extra) + " (the stage's energy includes the probes). On a job this "
+            "short (374 steps) the probe costs more than it can save; it is meant for runs of "
+            "minutes to hours, where those seconds are small and a wrong fixed choice (here 2 "
+            f"workers: {full[2]['examples_per_sec'] / full[1]['examples_per_sec']:.2f}x the "
+            "speed of 1 process) is not." if 1 in full and 2 in full else "",
+        ]
     lines.append("")
     return lines
 
