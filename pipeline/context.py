@@ -28,6 +28,7 @@ class RunOptions:
     """Options of one `baton run`, decided at the CLI edge and passed down unchanged."""
 
     workers: int | None = None  # None: the spec's cluster section decides
+    workers_auto: bool = False  # `--workers auto`: the train stage probes and picks (probe.py)
     ps: int | None = None
     strategy: str | None = None
     min_workers: int | None = None  # None: the spec decides (elastic multi-worker mirrored)

@@ -11,7 +11,7 @@ import dataclasses
 import re
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import yaml
 
@@ -34,17 +34,29 @@ class ClusterConfig:
 
     `min_workers` (multi-worker mirrored only) makes the job elastic: it continues from its last
     backup with the workers left while at least this many remain (strategies/elastic.py).
+
+    `workers: auto` makes the train stage probe one process and multi-worker mirrored with
+    2..`max_workers` workers (default: the node's usable cores) for a few steps and train with
+    the fastest, or with `objective: energy` the fewest joules per example (strategies/probe.py).
     """
 
     strategy: Strategy = ONE_DEVICE
-    workers: int = 1
+    workers: int | Literal["auto"] = 1
     ps: int = 0
     min_workers: int | None = None
+    max_workers: int | None = None  # workers: auto only
+    objective: Literal["speed", "energy"] = "speed"  # workers: auto only
     image: str = "baton:latest"
     namespace: str = "default"
     resources: Resources = dataclasses.field(default_factory=Resources)
 
     def __post_init__(self) -> None:
+        if self.workers == "auto":
+            self._check_auto()
+            return
+        if self.max_workers is not None:
+            raise ValueError(f"max_workers needs workers: auto. Received: max_workers="
+                             f"{self.max_workers}, workers={self.workers}")
         if self.workers < 1:
             raise ValueError(f"workers must be >= 1. Received: workers={self.workers}")
         if self.ps < 0:
@@ -62,6 +74,21 @@ class ClusterConfig:
                 f"are restarted alone). Received: min_workers={self.min_workers}, "
                 f"strategy={self.strategy}"
             )
+
+
+    def _check_auto(self) -> None:
+        if self.max_workers is not None and self.max_workers < 1:
+            raise ValueError(f"max_workers must be >= 1. Received: max_workers={self.max_workers}")
+        if self.strategy == PARAMETER_SERVER or self.ps:
+            raise ValueError(
+                "workers: auto probes one process and multi-worker mirrored clusters, not "
+                f"parameter_server. Received: workers='auto', strategy={self.strategy}, "
+                f"ps={self.ps}")
+        if self.min_workers is not None:
+            raise ValueError(
+                "workers: auto picks the number of workers, min_workers (elastic) needs a fixed "
+                f"one: give workers: N with it. Received: workers='auto', "
+                f"min_workers={self.min_workers}")
 
 
 @dataclasses.dataclass(frozen=True)

@@ -63,8 +63,14 @@ class TrainJob:
     # it instead of `transformed_dir`, so a rerun whose inputs sit in another run directory (the
     # same bytes) still resumes the interrupted run's backup.
     data_hash: str = ""
+    # A topology probe (strategies.probe) when > 0: one warm-up chunk of `steps_per_execution`
+    # steps, then this many timed steps (the trainer's `info["window"]`), no evaluation; the
+    # task reports its window instead of writing a model.
+    probe_steps: int = 0
 
     def __post_init__(self) -> None:
+        if self.probe_steps < 0:
+            raise ValueError(f"probe_steps must be >= 0. Received: probe_steps={self.probe_steps}")
         if self.balance not in ("auto", "off"):
             raise ValueError(f"balance must be 'auto' or 'off'. Received: balance={self.balance!r}")
 
@@ -343,8 +349,12 @@ def run_task(job: TrainJob, tf_config: TFConfig | None, role: TaskRole) -> Train
         steps_per_execution=job.steps_per_execution,
         backup_every=job.backup_every,
         balance=job.balance == "auto",
+        max_steps=job.steps_per_execution + job.probe_steps if job.probe_steps else 0,
+        measure_after=job.steps_per_execution if job.probe_steps else 0,
     )
     train_ds, eval_ds = dataset_fns(job)
+    if job.probe_steps:
+        eval_ds = None  # a probe times training only
     options = StepOptions(jit_compile=job.jit_compile, fp16_allreduce=comm.fp16_allreduce)
     result = trainer.train(
         strategy, build_fn(job), job.spec(), train_ds, eval_ds, plan, role, options,

@@ -44,19 +44,24 @@ class TrainPlan:
     steps_per_execution: int = 20
     backup_every: int = 0  # steps between backups; 0: epoch ends only
     balance: bool = False  # per-replica batches follow measured speed (strategies.balance)
+    # A topology probe (strategies.probe): stop after this many steps (0: train every epoch),
+    # and time the steps after the first `measure_after` of this run into `info["window"]`
+    # (wall seconds, this process's CPU seconds and peak memory; 0: no window).
+    max_steps: int = 0
+    measure_after: int = 0
 
     def __post_init__(self) -> None:
         for name in ("epochs", "steps_per_epoch", "global_batch_size", "steps_per_execution"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1. Received: {name}={getattr(self, name)}")
-        if self.backup_every < 0:
-            raise ValueError(
-                f"backup_every must be >= 0. Received: backup_every={self.backup_every}"
-            )
+        for name in ("backup_every", "max_steps", "measure_after"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0. Received: {name}={getattr(self, name)}")
 
     @property
     def total_steps(self) -> int:
-        return self.epochs * self.steps_per_epoch
+        full = self.epochs * self.steps_per_epoch
+        return min(full, self.max_steps) if self.max_steps else full
 
 
 @dataclasses.dataclass
@@ -194,12 +199,13 @@ def train(
     eval_ds = eval_dataset() if eval_dataset is not None else None
     model.stop_training = False
     stopped = False
+    window = _Window()
     callbacks.on_train_begin()
     while step < total and not stopped:
         epoch, in_epoch = divmod(step, spe)
         callbacks.on_epoch_begin(epoch)
-        while in_epoch < spe:
-            n = min(plan.steps_per_execution, spe - in_epoch)
+        while in_epoch < spe and step < total:
+            n = min(plan.steps_per_execution, spe - in_epoch, total - step)
             if plan.backup_every:
                 n = min(n, plan.backup_every - step % plan.backup_every)
             n = faults.clip_chunk(role.fault, step, n)
@@ -216,6 +222,8 @@ def train(
             step += n
             in_epoch += n
             state.step = step
+            if plan.measure_after:
+                window.mark(step, step - start_step >= plan.measure_after)
             epoch_totals = [a + float(b) for a, b in zip(epoch_totals, totals, strict=True)]
             epoch_totals[3] = 0.0
             if totals[3] > 0:  # some task got SIGTERM: everyone saves at this same step, then stops
@@ -256,8 +264,45 @@ def train(
         num_replicas=strategy.num_replicas_in_sync,
         info={"xla_compiled": xla_compiled_functions(chunk),
               **({"balance": balancer.summary()} if balancer is not None else {}),
-              **({"stopped_early_at_step": step} if stopped and step < total else {})},
+              **({"stopped_early_at_step": step} if stopped and step < total else {}),
+              **({"window": window.as_dict()} if window.steps else {})},
     )
+
+
+class _Window:
+    """The timed stretch of a probe: from the chunk boundary after the warm-up to the last
+    chunk's end (each chunk's totals were fetched, so its steps had finished)."""
+
+    def __init__(self) -> None:
+        self.start: tuple[float, float, float, int] | None = None
+        self.end: tuple[float, float, float, int] | None = None
+
+    def mark(self, step: int, measuring: bool) -> None:
+        if not measuring:
+            return
+        now = (time.perf_counter(), time.process_time(), time.time(), step)
+        if self.start is None:
+            self.start = now
+        else:
+            self.end = now
+
+    @property
+    def steps(self) -> int:
+        return self.end[3] - self.start[3] if self.start and self.end else 0
+
+    def as_dict(self) -> dict[str, Any]:
+        import resource
+
+        assert self.start is not None and self.end is not None
+        return {
+            "steps": self.steps,
+            "seconds": self.end[0] - self.start[0],
+            "cpu_s": self.end[1] - self.start[1],
+            "started_at": self.start[2],
+            "ended_at": self.end[2],
+            # KiB on Linux: this process's peak, the memory the estimate holds for the window
+            "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        }
 
 
 def _stop_agreement(strategy: Any, model: Any) -> Callable[[], bool]:

@@ -62,7 +62,7 @@ These figures were written down by hand after earlier runs; no result file holds
 def load(results: Path) -> dict[str, Any]:
     """The result files that exist in `results`, parsed."""
     out: dict[str, Any] = {}
-    for name in ("single", "cluster", "meta", "own_model", "elastic", "balance"):
+    for name in ("single", "cluster", "meta", "own_model", "elastic", "balance", "auto_workers"):
         f = results / f"{name}.json"
         if f.exists():
             out[name] = json.loads(f.read_text())
@@ -495,6 +495,77 @@ def balance_section(bal: dict) -> list[str]:
             f"gives {s['speedup_auto_vs_off']:.2f}x; there the all-reduce between two processes "
             "on two cores dominates the step, and a stopped worker stretches the collective too, "
             "which no split of the batch shortens.")
+def auto_workers_section(res: dict) -> list[str]:
+    """bench/training/bench_auto_workers.py: the probe's table and choice, then each
+    alternative trained in full, and whether the choice was right."""
+    lines = [
+        "## workers: auto",
+        "",
+        f"`bench/training/bench_auto_workers.py` ({res['started']}, load average at start "
+        f"{res['load_at_start'][0]}): the train stage with `workers: auto, max_workers: 2` on "
+        f"{res['model']}, {res['rows']:,} rows, global batch {res['global_batch']}, "
+        f"{res['epochs']} epochs; each probe is one warm-up chunk (10 steps) plus "
+        f"{res['probe_steps']} timed steps. Every case runs in a fresh process. Probe figures "
+        "cover the timed window only; a full run's ex/s is the training loop's (startup "
+        "excluded) and its J/example is the whole stage's energy (startup included) over the "
+        "examples trained.",
+        "",
+        "| case | candidate | probe ex/s | probe J/example | probe s | chosen |",
+        "|---|---|---:|---:|---:|---|",
+    ]
+    for r in res["runs"]:
+        probe = r.get("probe")
+        if not probe:
+            continue
+        for c in probe["candidates"]:
+            chosen = c["workers"] == probe["chosen"]["workers"]
+            lines.append(
+                f"| {r['case']} ({probe['objective']}) | {c['workers']} worker"
+                f"{'s' if c['workers'] > 1 else ''} ({c['strategy']}) | "
+                f"{c['examples_per_sec']:,.0f} | {c['j_per_example']:.3g} | {c['wall_s']:.1f} | "
+                f"{'**yes**' if chosen else ''} |")
+    lines += [
+        "",
+        "| case | trained with | steps | ex/s (loop) | stage wall s | stage CPU s | energy J | "
+        "J/example | eval acc | energy method |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
+    ]
+    for r in res["runs"]:
+        lines.append(
+            f"| {r['case']} | {r['workers']} worker{'s' if r['workers'] > 1 else ''} "
+            f"({r['strategy']}) | {r['steps']} | {r['examples_per_sec']:,.0f} | "
+            f"{r['stage_wall_s']} | {r['stage_cpu_s']} | {r['energy_j']:,.0f} | "
+            f"{r['j_per_example']:.3g} | {r['eval_accuracy']} | {r['energy_method']} |")
+    lines.append("")
+    for case, v in res.get("verdict", {}).items():
+        reason = next(r["probe"]["reason"] for r in res["runs"] if r["case"] == case)
+        lines.append(
+            f"- {case}: the probe said \"{reason}\"; in full runs the best by {v['by']} was "
+            f"{v['full_run_best']} worker(s): the choice was "
+            + ("**right**." if v["right"] else "**wrong**."))
+    full = {r["workers"]: r for r in res["runs"] if r["case"].startswith("full-")}
+    autos = [r for r in res["runs"] if "probe" in r and r["workers"] in full]
+    if autos:
+        extra = [f"{r['case']} {r['energy_j'] / full[r['workers']]['energy_j']:.1f}x the energy "
+                 f"and {r['stage_wall_s'] / full[r['workers']]['stage_wall_s']:.1f}x the wall time"
+                 for r in autos]
+        ones = [c["examples_per_sec"] for r in autos for c in r["probe"]["candidates"]
+                if c["workers"] == 1]
+        lines += [
+            "",
+            "Reading: the probe's absolute examples/s are not the full run's: the probe times "
+            "steady steps only, while a run's loop figure includes the first chunk's tracing and "
+            "each epoch's evaluation; and on this shared machine the same candidate probed "
+            f"{min(ones):,.0f} to {max(ones):,.0f} ex/s in two probes minutes apart. What the "
+            "probe has to get right is the order, and the margins here are wide. Its cost is "
+            "mostly the cluster candidate's startup (TensorFlow import, collective setup): "
+            "against a full run of the chosen topology without probing, the auto stage took "
+            + "; ".join(extra) + " (the stage's energy includes the probes). On a job this "
+            "short (374 steps) the probe costs more than it can save; it is meant for runs of "
+            "minutes to hours, where those seconds are small and a wrong fixed choice (here 2 "
+            f"workers: {full[2]['examples_per_sec'] / full[1]['examples_per_sec']:.2f}x the "
+            "speed of 1 process) is not." if 1 in full and 2 in full else "",
+        ]
     lines.append("")
     return lines
 
@@ -523,6 +594,8 @@ def render(results: dict[str, Any]) -> str:
         lines += elastic_section(results["elastic"])
     if results.get("balance"):
         lines += balance_section(results["balance"])
+    if results.get("auto_workers"):
+        lines += auto_workers_section(results["auto_workers"])
     earlier = EARLIER_RUNS if meta else EARLIER_RUNS + CONDITIONS_BY_HAND
     return "\n".join(lines) + "\n" + earlier
 

@@ -1,6 +1,7 @@
 """Training benchmarks for `make bench`: single-process loop vs Keras `model.fit` with the
 matmul roof, local clusters with and without fp16 all-reduce, the kill -9 fault sweep, and
 balance auto vs off with one of two workers slowed down.
+`workers: auto` (the probe's choice against each alternative trained in full).
 
 Raw results go to bench/training/results/ (single.json, cluster.json, sweep.jsonl, and
 meta.json: date, machine, versions, load average around each benchmark); report.py then writes
@@ -60,6 +61,8 @@ def main() -> int:
         ("sweep", "sweep_faults.py", ["--trials", "10"], RESULTS / "sweep.jsonl"),
         ("own_model", "bench_own_model.py", ["--json", str(RESULTS / "own_model.json")], None),
         ("balance", "bench_balance.py", ["--json", str(RESULTS / "balance.json")], None),
+        ("auto_workers", "bench_auto_workers.py", ["--json", str(RESULTS / "auto_workers.json")],
+         None),
     ]
     rc = 0
     for name, script, args, stdout_to in runs:

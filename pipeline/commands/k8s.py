@@ -136,6 +136,11 @@ def job_options(spec, args: argparse.Namespace):
     from baton.pipeline.store import new_run_id
 
     cluster = spec.cluster
+    if cluster.workers == "auto" and args.workers is None:
+        raise UsageError(
+            f"{spec.where('cluster')}: cluster.workers: auto probes local clusters only; a TFJob "
+            "has a fixed replica count: give cluster.workers: N or --workers N. "
+            "Received: workers='auto'")
     data, train, release, train_inputs, release_inputs = _split_stages(spec)
     res = cluster.resources
     probe = JobOptions(pipeline=spec.name, run_id="probe")

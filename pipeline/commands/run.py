@@ -27,7 +27,9 @@ def parser() -> argparse.ArgumentParser:
         "content are unchanged since an earlier success are reused from the cache.",
     )
     p.add_argument("spec", nargs="?", help="pipeline YAML (default: the embedded penguins pipeline)")
-    p.add_argument("--workers", type=int, help="training workers (a local cluster when > 1)")
+    p.add_argument("--workers", type=_workers, metavar="N|auto",
+                   help="training workers (a local cluster when > 1); auto: probe one process "
+                   "and 2..max_workers workers for a few steps and train with the best")
     p.add_argument("--ps", type=int, help="parameter-server tasks (with --strategy parameter_server)")
     p.add_argument("--min-workers", type=int, metavar="M",
                    help="elastic multi-worker mirrored: go on with the workers left while at "
@@ -47,8 +49,21 @@ def parser() -> argparse.ArgumentParser:
     return p
 
 
+def _workers(text: str) -> int | str:
+    if text == "auto":
+        return text
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be a number or auto. Received: {text!r}") from None
+
+
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
+    auto = args.workers == "auto"
+    if auto:
+        args.workers = None
     for flag in ("workers", "ps", "min_workers"):
         value = getattr(args, flag)
         if value is not None and value < (0 if flag == "ps" else 1):
@@ -62,7 +77,7 @@ def main(argv: list[str]) -> int:
     the_plan = plan(load_spec(args.spec))
     inject = args.inject_failure or os.environ.get("BATON_INJECT_FAILURE") or None
     options = RunOptions(
-        workers=args.workers, ps=args.ps, strategy=args.strategy, min_workers=args.min_workers,
+        workers=args.workers, workers_auto=auto, ps=args.ps, strategy=args.strategy, min_workers=args.min_workers,
         no_cache=args.no_cache, inject_failure=inject, inject_slowdown=args.inject_slowdown,
         quiet=args.quiet,
     )

@@ -150,6 +150,14 @@ def run(
         sys.stdout.write(traceback.format_exc())
         _say(message)
         return PERMANENT
+    if result is not None and job.probe_steps:  # a topology probe: its window, no model
+        import json
+
+        (out / "probe").mkdir(parents=True, exist_ok=True)
+        report = {"task": task_name, "steps": result.steps, **result.info.get("window", {})}
+        (out / "probe" / f"{task_name.replace(':', '-')}.json").write_text(json.dumps(report))
+        _say(f"{task_name} probed {report.get('steps')} steps")
+        return OK
     if result is None or not is_chief:
         _say(f"{task_name} done" + (f" at step {result.steps}" if result is not None else ""))
         return OK
@@ -226,8 +234,13 @@ def _job(args: argparse.Namespace, tf_config: Any) -> tuple[Any, Path]:
         )
     # min_workers is the local launcher's (a TFJob's replica count is fixed; the operator's
     # restartPolicy handles a lost pod): a replica ignores it
-    config = dataclasses.replace(config, min_workers=None)
-    spec = dataclasses.replace(spec, cluster=dataclasses.replace(spec.cluster, min_workers=None))
+    # workers: auto is the local launcher's too: a replica runs the topology it was given
+    config = dataclasses.replace(config, min_workers=None, max_workers=None,
+                                 workers=None if config.workers == "auto" else config.workers)
+    cluster = spec.cluster
+    spec = dataclasses.replace(spec, cluster=dataclasses.replace(
+        cluster, min_workers=None, max_workers=None,
+        workers=1 if cluster.workers == "auto" else cluster.workers))
     topo = train_stage.topology(config, options, spec.cluster)
     problems = train_stage.check_options(config, options, stage, spec)  # e.g. XLA on PS
     if problems:

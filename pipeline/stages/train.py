@@ -83,7 +83,12 @@ class Config:
     deterministic: bool = True
     cache: bool = True
     strategy: Strategy | None = None
-    workers: int | None = None
+    # a number, or auto: probe one process and multi-worker mirrored with 2..max_workers
+    # workers for `probe_steps` steps each and train with the best for `objective`
+    workers: int | Literal["auto"] | None = None
+    max_workers: int | None = None  # workers: auto; None: the spec's, else the usable cores
+    objective: Literal["speed", "energy"] | None = None  # workers: auto; None: spec's, speed
+    probe_steps: int = 30  # timed steps per candidate, after one warm-up chunk
     ps: int | None = None
     # elastic multi-worker mirrored: go on with the workers left while this many remain
     min_workers: int | None = None
@@ -104,15 +109,18 @@ class Config:
                 f"model must be one of {', '.join(BUILTIN_MODELS)} or a model function "
                 f"'module:function'{mean}. Received: model={self.model!r}"
             )
-        for name in ("epochs", "batch_size", "eval_batch_size", "steps_per_execution"):
+        for name in ("epochs", "batch_size", "eval_batch_size", "steps_per_execution",
+                     "probe_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1. Received: {name}={getattr(self, name)}")
         if self.learning_rate <= 0:
             raise ValueError(
                 f"learning_rate must be > 0. Received: learning_rate={self.learning_rate}"
             )
-        if self.workers is not None and self.workers < 1:
-            raise ValueError(f"workers must be >= 1. Received: workers={self.workers}")
+        if isinstance(self.workers, int) and self.workers < 1:
+            raise ValueError(f"workers must be >= 1 (or auto). Received: workers={self.workers}")
+        if self.max_workers is not None and self.max_workers < 1:
+            raise ValueError(f"max_workers must be >= 1. Received: max_workers={self.max_workers}")
         if self.ps is not None and self.ps < 0:
             raise ValueError(f"ps must be >= 0. Received: ps={self.ps}")
         if self.min_workers is not None and self.min_workers < 1:
@@ -154,11 +162,22 @@ class Config:
 
 
 @dataclasses.dataclass(frozen=True)
+class AutoWorkers:
+    """`workers: auto` as resolved: where it came from and the probe's settings."""
+
+    source: str  # e.g. "--workers auto", "config.workers=auto", "cluster.workers=auto"
+    max_workers: int
+    objective: str
+    probe_steps: int
+
+
+@dataclasses.dataclass(frozen=True)
 class Topology:
     strategy: str
     workers: int
     ps: int
     min_workers: int | None = None  # elastic when below `workers` (multi-worker mirrored only)
+    auto: AutoWorkers | None = None  # workers: auto, not probed yet (`run` picks the topology)
 
     @property
     def elastic(self) -> bool:
@@ -185,14 +204,80 @@ def topology(config: Config, options: Any, cluster: Any = None) -> Topology:
     return topo
 
 
+def _auto_source(config: Config, options: Any, cluster: Any) -> str:
+    """Where `workers: auto` comes from ("" when the workers are a number): a number given by
+    a flag or the stage config beats an auto below it, and the other way round."""
+    if options.workers:
+        return ""
+    if getattr(options, "workers_auto", False):
+        return "--workers auto"
+    if config.workers is not None:
+        return "config.workers=auto" if config.workers == "auto" else ""
+    return "cluster.workers=auto" if getattr(cluster, "workers", 1) == "auto" else ""
+
+
+def _resolve_auto(
+    config: Config, options: Any, cluster: Any, source: str
+) -> tuple[list[str], Topology, str]:
+    """`workers: auto`: the probe's settings, and what contradicts them (named with values)."""
+    from baton.strategies.inventory import node_inventory
+
+    from_spec = source.startswith("cluster.")
+    if config.max_workers is not None:
+        max_workers, m_src = config.max_workers, f"config.max_workers={config.max_workers}"
+    elif getattr(cluster, "max_workers", None) is not None:
+        max_workers, m_src = cluster.max_workers, f"cluster.max_workers={cluster.max_workers}"
+    else:
+        max_workers, m_src = max(1, int(node_inventory()["cpu_usable"])), "the usable cores"
+    objective = config.objective or (getattr(cluster, "objective", None) if cluster else None)
+    problems = []
+    strategy = options.strategy or config.strategy or (
+        cluster.strategy if from_spec and cluster is not None else None)
+    if strategy not in (None, ONE_DEVICE, MULTI_WORKER_MIRRORED):
+        s_src = (f"--strategy {options.strategy}" if options.strategy else
+                 f"config.strategy={config.strategy}" if config.strategy else
+                 f"cluster.strategy={strategy}")
+        problems.append(
+            f"{source} probes one process (one_device) and multi-worker mirrored clusters, "
+            f"so it cannot be combined with strategy {strategy}: drop the strategy or give a "
+            f"number of workers. Received: {s_src}")
+    ps = options.ps if options.ps is not None else config.ps
+    if ps:
+        ps_src = f"--ps {options.ps}" if options.ps is not None else f"config.ps={config.ps}"
+        problems.append(f"{source} cannot be combined with parameter-server tasks. "
+                        f"Received: {ps_src}")
+    min_workers, mw_src = _min_workers(config, options, cluster)
+    if min_workers is not None and not (mw_src.startswith("cluster.") and not from_spec):
+        problems.append(
+            f"{source} picks the number of workers; min_workers (elastic) needs a fixed one: "
+            f"give workers: N with it. Received: {mw_src}")
+    if max_workers < 1:
+        problems.append(f"max_workers must be >= 1. Received: {m_src}")
+    for flag, value in (("--inject-failure", options.inject_failure),
+                        ("--inject-slowdown", getattr(options, "inject_slowdown", None))):
+        if value:
+            problems.append(f"{flag} rehearses a fixed topology; {source} picks one at run "
+                            f"time: give --workers N. Received: {flag} {value}")
+    auto = AutoWorkers(source, max_workers, objective or "speed", config.probe_steps)
+    return problems, Topology(ONE_DEVICE, 1, 0, auto=auto), source
+
+
 def _resolve(config: Config, options: Any, cluster: Any) -> tuple[list[str], Topology, str]:
     """(problems, topology, where the strategy came from); problems name their sources."""
+    auto_source = _auto_source(config, options, cluster)
+    if auto_source:
+        return _resolve_auto(config, options, cluster, auto_source)
+    if config.max_workers is not None and not options.workers:
+        return ([f"config.max_workers={config.max_workers} needs workers: auto (the stage's "
+                 "workers, the spec's cluster.workers or --workers auto). Received: workers="
+                 f"{config.workers if config.workers is not None else _cw(cluster)}"],
+                Topology(ONE_DEVICE, 1, 0), "")
     if options.workers:
         workers, w_src = options.workers, f"--workers {options.workers}"
-    elif config.workers:
+    elif isinstance(config.workers, int):
         workers, w_src = config.workers, f"config.workers={config.workers}"
     else:
-        workers = cluster.workers if cluster else 1
+        workers = _cw(cluster)
         w_src = f"cluster.workers={workers}"
     if options.ps is not None:
         ps, ps_src = options.ps, f"--ps {options.ps}"
@@ -262,6 +347,12 @@ def _resolve(config: Config, options: Any, cluster: Any) -> tuple[list[str], Top
     return problems, topo, s_src
 
 
+def _cw(cluster: Any) -> int:
+    """The spec's cluster.workers as a number (auto there is overridden when this is asked)."""
+    workers = cluster.workers if cluster is not None else 1
+    return workers if isinstance(workers, int) else 1
+
+
 BALANCED_STRATEGIES = (MULTI_WORKER_MIRRORED, MIRRORED)
 
 
@@ -298,6 +389,8 @@ def check_options(config: Config, options: Any, stage: Any, spec: Any) -> list[s
 
     cluster = spec.cluster if spec is not None else None
     problems, topo, source = _resolve(config, options, cluster)
+    if topo.auto is not None:
+        return problems  # each candidate is a consistent topology; faults were refused above
     if not problems and config.jit_compile and topo.strategy == PARAMETER_SERVER:
         problems.append(_jit_problem(stage.name, f"{topo.strategy} ({source})"))
     if not problems and config.balance == "auto" and topo.strategy not in BALANCED_STRATEGIES:
@@ -340,7 +433,23 @@ def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
             f"config.ps={config.ps} needs strategy parameter_server. "
             f"Received: strategy={config.strategy}"
         )
-    if (config.workers or 1) > 1 and config.strategy in SINGLE_WORKER:
+    if config.max_workers is not None and isinstance(config.workers, int):
+        problems.append(
+            f"config.max_workers={config.max_workers} needs workers: auto. "
+            f"Received: workers={config.workers}"
+        )
+    if config.workers == "auto" and config.strategy not in (None, ONE_DEVICE,
+                                                             MULTI_WORKER_MIRRORED):
+        problems.append(
+            f"config.workers=auto probes one process and multi-worker mirrored clusters. "
+            f"Received: strategy={config.strategy}"
+        )
+    if config.workers == "auto" and config.min_workers is not None:
+        problems.append(
+            f"config.workers=auto picks the number of workers; min_workers needs a fixed one. "
+            f"Received: min_workers={config.min_workers}"
+        )
+    if isinstance(config.workers, int) and config.workers > 1 and config.strategy in SINGLE_WORKER:
         problems.append(
             f"config.workers={config.workers} needs a multi-worker strategy. "
             f"Received: strategy={config.strategy}"
@@ -350,7 +459,8 @@ def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
             f"config.min_workers={config.min_workers} needs strategy multi_worker_mirrored. "
             f"Received: strategy={config.strategy}"
         )
-    if config.min_workers is not None and config.workers and config.min_workers > config.workers:
+    if (config.min_workers is not None and isinstance(config.workers, int)
+            and config.min_workers > config.workers):
         problems.append(
             f"config.min_workers must not exceed config.workers={config.workers}. "
             f"Received: min_workers={config.min_workers}"
@@ -590,10 +700,13 @@ def run(ctx: StageContext, config: Config) -> None:
     data_hash = _content_hash(Path(ctx.inputs["transformed"]))
     job = make_job(config, dict(ctx.inputs), topo.strategy, data_hash=data_hash,
                    code_dir=ctx.spec_dir, balance=balance_mode(config, topo))
+    node = inventory.node_inventory()
+    probe_info: dict[str, Any] | None = None
+    if topo.auto is not None:
+        topo, job, probe_info = _pick_topology(ctx, config, job, topo.auto, node)
     backups = backup_dir(ctx, job)
     out = ctx.output("model")
-    node = inventory.node_inventory()
-    if not topo.multi_process:  # a task process sets its own (pipeline.commands.task)
+    if not topo.multi_process and "threads" not in node:  # a task sets its own (commands.task)
         node["threads"] = inventory.apply_threads(inventory.thread_plan(node, 1))
     defaults = inventory.derive_defaults([node] * max(topo.workers, 1), job.batch_size)
     ctx.log(
@@ -613,6 +726,13 @@ def run(ctx: StageContext, config: Config) -> None:
     from baton.strategies.elastic import describe_segments
 
     resized = {"elastic_ex_s": describe_segments(info["segments"])} if info.get("elastic") else {}
+    if probe_info is not None:  # the probe's table and choice, beside the run they chose
+        info["topology_probe"] = probe_info
+        (out / TRAIN_INFO_FILE).write_text(json.dumps(info, indent=2, default=str) + "\n")
+        resized.update(auto_workers=probe_info["chosen"]["workers"],
+                       probe_ex_s=">".join(f"{c['workers']}:{c['examples_per_sec']:.0f}"
+                                           for c in probe_info["candidates"]),
+                       probe_s=round(probe_info["seconds"], 2))
     ctx.record(
         steps=info["steps"],
         **resized,  # examples/s of each group size, e.g. "2:5120>1:2980" (the table shows it)
@@ -623,6 +743,143 @@ def run(ctx: StageContext, config: Config) -> None:
         examples_trained=(info["steps"] - info.get("resumed_from_step", 0)) * job.batch_size,
         **{k: round(v, 4) for k, v in last.items() if k.startswith(("eval_", "train_"))},
     )
+
+
+def _candidate_job(config: Config, job: Any, cand: Any) -> Any:
+    """The real job with a candidate's strategy (and the balance that strategy would get)."""
+    topo = Topology(cand.strategy, cand.workers, 0)
+    balance = "off" if cand.strategy == ONE_DEVICE else balance_mode(config, topo)
+    return dataclasses.replace(job, strategy=cand.strategy, balance=balance)
+
+
+def _pick_topology(
+    ctx: StageContext, config: Config, job: Any, auto: AutoWorkers, node: dict
+) -> tuple[Topology, Any, dict[str, Any]]:
+    """`workers: auto`: probe every candidate on this job, pick one, say why.
+
+    A candidate whose backup is on disk (an interrupted auto run) is taken without probing, so
+    the rerun resumes it. Otherwise each is probed for one warm-up chunk plus `probe_steps`
+    timed steps: one process in this process, clusters through the launcher with the same job
+    (user callbacks left out: their side effects belong to the real run). Probes write their
+    backups (a cluster's tasks need a directory) under this stage's work directory, removed
+    after each probe: the real run starts from step 0.
+    """
+    import time
+
+    from baton import energy
+    from baton.strategies import inventory
+    from baton.strategies import probe as probing
+
+    cands = probing.candidates(auto.max_workers)
+    for cand in cands:
+        cand_job = _candidate_job(config, job, cand)
+        if (backup_dir(ctx, cand_job) / "checkpoint").is_file():
+            reason = f"picked {cand.label}: its backup is on disk (resuming it, no probe)"
+            ctx.log(f"workers auto ({auto.source}): {reason}")
+            info = {"source": auto.source, "objective": auto.objective, "candidates": [],
+                    "chosen": {"strategy": cand.strategy, "workers": cand.workers},
+                    "reason": reason, "seconds": 0.0, "max_workers": auto.max_workers}
+            return Topology(cand.strategy, cand.workers, 0), cand_job, info
+    energy_config = _spec_energy(ctx)
+    counter = energy.open_counter(energy_config)
+    total = job.epochs * job.steps_per_epoch()
+    probe_len = job.steps_per_execution + auto.probe_steps
+    ctx.log(
+        f"workers auto ({auto.source}): probing {', '.join(c.label for c in cands)} for "
+        f"{job.steps_per_execution} warm-up + {auto.probe_steps} timed steps each "
+        f"(objective {auto.objective}, energy {energy.RAPL if counter else energy.ESTIMATE})"
+        + (f"; the job has only {total} steps, each probe runs as long as training"
+           if total <= probe_len else ""))
+    # this process's thread pools, set before TensorFlow starts (the one-process probe and a
+    # one-process real run both train here)
+    node["threads"] = inventory.apply_threads(inventory.thread_plan(node, 1))
+    measured = []
+    started = time.monotonic()
+    sampler = probing.RaplSampler(counter) if counter is not None else None
+    with sampler if sampler is not None else _nothing():
+        for i, cand in enumerate(cands):
+            probe_job = dataclasses.replace(
+                _candidate_job(config, job, cand), probe_steps=auto.probe_steps, callbacks=[])
+            t0 = time.monotonic()
+            try:
+                windows = (_probe_in_process(probe_job) if cand.workers == 1 else
+                           _probe_cluster(ctx, probe_job, cand, ctx.work_dir / f"probe-{i}"))
+                error = ""
+            except Exception as exc:  # noqa: BLE001 - a failed candidate is reported, not fatal
+                windows, error = [], f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
+            rapl_j = (sampler.joules_between(windows[0]["started_at"], windows[0]["ended_at"])
+                      if sampler is not None and windows and windows[0].get("steps") else None)
+            m = probing.measure(cand, windows, job.batch_size, energy_config.pue, rapl_j,
+                                wall_s=time.monotonic() - t0)
+            if error:
+                m = dataclasses.replace(m, error=error)
+            measured.append(m)
+    try:
+        chosen, reason = probing.choose(measured, auto.objective)
+    except ValueError as exc:
+        raise StageError(f"workers auto: {exc}") from None
+    for line in probing.table(measured, chosen):
+        ctx.log(f"  {line}")
+    ctx.log(f"workers auto: {reason}")
+    cand = chosen.candidate
+    info = {
+        "source": auto.source, "objective": auto.objective, "max_workers": auto.max_workers,
+        "probe_steps": auto.probe_steps, "warmup_steps": job.steps_per_execution,
+        "energy_method": energy.RAPL if counter else energy.ESTIMATE,
+        "candidates": [m.as_dict() for m in measured],
+        "chosen": {"strategy": cand.strategy, "workers": cand.workers},
+        "reason": reason, "seconds": round(time.monotonic() - started, 2),
+    }
+    return Topology(cand.strategy, cand.workers, 0), _candidate_job(config, job, cand), info
+
+
+class _nothing:
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+
+def _probe_in_process(job: Any) -> list[dict[str, Any]]:
+    from baton.strategies import trainer
+    from baton.strategies.job import run_task
+
+    result = run_task(job, None, trainer.TaskRole(is_chief=True, backup_dir=None))
+    assert result is not None
+    return [result.info.get("window", {})]
+
+
+def _probe_cluster(ctx: StageContext, job: Any, cand: Any, work: Path) -> list[dict[str, Any]]:
+    from baton.strategies import launcher
+
+    work.mkdir(parents=True, exist_ok=True)
+    job_file = work / "job.json"
+    job_file.write_text(job.to_json())
+    try:
+        result = launcher.launch(
+            launcher.LaunchConfig(workers=cand.workers, strategy=cand.strategy, max_restarts=0,
+                                  state_dir=work / "launcher", global_batch_size=job.batch_size),
+            lambda task: task_argv(job_file, work / "out", work / "backup"),
+            stream=ctx.stream, quiet=True,
+        )
+        if not result.ok:
+            raise StageError(f"probe cluster failed: {result.error}")
+        reports = sorted((work / "out" / "probe").glob("*.json"),
+                         key=lambda p: int(p.stem.rpartition("-")[2]))  # worker-0 first
+        return [json.loads(p.read_text()) for p in reports]
+    finally:
+        shutil.rmtree(work, ignore_errors=True)  # its backups with it
+
+
+def _spec_energy(ctx: StageContext) -> Any:
+    from baton.energy import EnergyConfig
+    from baton.pipeline.spec import load_spec
+
+    try:
+        return load_spec(ctx.spec_path).energy if ctx.spec_path else EnergyConfig()
+    except Exception:  # noqa: BLE001 - the energy section is optional context here
+        return EnergyConfig()
 
 
 def _run_in_process(

@@ -72,6 +72,10 @@ def baton(tmp_path: Path, *args: str, env: dict[str, str] | None = None, extra: 
         (["--workers", "2", "--min-workers", "3"], {},
          "min_workers must be between 1 and the number of workers (--workers 2). "
          "Received: --min-workers 3"),
+        (["--workers", "auto", "--strategy", "parameter_server", "--ps", "1"], {},
+         "--workers auto probes one process (one_device) and multi-worker mirrored clusters, "
+         "so it cannot be combined with strategy parameter_server: drop the strategy or give a "
+         "number of workers. Received: --strategy parameter_server"),
         (["--workers", "2", "--inject-failure", "worker:2@step:3"], {},
          "--inject-failure names task worker:2, which the multi_worker_mirrored topology does "
          "not have (its tasks: worker:0, worker:1)"),
