@@ -2,8 +2,11 @@
 
 Every task reports its node (CPU cores, GPUs, memory) when it starts; the chief records the
 cluster's inventory in `train_info.json`. Defaults that depend on hardware (replica count,
-per-replica batch size, Beam workers) are derived here, in one place, and printed, so a run on a
-laptop and a run on a GPU pool choose differently for a reason a person can read.
+per-replica batch size, Beam workers, thread pools) are derived here, in one place, printed and
+applied (the data stages' Beam workers: pipeline.dataplane.beam_runner.plan_workers; a batch that
+does not divide over the replicas is refused; `baton k8s` derives the same from a pod's limits:
+k8s.placement), so a run on a laptop and a run on a GPU pool choose differently for a reason a
+person can read.
 
 Usable cores are the fewer of the CPU affinity mask and the cgroup's CPU quota (a Kubernetes
 pod's `limits.cpu`, which `os.cpu_count()` and the affinity mask do not show). TensorFlow sizes
