@@ -9,6 +9,8 @@ options in the spec; the pod then only submits the pipeline.
 
 from __future__ import annotations
 
+import dataclasses
+
 from baton.k8s import pods
 from baton.k8s.options import JobOptions
 
@@ -31,9 +33,9 @@ def _job(opts: JobOptions, component: str, stages: tuple[str, ...], inputs: tupl
         "command": command,
         "args": args,
         "env": pods.env(opts),
-        "resources": opts.resources.to_k8s() if component == "release" else
-        {"requests": {"cpu": opts.resources.cpu, "memory": opts.resources.memory},
-         "limits": {"memory": opts.resources.memory}},
+        # the data stages run on CPU; the CPU limit is the quota Beam's workers follow
+        "resources": (opts.resources if component == "release"
+                      else dataclasses.replace(opts.resources, gpu=0)).to_k8s(),
         "volumeMounts": mounts,
     }
     pod_spec: dict = {

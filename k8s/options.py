@@ -57,27 +57,113 @@ def check_quantity(field: str, value: object, allow_zero: bool = False) -> str:
     return text
 
 
+def quantity_text(value: object) -> object:
+    """A YAML number as Kubernetes spells it (`2` -> "2", `0.5` -> "0.5"); text unchanged."""
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return value
+
+
+def check_gpu(field: str, value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ManifestError(field, f"must be an integer >= 0. Received: {value!r}")
+    return value
+
+
 @dataclasses.dataclass(frozen=True)
 class Resources:
-    """Requests (and limits) of one pod: CPUs, memory, GPUs (`nvidia.com/gpu`)."""
+    """Requests and limits of one pod: CPUs, memory, GPUs (`nvidia.com/gpu`).
 
-    cpu: str = "1"
+    `cpu` may be written as a YAML number (`2`, `0.5`) or a quantity (`"500m"`).
+    """
+
+    cpu: str | float = "1"
     memory: str = "2Gi"
     gpu: int = 0
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "cpu", quantity_text(self.cpu))
         check_quantity("resources.cpu", self.cpu)
         check_quantity("resources.memory", self.memory)
-        if not isinstance(self.gpu, int) or isinstance(self.gpu, bool) or self.gpu < 0:
-            raise ManifestError("resources.gpu", f"must be an integer >= 0. Received: {self.gpu!r}")
+        check_gpu("resources.gpu", self.gpu)
 
     def to_k8s(self) -> dict:
-        """Requests = limits for memory and GPU (a training pod must not be OOM-surprised)."""
+        """Requests = limits for CPU and memory (Guaranteed QoS), GPUs as limits only.
+
+        The CPU limit is the pod's cgroup quota, which is what the inventory inside the pod
+        reads as its usable cores (`strategies.inventory.cgroup_cpu_quota`): TensorFlow's
+        thread pools and Beam's workers follow it. Without a limit the pod would see every core
+        of its node and oversubscribe the share it was scheduled for. `nvidia.com/gpu` is an
+        extended resource: Kubernetes takes it in `limits` (requests default to them).
+        """
         requests: dict[str, str] = {"cpu": str(self.cpu), "memory": str(self.memory)}
-        limits: dict[str, str] = {"memory": str(self.memory)}
+        limits: dict[str, str] = {"cpu": str(self.cpu), "memory": str(self.memory)}
         if self.gpu:
             limits["nvidia.com/gpu"] = str(self.gpu)
         return {"requests": requests, "limits": limits}
+
+
+# `cluster.replica_resources` keys and the TFJob replica types they stand for
+REPLICA_TYPES = {"chief": "Chief", "worker": "Worker", "ps": "PS", "evaluator": "Evaluator"}
+
+
+@dataclasses.dataclass(frozen=True)
+class ResourceOverride:
+    """Part of `Resources` for one replica type; an unset field keeps the default."""
+
+    cpu: str | float | None = None
+    memory: str | None = None
+    gpu: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.cpu is not None:
+            object.__setattr__(self, "cpu", quantity_text(self.cpu))
+            check_quantity("cpu", self.cpu)
+        if self.memory is not None:
+            check_quantity("memory", self.memory)
+        if self.gpu is not None:
+            check_gpu("gpu", self.gpu)
+
+    def over(self, base: Resources) -> Resources:
+        return Resources(
+            cpu=base.cpu if self.cpu is None else self.cpu,
+            memory=base.memory if self.memory is None else self.memory,
+            gpu=base.gpu if self.gpu is None else self.gpu,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class ReplicaResources:
+    """`cluster.replica_resources`: resources per TFJob replica type, over `cluster.resources`.
+
+    Without an entry a replica type gets `cluster.resources`, except the ones that compute no
+    gradients: PS tasks (they hold variables) and the parameter-server strategy's Chief (the
+    coordinator, which only schedules steps) get no GPUs. An entry for a type the topology
+    does not have is ignored (the same spec serves `--strategy` overrides).
+    """
+
+    chief: ResourceOverride | None = None
+    worker: ResourceOverride | None = None
+    ps: ResourceOverride | None = None
+    evaluator: ResourceOverride | None = None
+
+    def __post_init__(self) -> None:
+        for key in REPLICA_TYPES:
+            value = getattr(self, key)
+            if value is not None and not isinstance(value, ResourceOverride):
+                raise ManifestError(f"cluster.replica_resources.{key}",
+                                    f"must be a mapping of cpu, memory, gpu. Received: {value!r}")
+
+    def for_type(self, rtype: str, base: Resources, strategy: str) -> Resources:
+        """The resources of TFJob replica type `rtype` (operator spelling: Chief, PS, ...)."""
+        key = rtype.lower()
+        default = base
+        if key == "ps" or (key == "chief" and strategy == PARAMETER_SERVER):
+            default = dataclasses.replace(base, gpu=0)
+        override = getattr(self, key, None)
+        return override.over(default) if override is not None else default
 
 
 @dataclasses.dataclass(frozen=True)
@@ -211,7 +297,9 @@ class JobOptions:
     namespace: str = "default"
     topology: Topology = dataclasses.field(default_factory=Topology)
     resources: Resources = dataclasses.field(default_factory=Resources)
-    ps_resources: Resources | None = None
+    ps_resources: Resources | None = None  # the PS replicas' (replica_resources.ps wins)
+    replica_resources: ReplicaResources = dataclasses.field(default_factory=ReplicaResources)
+    batch_size: int | None = None  # the train stage's global batch: checked against the GPUs
     run_policy: RunPolicy = dataclasses.field(default_factory=RunPolicy)
     name: str | None = None
     spec_text: str | None = None
@@ -274,6 +362,11 @@ class JobOptions:
                 f"holds ({CONFIGMAP_MAX_BYTES}); build them into the image instead "
                 "(docs/kubernetes.md). Received: "
                 + ", ".join(rel for rel, _ in self.code_files))
+
+    def resources_for(self, rtype: str) -> Resources:
+        """The resources of TFJob replica type `rtype` (Chief, Worker, PS, Evaluator)."""
+        base = self.ps_resources if (rtype == "PS" and self.ps_resources) else self.resources
+        return self.replica_resources.for_type(rtype, base, self.topology.strategy)
 
     @property
     def job_name(self) -> str:

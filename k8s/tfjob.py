@@ -9,7 +9,7 @@ restart policy is `ExitCode`, so the task's own exit code (baton.errors) decides
 
 from __future__ import annotations
 
-from baton.k8s import pods
+from baton.k8s import placement, pods
 from baton.k8s.options import JobOptions
 
 API_VERSION = "kubeflow.org/v1"
@@ -28,7 +28,7 @@ def task_command(opts: JobOptions) -> tuple[list[str], list[str]]:
 def _replica(opts: JobOptions, rtype: str, replicas: int) -> dict:
     vols, mounts = pods.volumes(opts)
     command, args = task_command(opts)
-    res = opts.ps_resources if (rtype == "PS" and opts.ps_resources) else opts.resources
+    res = opts.resources_for(rtype)
     container = {
         "name": CONTAINER,
         "image": opts.image,
@@ -56,7 +56,8 @@ def _replica(opts: JobOptions, rtype: str, replicas: int) -> dict:
         "template": {
             "metadata": {
                 "labels": {**opts.labels("train"), "baton.dev/replica-type": rtype.lower()},
-                "annotations": dict(pods.ISTIO_OFF),
+                # what the pod's inventory will derive from its limits (k8s.placement)
+                "annotations": {**pods.ISTIO_OFF, placement.ANNOTATION: placement.annotation(res)},
             },
             "spec": spec,
         },

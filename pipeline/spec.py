@@ -17,7 +17,10 @@ import yaml
 
 from baton.energy import EnergyConfig
 from baton.errors import SpecError
-from baton.k8s.options import Resources  # one definition: the same quantities become pod requests
+from baton.k8s.options import (  # one definition: the same quantities become pod resources
+    ReplicaResources,
+    Resources,
+)
 from baton.pipeline.configs import ConfigError, build_config, config_to_dict, did_you_mean
 from baton.strategies.factory import ONE_DEVICE, PARAMETER_SERVER, Strategy
 
@@ -49,6 +52,8 @@ class ClusterConfig:
     image: str = "baton:latest"
     namespace: str = "default"
     resources: Resources = dataclasses.field(default_factory=Resources)
+    # per TFJob replica type (chief, worker, ps, evaluator), over `resources`
+    replica_resources: ReplicaResources = dataclasses.field(default_factory=ReplicaResources)
 
     def __post_init__(self) -> None:
         if self.workers == "auto":

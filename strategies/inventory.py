@@ -2,8 +2,11 @@
 
 Every task reports its node (CPU cores, GPUs, memory) when it starts; the chief records the
 cluster's inventory in `train_info.json`. Defaults that depend on hardware (replica count,
-per-replica batch size, Beam workers) are derived here, in one place, and printed, so a run on a
-laptop and a run on a GPU pool choose differently for a reason a person can read.
+per-replica batch size, Beam workers, thread pools) are derived here, in one place, printed and
+applied (the data stages' Beam workers: pipeline.dataplane.beam_runner.plan_workers; a batch that
+does not divide over the replicas is refused; `baton k8s` derives the same from a pod's limits:
+k8s.placement), so a run on a laptop and a run on a GPU pool choose differently for a reason a
+person can read.
 
 Usable cores are the fewer of the CPU affinity mask and the cgroup's CPU quota (a Kubernetes
 pod's `limits.cpu`, which `os.cpu_count()` and the affinity mask do not show). TensorFlow sizes
@@ -79,13 +82,19 @@ def thread_plan(node: dict[str, Any], tasks_on_node: int | None = None) -> dict[
     """
     if tasks_on_node is None:
         tasks_on_node = int(os.environ.get(TASKS_ON_NODE_ENV, "1") or 1)
-    share = max(1, int(node.get("cpu_usable", 1)) // max(tasks_on_node, 1))
-    plan: dict[str, Any] = {"intra_op": share, "inter_op": max(2, share),
+    intra, inter = pool_sizes(int(node.get("cpu_usable", 1)) // max(tasks_on_node, 1))
+    plan: dict[str, Any] = {"intra_op": intra, "inter_op": inter,
                             "tasks_on_node": tasks_on_node, "source": "inventory"}
     for key, env in (("intra_op", "TF_NUM_INTRAOP_THREADS"), ("inter_op", "TF_NUM_INTEROP_THREADS")):
         if os.environ.get(env, "").strip().isdigit():
             plan[key], plan["source"] = int(os.environ[env]), "environment"
     return plan
+
+
+def pool_sizes(cores: int) -> tuple[int, int]:
+    """(intra-op, inter-op) threads for a task given `cores`: all of them, and at least 2."""
+    share = max(1, cores)
+    return share, max(2, share)
 
 
 def apply_threads(plan: dict[str, Any]) -> dict[str, Any]:
@@ -109,18 +118,66 @@ def _gpu_count() -> int:
     return len(list(gpus.iterdir())) if gpus.is_dir() else 0
 
 
-def derive_defaults(nodes: list[dict[str, Any]], global_batch_size: int) -> dict[str, Any]:
+def beam_workers(node: dict[str, Any], tasks_on_node: int | None = None) -> int:
+    """Beam workers for a data stage on this node: the task's share of the usable cores.
+
+    The same share as `thread_plan`'s intra-op threads: a data stage in a pod with a CPU quota,
+    or beside other tasks on one node, gets the cores it may use, not the node's.
+    """
+    if tasks_on_node is None:
+        tasks_on_node = int(os.environ.get(TASKS_ON_NODE_ENV, "1") or 1)
+    return max(1, int(node.get("cpu_usable", 1)) // max(tasks_on_node, 1))
+
+
+def replicas(strategy: str | None, nodes: list[dict[str, Any]]) -> int:
+    """Replicas in sync for `strategy` on the training nodes, as tf.distribute counts them.
+
+    `one_device`: 1. `mirrored`: one per GPU of its node (1 on CPU: TensorFlow's CPU device
+    uses all cores). `multi_worker_mirrored`: the same summed over the workers.
+    `parameter_server`: one per GPU of a worker (each worker runs its steps on its own
+    devices; a step's batch is split over them). None: as multi_worker_mirrored (the old
+    strategy-blind count).
+    """
+    per_node = [max(int(n.get("gpus", 0) or 0), 1) for n in nodes] or [1]
+    if strategy == "one_device":
+        return 1
+    if strategy in ("mirrored", "parameter_server"):
+        return per_node[0]
+    return sum(per_node)
+
+
+def per_replica_batch(batch_size: int, n_replicas: int, why: str = "") -> int:
+    """`batch_size` (global) split over `n_replicas`: an error (exit 2) naming the field when
+    it does not divide, as tf.distribute's `get_per_replica_batch_size` would fail later."""
+    from baton.errors import ConfigError
+
+    if n_replicas < 1 or batch_size % n_replicas:
+        raise ConfigError(
+            "train.config.batch_size",
+            f"the global batch must divide evenly over the {n_replicas} replicas{why}; use a "
+            f"multiple of {n_replicas}. Received: batch_size={batch_size}",
+        )
+    return batch_size // n_replicas
+
+
+def derive_defaults(
+    nodes: list[dict[str, Any]], global_batch_size: int, strategy: str | None = None
+) -> dict[str, Any]:
     """Replicas, per-replica batch and Beam workers from the inventory of the training nodes.
 
-    One replica per GPU, or one per node on CPU (tf.distribute uses all cores of a CPU device);
-    Beam gets one worker per usable core of the first node, leaving one for the coordinator.
+    One replica per GPU, or one per node on CPU (tf.distribute uses all cores of a CPU device),
+    counted for `strategy` (`replicas`); the per-replica batch is the global batch over them
+    (an error when it does not divide). Beam workers are the first node's usable cores
+    (`beam_workers`), the count the data stages use when their args do not set one.
     """
-    replicas = sum(max(n.get("gpus", 0), 1) for n in nodes) or 1
+    n = replicas(strategy, nodes)
+    gpus = sum(int(x.get("gpus", 0) or 0) for x in nodes)
+    why = f" ({gpus} GPUs on {len(nodes)} node(s), strategy {strategy})" if gpus else ""
     usable = nodes[0].get("cpu_usable", 1) if nodes else 1
     return {
-        "replicas": replicas,
-        "per_replica_batch_size": max(global_batch_size // replicas, 1),
-        "beam_workers": max(usable - 1, 1),
+        "replicas": n,
+        "per_replica_batch_size": per_replica_batch(global_batch_size, n, why),
+        "beam_workers": beam_workers(nodes[0], 1) if nodes else 1,
         "intra_op_threads": usable,
     }
 

@@ -132,7 +132,10 @@ def cluster_spec_text(spec, models_dir: str) -> str:
 
 def job_options(spec, args: argparse.Namespace):
     """A PipelineSpec plus flags -> k8s.JobOptions (ManifestError names the field)."""
+    from baton.k8s import placement
     from baton.k8s.options import JobOptions, Resources, Topology
+    from baton.pipeline.configs import build_config
+    from baton.pipeline.stages import train as train_stage
     from baton.pipeline.store import new_run_id
 
     cluster = spec.cluster
@@ -145,7 +148,8 @@ def job_options(spec, args: argparse.Namespace):
     res = cluster.resources
     probe = JobOptions(pipeline=spec.name, run_id="probe")
     spec_text = cluster_spec_text(spec, probe.models_dir)
-    return JobOptions(
+    stage = next(s for s in spec.stages if s.name == train)
+    opts = JobOptions(
         pipeline=spec.name,
         run_id=args.run_id or new_run_id(),
         image=args.image or cluster.image,
@@ -158,12 +162,16 @@ def job_options(spec, args: argparse.Namespace):
             evaluator=args.evaluator,
         ),
         resources=Resources(cpu=str(res.cpu), memory=str(res.memory), gpu=int(res.gpu)),
+        replica_resources=cluster.replica_resources,
+        batch_size=build_config(train_stage.Config, stage.config).batch_size,
         name=args.name,
         spec_text=spec_text,
         code_files=spec_code_files(spec) if spec.path else (),
         data_stages=data, train_stage=train, release_stages=release,
         train_inputs=train_inputs, release_inputs=release_inputs,
     )
+    placement.check_batch(opts)  # the global batch must divide over the GPUs asked for
+    return opts
 
 
 def _check_out(out: str) -> None:

@@ -90,7 +90,7 @@ def run(
     """Run one task of `job` and map the outcome to an exit code."""
     import threading
 
-    from baton.errors import Preempted
+    from baton.errors import BatonError, Preempted
     from baton.strategies import inventory
     from baton.strategies.job import run_task, write_model_artifact
     from baton.strategies.trainer import TaskRole
@@ -108,6 +108,14 @@ def run(
     node["threads"] = inventory.apply_threads(inventory.thread_plan(node))
     if inventory_dir is not None:
         inventory.write_report(inventory_dir, task_name, node)
+    if not serving_only:  # the global batch must split over this task's replicas
+        tasks = tf_config.cluster.as_dict() if tf_config else {}
+        workers = len(tasks.get("worker", [])) + len(tasks.get("chief", []))
+        try:
+            inventory.derive_defaults([node] * max(workers, 1), job.batch_size, job.strategy)
+        except BatonError as exc:  # strategies.inventory: the field and the replicas named
+            _say(f"{task_name}: error: {exc}")
+            return PERMANENT
     _say(f"{task_name} starting ({job.strategy}); {inventory.describe(node)}")
 
     last = [0.0]
@@ -167,6 +175,7 @@ def run(
     defaults = inventory.derive_defaults(
         [n for n in nodes if str(n.get("task", "worker")).split(":")[0] in compute] or nodes,
         job.batch_size,
+        job.strategy,
     )
     tmp = out / f".tmp-model-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)

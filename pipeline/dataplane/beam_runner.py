@@ -45,6 +45,16 @@ from typing import Any
 from baton.errors import StageError
 
 LOCAL = ("FnApiRunner", "BundleBasedDirectRunner")
+# Below this many rows a data stage runs Beam on one in-memory worker whatever the cores; from
+# it on, one worker process per usable core and shard. Measured on 2 cores (docs/data.md
+# "Runners"): one in-process worker was the fastest at every size up to 10M rows (its
+# TensorFlow and Arrow calls already use both cores); 2 worker processes cost 1.6x at 10M rows
+# (each imports TensorFlow and Beam before its first bundle, per Beam job) and 3-5x below, and
+# 2 threads were no faster (the GIL). Processes are the mode whose cost is fixed while their
+# gain grows with rows and cores, so they start where that fixed cost is small: a threshold
+# above every size measured, not a measured break-even (no many-core node here).
+MULTI_WORKER_MIN_ROWS = 20_000_000
+MULTI_MODE = "multi_processing"
 _STAGE_ERROR = re.compile(r"StageError: (.+)")
 
 
@@ -65,13 +75,57 @@ def make_runner(args: Sequence[str]) -> tuple[Any, Any]:
     return name, options
 
 
-def runner_name(args: Sequence[str]) -> str:
+def _flag(args: Sequence[str], name: str) -> str | None:
+    """The value of `--name=V` or `--name V` in `args`, else None."""
     for i, a in enumerate(args):
-        if a.startswith("--runner="):
+        if a.startswith(f"{name}="):
             return a.split("=", 1)[1]
-        if a == "--runner" and i + 1 < len(args):
+        if a == name and i + 1 < len(args):
             return args[i + 1]
-    return "FnApiRunner"
+    return None
+
+
+def plan_workers(args: Sequence[str], *, rows: int, work_items: int,
+                 node: dict[str, Any] | None = None) -> tuple[list[str], dict[str, Any]]:
+    """(args, record): the FnApiRunner's local workers chosen from the node's inventory.
+
+    `beam_pipeline_args` that name `--direct_num_workers`/`--direct_running_mode`, or another
+    runner, win and are passed through unchanged. Otherwise the count is this task's share of
+    the node's usable cores (strategies.inventory.beam_workers: affinity and cgroup quota, so a
+    pod's CPU limit), at most one per work item (a shard: the DoFns process whole shards), as
+    `MULTI_MODE` workers; below `MULTI_WORKER_MIN_ROWS` rows, or with one worker's worth of
+    work, one in-memory worker as before (small inputs gain nothing from more, and keep the
+    exact path they always had). The record (`beam_workers`, `beam_running_mode`,
+    `beam_workers_reason`) goes into the stage's lineage metrics.
+    """
+    args = list(args)
+    name = runner_name(args)
+    if name != "FnApiRunner":
+        return args, {"beam_workers": 0, "beam_running_mode": name,
+                      "beam_workers_reason": f"beam_pipeline_args --runner={name}"}
+    workers, mode = _flag(args, "--direct_num_workers"), _flag(args, "--direct_running_mode")
+    if workers is not None or mode is not None:
+        count = int(workers) if workers is not None and workers.isdigit() else 1
+        return args, {"beam_workers": count,
+                      "beam_running_mode": mode or "in_memory",
+                      "beam_workers_reason": "beam_pipeline_args"}
+    from baton.strategies import inventory
+
+    cores = inventory.beam_workers(node if node is not None else inventory.node_inventory())
+    n = max(1, min(cores, work_items))
+    if n == 1 or rows < MULTI_WORKER_MIN_ROWS:
+        why = (f"{rows} rows < {MULTI_WORKER_MIN_ROWS} (more workers would not pay)" if n > 1 else
+               f"{cores} usable core(s), {work_items} shard(s): one worker's worth of work")
+        return args, {"beam_workers": 1, "beam_running_mode": "in_memory",
+                      "beam_workers_reason": f"inventory: {why}"}
+    return ([*args, f"--direct_num_workers={n}", f"--direct_running_mode={MULTI_MODE}"],
+            {"beam_workers": n, "beam_running_mode": MULTI_MODE,
+             "beam_workers_reason": f"inventory: {cores} usable core(s), {work_items} shards, "
+                                    f"{rows} rows"})
+
+
+def runner_name(args: Sequence[str]) -> str:
+    return _flag(args, "--runner") or "FnApiRunner"
 
 
 def check_job_endpoint(options: Any, connect_timeout_s: float = 10.0) -> None:

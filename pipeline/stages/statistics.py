@@ -45,9 +45,11 @@ def run(ctx: StageContext, config: Config) -> None:
     shards = [(s, str(f)) for s in schema.splits for f in shard_files(examples, s)]
     out_s, out_schema = ctx.output("statistics"), ctx.output("schema")
     path = out_s / stats.STATS_FILE
+    args, placed = beam_runner.plan_workers(config.beam_pipeline_args,
+                                            rows=sum(schema.splits.values()), work_items=len(shards))
     beam_runner.run(lambda p: beam_statistics.build(
         p, shards=shards, columns=list(schema.columns), batch_rows=config.batch_rows,
-        out_path=str(path)), config.beam_pipeline_args)
+        out_path=str(path)), args)
     result = json.loads(path.read_text())
     result["label"], result["task"] = schema.label, schema.task
     stats.save_json(result, path)
@@ -60,4 +62,4 @@ def run(ctx: StageContext, config: Config) -> None:
     rows = {s: v["rows"] for s, v in result["splits"].items()}
     ctx.log(f"statistics of {rows} rows, {len(schema.columns)} columns -> "
             f"{ctx.final_path('statistics') / render.HTML_FILE}")
-    ctx.record(rows=sum(rows.values()), columns=len(schema.columns))
+    ctx.record(rows=sum(rows.values()), columns=len(schema.columns), **placed)

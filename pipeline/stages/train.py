@@ -406,6 +406,8 @@ def check_options(config: Config, options: Any, stage: Any, spec: Any) -> list[s
             f"job restarts a dead worker alone and cannot shrink. Received: "
             f"{options.inject_failure!r}"
         )
+    if not problems:
+        problems += _batch_problems(config, topo)
     if fault is not None and not problems:
         tasks = _task_names(topo)
         if fault.task.name not in tasks:
@@ -415,6 +417,21 @@ def check_options(config: Config, options: Any, stage: Any, spec: Any) -> list[s
                 f"Received: {options.inject_failure!r}"
             )
     return problems + _slowdown_problems(options, topo)
+
+
+def _batch_problems(config: Config, topo: Topology) -> list[str]:
+    """The global batch must split evenly over the replicas the strategy will have on this
+    node's GPUs (strategies.inventory.replicas); a local cluster's tasks share the node."""
+    from baton.errors import ConfigError
+    from baton.strategies import inventory
+
+    node = inventory.node_inventory()
+    nodes = [node] * max(topo.workers, 1)
+    try:
+        inventory.derive_defaults(nodes, config.batch_size, topo.strategy)
+    except ConfigError as exc:
+        return [f"config.batch_size: {str(exc).split(': ', 1)[1]}"]
+    return []
 
 
 def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
@@ -708,7 +725,8 @@ def run(ctx: StageContext, config: Config) -> None:
     out = ctx.output("model")
     if not topo.multi_process and "threads" not in node:  # a task sets its own (commands.task)
         node["threads"] = inventory.apply_threads(inventory.thread_plan(node, 1))
-    defaults = inventory.derive_defaults([node] * max(topo.workers, 1), job.batch_size)
+    defaults = inventory.derive_defaults([node] * max(topo.workers, 1), job.batch_size,
+                                         topo.strategy)
     ctx.log(
         f"strategy {topo.strategy}, workers {topo.workers}, ps {topo.ps}; "
         f"{inventory.describe(node)}; "
@@ -738,6 +756,8 @@ def run(ctx: StageContext, config: Config) -> None:
         **resized,  # examples/s of each group size, e.g. "2:5120>1:2980" (the table shows it)
         examples_per_sec=info["examples_per_sec"],
         strategy=info["strategy"],
+        replicas=info.get("num_replicas", defaults["replicas"]),
+        per_replica_batch_size=defaults["per_replica_batch_size"],
         # this run's examples (a resumed run counts from its backup): the runner divides the
         # stage's energy by it (usage.j_per_example)
         examples_trained=(info["steps"] - info.get("resumed_from_step", 0)) * job.batch_size,

@@ -164,11 +164,13 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
     columns = [c for c in schema.columns if c.name in names]
     shards = [(split, str(f), i) for split in schema.splits
               for i, f in enumerate(shard_files(examples, split))]
-    args = config.beam_pipeline_args
+    args, placed = beam_runner.plan_workers(config.beam_pipeline_args,
+                                            rows=sum(schema.splits.values()), work_items=len(shards))
     scratch = ctx.work_dir / ".beam-results"
     scratch.mkdir(exist_ok=True)
     ctx.log(f"{sum(schema.splits.values())} rows in {len(shards)} shards on "
-            f"{beam_runner.runner_name(args)}")
+            f"{beam_runner.runner_name(args)}, {placed['beam_workers']} worker(s) "
+            f"({placed['beam_running_mode']}; {placed['beam_workers_reason']})")
     started = time.perf_counter()
 
     def user_errors(step: str) -> Any:
@@ -231,7 +233,7 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
     ctx.record(rows=sum(splits.values()), **{f"rows_{s}": n for s, n in splits.items()},
                dropped_label=sum(dropped.values()), features=len(spec.features),
                analyzers=len(phases.resolved), phases=phases.number,
-               beam_seconds=round(beam_s, 3), export_seconds=round(export_s, 3))
+               beam_seconds=round(beam_s, 3), export_seconds=round(export_s, 3), **placed)
 
 
 class UserErrors:

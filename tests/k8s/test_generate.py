@@ -48,8 +48,11 @@ def test_tfjob_carries_what_the_operator_needs():
         (c,) = tmpl["spec"]["containers"]
         assert c["name"] == "tensorflow"
         assert c["ports"] == [{"name": "tfjob-port", "containerPort": 2222, "protocol": "TCP"}]
-        assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
+        # GPUs go to the replicas that compute: not to the PS nor to the PS strategy's Chief
+        gpus = c["resources"]["limits"].get("nvidia.com/gpu")
+        assert gpus == ("1" if rtype == "Worker" else None), rtype
         assert c["resources"]["requests"] == {"cpu": "2", "memory": "4Gi"}
+        assert c["resources"]["limits"]["cpu"] == "2"  # the quota the pod's inventory reads
         assert c["args"][:4] == ["task", "/etc/baton/pipeline.yaml", "--stage", "train"]
         assert c["args"][-1] == "/artifacts/runs/penguins/20261129-221500-3fa2"
         vols = {v["name"]: v for v in tmpl["spec"]["volumes"]}

@@ -28,6 +28,9 @@ def test_statistics_match_the_csv(stats):
     out, metrics = stats
     data = json.loads((out["statistics"] / "statistics.json").read_text())
     assert metrics["rows"] == 344
+    # 344 rows: Beam stays in this process whatever the cores (beam_runner.plan_workers)
+    assert (metrics["beam_workers"], metrics["beam_running_mode"]) == (1, "in_memory")
+    assert metrics["beam_workers_reason"].startswith("inventory: ")
     rows = list(csv.DictReader(PENGUINS_CSV.open()))
     mass = np.array([float(r["body_mass_g"]) for r in rows if r["body_mass_g"] != "NA"])
     splits = data["splits"]

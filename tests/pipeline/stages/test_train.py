@@ -42,6 +42,9 @@ def test_penguins_reaches_090_eval_accuracy_and_writes_the_contract(trained, art
     info = json.loads((model_dir / "train_info.json").read_text())
     assert info["steps"] == 12 * (278 // 32) and info["inventory"][0]["cpu_cores"] >= 1
     assert info["defaults"]["replicas"] == 1
+    # the derived placement is the strategy's: its replicas, the global batch split over them
+    assert metrics["replicas"] == info["num_replicas"] == info["defaults"]["replicas"]
+    assert metrics["per_replica_batch_size"] == info["defaults"]["per_replica_batch_size"] == 32
     assert list((model_dir / "logs").glob("events.out.tfevents.*"))
     # The contract: model(features) on the make_dataset dict of [B] tensors -> logits [B, classes].
     spec = FeatureSpec.load(art["transform_graph"])

@@ -135,6 +135,8 @@ def test_two_worker_processes_give_the_same_result(art, tmp_path):
     out, metrics = run_stage("transform", {"beam_pipeline_args": args},
                              {"examples": art["examples"]}, tmp_path)
     assert metrics["rows"] == 344
+    assert (metrics["beam_workers"], metrics["beam_running_mode"],  # explicit args win
+            metrics["beam_workers_reason"]) == (2, "multi_processing", "beam_pipeline_args")
     for split in ("train", "eval"):
         assert [p.read_bytes() for p in sorted((out["transformed"] / split).iterdir())] == [
             p.read_bytes() for p in sorted((art["transformed"] / split).iterdir())]
