@@ -26,6 +26,8 @@ import socket
 from pathlib import Path
 from typing import Any
 
+from baton.strategies.factory import MIRRORED, ONE_DEVICE, PARAMETER_SERVER
+
 
 def node_inventory() -> dict[str, Any]:
     """This node's CPUs (logical and usable by this process), GPUs and memory.
@@ -139,9 +141,9 @@ def replicas(strategy: str | None, nodes: list[dict[str, Any]]) -> int:
     strategy-blind count).
     """
     per_node = [max(int(n.get("gpus", 0) or 0), 1) for n in nodes] or [1]
-    if strategy == "one_device":
+    if strategy == ONE_DEVICE:
         return 1
-    if strategy in ("mirrored", "parameter_server"):
+    if strategy in (MIRRORED, PARAMETER_SERVER):
         return per_node[0]
     return sum(per_node)
 

@@ -11,10 +11,9 @@ pipeline, as a pipeline run reads them.
 
     .venv/bin/python bench/training/bench_balance.py [--batches 8192:80,1024:240] [--repeats 1]
 
-Two global batches: a large one, where each step's compute dominates its all-reduce (what
-balancing can win back), and a small one, where the all-reduce between two processes on two
-cores dominates and the slowed worker also stretches the collective (which no split of the
-batch can shorten). Both are reported.
+Two global batches: a large one, where compute (what balancing can win back) is the larger
+share of a step, and a small one, where the all-reduce between two processes on two cores
+weighs more. Both are reported.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """`balance: auto` on a real 2-worker cluster with one worker slowed down from outside.
 
-The launcher stops and continues worker:1 on a 50 % duty cycle (--inject-slowdown); the workers
+The launcher stops and continues worker:1 on a duty cycle (running a third of the time) (--inject-slowdown); the workers
 time their own passes and move rows of each global batch to worker:0. Multi-process, so slow
 and multi_worker; one cluster, a few dozen steps.
 """
@@ -21,7 +21,7 @@ from baton.strategies.slowdown import parse_slowdown
 pytestmark = [pytest.mark.multi_worker, pytest.mark.slow]
 
 
-def test_a_worker_at_half_speed_gets_a_smaller_batch_and_the_global_batch_holds(
+def test_a_slowed_worker_gets_a_smaller_batch_and_the_global_batch_holds(
         tmp_path) -> None:
     job = TrainJob(
         feature_spec=synthetic_spec(16, (), 3).to_dict(),
@@ -37,23 +37,26 @@ def test_a_worker_at_half_speed_gets_a_smaller_batch_and_the_global_batch_holds(
     log = io.StringIO()
     cfg = launcher.LaunchConfig(
         workers=2, strategy=job.strategy, max_restarts=0, state_dir=tmp_path / "state",
-        slowdown=parse_slowdown("worker:1@speed:0.5:10ms"),
+        slowdown=parse_slowdown("worker:1@speed:0.34:10ms"),
     )
     result = launcher.launch(
         cfg, lambda t: task_argv(tmp_path / "job.json", tmp_path / "out", tmp_path / "b"),
         stream=log,
     )
     assert result.ok, log.getvalue()[-3000:]
-    assert "slowing worker:1 down to 0.5" in log.getvalue()
+    assert "slowing worker:1 down to 0.34" in log.getvalue()
     info = json.loads((tmp_path / "out" / "model" / "train_info.json").read_text())
     assert info["steps"] == 40 and info["num_replicas"] == 2
     bal = info["balance"]
     assert bal["mode"] == "auto" and bal["global_batch"] == 1024
     final = bal["final_batch"]
-    assert sum(final) == 1024 and final[0] > final[1], bal  # the slowed worker trains on less
-    assert bal["changes"] >= 1 and bal["history"][-1]["event"] == "end", bal
+    assert sum(final) == 1024 and bal["changes"] >= 1, bal
+    assert bal["history"][-1]["event"] == "end", bal
     for h in bal["history"]:
         assert sum(h["batch"]) == 1024 and len(h["rows_per_sec"]) == 2, h
-    # half of every 10 ms stopped: about 2x slower per row (noisy on a shared machine)
+    # Judged on the run as a whole (medians over the recorded points), not on its last chunk:
+    # the suite shares 2 cores with other tests, which slows either worker at random.
     ratios = sorted(h["rows_per_sec"][0] / h["rows_per_sec"][1] for h in bal["history"])
-    assert ratios[len(ratios) // 2] > 1.3, bal
+    assert ratios[len(ratios) // 2] > 1.3, bal  # about 3x at a third of the time running
+    shares = sorted(h["batch"][0] for h in bal["history"][1:])
+    assert shares[len(shares) // 2] > 512, bal  # the slowed worker trains on the smaller part
