@@ -162,6 +162,8 @@ class FederatedRun:
             for node, initial in self.initial.items():
                 if initial == of:
                     copies.held[node] = downlink.Copy(w0, of, of)
+            self.log.write({"event": "downlink_initial", "server": of, "clients": {
+                self.names.get(n, "?"): d for n, d in self.initial.items()}})
         started = time.time()
         self._round_start: dict[str, Any] = {"time": started,
                                              "wire": wire.read(Path(plan.wire_path))}
@@ -307,6 +309,8 @@ def recording(base: type) -> type:
                      config: dict[str, Any]) -> Any:
             assert self.copies is not None
             entries, sent = self.copies.prepare(node, weights, of)
+            counts = self.pending.setdefault("downlink", {"full": 0, "delta": 0, "copy": 0})
+            counts[entries["downlink"]] += 1
             content = RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in sent.items()}),
                                   "config": ConfigRecord({**config, **entries})})
             return Message(content=content, message_type=kind, dst_node_id=node)
