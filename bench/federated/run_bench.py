@@ -227,12 +227,20 @@ def write_report(r: dict, path: Path) -> None:
         "server's side; round 1 sends the float32 model once (the clients hold nothing yet), "
         "and the next round's train message refers to the copy the evaluate message left "
         "instead of sending the model again (docs/federated.md). Bytes by round:", "",
-        "| compression | round | bytes down | bytes up | total |", "|---|---:|---:|---:|---:|"]
+        "| compression | round | bytes down | bytes up | total | downlink messages |",
+        "|---|---:|---:|---:|---:|---|"]
     for method, c in comp.items():
         for rr in c["rounds"]:
+            dl = rr.get("downlink")
+            kinds = ", ".join(f"{v} {k}" for k, v in dl.items() if v) if dl else \
+                "float32 weights (train and evaluate)"
             lines.append(f"| {method} | {rr['round']} | {rr['bytes_down']:,} | "
-                         f"{rr['bytes_up']:,} | {rr['bytes_down'] + rr['bytes_up']:,} |")
-    lines.append("")
+                         f"{rr['bytes_up']:,} | {rr['bytes_down'] + rr['bytes_up']:,} | "
+                         f"{kinds} |")
+    lines += ["", "`copy`: a reference to the model the client holds (no arrays); `delta`: "
+              "the compressed difference to it; `full`: float32 weights. Round 1's train "
+              "message is a `copy` when the initial model a client built at setup has the "
+              "server's digest, else `full`.", ""]
     dp, e8 = r["dp"], r["eight"]
     eps = dp["rounds"][-1].get("epsilon")
     rpm = 60 / _round_s(e8)
