@@ -7,12 +7,22 @@ its name (`client`). Messages from the server:
   (pipeline.federated.local.analyze), plus its examples' schema (columns, not rows);
 - query `setup`: the transform's analyzer values and the training settings; stored in the
   run's `context.state` (the SuperNode keeps it between messages), so every later message
-  rebuilds the same local transform and model;
+  rebuilds the same local transform and model; with a compressed downlink, the digest of the
+  initial model the node built (seeded) comes back too;
 - train: the global weights in, `local_epochs` of training, the updated weights out. With
   `compression` set, `compression_mod` sends the update compressed instead (error feedback in
   `context.state`); with privacy on, Flower's `fixedclipping_mod` clips it first;
 - evaluate: loss and accuracy (or mse) of the global weights on the node's eval rows;
 - query `edge`: the same for the TFLite edge model the server converted (on-device check).
+
+With `compression` set, the global weights of train and evaluate messages come down as a
+delta against the node's copy of the last global model (pipeline.federated.downlink):
+`downlink_mod` rebuilds the weights before the handler sees them, keeps the copy in
+`context.state` and answers with its digest. Flower 1.42 starts a fresh ClientApp process per
+message, but the SuperNode keeps the run's context between them (the process pushes its
+context back with its reply; `flwr.supernode`'s runtime handlers store it per run), so the copy
+lasts as long as the SuperNode and the run; a restarted SuperNode or a new run starts without
+one, and the server's first message to it carries the full weights.
 
 Everything that leaves the node goes through pipeline.federated.codec (no pickle) or Flower's
 own ArrayRecord/MetricRecord.
@@ -31,13 +41,15 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricRecord, RecordDict
 from flwr.clientapp import ClientApp
 
-from baton.pipeline.federated import codec, compression
+from baton.pipeline.federated import codec, compression, downlink
 
 app = ClientApp()
 # setup digest -> Local: Flower 1.42 starts a fresh ClientApp process per message, so this
 # saves work only when one process answers several (simulation, tests)
 _LOCAL: dict[str, Any] = {}
 STATE = "baton"
+COPY = "baton-copy"  # context.state: the node's copy of the global model (an ArrayRecord)
+DOWNLINK = "baton-downlink"  # reply content: the digest of that copy, or that it was stale
 
 
 def _arrays(msg: Message) -> list[np.ndarray]:
@@ -95,8 +107,16 @@ def query(msg: Message, context: Context) -> Message:
     if op == "setup":
         context.state[STATE] = ConfigRecord({"setup": codec.dumps(request["setup"])})
         local = _local(context)
+        initial = None
+        if request.get("downlink"):
+            # the model as built from the shared settings and seed: the copy this node holds
+            # before any message; the server sends a reference instead of it when its own
+            # initial weights have the same digest
+            weights = local.model.get_weights()
+            context.state[COPY] = ArrayRecord(weights)
+            initial = downlink.digest(weights)
         return _reply(msg, client=_name(context), train=local.examples("train"),
-                      eval=local.examples("eval"))
+                      eval=local.examples("eval"), initial=initial)
     if op == "edge":
         cloud = _local(context).evaluate([np.asarray(w) for w in request["weights"]])
         edge = _edge(context, request["tflite"])
@@ -140,6 +160,28 @@ def compression_mod(msg: Message, context: Context, call_next: Any) -> Message:
     return reply
 
 
+def downlink_mod(msg: Message, context: Context, call_next: Any) -> Message:
+    """Rebuild the global weights from a compressed downlink message (full, delta or a
+    reference to the copy held), keep them as this node's copy, answer with its digest."""
+    cfg = _config(msg)
+    if "downlink" not in cfg:
+        return call_next(msg, context)
+    copy = cast(ArrayRecord, context.state[COPY]).to_numpy_ndarrays() \
+        if COPY in context.state else None
+    arrays = {k: v.numpy() for k, v in cast(ArrayRecord, msg.content["arrays"]).items()}
+    try:
+        weights = downlink.receive(cfg, arrays, copy)
+    except downlink.Stale as exc:
+        return Message(content=RecordDict({DOWNLINK: ConfigRecord({"stale": str(exc)})}),
+                       reply_to=msg)
+    msg.content["arrays"] = ArrayRecord(weights)
+    reply = call_next(msg, context)
+    if not reply.has_error():
+        context.state[COPY] = ArrayRecord(weights)
+        reply.content[DOWNLINK] = ConfigRecord({"copy": downlink.digest(weights)})
+    return reply
+
+
 def dp_clipping_mod(msg: Message, context: Context, call_next: Any) -> Message:
     """Flower's fixedclipping_mod when the server's DP wrapper asks for clipping (it sends
     `clipping_norm`); otherwise nothing (the plain mod fails a message without it)."""
@@ -150,7 +192,7 @@ def dp_clipping_mod(msg: Message, context: Context, call_next: Any) -> Message:
     return call_next(msg, context)
 
 
-@app.train(mods=[compression_mod, dp_clipping_mod])
+@app.train(mods=[downlink_mod, compression_mod, dp_clipping_mod])
 def train(msg: Message, context: Context) -> Message:
     local = _local(context)
     cfg = _config(msg)
@@ -161,7 +203,7 @@ def train(msg: Message, context: Context) -> Message:
                    reply_to=msg)
 
 
-@app.evaluate()
+@app.evaluate(mods=[downlink_mod])
 def evaluate(msg: Message, context: Context) -> Message:
     local = _local(context)
     out = local.evaluate(_arrays(msg))

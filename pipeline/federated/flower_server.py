@@ -29,10 +29,10 @@ from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
+from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
-from baton.pipeline.federated import codec, compression, wire
+from baton.pipeline.federated import codec, compression, downlink, wire
 from baton.pipeline.federated.plan import Plan, RoundLog
 
 app = ServerApp()
@@ -50,6 +50,7 @@ class FederatedRun:
         self.out = Path(plan.out_dir)
         self.log = RoundLog(self.out / "rounds.jsonl")
         self.names: dict[int, str] = {}  # node id -> client name
+        self.initial: dict[int, str] = {}  # node id -> digest of the initial model it built
 
     # ------------------------------------------------------------------ messages
     def _nodes(self) -> list[int]:
@@ -78,7 +79,7 @@ class FederatedRun:
                 continue
             reply = codec.loads(codec.field(m.content["baton"]))
             self.names[m.metadata.src_node_id] = str(reply.get("client"))
-            out.append(reply)
+            out.append({**reply, "node": m.metadata.src_node_id} if op == "setup" else reply)
         if len(out) < self.plan.min_clients:
             raise RuntimeError(f"{op}: {len(out)} of {len(nodes)} clients answered within "
                                f"round_timeout_s={self.plan.round_timeout_s:g}; min_clients is "
@@ -99,9 +100,11 @@ class FederatedRun:
             resolved, label, start_round, weights = state
         setup = {"fn": fn.to_dict(), "resolved": resolved, "label": label,
                  "settings": self.plan.settings}
-        replies = self._query("setup", {"setup": setup}, "setup")
+        replies = self._query("setup", {"setup": setup,
+                                        "downlink": self.plan.compression != "none"}, "setup")
         self.log.write({"event": "setup", "clients": {r["client"]: {"train": r["train"],
                         "eval": r["eval"]} for r in replies}})
+        self.initial = {r["node"]: r["initial"] for r in replies if r.get("initial")}
         self._train(fn, resolved, label, start_round, weights)
 
     def _transform(self, fn: Any) -> Any:
@@ -152,6 +155,15 @@ class FederatedRun:
             raise RuntimeError("; ".join(problems))
         rounds_left = plan.rounds - start_round + 1
         strategy = make_strategy(plan, self, start_round)
+        copies = strategy_core(strategy).copies
+        if copies is not None:  # clients that built the very model the server starts from
+            w0 = model.get_weights()
+            of = downlink.digest(w0)
+            for node, initial in self.initial.items():
+                if initial == of:
+                    copies.held[node] = downlink.Copy(w0, of, of)
+            self.log.write({"event": "downlink_initial", "server": of, "clients": {
+                self.names.get(n, "?"): d for n, d in self.initial.items()}})
         started = time.time()
         self._round_start: dict[str, Any] = {"time": started,
                                              "wire": wire.read(Path(plan.wire_path))}
@@ -243,8 +255,12 @@ def make_strategy(plan: Plan, run: FederatedRun, first_round: int = 1) -> Any:
     return strategy
 
 
+DOWNLINK = "baton-downlink"  # a reply's record: the digest of the client's copy, or "stale"
+
+
 def recording(base: type) -> type:
     """`base` with Baton's bookkeeping: compressed updates decoded before aggregation, the
+    global model sent down as a compressed delta against each client's copy (downlink), the
     clients that answered named, too few answers refused, metrics kept for the round record."""
 
     class Recording(base):  # type: ignore[misc, valid-type]
@@ -254,22 +270,89 @@ def recording(base: type) -> type:
             self.run, self.first_round = run, first_round
             self.pending: dict[str, Any] = {}
             self._global: list[Any] = []
+            method = run.plan.compression
+            self.copies = downlink.ServerCopies(method) if method != "none" else None
+            self._grid: Grid | None = None
+            self._sent: dict[str, tuple[list[Any], str, dict[str, Any]]] = {}
 
         def configure_train(self, server_round: int, arrays: ArrayRecord, config: Any,
                             grid: Grid) -> Any:
             self._global = arrays.to_numpy_ndarrays()
-            msgs = list(super().configure_train(server_round, arrays, config, grid))
+            msgs = self._downlink(list(super().configure_train(server_round, arrays, config,
+                                                               grid)), self._global, grid)
             self.pending["sampled"] = [self.run.names.get(m.metadata.dst_node_id, "?")
                                        for m in msgs]
             self.run.log.write({"event": "train_start", "round": self._number(server_round),
                                 "clients": self.pending["sampled"]})
             return msgs
 
+        def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: Any,
+                               grid: Grid) -> Any:
+            msgs = list(super().configure_evaluate(server_round, arrays, config, grid))
+            return self._downlink(msgs, arrays.to_numpy_ndarrays(), grid)
+
+        # ---------------------------------------------------------------- downlink
+        def _downlink(self, msgs: list[Any], weights: list[Any], grid: Grid) -> list[Any]:
+            """Each message's weights as full, a delta against the client's copy, or a
+            reference to it (pipeline.federated.downlink)."""
+            if self.copies is None or not msgs:
+                return msgs
+            self._grid = grid
+            of = downlink.digest(weights)
+            kind = msgs[0].metadata.message_type
+            config = dict(msgs[0].content["config"])
+            self._sent[kind] = (weights, of, config)
+            return [self._message(kind, m.metadata.dst_node_id, weights, of, config)
+                    for m in msgs]
+
+        def _message(self, kind: str, node: int, weights: list[Any], of: str,
+                     config: dict[str, Any]) -> Any:
+            assert self.copies is not None
+            entries, sent = self.copies.prepare(node, weights, of)
+            counts = self.pending.setdefault("downlink", {"full": 0, "delta": 0, "copy": 0})
+            counts[entries["downlink"]] += 1
+            content = RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in sent.items()}),
+                                  "config": ConfigRecord({**config, **entries})})
+            return Message(content=content, message_type=kind, dst_node_id=node)
+
+        def _answers(self, replies: list[Any]) -> list[Any]:
+            """Confirm each client's copy from its answer; a client whose copy was not the
+            message's base gets the full weights now, within the round."""
+            if self.copies is None:
+                return replies
+            out, stale = [], []
+            for m in replies:
+                node = m.metadata.src_node_id
+                rec = None if m.has_error() else m.content.get(DOWNLINK)
+                if rec is not None and "stale" in rec:
+                    self.copies.forget(node)
+                    stale.append(node)
+                    continue
+                self.copies.confirm(node, None if rec is None else str(rec.get("copy")))
+                if rec is not None:
+                    del m.content[DOWNLINK]
+                out.append(m)
+            if stale and self._grid is not None:
+                kind = replies[0].metadata.message_type
+                weights, of, config = self._sent[kind]
+                self.run.log.write({"event": "downlink_stale", "kind": kind,
+                                    "clients": [self.run.names.get(n, "?") for n in stale]})
+                again = [self._message(kind, n, weights, of, config) for n in stale]
+                for m in self._grid.send_and_receive(again,
+                                                     timeout=self.run.plan.round_timeout_s):
+                    rec = None if m.has_error() else m.content.get(DOWNLINK)
+                    self.copies.confirm(m.metadata.src_node_id,
+                                        None if rec is None else str(rec.get("copy")))
+                    if rec is not None:
+                        del m.content[DOWNLINK]
+                    out.append(m)
+            return out
+
         def _number(self, server_round: int) -> int:
             return server_round + self.first_round - 1
 
         def aggregate_train(self, server_round: int, replies: Any) -> Any:
-            replies = list(replies)
+            replies = self._answers(list(replies))
             ok = [m for m in replies if not m.has_error()]
             self.pending["clients"] = sorted(self.run.names.get(m.metadata.src_node_id, "?")
                                              for m in ok)
@@ -293,7 +376,7 @@ def recording(base: type) -> type:
             return arrays, metrics
 
         def aggregate_evaluate(self, server_round: int, replies: Any) -> Any:
-            replies = [m for m in replies if not m.has_error()]
+            replies = [m for m in self._answers(list(replies)) if not m.has_error()]
             metrics = super().aggregate_evaluate(server_round, replies)
             if metrics is not None:
                 for key in ("loss", "accuracy", "mse"):

@@ -1,6 +1,7 @@
 """The federated stage on real Flower processes (a SuperLink, one SuperNode per client on
-127.0.0.1): penguins split by island, a client SIGKILLed when round 2 starts, int8 updates;
-the model and transform_graph go through evaluate unchanged. Then the privacy path."""
+127.0.0.1): penguins split by island, a client SIGKILLed when round 2 starts, int8 updates
+and downlink; the model and transform_graph go through evaluate unchanged. Then the privacy
+path."""
 
 from __future__ import annotations
 
@@ -25,7 +26,8 @@ def examples(tmp_path_factory):
 def test_rounds_go_on_without_a_killed_client_and_the_model_evaluates(examples, tmp_path):
     cfg = {"clients": 3, "partition": {"by": "island"}, "rounds": 2, "min_clients": 2,
            "round_timeout_s": 90, "compression": "int8", "batch_size": 16,
-           "model_params": {"hidden_units": [16]}}
+           # wide enough (about 1 MB of float32) for the weights to show on the wire
+           "model_params": {"hidden_units": [512, 512]}}
     out, metrics = run_stage("federated", cfg, {"examples": examples}, tmp_path,
                              options=RunOptions(inject_failure="client:2@round:2"))
     rounds = json.loads((out["model"] / "rounds.json").read_text())
@@ -33,6 +35,21 @@ def test_rounds_go_on_without_a_killed_client_and_the_model_evaluates(examples, 
     assert rounds[0]["clients"] == ["biscoe", "dream", "torgersen"]
     assert rounds[1]["clients"] == ["biscoe", "dream"]  # torgersen (client 2) was killed
     assert all(r["bytes_up"] > 0 and r["bytes_down"] > 0 for r in rounds)
+    # the global model goes down as int8 deltas against each client's copy. Round 1's train
+    # message refers to the initial model a client built at setup when its digest is the
+    # server's (same seed), else it carries the float32 weights (the fallback); round 2's
+    # refers to the copy round 1's evaluate delta left. Full weights in round 2 at most for
+    # torgersen, killed before it answered its train message (no confirmed copy for it)
+    d1, d2 = rounds[0]["downlink"], rounds[1]["downlink"]
+    assert d1["delta"] == 3 and d1["full"] + d1["copy"] == 3, rounds
+    assert d2["full"] <= 1 and d2["delta"] >= 2, rounds
+    float32 = (out["model"] / "model.keras").stat().st_size  # the weights, and a little JSON
+    per_client = [r["bytes_down"] / len(r["clients"]) for r in rounds]
+    assert per_client[1] < 0.4 * float32, (per_client, float32)
+    if d1["full"]:
+        assert per_client[1] < 0.4 * per_client[0], (per_client, float32)
+    else:
+        assert per_client[0] < 0.4 * float32, (per_client, float32)
     assert metrics["rounds"] == 2 and 0.0 <= metrics["accuracy"] <= 1.0
     analysis = json.loads((out["transform_graph"] / "analysis.json").read_text())
     assert analysis["federated"] and analysis["analyzers"] == 7
