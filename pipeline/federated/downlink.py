@@ -34,12 +34,13 @@ from typing import Any
 
 import numpy as np
 
+from baton.errors import BatonError
 from baton.pipeline.federated import compression
 
 MODES = ("full", "delta", "copy")
 
 
-class Stale(Exception):
+class Stale(BatonError):
     """The message is a delta (or a reference) against a copy this client does not hold."""
 
 

@@ -8,6 +8,7 @@ user's model with a custom layer, which covers the built-in path too).
 
 from __future__ import annotations
 
+import contextlib
 import io
 import json
 import signal
@@ -179,14 +180,25 @@ def test_ctrl_c_on_the_launcher_leaves_no_orphans(tmp_path) -> None:
         " '--out', str(d / 'out'), '--backup-dir', str(d / 'backup')]\n"
         "launcher.launch(launcher.LaunchConfig(workers=2, state_dir=d / 'state'), cmd)\n"
     )
+    # A shell's background job (`make test &`) starts with SIGINT ignored, which the launcher
+    # would inherit (Python keeps an ignored SIGINT ignored): Ctrl-C is a foreground key.
     proc = subprocess.Popen(
-        [sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+        [sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL),
     )
     _wait_step(tmp_path / "state" / "status.json", 8, proc, timeout=90)
     children = psutil.Process(proc.pid).children(recursive=True)
     assert len(children) >= 2
     proc.send_signal(signal.SIGINT)
-    proc.wait(timeout=30)
+    try:
+        proc.wait(timeout=30)
+    except subprocess.TimeoutExpired:  # do not leave the cluster running behind a failure
+        proc.kill()
+        for child in children:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                child.kill()
+        raise
     gone, alive = psutil.wait_procs(children, timeout=10)
     assert not alive, f"orphans left behind: {[p.pid for p in alive]}"
 
