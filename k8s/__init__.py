@@ -5,7 +5,8 @@ Takes plain dataclasses (`k8s.options.JobOptions`), never a pipeline spec: the C
 heavy imports at module level (the kubernetes client and jsonschema load inside functions):
 
 * `options`   JobOptions / Topology / Resources / RunPolicy, refused early with the field named
-* `tfjob`, `jobs`, `serving`, `pods`   manifest builders; `render` writes a kustomize directory
+* `tfjob`, `jobs`, `serving`, `federated`, `pods`   manifest builders (`federated`: a Flower
+  SuperLink, one SuperNode per client, the run Job); `render` writes a kustomize directory
 * `crd`, `webhook`, `kube_schemas`, `validate`   validation against the real schemas and rules
 * `tfconfig`, `emulator_pods`, `emulator`   run a TFJob locally as the training operator would
 * `submit`    create the manifests with the official kubernetes client

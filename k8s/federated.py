@@ -1,0 +1,544 @@
+"""Federated training on a cluster: Flower 1.42's deployment engine as Deployments and a Job.
+
+The same processes as the stage's local launcher (pipeline.federated.processes), one per pod:
+
+* **SuperLink** (`<job>-superlink`): a Deployment of one replica with strategy `Recreate` (two
+  SuperLinks on one database must never overlap) and a ClusterIP Service on port 9091, the one
+  HTTP port of its Fleet, Runtime and Control APIs. Its SQLite database is on its own
+  ReadWriteOnce claim at `/state`, so a restarted pod keeps its nodes and runs. It starts the
+  ServerApp (`flwr-serverapp`, Baton's `flower_server:app`) per run itself; the ServerApp reads
+  the plan and writes the model under the run directory, so this pod mounts the artifacts
+  claim read-write, as the data Jobs do.
+* **SuperNode** (`<job>-node-<client>`): one Deployment per client, pointed at the Service,
+  with ONLY that client's data at `/data` (read-only) and the spec's ConfigMap (code, not data).
+  Real silos (`clients: [{name, examples}]`) get a claim of their own, `<pipeline>-data-<client>`
+  (or the `claim` a silo names), holding that client's examples artifact at its root; a
+  rehearsal (`clients: N`) mounts its silo out of the artifacts claim with `subPath`, where the
+  plan step partitions the stage's examples input (`<run dir>/<stage>/clients/client-i`).
+* **The run** (`<job>-flwr-run`): a one-off Job, so one `kubectl apply -k` runs the whole
+  federation in order and a failed submission is retried by `backoffLimit` like any other Job
+  (a `kubectl exec flwr run` would be a manual step outside the manifests). Init containers
+  wait for the stage's inputs, write the plan (`baton task SPEC --stage <stage> --run-dir DIR
+  --plan-only`: `<stage>/plan.json`, and in a rehearsal the client silos) and wait for the
+  SuperLink's port; the container then runs `flwr run <app> baton --run-config
+  'baton-plan="<plan>"'`, follows the run's log and exits 0 only if the SuperLink reports it
+  `finished:completed` (`flwr run --stream` alone exits 0 when the ServerApp failed).
+
+Plain data in (`JobOptions` plus a `Federation` built from the stage's config mapping), manifests
+out; everything the cluster would refuse is refused here first with the spec field named.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import re
+import shlex
+from collections.abc import Mapping
+from typing import Any
+
+from baton.k8s import pods
+from baton.k8s.errors import ManifestError
+from baton.k8s.options import DNS1123_LABEL, JobOptions, Resources, check_quantity
+
+PORT = 9091  # SuperLink: Fleet, Runtime and Control APIs on one HTTP port (flwr 1.42)
+NODE_PORT = 9094  # SuperNode's ClientAppIo API, inside its pod only
+DATA_DIR = "/data"
+STATE_DIR = "/state"
+FLWR_HOME = "/tmp/flwr"
+APP_DIR = "/tmp/flwr-app"
+CONNECTION = "baton"
+PLAN_FILE = "plan.json"  # under <run dir>/<stage>/
+SILOS_DIR = "clients"  # rehearsal silos: <run dir>/<stage>/clients/<client>/
+CLIENT_LABEL = "baton.dev/federated-client"
+ENV = (
+    ("FLWR_TELEMETRY_ENABLED", "0"),
+    ("FLWR_DISABLE_UPDATE_CHECK", "1"),
+    ("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1"),
+    ("FLWR_HOME", FLWR_HOME),
+)
+# The Flower app `flwr run` packages: only metadata; the ServerApp and ClientApp are imported from
+# the baton package already installed in every pod (the same text as the local launcher's).
+APP_PYPROJECT = """\
+[project]
+name = "baton-federated"
+version = "1.0.0"
+description = "Baton's federated training (ServerApp and ClientApp live in the baton package)"
+dependencies = []
+
+[tool.flwr.app]
+publisher = "baton"
+
+[tool.flwr.app.components]
+serverapp = "baton.pipeline.federated.flower_server:app"
+clientapp = "baton.pipeline.federated.flower_client:app"
+
+[tool.flwr.app.config]
+baton-plan = ""
+"""
+_NOT_DNS = re.compile(r"[^a-z0-9]+")
+_LONGEST_PREFIX = "-node-"  # <job>-node-<client> is the longest name built from a client's
+
+
+def dns_name(name: str) -> str:
+    """A client name as a DNS-1123 label piece: `Hospital_A` -> `hospital-a` ('' if nothing left)."""
+    return _NOT_DNS.sub("-", name.lower()).strip("-")
+
+
+@dataclasses.dataclass(frozen=True)
+class FederatedClient:
+    """One SuperNode: the client's name (as the ServerApp reports it), its DNS-safe form, and
+    where its data is: `examples` (a silo's path on its own machine) or None in a rehearsal."""
+
+    name: str
+    dns: str
+    examples: str | None = None
+    claim: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Federation:
+    """The federated stage of a run, as the manifests need it.
+
+    Attributes:
+        stage: the stage's name (its outputs are `<run dir>/<stage>/...`).
+        clients: one per SuperNode, in the spec's order; names distinct after sanitising.
+        rehearsal: `clients: N` (silos partitioned from one examples artifact on the artifacts
+            claim) rather than a list of real silos, each with its own claim.
+        inputs: `<stage>/<output>` paths the plan step waits for (the stage's `inputs`).
+        node_resources: each SuperNode's requests (local training happens there); the
+            SuperLink, which runs the ServerApp, gets the run's `JobOptions.resources`.
+        data_size: the size of each silo claim that `baton k8s` writes.
+    """
+
+    stage: str
+    clients: tuple[FederatedClient, ...]
+    rehearsal: bool
+    inputs: tuple[str, ...] = ()
+    node_resources: Resources | None = None
+    data_size: str = "10Gi"
+    state_size: str = "1Gi"
+
+    @classmethod
+    def from_config(cls, stage: str, config: Mapping[str, Any] | None,
+                    inputs: tuple[str, ...] = ()) -> Federation:
+        """From the stage's config mapping as written in the spec (`clients`, `resources`,
+        optional `k8s: {data_size}`); ManifestError names `stages.<stage>.config.<field>`."""
+        config = config or {}
+        where = f"stages.{stage}.config"
+        if not isinstance(config, Mapping):
+            raise ManifestError(where, f"must be a mapping. Received: {config!r}")
+        raw = config.get("clients")
+        if isinstance(raw, bool) or raw is None or not isinstance(raw, int | list | tuple):
+            raise ManifestError(f"{where}.clients", "must be a number of clients (a rehearsal: "
+                                "client-0 ... client-N-1) or a list of {name, examples}. "
+                                f"Received: {raw!r}")
+        if isinstance(raw, int):
+            if raw < 1:
+                raise ManifestError(f"{where}.clients",
+                                    f"a federation needs at least one client. Received: {raw!r}")
+            clients = tuple(FederatedClient(f"client-{i}", f"client-{i}") for i in range(raw))
+        else:
+            clients = tuple(_client(f"{where}.clients[{i}]", c) for i, c in enumerate(raw))
+            if not clients:
+                raise ManifestError(f"{where}.clients",
+                                    f"a federation needs at least one client. Received: {raw!r}")
+        seen: dict[str, str] = {}
+        for i, c in enumerate(clients):
+            if c.dns in seen:
+                same = "" if seen[c.dns] == c.name else f" (as {seen[c.dns]!r} does)"
+                raise ManifestError(f"{where}.clients[{i}].name",
+                                    f"client names must be distinct; {c.name!r} names Kubernetes "
+                                    f"objects '{c.dns}'{same}. Received: {[x.name for x in clients]}")
+            seen[c.dns] = c.name
+        res = config.get("resources")
+        node_resources = None
+        if res is not None:
+            if not isinstance(res, Mapping):
+                raise ManifestError(f"{where}.resources",
+                                    f"must be a mapping of cpu, memory, gpu. Received: {res!r}")
+            unknown = sorted(set(res) - {"cpu", "memory", "gpu"})
+            if unknown:
+                raise ManifestError(f"{where}.resources",
+                                    f"unknown keys {unknown}; use cpu, memory, gpu. Received: {dict(res)!r}")
+            try:
+                node_resources = Resources(cpu=str(res.get("cpu", Resources.cpu)),
+                                           memory=str(res.get("memory", Resources.memory)),
+                                           gpu=res.get("gpu", Resources.gpu))
+            except ManifestError as exc:
+                raise ManifestError(f"{where}.{exc.field}", str(exc).split(": ", 1)[1]) from None
+        k8s = config.get("k8s") or {}
+        if not isinstance(k8s, Mapping) or set(k8s) - {"data_size", "state_size"}:
+            raise ManifestError(f"{where}.k8s", "takes data_size and state_size (claim sizes). "
+                                f"Received: {k8s!r}")
+        sizes = {k: check_quantity(f"{where}.k8s.{k}", v) for k, v in k8s.items()}
+        return cls(stage=stage, clients=clients, rehearsal=isinstance(raw, int), inputs=inputs,
+                   node_resources=node_resources, **sizes)
+
+
+def _client(field: str, entry: object) -> FederatedClient:
+    if not isinstance(entry, Mapping):
+        raise ManifestError(field, f"a silo is a mapping {{name, examples}}. Received: {entry!r}")
+    unknown = sorted(set(entry) - {"name", "examples", "claim"})
+    if unknown:
+        raise ManifestError(field, f"unknown keys {unknown}; a silo takes name, examples and "
+                            f"(on Kubernetes) claim. Received: {dict(entry)!r}")
+    name = entry.get("name")
+    if not isinstance(name, str) or not name.strip():
+        raise ManifestError(f"{field}.name", f"must be a non-empty string. Received: {name!r}")
+    dns = dns_name(name)
+    if not dns:
+        raise ManifestError(f"{field}.name", "must contain a letter or digit: it names the "
+                            f"client's Kubernetes objects. Received: {name!r}")
+    examples = entry.get("examples")
+    if not isinstance(examples, str) or not examples.strip():
+        raise ManifestError(f"{field}.examples", "the path of this client's examples directory "
+                            f"on its own machine or volume. Received: {examples!r}")
+    claim = entry.get("claim")
+    if claim is not None and (not isinstance(claim, str) or not DNS1123_LABEL.match(claim)
+                              or len(claim) > 63):
+        raise ManifestError(f"{field}.claim", "must name a PersistentVolumeClaim (a DNS-1123 "
+                            f"label). Received: {claim!r}")
+    return FederatedClient(name, dns, examples, claim)
+
+
+# --------------------------------------------------------------------------- names
+def _fit(prefix: str, piece: str, limit: int = 63) -> str:
+    """`prefix + piece` within `limit` characters; a cut piece gets a hash so names stay distinct."""
+    if len(prefix) + len(piece) <= limit:
+        return prefix + piece
+    digest = hashlib.sha256(piece.encode()).hexdigest()[:6]
+    room = limit - len(prefix) - len(digest) - 1
+    if room < 1:
+        raise ManifestError("name", f"{prefix!r} leaves no room for a client name within {limit} "
+                            "characters; give a shorter --name")
+    return f"{prefix}{piece[:room].rstrip('-')}-{digest}"
+
+
+def superlink_name(opts: JobOptions) -> str:
+    return f"{opts.job_name}-superlink"
+
+
+def superlink_address(opts: JobOptions) -> str:
+    """What a SuperNode in the cluster dials: the Service's DNS name and port."""
+    return f"{superlink_name(opts)}.{opts.namespace}.svc:{PORT}"
+
+
+def node_name(opts: JobOptions, client: FederatedClient) -> str:
+    return _fit(f"{opts.job_name}{_LONGEST_PREFIX}", client.dns)
+
+
+def data_claim(opts: JobOptions, client: FederatedClient) -> str:
+    return client.claim or _fit(f"{opts.pipeline}-data-", client.dns)
+
+
+def run_job_name(opts: JobOptions) -> str:
+    return f"{opts.job_name}-flwr-run"
+
+
+def plan_path(opts: JobOptions, fed: Federation) -> str:
+    return f"{opts.run_dir}/{fed.stage}/{PLAN_FILE}"
+
+
+def silo_subpath(opts: JobOptions, fed: Federation, client: FederatedClient) -> str:
+    """A rehearsal silo inside the artifacts claim (relative to the claim's root)."""
+    return f"runs/{opts.pipeline}/{opts.run_id}/{fed.stage}/{SILOS_DIR}/{client.name}"
+
+
+# --------------------------------------------------------------------------- pod pieces
+def _env(opts: JobOptions) -> list[dict]:
+    return pods.env(opts) + [{"name": k, "value": v} for k, v in ENV]
+
+
+def _selector(name: str) -> dict[str, str]:
+    return {"app.kubernetes.io/name": "baton", "app.kubernetes.io/instance": name}
+
+
+def _spec_volume(opts: JobOptions) -> tuple[list[dict], list[dict]]:
+    """The spec ConfigMap (the user's modules: a transform or model the apps import), if any."""
+    vols, mounts = pods.volumes(opts, read_only=True)
+    return ([v for v in vols if v["name"] == "pipeline-spec"],
+            [m for m in mounts if m["name"] == "pipeline-spec"])
+
+
+def _flwr_home() -> tuple[dict, dict]:
+    return {"name": "flwr-home", "emptyDir": {}}, {"name": "flwr-home", "mountPath": FLWR_HOME}
+
+
+def _deployment(opts: JobOptions, name: str, labels: dict[str, str], annotations: dict[str, str],
+                pod_spec: dict) -> dict:
+    selector = _selector(name)
+    labels = {**labels, **selector}
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": name, "namespace": opts.namespace, "labels": labels,
+                     **({"annotations": annotations} if annotations else {})},
+        "spec": {
+            "replicas": 1,
+            # never two of one: two SuperLinks on one database, or one client's node twice
+            "strategy": {"type": "Recreate"},
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": labels, "annotations": {**pods.ISTIO_OFF, **annotations}},
+                "spec": {"securityContext": dict(pods.SECURITY_CONTEXT), **pod_spec},
+            },
+        },
+    }
+
+
+def _pvc(opts: JobOptions, name: str, size: str, labels: dict[str, str],
+         annotations: dict[str, str] | None = None) -> dict:
+    spec: dict = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}
+    if opts.storage_class:
+        spec["storageClassName"] = opts.storage_class
+    meta: dict = {"name": name, "namespace": opts.namespace, "labels": labels}
+    if annotations:
+        meta["annotations"] = annotations
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta, "spec": spec}
+
+
+# --------------------------------------------------------------------------- SuperLink
+def superlink_command() -> tuple[list[str], list[str]]:
+    return ["flower-superlink"], [
+        "--insecure", "--host", "0.0.0.0", "--port", str(PORT),
+        "--database", f"{STATE_DIR}/superlink.db", "--disable-runtime-dependency-installation",
+    ]
+
+
+def build_superlink(opts: JobOptions, fed: Federation) -> list[dict]:
+    """The SuperLink's state claim, Deployment and Service."""
+    name = superlink_name(opts)
+    labels = opts.labels("superlink")
+    state = f"{name}-state"
+    vols, mounts = pods.volumes(opts)  # artifacts (read-write: the ServerApp's outputs) + spec
+    home_vol, home_mount = _flwr_home()
+    vols = [*vols, {"name": "state", "persistentVolumeClaim": {"claimName": state}}, home_vol]
+    mounts = [*mounts, {"name": "state", "mountPath": STATE_DIR}, home_mount]
+    command, args = superlink_command()
+    container = {
+        "name": "superlink",
+        "image": opts.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command,
+        "args": args,
+        "env": _env(opts),
+        "ports": [{"name": "flower", "containerPort": PORT, "protocol": "TCP"}],
+        "readinessProbe": {"tcpSocket": {"port": PORT}, "initialDelaySeconds": 5,
+                           "periodSeconds": 10, "failureThreshold": 3},
+        "livenessProbe": {"tcpSocket": {"port": PORT}, "initialDelaySeconds": 30,
+                          "periodSeconds": 20, "failureThreshold": 3},
+        "resources": opts.resources.to_k8s(),
+        "volumeMounts": mounts,
+    }
+    deployment = _deployment(opts, name, labels, {"baton.dev/stage": fed.stage},
+                             {"containers": [container], "volumes": vols})
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "namespace": opts.namespace, "labels": labels},
+        "spec": {
+            "type": "ClusterIP",
+            "selector": _selector(name),
+            "ports": [{"name": "flower", "port": PORT, "targetPort": "flower", "protocol": "TCP"}],
+        },
+    }
+    return [_pvc(opts, state, fed.state_size, labels), deployment, service]
+
+
+# --------------------------------------------------------------------------- SuperNodes
+def supernode_command(superlink: str, client: FederatedClient) -> tuple[list[str], list[str]]:
+    return ["flower-supernode"], [
+        "--insecure", "--superlink", superlink, "--host", "0.0.0.0", "--port", str(NODE_PORT),
+        "--isolation", "subprocess",
+        "--node-config", f"data-dir='{DATA_DIR}' client='{client.name}'",
+    ]
+
+
+def _data_volume(opts: JobOptions, fed: Federation, client: FederatedClient) -> tuple[dict, dict]:
+    """(pod volume, container mount) of this client's data, and nothing else's."""
+    if fed.rehearsal:
+        # the artifacts claim, narrowed to this client's silo; not readOnly at the volume, so
+        # the kubelet may create the subPath before the plan step has partitioned
+        return ({"name": "data", "persistentVolumeClaim": {"claimName": opts.pvc_name}},
+                {"name": "data", "mountPath": DATA_DIR, "subPath": silo_subpath(opts, fed, client),
+                 "readOnly": True})
+    return ({"name": "data", "persistentVolumeClaim": {"claimName": data_claim(opts, client),
+                                                       "readOnly": True}},
+            {"name": "data", "mountPath": DATA_DIR, "readOnly": True})
+
+
+def _wait_for_data(opts: JobOptions, mount: dict) -> dict:
+    """Start the node once its examples artifact is complete (schema.json is written last)."""
+    script = (f"until [ -e {DATA_DIR}/schema.json ]; do "
+              f"echo 'waiting for the examples of this client in {DATA_DIR}'; sleep 10; done")
+    return {
+        "name": "wait-for-data",
+        "image": opts.image,
+        "command": ["sh", "-c", script],
+        "volumeMounts": [mount],
+        "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
+    }
+
+
+def build_supernode(opts: JobOptions, fed: Federation, client: FederatedClient,
+                    superlink: str | None = None) -> dict:
+    """The Deployment of one client's SuperNode; `superlink` defaults to the in-cluster Service
+    (a client on another cluster gives the SuperLink's external address)."""
+    name = node_name(opts, client)
+    labels = {**opts.labels("supernode"), CLIENT_LABEL: client.dns}
+    annotations = {"baton.dev/client": client.name, "baton.dev/stage": fed.stage}
+    if client.examples:
+        annotations["baton.dev/examples"] = client.examples
+    data_vol, data_mount = _data_volume(opts, fed, client)
+    spec_vols, spec_mounts = _spec_volume(opts)
+    home_vol, home_mount = _flwr_home()
+    command, args = supernode_command(superlink or superlink_address(opts), client)
+    res = fed.node_resources or opts.resources
+    container = {
+        "name": "supernode",
+        "image": opts.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command,
+        "args": args,
+        "env": _env(opts),
+        "resources": res.to_k8s(),
+        "volumeMounts": [data_mount, *spec_mounts, home_mount],
+    }
+    return _deployment(opts, name, labels, annotations, {
+        "initContainers": [_wait_for_data(opts, data_mount)],
+        "containers": [container],
+        "volumes": [data_vol, *spec_vols, home_vol],
+    })
+
+
+def build_data_claims(opts: JobOptions, fed: Federation) -> list[dict]:
+    """A claim per real silo (not for a rehearsal, nor for a silo naming its own `claim`): the
+    data owner fills it with the client's examples artifact, or binds it to a volume that has."""
+    if fed.rehearsal:
+        return []
+    return [
+        _pvc(opts, data_claim(opts, c), fed.data_size,
+             {**opts.labels("federated-data"), CLIENT_LABEL: c.dns},
+             {"baton.dev/client": c.name, "baton.dev/examples": c.examples or ""})
+        for c in fed.clients if c.claim is None
+    ]
+
+
+# --------------------------------------------------------------------------- the run
+def plan_command(opts: JobOptions, fed: Federation) -> tuple[list[str], list[str]]:
+    """The stage's plan step: `<stage>/plan.json` (and a rehearsal's silos), no processes."""
+    return ["baton"], ["task", *pods.spec_args(opts), "--stage", fed.stage,
+                       "--run-dir", opts.run_dir, "--plan-only"]
+
+
+# `flwr run --stream` exits 0 even when the ServerApp fails (flwr 1.42), so the Job submits,
+# follows the logs, then asks the SuperLink how the run ended and exits by that.
+_RUN_ID = "import json,sys; t=sys.stdin.read(); print(json.loads(t[t.index('{'):])['run-id'])"
+_STATUS = ("import json,sys; t=sys.stdin.read(); r=json.loads(t[t.index('{'):])['runs'][0]; "
+           "print(r['status']); print(r.get('status-details', ''), file=sys.stderr)")
+
+
+def submit_script(opts: JobOptions, fed: Federation) -> str:
+    """Write the app and the CLI's connection, `flwr run`, follow the run, exit by its status."""
+    config = (f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
+              f'address = "{superlink_address(opts)}"\ninsecure = true\n')
+    run_config = f'baton-plan="{plan_path(opts, fed)}"'
+    return "\n".join([
+        "set -eu",
+        f"mkdir -p {APP_DIR} {FLWR_HOME}",
+        f"cat > {APP_DIR}/pyproject.toml <<'EOF'\n{APP_PYPROJECT}EOF",
+        f"cat > {FLWR_HOME}/config.toml <<'EOF'\n{config}EOF",
+        f"out=$(flwr run {APP_DIR} {CONNECTION} --run-config {shlex.quote(run_config)} --format json)",
+        'echo "$out"',
+        f'id=$(echo "$out" | python -c {shlex.quote(_RUN_ID)})',
+        f'flwr log "$id" {CONNECTION} --stream || true',
+        "while :; do",
+        f'  status=$(flwr ls {CONNECTION} --run-id "$id" --format json | python -c {shlex.quote(_STATUS)})',
+        '  case "$status" in finished:*) break ;; esac',
+        "  sleep 10",
+        "done",
+        'echo "flower run $id: $status"',
+        '[ "$status" = "finished:completed" ]',
+    ])
+
+
+def _wait_for_superlink(opts: JobOptions) -> dict:
+    host = f"{superlink_name(opts)}.{opts.namespace}.svc"
+    probe = f"import socket; socket.create_connection(({host!r}, {PORT}), 5).close()"
+    script = (f"until python -c {shlex.quote(probe)} 2>/dev/null; do "
+              f"echo 'waiting for the SuperLink at {host}:{PORT}'; sleep 5; done")
+    return {
+        "name": "wait-for-superlink",
+        "image": opts.image,
+        "command": ["sh", "-c", script],
+        "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "128Mi"}},
+    }
+
+
+def build_run_job(opts: JobOptions, fed: Federation) -> dict:
+    """The one-off Job that writes the plan and submits the run to the SuperLink."""
+    vols, mounts = pods.volumes(opts)
+    home_vol, home_mount = _flwr_home()
+    labels = opts.labels("federated-run")
+    command, args = plan_command(opts, fed)
+    plan = {
+        "name": "plan",
+        "image": opts.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command,
+        "args": args,
+        "env": pods.env(opts),
+        "resources": {"requests": {"cpu": opts.resources.cpu, "memory": opts.resources.memory},
+                      "limits": {"memory": opts.resources.memory}},
+        "volumeMounts": mounts,
+    }
+    init = [plan, _wait_for_superlink(opts)]
+    gate = pods.gate_container(opts, fed.inputs, mounts)
+    if gate:
+        init.insert(0, gate)
+    submit = {
+        "name": "flwr-run",
+        "image": opts.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": ["sh", "-c", submit_script(opts, fed)],
+        "env": _env(opts),
+        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
+        "volumeMounts": [home_mount],
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": run_job_name(opts), "namespace": opts.namespace, "labels": labels,
+                     "annotations": {"baton.dev/stage": fed.stage}},
+        "spec": {
+            "backoffLimit": opts.run_policy.backoff_limit,
+            "activeDeadlineSeconds": opts.run_policy.active_deadline_seconds,
+            "ttlSecondsAfterFinished": opts.run_policy.ttl_seconds_after_finished,
+            "template": {
+                "metadata": {"labels": labels, "annotations": dict(pods.ISTIO_OFF)},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "securityContext": dict(pods.SECURITY_CONTEXT),
+                    "initContainers": init,
+                    "containers": [submit],
+                    "volumes": [*vols, home_vol],
+                },
+            },
+        },
+    }
+
+
+def render_federation(opts: JobOptions, fed: Federation) -> list[dict]:
+    """Every manifest of the federation, in apply order."""
+    return [doc for docs in federation_files(opts, fed).values() for doc in docs]
+
+
+def federation_files(opts: JobOptions, fed: Federation) -> dict[str, list[dict]]:
+    """File name -> documents of the federation, in apply order (what `render` writes)."""
+    return {
+        "federated-superlink.yaml": build_superlink(opts, fed),
+        "federated-supernodes.yaml": build_data_claims(opts, fed)
+        + [build_supernode(opts, fed, c) for c in fed.clients],
+        "federated-run-job.yaml": [build_run_job(opts, fed)],
+    }
