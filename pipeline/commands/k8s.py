@@ -36,8 +36,9 @@ class _Parser(argparse.ArgumentParser):
 
 def _generate_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="baton k8s", description="Write Kubernetes manifests (TFJob, data and release "
-                "Jobs, TF Serving Deployment/Service, KServe alternative, kustomization.yaml) for a "
-                f"pipeline. Other subcommands: {', '.join(SUBCOMMANDS)} (`baton k8s validate -h`).")
+                "Jobs, TF Serving Deployment/Service, KServe alternative, a Flower federation for a "
+                "federated stage, kustomization.yaml) for a pipeline. Other subcommands: "
+                f"{', '.join(SUBCOMMANDS)} (`baton k8s validate -h`).")
     p.add_argument("spec", nargs="?", help="pipeline YAML (default: the embedded penguins pipeline)")
     p.add_argument("--out", required=True, help="directory to write the manifests into")
     p.add_argument("--workers", type=int, help="training tasks (as for `baton run`)")
@@ -53,29 +54,62 @@ def _generate_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _split_stages(spec) -> tuple[tuple[str, ...], str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """(data stages, train stage, release stages, train inputs, release inputs)."""
+FEDERATED = "federated"  # the stage type whose training runs on Flower (k8s.federated)
+
+
+def _split_stages(spec) -> tuple[tuple[str, ...], str | None, tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(data stages, train stage or None, release stages, train inputs, release inputs).
+
+    Training is the first `train` stage (a TFJob) and/or the `federated` stage (a Flower
+    federation); the stages downstream of either run after it, in the release Job, gated on the
+    outputs of it they consume.
+    """
     train = [s for s in spec.stages if s.type == "train"]
-    if not train:
-        raise UsageError(f"spec {spec.path or '<default>'}: no stage of type 'train'; a TFJob needs one")
-    train_name = train[0].name
+    fed = [s for s in spec.stages if s.type == FEDERATED]
+    where = f"spec {spec.path or '<default>'}"
+    if len(fed) > 1:
+        raise UsageError(f"{where}: stages {', '.join(s.name for s in fed)} are all of type "
+                         f"'{FEDERATED}'; a run deploys one federation")
+    if not train and not fed:
+        raise UsageError(f"{where}: no stage of type 'train' (a TFJob) or '{FEDERATED}' (a Flower "
+                         "federation); the cluster has nothing to train")
+    train_name = train[0].name if train else None
+    pivots = {s.name for s in (train[:1] + fed)}
     by_name = {s.name: s for s in spec.stages}
-    after: set[str] = {train_name}
+    after: set[str] = set(pivots)
     changed = True
-    while changed:  # descendants of the train stage run after it
+    while changed:  # descendants of the training stages run after them
         changed = False
         for s in spec.stages:
             if s.name not in after and any(r.split(".")[0] in after for r in s.inputs.values()):
                 after.add(s.name)
                 changed = True
     data = tuple(s.name for s in spec.stages if s.name not in after)
-    release = tuple(s.name for s in spec.stages if s.name in after and s.name != train_name)
-    train_inputs = tuple(sorted({r.replace(".", "/") for r in by_name[train_name].inputs.values()}))
+    release = tuple(s.name for s in spec.stages if s.name in after and s.name not in pivots)
+    train_inputs = tuple(sorted({r.replace(".", "/") for r in by_name[train_name].inputs.values()})) \
+        if train_name else ()
     release_inputs = tuple(sorted({
         r.replace(".", "/") for n in release for r in by_name[n].inputs.values()
-        if r.split(".")[0] == train_name
+        if r.split(".")[0] in pivots
     }))
     return data, train_name, release, train_inputs, release_inputs
+
+
+def federation(spec):
+    """The spec's `federated` stage as a k8s.federated.Federation, or None.
+
+    The stage's config is read as the plain mapping the YAML gives (`clients`, `resources`,
+    `k8s`), not through the stage's typed config: k8s needs only who the clients are and where
+    their data is. ManifestError names `stages.<stage>.config.<field>`.
+    """
+    from baton.k8s.federated import Federation
+
+    stages = [s for s in spec.stages if s.type == FEDERATED]
+    if not stages:
+        return None
+    stage = stages[0]
+    inputs = tuple(sorted({r.replace(".", "/") for r in stage.inputs.values()}))
+    return Federation.from_config(stage.name, stage.config, inputs)
 
 
 def spec_code_files(spec) -> tuple[tuple[str, str], ...]:
@@ -148,7 +182,7 @@ def job_options(spec, args: argparse.Namespace):
     res = cluster.resources
     probe = JobOptions(pipeline=spec.name, run_id="probe")
     spec_text = cluster_spec_text(spec, probe.models_dir)
-    stage = next(s for s in spec.stages if s.name == train)
+    stage = next((s for s in spec.stages if s.name == train), None)  # None: federated only
     opts = JobOptions(
         pipeline=spec.name,
         run_id=args.run_id or new_run_id(),
@@ -163,11 +197,12 @@ def job_options(spec, args: argparse.Namespace):
         ),
         resources=Resources(cpu=str(res.cpu), memory=str(res.memory), gpu=int(res.gpu)),
         replica_resources=cluster.replica_resources,
-        batch_size=build_config(train_stage.Config, stage.config).batch_size,
+        batch_size=build_config(train_stage.Config, stage.config).batch_size if stage else None,
         name=args.name,
         spec_text=spec_text,
         code_files=spec_code_files(spec) if spec.path else (),
-        data_stages=data, train_stage=train, release_stages=release,
+        data_stages=data, train_stage=train or "train", tfjob=train is not None,
+        release_stages=release,
         train_inputs=train_inputs, release_inputs=release_inputs,
     )
     placement.check_batch(opts)  # the global batch must divide over the GPUs asked for
@@ -199,6 +234,7 @@ def generate(argv: list[str]) -> int:
     spec = load_spec(args.spec)
     try:
         opts = job_options(spec, args)
+        fed = federation(spec)
     except ManifestError as exc:
         flag = _FLAG_FOR_FIELD.get(exc.field)
         value = getattr(args, flag.lstrip("-").replace("-", "_"), None) if flag else None
@@ -206,16 +242,29 @@ def generate(argv: list[str]) -> int:
         where = f"{flag}" if given else f"spec {spec.path or '<default penguins>'}: {exc.field}"
         raise UsageError(f"{where}: {str(exc).split(': ', 1)[1]}") from exc
     try:
-        written = write_manifests(opts, args.out)
+        written = write_manifests(opts, args.out, federation=fed)
     except ValidationFailed as exc:
         raise UsageError(f"generated manifests do not validate:\n{exc}") from exc
     except OSError as exc:
         raise UsageError(f"--out {args.out}: cannot write {exc.filename or ''}: {exc.strerror or exc}") from exc
     _note_min_workers(spec)
-    topo = opts.topology.replica_counts()
-    print(f"wrote {len(written)} files to {args.out}: TFJob {opts.job_name} "
-          f"({', '.join(f'{k} x{v}' for k, v in topo.items())}), run id {opts.run_id}")
+    print(f"wrote {len(written)} files to {args.out}: {_summary(opts, fed)}, run id {opts.run_id}")
     return EXIT_OK
+
+
+def _summary(opts, fed) -> str:
+    from baton.k8s import federated
+
+    parts = []
+    if opts.tfjob:
+        topo = opts.topology.replica_counts()
+        parts.append(f"TFJob {opts.job_name} ({', '.join(f'{k} x{v}' for k, v in topo.items())})")
+    if fed is not None:
+        kind = "rehearsal" if fed.rehearsal else "silos"
+        parts.append(f"federation {fed.stage} (SuperLink {federated.superlink_address(opts)}, "
+                     f"SuperNode x{len(fed.clients)} {kind}: "
+                     f"{', '.join(c.name for c in fed.clients)}; run Job {federated.run_job_name(opts)})")
+    return "; ".join(parts)
 
 
 def _note_min_workers(spec) -> None:
