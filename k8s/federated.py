@@ -14,15 +14,17 @@ The same processes as the stage's local launcher (pipeline.federated.processes),
   Real silos (`clients: [{name, examples}]`) get a claim of their own, `<pipeline>-data-<client>`
   (or the `claim` a silo names), holding that client's examples artifact at its root; a
   rehearsal (`clients: N`) mounts its silo out of the artifacts claim with `subPath`, where the
-  plan step partitions the stage's examples input (`<run dir>/<stage>/clients/client-i`).
+  run Job's stage partitions its examples input (`<run dir>/<stage>.federation/clients/client-i`).
 * **The run** (`<job>-flwr-run`): a one-off Job, so one `kubectl apply -k` runs the whole
-  federation in order and a failed submission is retried by `backoffLimit` like any other Job
-  (a `kubectl exec flwr run` would be a manual step outside the manifests). Init containers
-  wait for the stage's inputs, write the plan (`baton task SPEC --stage <stage> --run-dir DIR
-  --plan-only`: `<stage>/plan.json`, and in a rehearsal the client silos) and wait for the
-  SuperLink's port; the container then runs `flwr run <app> baton --run-config
-  'baton-plan="<plan>"'`, follows the run's log and exits 0 only if the SuperLink reports it
-  `finished:completed` (`flwr run --stream` alone exits 0 when the ServerApp failed).
+  federation in order and a failed run is retried by `backoffLimit` like any other Job. Init
+  containers wait for the stage's inputs and for the SuperLink's port; the container runs the
+  stage itself, as the data and release Jobs run theirs: `baton run SPEC --run-id <id> --only
+  <stage> --runs-dir /artifacts/runs --superlink <Service>:9091`. With `--superlink` the stage
+  starts no Flower process: it writes a rehearsal's silos to `<run dir>/<stage>.federation/
+  clients/<client>` (schema.json last; the SuperNodes' init containers wait for it) and the plan
+  beside them, submits with `flwr run`, follows the ServerApp's `rounds.jsonl` on the shared
+  claim, publishes `model` and `transform_graph` with their lineage, and exits 1 unless the
+  SuperLink reports the run `finished:completed`.
 
 Plain data in (`JobOptions` plus a `Federation` built from the stage's config mapping), manifests
 out; everything the cluster would refuse is refused here first with the spec field named.
@@ -37,7 +39,7 @@ import shlex
 from collections.abc import Mapping
 from typing import Any
 
-from baton.k8s import pods
+from baton.k8s import jobs, pods
 from baton.k8s.errors import ManifestError
 from baton.k8s.options import DNS1123_LABEL, JobOptions, Resources, check_quantity
 
@@ -46,10 +48,11 @@ NODE_PORT = 9094  # SuperNode's ClientAppIo API, inside its pod only
 DATA_DIR = "/data"
 STATE_DIR = "/state"
 FLWR_HOME = "/tmp/flwr"
-APP_DIR = "/tmp/flwr-app"
-CONNECTION = "baton"
-PLAN_FILE = "plan.json"  # under <run dir>/<stage>/
-SILOS_DIR = "clients"  # rehearsal silos: <run dir>/<stage>/clients/<client>/
+# an external federation's files: <run dir>/<stage>.federation/{plan.json,server/,clients/<c>/}
+# (pipeline.stages.federated.federation_dir; outside the stage directory, which is renamed)
+FEDERATION_SUFFIX = ".federation"
+PLAN_FILE = "plan.json"
+SILOS_DIR = "clients"
 CLIENT_LABEL = "baton.dev/federated-client"
 ENV = (
     ("FLWR_TELEMETRY_ENABLED", "0"),
@@ -57,25 +60,6 @@ ENV = (
     ("FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION", "1"),
     ("FLWR_HOME", FLWR_HOME),
 )
-# The Flower app `flwr run` packages: only metadata; the ServerApp and ClientApp are imported from
-# the baton package already installed in every pod (the same text as the local launcher's).
-APP_PYPROJECT = """\
-[project]
-name = "baton-federated"
-version = "1.0.0"
-description = "Baton's federated training (ServerApp and ClientApp live in the baton package)"
-dependencies = []
-
-[tool.flwr.app]
-publisher = "baton"
-
-[tool.flwr.app.components]
-serverapp = "baton.pipeline.federated.flower_server:app"
-clientapp = "baton.pipeline.federated.flower_client:app"
-
-[tool.flwr.app.config]
-baton-plan = ""
-"""
 _NOT_DNS = re.compile(r"[^a-z0-9]+")
 _LONGEST_PREFIX = "-node-"  # <job>-node-<client> is the longest name built from a client's
 
@@ -236,13 +220,19 @@ def run_job_name(opts: JobOptions) -> str:
     return f"{opts.job_name}-flwr-run"
 
 
+def federation_dir(opts: JobOptions, fed: Federation) -> str:
+    """Where the run Job's stage writes the plan, the ServerApp its outputs, a rehearsal its silos."""
+    return f"{opts.run_dir}/{fed.stage}{FEDERATION_SUFFIX}"
+
+
 def plan_path(opts: JobOptions, fed: Federation) -> str:
-    return f"{opts.run_dir}/{fed.stage}/{PLAN_FILE}"
+    return f"{federation_dir(opts, fed)}/{PLAN_FILE}"
 
 
 def silo_subpath(opts: JobOptions, fed: Federation, client: FederatedClient) -> str:
     """A rehearsal silo inside the artifacts claim (relative to the claim's root)."""
-    return f"runs/{opts.pipeline}/{opts.run_id}/{fed.stage}/{SILOS_DIR}/{client.name}"
+    return (f"runs/{opts.pipeline}/{opts.run_id}/{fed.stage}{FEDERATION_SUFFIX}/{SILOS_DIR}/"
+            f"{client.name}")
 
 
 # --------------------------------------------------------------------------- pod pieces
@@ -426,41 +416,14 @@ def build_data_claims(opts: JobOptions, fed: Federation) -> list[dict]:
 
 
 # --------------------------------------------------------------------------- the run
-def plan_command(opts: JobOptions, fed: Federation) -> tuple[list[str], list[str]]:
-    """The stage's plan step: `<stage>/plan.json` (and a rehearsal's silos), no processes."""
-    return ["baton"], ["task", *pods.spec_args(opts), "--stage", fed.stage,
-                       "--run-dir", opts.run_dir, "--plan-only"]
-
-
-# `flwr run --stream` exits 0 even when the ServerApp fails (flwr 1.42), so the Job submits,
-# follows the logs, then asks the SuperLink how the run ended and exits by that.
-_RUN_ID = "import json,sys; t=sys.stdin.read(); print(json.loads(t[t.index('{'):])['run-id'])"
-_STATUS = ("import json,sys; t=sys.stdin.read(); r=json.loads(t[t.index('{'):])['runs'][0]; "
-           "print(r['status']); print(r.get('status-details', ''), file=sys.stderr)")
-
-
-def submit_script(opts: JobOptions, fed: Federation) -> str:
-    """Write the app and the CLI's connection, `flwr run`, follow the run, exit by its status."""
-    config = (f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
-              f'address = "{superlink_address(opts)}"\ninsecure = true\n')
-    run_config = f'baton-plan="{plan_path(opts, fed)}"'
-    return "\n".join([
-        "set -eu",
-        f"mkdir -p {APP_DIR} {FLWR_HOME}",
-        f"cat > {APP_DIR}/pyproject.toml <<'EOF'\n{APP_PYPROJECT}EOF",
-        f"cat > {FLWR_HOME}/config.toml <<'EOF'\n{config}EOF",
-        f"out=$(flwr run {APP_DIR} {CONNECTION} --run-config {shlex.quote(run_config)} --format json)",
-        'echo "$out"',
-        f'id=$(echo "$out" | python -c {shlex.quote(_RUN_ID)})',
-        f'flwr log "$id" {CONNECTION} --stream || true',
-        "while :; do",
-        f'  status=$(flwr ls {CONNECTION} --run-id "$id" --format json | python -c {shlex.quote(_STATUS)})',
-        '  case "$status" in finished:*) break ;; esac',
-        "  sleep 10",
-        "done",
-        'echo "flower run $id: $status"',
-        '[ "$status" = "finished:completed" ]',
-    ])
+def run_command(opts: JobOptions, fed: Federation) -> tuple[list[str], list[str]]:
+    """`baton run --only <stage> --superlink <Service>`: the stage itself, as the data and release
+    Jobs run theirs (same run id and runs dir), against the SuperLink of these manifests. It
+    writes a rehearsal's silos and the plan under `federation_dir`, submits, follows the run's
+    rounds and publishes `model` and `transform_graph` (lineage, cache) like a local run; it
+    exits 1 unless the SuperLink reports the run `finished:completed`."""
+    command, args = jobs.run_command(opts, (fed.stage,))
+    return command, [*args, "--superlink", superlink_address(opts)]
 
 
 def _wait_for_superlink(opts: JobOptions) -> dict:
@@ -477,34 +440,25 @@ def _wait_for_superlink(opts: JobOptions) -> dict:
 
 
 def build_run_job(opts: JobOptions, fed: Federation) -> dict:
-    """The one-off Job that writes the plan and submits the run to the SuperLink."""
+    """The one-off Job that runs the stage against the SuperLink (`run_command`)."""
     vols, mounts = pods.volumes(opts)
-    home_vol, home_mount = _flwr_home()
     labels = opts.labels("federated-run")
-    command, args = plan_command(opts, fed)
-    plan = {
-        "name": "plan",
+    command, args = run_command(opts, fed)
+    init = [_wait_for_superlink(opts)]
+    gate = pods.gate_container(opts, fed.inputs, mounts)
+    if gate:
+        init.insert(0, gate)
+    stage = {
+        "name": "baton",
         "image": opts.image,
         "imagePullPolicy": "IfNotPresent",
         "command": command,
         "args": args,
         "env": pods.env(opts),
+        # a rehearsal partitions the examples here; then it only follows the run
         "resources": {"requests": {"cpu": opts.resources.cpu, "memory": opts.resources.memory},
                       "limits": {"memory": opts.resources.memory}},
         "volumeMounts": mounts,
-    }
-    init = [plan, _wait_for_superlink(opts)]
-    gate = pods.gate_container(opts, fed.inputs, mounts)
-    if gate:
-        init.insert(0, gate)
-    submit = {
-        "name": "flwr-run",
-        "image": opts.image,
-        "imagePullPolicy": "IfNotPresent",
-        "command": ["sh", "-c", submit_script(opts, fed)],
-        "env": _env(opts),
-        "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}, "limits": {"memory": "512Mi"}},
-        "volumeMounts": [home_mount],
     }
     return {
         "apiVersion": "batch/v1",
@@ -521,8 +475,8 @@ def build_run_job(opts: JobOptions, fed: Federation) -> dict:
                     "restartPolicy": "Never",
                     "securityContext": dict(pods.SECURITY_CONTEXT),
                     "initContainers": init,
-                    "containers": [submit],
-                    "volumes": [*vols, home_vol],
+                    "containers": [stage],
+                    "volumes": vols,
                 },
             },
         },

@@ -3,11 +3,7 @@ with only its own data, the run Job; all validated like the other manifests."""
 
 from __future__ import annotations
 
-import os
 import re
-import stat
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -116,7 +112,7 @@ def test_each_supernode_mounts_only_its_own_data(tmp_path):
             mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "data")
             if isinstance(clients, int):  # its silo of the artifacts claim, no wider
                 assert claim == "fedpen-artifacts"
-                assert mount["subPath"] == f"runs/fedpen/r1/fl/clients/{client}"
+                assert mount["subPath"] == f"runs/fedpen/r1/fl.federation/clients/{client}"
                 seen.add(mount["subPath"])
             else:  # a claim of its own
                 assert "subPath" not in mount and pvcs[0]["persistentVolumeClaim"]["readOnly"]
@@ -177,20 +173,29 @@ def test_the_service_selects_the_superlink_pod_and_nothing_else(tmp_path):
         "FLWR_DISABLE_RUNTIME_DEPENDENCY_INSTALLATION": "1", "FLWR_HOME": "/tmp/flwr"}.items()
 
 
-def test_the_run_job_plans_waits_and_submits(tmp_path):
+def test_the_run_job_runs_the_stage_against_the_superlink(tmp_path):
+    """No plan step and no shell around `flwr`: the stage itself, as the data Job runs ingest,
+    with `--superlink` naming the Service (tests/k8s/test_federated_run_job.py runs it)."""
     files = _generate(tmp_path, 2)
     (job,) = files["federated-run-job.yaml"]
     pod = job["spec"]["template"]["spec"]
-    assert [c["name"] for c in pod["initContainers"]] == ["wait-for-inputs", "plan", "wait-for-superlink"]
+    assert [c["name"] for c in pod["initContainers"]] == ["wait-for-inputs", "wait-for-superlink"]
     assert "ingest/examples" in pod["initContainers"][0]["command"][-1]
-    assert pod["initContainers"][1]["args"] == [
-        "task", "/etc/baton/pipeline.yaml", "--stage", "fl", "--run-dir", "/artifacts/runs/fedpen/r1",
-        "--plan-only"]
-    script = pod["containers"][0]["command"][-1]
-    assert "flwr run /tmp/flwr-app baton --run-config " \
-           "'baton-plan=\"/artifacts/runs/fedpen/r1/fl/plan.json\"'" in script
-    assert 'address = "fedpen-r1-superlink.ml.svc:9091"' in script
+    assert "fedpen-r1-superlink.ml.svc" in pod["initContainers"][1]["command"][-1]
+    (c,) = pod["containers"]
+    assert c["command"] == ["baton"]
+    assert c["args"] == ["run", "/etc/baton/pipeline.yaml", "--run-id", "r1", "--only", "fl",
+                         "--runs-dir", "/artifacts/runs",
+                         "--superlink", "fedpen-r1-superlink.ml.svc:9091"]
+    (data,) = files["data-job.yaml"]
+    data_args = data["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert c["args"][:-2] == [*data_args[:5], "fl", *data_args[6:]]  # same run id and runs dir
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    assert not mounts["/artifacts"].get("readOnly") and "/etc/baton" in mounts
     assert pod["restartPolicy"] == "Never"
+    assert federated.plan_path(make_options(pipeline="fedpen", run_id="r1"),
+                               Federation.from_config("fl", {"clients": 2})) == \
+        "/artifacts/runs/fedpen/r1/fl.federation/plan.json"
 
 
 def test_resources_come_from_the_stage_for_nodes_and_the_cluster_for_the_superlink(tmp_path):
@@ -270,37 +275,3 @@ def test_two_federated_stages_are_refused(tmp_path, capsys):
     spec.write_text(yaml.safe_dump(data))
     assert baton(["k8s", str(spec), "--out", str(tmp_path / "o")]) == 2
     assert "fl, fl2" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("status,rc", [("finished:completed", 0), ("finished:failed", 1)])
-def test_the_run_job_exits_by_the_runs_final_status(tmp_path, status, rc):
-    """`flwr run --stream` exits 0 when the ServerApp failed, so the Job asks the SuperLink;
-    here a stand-in `flwr` answers as Flower 1.42's CLI does (run id, then `running`, then done)."""
-    opts = make_options()
-    script = federated.submit_script(opts, Federation.from_config("fl", {"clients": 2}))
-    script = script.replace(federated.APP_DIR, str(tmp_path / "app")).replace(
-        federated.FLWR_HOME, str(tmp_path / "home")).replace("sleep 10", "sleep 0")
-    bin_dir = tmp_path / "bin"
-    bin_dir.mkdir()
-    fake = bin_dir / "flwr"
-    fake.write_text(f"""#!/bin/sh
-echo "$@" >> {tmp_path}/calls
-case "$1" in
-  run) echo 'Using SuperLink: baton'; echo '{{"success": true, "run-id": 42}}' ;;
-  log) echo 'INFO: round 1' ;;
-  ls) n=$(grep -c '^ls' {tmp_path}/calls)
-      if [ "$n" -lt 2 ]; then s=running; else s={status}; fi
-      echo "{{\\"runs\\": [{{\\"run-id\\": \\"42\\", \\"status\\": \\"$s\\"}}]}}" ;;
-esac
-""")
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    python_dir = Path(sys.executable).parent
-    env = {**os.environ, "PATH": f"{bin_dir}:{python_dir}:/usr/bin:/bin"}
-    proc = subprocess.run(["sh", "-c", script], env=env, capture_output=True, text=True, timeout=60)
-    assert proc.returncode == rc, proc.stdout + proc.stderr
-    assert f"flower run 42: {status}" in proc.stdout
-    calls = (tmp_path / "calls").read_text().splitlines()
-    assert calls[0].startswith(f"run {tmp_path}/app baton --run-config baton-plan=")
-    assert calls[1] == "log 42 baton --stream" and calls[-1] == "ls baton --run-id 42 --format json"
-    assert (tmp_path / "home" / "config.toml").read_text().startswith('[superlink]\ndefault = "baton"')
-    assert 'clientapp = "baton.pipeline.federated.flower_client:app"' in (tmp_path / "app" / "pyproject.toml").read_text()
