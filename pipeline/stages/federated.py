@@ -230,16 +230,33 @@ def _clients(ctx: StageContext, config: Config, external: bool = False) -> dict[
         raise StageError(f"federated.partition.by {part.by!r} makes {len(names)} clients "
                          f"({names}); clients is {config.clients}")
     root = (federation_dir(ctx) if external else ctx.work_dir) / "clients"
-    shutil.rmtree(root, ignore_errors=True)
     # an external federation's SuperNodes were set up from `clients: N` alone (the Kubernetes
     # manifests), so its silos are client-0 ... client-N-1 whatever the partition calls them
     dirs = [f"client-{i}" for i in range(len(names))] if external else names
+    if external:
+        _empty_silos(root, dirs)
+    else:
+        shutil.rmtree(root, ignore_errors=True)
     counts = P.split(examples, [root / d for d in dirs], partition)
     ctx.log(f"partition {partition.describe()}: " + ", ".join(
         f"{d}{f' ({n})' if d != n else ''} {counts[n].get('train', 0)}/"
         f"{counts[n].get('eval', 0)}" for d, n in zip(dirs, names, strict=True))
         + " train/eval rows" + (f" in {root}" if external else ""))
     return {d: root / d for d in dirs}
+
+
+def _empty_silos(root: Path, dirs: list[str]) -> None:
+    """Empty each silo directory but keep the directory itself: a SuperNode pod may already
+    have it mounted (a subPath is a bind mount of that very directory, and one removed and
+    created again would leave the pod looking at the deleted one, waiting forever)."""
+    for d in dirs:
+        silo = root / d
+        silo.mkdir(parents=True, exist_ok=True)
+        for child in silo.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
 
 
 def run(ctx: StageContext, config: Config) -> None:
