@@ -28,6 +28,9 @@ The same processes as the stage's local launcher (pipeline.federated.processes),
 
 Plain data in (`JobOptions` plus a `Federation` built from the stage's config mapping), manifests
 out; everything the cluster would refuse is refused here first with the spec field named.
+Addresses are written as one HOST:PORT argument and every port a process binds is a declared
+containerPort: that is what `baton k8s emulate` (k8s.emulator_federation) maps to 127.0.0.1 and
+free ports to run these very manifests on one machine.
 """
 
 from __future__ import annotations
@@ -361,7 +364,7 @@ def _data_volume(opts: JobOptions, fed: Federation, client: FederatedClient) -> 
 def _wait_for_data(opts: JobOptions, mount: dict) -> dict:
     """Start the node once its examples artifact is complete (schema.json is written last)."""
     script = (f"until [ -e {DATA_DIR}/schema.json ]; do "
-              f"echo 'waiting for the examples of this client in {DATA_DIR}'; sleep 10; done")
+              f"echo 'waiting for the examples of this client in {DATA_DIR}'; sleep 2; done")
     return {
         "name": "wait-for-data",
         "image": opts.image,
@@ -392,6 +395,9 @@ def build_supernode(opts: JobOptions, fed: Federation, client: FederatedClient,
         "command": command,
         "args": args,
         "env": _env(opts),
+        # the ClientAppIo API its ClientApp processes dial, inside the pod only (no Service);
+        # declared so `baton k8s emulate` gives each node a port of its own
+        "ports": [{"name": "clientappio", "containerPort": NODE_PORT, "protocol": "TCP"}],
         "resources": res.to_k8s(),
         "volumeMounts": [data_mount, *spec_mounts, home_mount],
     }
@@ -426,11 +432,16 @@ def run_command(opts: JobOptions, fed: Federation) -> tuple[list[str], list[str]
     return command, [*args, "--superlink", superlink_address(opts)]
 
 
+# HOST:PORT in one argument, as everywhere in these manifests: `baton k8s emulate` maps a
+# Service's address to 127.0.0.1:<its local port> by that form
+_PROBE = ("import socket,sys; h,_,p=sys.argv[1].rpartition(':'); "
+          "socket.create_connection((h,int(p)),5).close()")
+
+
 def _wait_for_superlink(opts: JobOptions) -> dict:
-    host = f"{superlink_name(opts)}.{opts.namespace}.svc"
-    probe = f"import socket; socket.create_connection(({host!r}, {PORT}), 5).close()"
-    script = (f"until python -c {shlex.quote(probe)} 2>/dev/null; do "
-              f"echo 'waiting for the SuperLink at {host}:{PORT}'; sleep 5; done")
+    address = superlink_address(opts)
+    script = (f"until python -c {shlex.quote(_PROBE)} {address} 2>/dev/null; do "
+              f"echo 'waiting for the SuperLink at {address}'; sleep 2; done")
     return {
         "name": "wait-for-superlink",
         "image": opts.image,
@@ -455,9 +466,9 @@ def build_run_job(opts: JobOptions, fed: Federation) -> dict:
         "command": command,
         "args": args,
         "env": pods.env(opts),
-        # a rehearsal partitions the examples here; then it only follows the run
-        "resources": {"requests": {"cpu": opts.resources.cpu, "memory": opts.resources.memory},
-                      "limits": {"memory": opts.resources.memory}},
+        # a rehearsal partitions the examples here, then it only follows the run: CPU only,
+        # as the data Job (the CPU limit is the quota its Beam workers follow)
+        "resources": dataclasses.replace(opts.resources, gpu=0).to_k8s(),
         "volumeMounts": mounts,
     }
     return {

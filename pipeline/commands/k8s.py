@@ -3,6 +3,7 @@
     baton k8s [SPEC] --out DIR [--workers N] [--ps M] [--strategy S] [--image I] [--namespace NS]
     baton k8s validate FILE_OR_DIR...
     baton k8s emulate TFJOB.yaml [--volume-dir DIR] [--work-dir DIR] [--command "CMD ..."]
+    baton k8s emulate OUT_DIR | FEDERATION.yaml... [--volume CLAIM=DIR] [--volume-dir DIR]
     baton k8s submit DIR_OR_FILE... [--kubeconfig F] [--context C] [--namespace NS] [--dry-run]
 
 This module is the only place that knows both a PipelineSpec and the `k8s` package: it splits
@@ -311,31 +312,91 @@ def emulate(argv: list[str]) -> int:
     from baton.k8s.emulator_pods import EmulationError
     from baton.k8s.errors import ValidationFailed
 
-    p = _Parser(prog="baton k8s emulate", description="Run each replica of a TFJob as a local "
-                "process with the environment the operator would give it; exit 0 when the job "
-                "succeeds, 1 when it fails. SIGTERM or Ctrl-C deletes the job: every pod is "
-                "stopped (SIGTERM, grace period, SIGKILL), then the exit code is 143 or 130.")
-    p.add_argument("tfjob", help="TFJob YAML (e.g. OUT/tfjob.yaml)")
+    p = _Parser(prog="baton k8s emulate", description="Run manifests as local processes: a "
+                "TFJob with the environment the operator would give each replica, or the "
+                "Deployments, Services and Jobs of a federated stage (SuperLink, SuperNodes, the "
+                "run Job; see docs/kubernetes.md). Exit 0 when the job (every Job) succeeds, 1 "
+                "when it fails. SIGTERM or Ctrl-C deletes it: every pod is stopped (SIGTERM, "
+                "grace period, SIGKILL), then the exit code is 143 or 130.")
+    p.add_argument("manifests", nargs="+", help="a TFJob YAML (e.g. OUT/tfjob.yaml), or the "
+                   "federation's files, or the directory `baton k8s` wrote")
     p.add_argument("--volume-dir", help="local directory for the PVC (default: WORK_DIR/volume)")
-    p.add_argument("--work-dir", help="logs, status.json, tf_config.json (default: ./.baton-emulator/<file stem>)")
-    p.add_argument("--manifests-dir", help="where mounted ConfigMaps are found (default: the TFJob's dir)")
-    p.add_argument("--command", help="replace the tensorflow container's command and args")
+    p.add_argument("--volume", action="append", default=[], metavar="CLAIM=DIR",
+                   help="federation: the local directory of one claim (a silo's data); repeat")
+    p.add_argument("--work-dir", help="logs, status.json, tf_config.json (default: ./.baton-emulator/<dir name>)")
+    p.add_argument("--manifests-dir", help="where mounted ConfigMaps are found (default: the manifests' dir)")
+    p.add_argument("--command", help="TFJob: replace the tensorflow container's command and args")
     args = p.parse_args(argv)
-    if not Path(args.tfjob).is_file():
-        raise UsageError(f"no such file: {args.tfjob}")
-    work = Path(args.work_dir or Path(".baton-emulator") / Path(args.tfjob).resolve().parent.name)
-    opts = EmulatorOptions(
-        volume_dir=Path(args.volume_dir or work / "volume").resolve(),
-        work_dir=work.resolve(),
-        manifests_dir=Path(args.manifests_dir) if args.manifests_dir else None,
-        command=shlex.split(args.command) if args.command else None,
-    )
+    missing = [f for f in args.manifests if not Path(f).exists()]
+    if missing:
+        raise UsageError(f"no such file: {', '.join(missing)}")
+    first = Path(args.manifests[0]).resolve()
+    here = first if first.is_dir() else first.parent
+    work = Path(args.work_dir or Path(".baton-emulator") / here.name)
+    volume_dir = Path(args.volume_dir or work / "volume").resolve()
+    manifests_dir = Path(args.manifests_dir) if args.manifests_dir else None
     try:
-        return emulate_file(args.tfjob, opts)
+        docs = _manifest_documents(args.manifests)
+        tfjobs = [path for path, d in docs if d.get("kind") == "TFJob"]
+        fed = [d for _, d in docs if d.get("kind") == "Deployment"
+               and d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "superlink"]
+        if tfjobs and fed:
+            raise UsageError(f"{', '.join(args.manifests)}: a TFJob and a federation; emulate "
+                             "one at a time: give the TFJob's file, or the federation's files")
+        if not fed:
+            if not tfjobs:
+                kinds = sorted({str(d.get("kind")) for _, d in docs})
+                raise UsageError(f"{', '.join(args.manifests)}: no TFJob and no federation "
+                                 f"(SuperLink Deployment) to emulate. Received kinds: {kinds}")
+            if args.volume:
+                raise UsageError("--volume is for a federation's claims; a TFJob's claims are "
+                                 f"all --volume-dir. Received: --volume {args.volume[0]}")
+            return emulate_file(tfjobs[0], EmulatorOptions(
+                volume_dir=volume_dir, work_dir=work.resolve(), manifests_dir=manifests_dir,
+                command=shlex.split(args.command) if args.command else None))
+        if args.command:
+            raise UsageError("--command replaces a TFJob's tensorflow container; a federation "
+                             f"runs its manifests' own commands. Received: --command {args.command!r}")
+        return _emulate_federation(args, docs, volume_dir, work.resolve(), manifests_dir or here)
     except ValidationFailed as exc:
-        raise UsageError(f"{args.tfjob}: {exc}") from exc
+        raise UsageError(f"{', '.join(args.manifests)}: {exc}") from exc
     except EmulationError as exc:
         raise UsageError(str(exc)) from exc
+
+
+def _manifest_documents(paths: list[str]) -> list[tuple[Path, dict]]:
+    """(file, document) of every YAML file given, a directory's top-level *.yaml in name order
+    (its kustomization and `alternatives/` left out)."""
+    import yaml
+
+    from baton.k8s.emulator_pods import EmulationError
+
+    files: list[Path] = []
+    for p in map(Path, paths):
+        files += sorted(f for f in p.glob("*.y*ml") if f.name != "kustomization.yaml")             if p.is_dir() else [p]
+    out = []
+    for f in files:
+        try:
+            out += [(f, d) for d in yaml.safe_load_all(f.read_text()) if isinstance(d, dict)]
+        except yaml.YAMLError as exc:
+            raise EmulationError(f"{f}: not YAML ({exc})") from None
+    return out
+
+
+def _emulate_federation(args, docs, volume_dir: Path, work: Path, manifests_dir: Path) -> int:
+    from baton.k8s.emulator_federation import FederationOptions, emulate_documents
+
+    volumes = {}
+    for item in args.volume:
+        claim, sep, where = item.partition("=")
+        if not sep or not claim or not where:
+            raise UsageError(f"--volume must be CLAIM=DIR. Received: {item!r}")
+        volumes[claim] = Path(where).resolve()
+    ordered = [d for _, d in docs]
+    # apply order as `baton k8s` writes it: data Job, federation, release Job (kustomization)
+    ordered.sort(key=lambda d: 0 if d.get("kind") == "Deployment" else 1)
+    return emulate_documents(ordered, FederationOptions(
+        volume_dir=volume_dir, work_dir=work, volumes=volumes, manifests_dir=manifests_dir))
 
 
 def submit(argv: list[str]) -> int:

@@ -207,7 +207,7 @@ def test_resources_come_from_the_stage_for_nodes_and_the_cluster_for_the_superli
         assert validate_doc(doc) == [], doc["metadata"]["name"]
     node = _nodes(files)[0]
     assert _pod(node)["containers"][0]["resources"] == {
-        "requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "1Gi"}}
+        "requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "500m", "memory": "1Gi"}}
     link = files["federated-superlink.yaml"][1]
     assert _pod(link)["containers"][0]["resources"] == opts.resources.to_k8s()
     assert "tfjob.yaml" in files  # JobOptions.tfjob defaults to True
