@@ -5,9 +5,12 @@ Takes plain dataclasses (`k8s.options.JobOptions`), never a pipeline spec: the C
 heavy imports at module level (the kubernetes client and jsonschema load inside functions):
 
 * `options`   JobOptions / Topology / Resources / RunPolicy, refused early with the field named
-* `tfjob`, `jobs`, `serving`, `pods`   manifest builders; `render` writes a kustomize directory
+* `tfjob`, `jobs`, `serving`, `federated`, `pods`   manifest builders (`federated`: a Flower
+  SuperLink, one SuperNode per client, the run Job, for the clients `federation_config` reads
+  from the stage's config); `render` writes a kustomize directory
 * `crd`, `webhook`, `kube_schemas`, `validate`   validation against the real schemas and rules
-* `tfconfig`, `emulator_pods`, `emulator`   run a TFJob locally as the training operator would
+* `tfconfig`, `emulator_pods`, `emulator`   run a TFJob locally as the training operator would;
+  `emulator_federation` the federation's Deployments, Services and Jobs
 * `submit`    create the manifests with the official kubernetes client
 """
 

@@ -19,21 +19,25 @@ returns 143 or 130; each pod also gets PR_SET_PDEATHSIG, so even a SIGKILLed emu
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as _dt
 import json
 import signal
 import sys
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
 from baton.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED
 from baton.k8s import tfconfig
-from baton.k8s.emulator_pods import EmulationError, PodPlan, find_configmaps, plan_pod
+from baton.k8s.emulator_pods import (
+    EmulationError,
+    PodPlan,
+    deleted_on_signals,
+    find_configmaps,
+    plan_pod,
+)
 from baton.strategies.restart_policies import Action, ReplicaRestart, Verdict
 from baton.strategies.supervisor import Command, Exit, ProcessGroup, exit_code
 
@@ -307,7 +311,7 @@ class Emulator:
             self._say(f"{pod.plan.name}: last log lines ({path}):\n    " + "\n    ".join(tail))
 
     def run(self) -> int:
-        with _deleted_on_signals(self._on_signal):
+        with deleted_on_signals(self._on_signal):
             result = self._run()
         if result == "Deleted":
             assert self.signalled is not None
@@ -369,21 +373,6 @@ class Emulator:
                                    reason="DeadlineExceeded")
                 return "Failed"
             exits = self.group.wait(self.opts.poll_seconds)
-
-
-@contextlib.contextmanager
-def _deleted_on_signals(callback: Callable[[int], None]) -> Iterator[None]:
-    """While inside, SIGTERM and SIGINT call `callback(signum)` (main thread only)."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    signums = (signal.SIGTERM, signal.SIGINT)
-    previous = {s: signal.signal(s, lambda signum, frame: callback(signum)) for s in signums}
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 def emulate_file(path: str | Path, options: EmulatorOptions) -> int:

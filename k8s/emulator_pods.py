@@ -18,11 +18,14 @@ What a pod gets, and what the emulator gives instead:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import re
+import signal
 import sys
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -74,9 +77,22 @@ def find_configmaps(manifests_dir: Path | None) -> dict[str, dict[str, str]]:
     return out
 
 
-def _mount_dirs(pod: Mapping, container: Mapping, pod_name: str, volume_dir: Path,
-                work_dir: Path, configmaps: Mapping[str, Mapping[str, str]]) -> dict[str, str]:
-    """mountPath -> local directory for each volumeMount of `container`."""
+def read_only_mounts(pod: Mapping, container: Mapping) -> list[str]:
+    """The container's mountPaths that the manifest makes read-only (at the mount or the claim)."""
+    volumes = {v["name"]: v for v in pod.get("volumes") or []}
+    out = []
+    for m in container.get("volumeMounts") or []:
+        claim = (volumes.get(m["name"]) or {}).get("persistentVolumeClaim") or {}
+        if m.get("readOnly") or claim.get("readOnly"):
+            out.append(m["mountPath"].rstrip("/") or "/")
+    return out
+
+
+def mount_dirs(pod: Mapping, container: Mapping, pod_name: str, volume_dir: Path,
+                work_dir: Path, configmaps: Mapping[str, Mapping[str, str]],
+                claim_dirs: Mapping[str, Path] | None = None) -> dict[str, str]:
+    """mountPath -> local directory for each volumeMount of `container`: a claim named in
+    `claim_dirs` is its directory there, any other claim `volume_dir`."""
     volumes = {v["name"]: v for v in pod.get("volumes") or []}
     out: dict[str, str] = {}
     for m in container.get("volumeMounts") or []:
@@ -84,7 +100,7 @@ def _mount_dirs(pod: Mapping, container: Mapping, pod_name: str, volume_dir: Pat
         if vol is None:
             raise EmulationError(f"volumeMount {m['name']!r} of pod {pod_name} names no volume")
         if "persistentVolumeClaim" in vol:
-            local = volume_dir
+            local = (claim_dirs or {}).get(vol["persistentVolumeClaim"]["claimName"], volume_dir)
         elif "configMap" in vol:
             cm = vol["configMap"]["name"]
             if cm not in configmaps:
@@ -159,6 +175,49 @@ def project_path() -> str:
 _OPERATOR_ENV = ("TF_CONFIG", "BATON_OPERATOR_TF_CONFIG")
 
 
+def plan_steps(pod: Mapping, containers: list[tuple[Mapping, bool]], pod_name: str, namespace: str,
+               volume_dir: Path, work_dir: Path, configmaps: Mapping[str, Mapping[str, str]], *,
+               extra_env: Mapping[str, str] | None = None, main_env: Mapping[str, str] | None = None,
+               command_override: list[str] | None = None,
+               claim_dirs: Mapping[str, Path] | None = None,
+               translate: Callable[[Mapping, str], str] | None = None) -> tuple[Step, ...]:
+    """The pod's containers (`(container, is_main)`, init containers first) as local Steps.
+
+    Each gets this machine's environment (less the operator's variables), PATH with the project
+    first, the container's env, then `main_env` (main containers only) and `extra_env`; paths
+    under its mounts are rewritten to the local directories, and `translate(container, text)`,
+    if given, rewrites what else a pod sees differently (addresses, ports) in argv and env.
+    """
+    pod_dir = work_dir / "pods" / pod_name
+    pod_dir.mkdir(parents=True, exist_ok=True)
+    steps = []
+    for container, is_main in containers:
+        mounts = mount_dirs(pod, container, pod_name, volume_dir, work_dir, configmaps, claim_dirs)
+        argv = [*(container.get("command") or []), *(container.get("args") or [])]
+        if is_main and command_override:
+            argv = list(command_override)
+        if not argv:
+            raise EmulationError(
+                f"container {container['name']!r} of pod {pod_name} has no command: without the "
+                "image's entrypoint the emulator cannot know what to run (set command/args)"
+            )
+
+        def local(text: str, c: Mapping = container, m: Mapping[str, str] = mounts) -> str:
+            text = rewrite(text, m)
+            return translate(c, text) if translate is not None else text
+
+        env = {k: v for k, v in os.environ.items() if k not in _OPERATOR_ENV}
+        env.update({"PATH": project_path(), "HOSTNAME": pod_name})
+        env.update({k: local(v) for k, v in _container_env(container, pod_name, namespace).items()})
+        if is_main:
+            env.update(main_env or {})
+        env.update(extra_env or {})
+        cwd = rewrite(container["workingDir"], mounts) if container.get("workingDir") else str(pod_dir)
+        Path(cwd).mkdir(parents=True, exist_ok=True)
+        steps.append(Step(container["name"], [local(a) for a in argv], env, cwd))
+    return tuple(steps)
+
+
 def plan_pod(tfjob: Mapping, rtype: str, index: int, operator_tf_config: str | None,
              local_tf_config: str | None,
              volume_dir: Path, work_dir: Path, configmaps: Mapping[str, Mapping[str, str]],
@@ -169,30 +228,26 @@ def plan_pod(tfjob: Mapping, rtype: str, index: int, operator_tf_config: str | N
     rspec = tfjob["spec"]["tfReplicaSpecs"][rtype]
     pod: dict[str, Any] = rspec["template"]["spec"]
     pod_name = f"{job}-{rtype.lower()}-{index}"
-    pod_dir = work_dir / "pods" / pod_name
-    pod_dir.mkdir(parents=True, exist_ok=True)
-    steps = []
     containers = [(c, False) for c in pod.get("initContainers") or []]
     containers += [(c, True) for c in pod["containers"] if c.get("name") == "tensorflow"]
-    for container, is_main in containers:
-        mounts = _mount_dirs(pod, container, pod_name, volume_dir, work_dir, configmaps)
-        argv = [*(container.get("command") or []), *(container.get("args") or [])]
-        if is_main and command_override:
-            argv = list(command_override)
-        if not argv:
-            raise EmulationError(
-                f"container {container['name']!r} of pod {pod_name} has no command: without the "
-                "image's entrypoint the emulator cannot know what to run (set command/args)"
-            )
-        env = {k: v for k, v in os.environ.items() if k not in _OPERATOR_ENV}
-        env.update({"PATH": project_path(), "HOSTNAME": pod_name})
-        env.update({k: rewrite(v, mounts) for k, v in _container_env(container, pod_name, ns).items()})
-        if is_main and operator_tf_config is not None and local_tf_config is not None:
-            env["TF_CONFIG"] = local_tf_config
-            env["BATON_OPERATOR_TF_CONFIG"] = operator_tf_config
-        env.update(extra_env or {})
-        cwd = rewrite(container["workingDir"], mounts) if container.get("workingDir") else str(pod_dir)
-        Path(cwd).mkdir(parents=True, exist_ok=True)
-        steps.append(Step(container["name"], [rewrite(a, mounts) for a in argv], env, cwd))
+    tf_env = ({"TF_CONFIG": local_tf_config, "BATON_OPERATOR_TF_CONFIG": operator_tf_config}
+              if operator_tf_config is not None and local_tf_config is not None else {})
+    steps = plan_steps(pod, containers, pod_name, ns, volume_dir, work_dir, configmaps,
+                       extra_env=extra_env, main_env=tf_env, command_override=command_override)
     grace = float(pod.get("terminationGracePeriodSeconds", 30))
-    return PodPlan(pod_name, rtype, index, tuple(steps), operator_tf_config, local_tf_config, grace)
+    return PodPlan(pod_name, rtype, index, steps, operator_tf_config, local_tf_config, grace)
+
+
+@contextlib.contextmanager
+def deleted_on_signals(callback: Callable[[int], None]) -> Iterator[None]:
+    """While inside, SIGTERM and SIGINT call `callback(signum)` (main thread only)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    signums = (signal.SIGTERM, signal.SIGINT)
+    previous = {s: signal.signal(s, lambda signum, frame: callback(signum)) for s in signums}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -286,6 +286,8 @@ class JobOptions:
             that the spec names and those they import from that directory; shipped in the
             spec's ConfigMap and mounted beside the spec, where Baton imports them from.
         data_stages / train_stage / release_stages: which stage runs where.
+        tfjob: whether there is a TFJob at all (False: a spec whose training is a federated
+            stage only, run by `k8s.federated`'s SuperLink and SuperNodes instead).
         train_inputs / release_inputs: `<stage>/<output>` paths (relative to the run dir) that
             must exist before the TFJob / release Job starts; init containers wait for them, so
             one `kubectl apply -k` is enough.
@@ -306,6 +308,7 @@ class JobOptions:
     code_files: tuple[tuple[str, str], ...] = ()
     data_stages: tuple[str, ...] = ()
     train_stage: str = "train"
+    tfjob: bool = True
     release_stages: tuple[str, ...] = ()
     train_inputs: tuple[str, ...] = ()
     release_inputs: tuple[str, ...] = ()

@@ -3,7 +3,8 @@
 One file per object (two ConfigMaps share one file), plus `kustomization.yaml` listing them in
 apply order, so `kubectl apply -k DIR` deploys the whole pipeline and overlays can patch any
 piece. The KServe InferenceService is an alternative to the Deployment + Service and is written
-beside them (`alternatives/`) but not listed.
+beside them (`alternatives/`) but not listed. A federated stage adds the Flower federation
+(`k8s.federated`: SuperLink, one SuperNode per client, the run Job) after the data Job.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from baton.k8s import jobs, pods, serving, tfjob
+from baton.k8s import federated, jobs, pods, serving, tfjob
 from baton.k8s.options import JobOptions
 
 KUSTOMIZATION = "kustomization.yaml"
@@ -39,8 +40,9 @@ def dump(docs: list[dict]) -> str:
     return yaml.dump_all(docs, Dumper=_Dumper, sort_keys=False, default_flow_style=False, width=100)
 
 
-def build_all(opts: JobOptions) -> dict[str, list[dict]]:
-    """File name -> documents, in apply order. Absent pieces (no data stages...) are omitted."""
+def build_all(opts: JobOptions, federation: federated.Federation | None = None) -> dict[str, list[dict]]:
+    """File name -> documents, in apply order. Absent pieces (no data stages, no train stage, no
+    federated stage...) are omitted."""
     files: dict[str, list[dict]] = {"pvc.yaml": [pods.pvc(opts)]}
     spec_cm = pods.spec_configmap(opts)
     if spec_cm:
@@ -48,7 +50,10 @@ def build_all(opts: JobOptions) -> dict[str, list[dict]]:
     data = jobs.build_data_job(opts)
     if data:
         files["data-job.yaml"] = [data]
-    files["tfjob.yaml"] = [tfjob.build_tfjob(opts)]
+    if federation is not None:
+        files.update(federated.federation_files(opts, federation))
+    if opts.tfjob:
+        files["tfjob.yaml"] = [tfjob.build_tfjob(opts)]
     release = jobs.build_release_job(opts)
     if release:
         files["release-job.yaml"] = [release]
@@ -67,13 +72,15 @@ def kustomization(opts: JobOptions, resources: list[str]) -> dict[str, Any]:
     }
 
 
-def write_manifests(opts: JobOptions, out: str | Path, validate: bool = True) -> list[Path]:
-    """Write the manifests of `opts` into `out`; returns the written paths.
+def write_manifests(opts: JobOptions, out: str | Path, validate: bool = True,
+                    federation: federated.Federation | None = None) -> list[Path]:
+    """Write the manifests of `opts` (and of the `federation`, if any) into `out`; returns the
+    written paths.
 
     With `validate`, every document is checked first (CRD schema, webhook rules, Kubernetes
     schemas) and nothing is written when any check fails.
     """
-    files = build_all(opts)
+    files = build_all(opts, federation)
     alternatives = {"alternatives/inferenceservice.yaml": [serving.build_inference_service(opts)]}
     if validate:
         from baton.k8s.validate import check

@@ -36,6 +36,9 @@ class RunOptions:
     inject_failure: str | None = None  # e.g. "worker:1@step:40" (strategies.faults)
     inject_slowdown: str | None = None  # e.g. "worker:1@speed:0.5" (strategies.slowdown)
     quiet: bool = False
+    # HOST:PORT of a running Flower SuperLink: the federated stage submits its run there and
+    # starts no SuperLink or SuperNode of its own (`baton run --superlink`, the k8s run Job)
+    superlink: str | None = None
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 

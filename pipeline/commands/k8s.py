@@ -3,6 +3,7 @@
     baton k8s [SPEC] --out DIR [--workers N] [--ps M] [--strategy S] [--image I] [--namespace NS]
     baton k8s validate FILE_OR_DIR...
     baton k8s emulate TFJOB.yaml [--volume-dir DIR] [--work-dir DIR] [--command "CMD ..."]
+    baton k8s emulate OUT_DIR | FEDERATION.yaml... [--volume CLAIM=DIR] [--volume-dir DIR]
     baton k8s submit DIR_OR_FILE... [--kubeconfig F] [--context C] [--namespace NS] [--dry-run]
 
 This module is the only place that knows both a PipelineSpec and the `k8s` package: it splits
@@ -36,8 +37,9 @@ class _Parser(argparse.ArgumentParser):
 
 def _generate_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="baton k8s", description="Write Kubernetes manifests (TFJob, data and release "
-                "Jobs, TF Serving Deployment/Service, KServe alternative, kustomization.yaml) for a "
-                f"pipeline. Other subcommands: {', '.join(SUBCOMMANDS)} (`baton k8s validate -h`).")
+                "Jobs, TF Serving Deployment/Service, KServe alternative, a Flower federation for a "
+                "federated stage, kustomization.yaml) for a pipeline. Other subcommands: "
+                f"{', '.join(SUBCOMMANDS)} (`baton k8s validate -h`).")
     p.add_argument("spec", nargs="?", help="pipeline YAML (default: the embedded penguins pipeline)")
     p.add_argument("--out", required=True, help="directory to write the manifests into")
     p.add_argument("--workers", type=int, help="training tasks (as for `baton run`)")
@@ -53,29 +55,62 @@ def _generate_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _split_stages(spec) -> tuple[tuple[str, ...], str, tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
-    """(data stages, train stage, release stages, train inputs, release inputs)."""
+FEDERATED = "federated"  # the stage type whose training runs on Flower (k8s.federated)
+
+
+def _split_stages(spec) -> tuple[tuple[str, ...], str | None, tuple[str, ...], tuple[str, ...], tuple[str, ...]]:
+    """(data stages, train stage or None, release stages, train inputs, release inputs).
+
+    Training is the first `train` stage (a TFJob) and/or the `federated` stage (a Flower
+    federation); the stages downstream of either run after it, in the release Job, gated on the
+    outputs of it they consume.
+    """
     train = [s for s in spec.stages if s.type == "train"]
-    if not train:
-        raise UsageError(f"spec {spec.path or '<default>'}: no stage of type 'train'; a TFJob needs one")
-    train_name = train[0].name
+    fed = [s for s in spec.stages if s.type == FEDERATED]
+    where = f"spec {spec.path or '<default>'}"
+    if len(fed) > 1:
+        raise UsageError(f"{where}: stages {', '.join(s.name for s in fed)} are all of type "
+                         f"'{FEDERATED}'; a run deploys one federation")
+    if not train and not fed:
+        raise UsageError(f"{where}: no stage of type 'train' (a TFJob) or '{FEDERATED}' (a Flower "
+                         "federation); the cluster has nothing to train")
+    train_name = train[0].name if train else None
+    pivots = {s.name for s in (train[:1] + fed)}
     by_name = {s.name: s for s in spec.stages}
-    after: set[str] = {train_name}
+    after: set[str] = set(pivots)
     changed = True
-    while changed:  # descendants of the train stage run after it
+    while changed:  # descendants of the training stages run after them
         changed = False
         for s in spec.stages:
             if s.name not in after and any(r.split(".")[0] in after for r in s.inputs.values()):
                 after.add(s.name)
                 changed = True
     data = tuple(s.name for s in spec.stages if s.name not in after)
-    release = tuple(s.name for s in spec.stages if s.name in after and s.name != train_name)
-    train_inputs = tuple(sorted({r.replace(".", "/") for r in by_name[train_name].inputs.values()}))
+    release = tuple(s.name for s in spec.stages if s.name in after and s.name not in pivots)
+    train_inputs = tuple(sorted({r.replace(".", "/") for r in by_name[train_name].inputs.values()})) \
+        if train_name else ()
     release_inputs = tuple(sorted({
         r.replace(".", "/") for n in release for r in by_name[n].inputs.values()
-        if r.split(".")[0] == train_name
+        if r.split(".")[0] in pivots
     }))
     return data, train_name, release, train_inputs, release_inputs
+
+
+def federation(spec):
+    """The spec's `federated` stage as a k8s.federated.Federation, or None.
+
+    The stage's config is read as the plain mapping the YAML gives (`clients`, `resources`,
+    `k8s`), not through the stage's typed config: k8s needs only who the clients are and where
+    their data is. ManifestError names `stages.<stage>.config.<field>`.
+    """
+    from baton.k8s.federated import Federation
+
+    stages = [s for s in spec.stages if s.type == FEDERATED]
+    if not stages:
+        return None
+    stage = stages[0]
+    inputs = tuple(sorted({r.replace(".", "/") for r in stage.inputs.values()}))
+    return Federation.from_config(stage.name, stage.config, inputs)
 
 
 def spec_code_files(spec) -> tuple[tuple[str, str], ...]:
@@ -148,7 +183,7 @@ def job_options(spec, args: argparse.Namespace):
     res = cluster.resources
     probe = JobOptions(pipeline=spec.name, run_id="probe")
     spec_text = cluster_spec_text(spec, probe.models_dir)
-    stage = next(s for s in spec.stages if s.name == train)
+    stage = next((s for s in spec.stages if s.name == train), None)  # None: federated only
     opts = JobOptions(
         pipeline=spec.name,
         run_id=args.run_id or new_run_id(),
@@ -163,11 +198,12 @@ def job_options(spec, args: argparse.Namespace):
         ),
         resources=Resources(cpu=str(res.cpu), memory=str(res.memory), gpu=int(res.gpu)),
         replica_resources=cluster.replica_resources,
-        batch_size=build_config(train_stage.Config, stage.config).batch_size,
+        batch_size=build_config(train_stage.Config, stage.config).batch_size if stage else None,
         name=args.name,
         spec_text=spec_text,
         code_files=spec_code_files(spec) if spec.path else (),
-        data_stages=data, train_stage=train, release_stages=release,
+        data_stages=data, train_stage=train or "train", tfjob=train is not None,
+        release_stages=release,
         train_inputs=train_inputs, release_inputs=release_inputs,
     )
     placement.check_batch(opts)  # the global batch must divide over the GPUs asked for
@@ -199,6 +235,7 @@ def generate(argv: list[str]) -> int:
     spec = load_spec(args.spec)
     try:
         opts = job_options(spec, args)
+        fed = federation(spec)
     except ManifestError as exc:
         flag = _FLAG_FOR_FIELD.get(exc.field)
         value = getattr(args, flag.lstrip("-").replace("-", "_"), None) if flag else None
@@ -206,16 +243,29 @@ def generate(argv: list[str]) -> int:
         where = f"{flag}" if given else f"spec {spec.path or '<default penguins>'}: {exc.field}"
         raise UsageError(f"{where}: {str(exc).split(': ', 1)[1]}") from exc
     try:
-        written = write_manifests(opts, args.out)
+        written = write_manifests(opts, args.out, federation=fed)
     except ValidationFailed as exc:
         raise UsageError(f"generated manifests do not validate:\n{exc}") from exc
     except OSError as exc:
         raise UsageError(f"--out {args.out}: cannot write {exc.filename or ''}: {exc.strerror or exc}") from exc
     _note_min_workers(spec)
-    topo = opts.topology.replica_counts()
-    print(f"wrote {len(written)} files to {args.out}: TFJob {opts.job_name} "
-          f"({', '.join(f'{k} x{v}' for k, v in topo.items())}), run id {opts.run_id}")
+    print(f"wrote {len(written)} files to {args.out}: {_summary(opts, fed)}, run id {opts.run_id}")
     return EXIT_OK
+
+
+def _summary(opts, fed) -> str:
+    from baton.k8s import federated
+
+    parts = []
+    if opts.tfjob:
+        topo = opts.topology.replica_counts()
+        parts.append(f"TFJob {opts.job_name} ({', '.join(f'{k} x{v}' for k, v in topo.items())})")
+    if fed is not None:
+        kind = "rehearsal" if fed.rehearsal else "silos"
+        parts.append(f"federation {fed.stage} (SuperLink {federated.superlink_address(opts)}, "
+                     f"SuperNode x{len(fed.clients)} {kind}: "
+                     f"{', '.join(c.name for c in fed.clients)}; run Job {federated.run_job_name(opts)})")
+    return "; ".join(parts)
 
 
 def _note_min_workers(spec) -> None:
@@ -262,31 +312,91 @@ def emulate(argv: list[str]) -> int:
     from baton.k8s.emulator_pods import EmulationError
     from baton.k8s.errors import ValidationFailed
 
-    p = _Parser(prog="baton k8s emulate", description="Run each replica of a TFJob as a local "
-                "process with the environment the operator would give it; exit 0 when the job "
-                "succeeds, 1 when it fails. SIGTERM or Ctrl-C deletes the job: every pod is "
-                "stopped (SIGTERM, grace period, SIGKILL), then the exit code is 143 or 130.")
-    p.add_argument("tfjob", help="TFJob YAML (e.g. OUT/tfjob.yaml)")
+    p = _Parser(prog="baton k8s emulate", description="Run manifests as local processes: a "
+                "TFJob with the environment the operator would give each replica, or the "
+                "Deployments, Services and Jobs of a federated stage (SuperLink, SuperNodes, the "
+                "run Job; see docs/kubernetes.md). Exit 0 when the job (every Job) succeeds, 1 "
+                "when it fails. SIGTERM or Ctrl-C deletes it: every pod is stopped (SIGTERM, "
+                "grace period, SIGKILL), then the exit code is 143 or 130.")
+    p.add_argument("manifests", nargs="+", help="a TFJob YAML (e.g. OUT/tfjob.yaml), or the "
+                   "federation's files, or the directory `baton k8s` wrote")
     p.add_argument("--volume-dir", help="local directory for the PVC (default: WORK_DIR/volume)")
-    p.add_argument("--work-dir", help="logs, status.json, tf_config.json (default: ./.baton-emulator/<file stem>)")
-    p.add_argument("--manifests-dir", help="where mounted ConfigMaps are found (default: the TFJob's dir)")
-    p.add_argument("--command", help="replace the tensorflow container's command and args")
+    p.add_argument("--volume", action="append", default=[], metavar="CLAIM=DIR",
+                   help="federation: the local directory of one claim (a silo's data); repeat")
+    p.add_argument("--work-dir", help="logs, status.json, tf_config.json (default: ./.baton-emulator/<dir name>)")
+    p.add_argument("--manifests-dir", help="where mounted ConfigMaps are found (default: the manifests' dir)")
+    p.add_argument("--command", help="TFJob: replace the tensorflow container's command and args")
     args = p.parse_args(argv)
-    if not Path(args.tfjob).is_file():
-        raise UsageError(f"no such file: {args.tfjob}")
-    work = Path(args.work_dir or Path(".baton-emulator") / Path(args.tfjob).resolve().parent.name)
-    opts = EmulatorOptions(
-        volume_dir=Path(args.volume_dir or work / "volume").resolve(),
-        work_dir=work.resolve(),
-        manifests_dir=Path(args.manifests_dir) if args.manifests_dir else None,
-        command=shlex.split(args.command) if args.command else None,
-    )
+    missing = [f for f in args.manifests if not Path(f).exists()]
+    if missing:
+        raise UsageError(f"no such file: {', '.join(missing)}")
+    first = Path(args.manifests[0]).resolve()
+    here = first if first.is_dir() else first.parent
+    work = Path(args.work_dir or Path(".baton-emulator") / here.name)
+    volume_dir = Path(args.volume_dir or work / "volume").resolve()
+    manifests_dir = Path(args.manifests_dir) if args.manifests_dir else None
     try:
-        return emulate_file(args.tfjob, opts)
+        docs = _manifest_documents(args.manifests)
+        tfjobs = [path for path, d in docs if d.get("kind") == "TFJob"]
+        fed = [d for _, d in docs if d.get("kind") == "Deployment"
+               and d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "superlink"]
+        if tfjobs and fed:
+            raise UsageError(f"{', '.join(args.manifests)}: a TFJob and a federation; emulate "
+                             "one at a time: give the TFJob's file, or the federation's files")
+        if not fed:
+            if not tfjobs:
+                kinds = sorted({str(d.get("kind")) for _, d in docs})
+                raise UsageError(f"{', '.join(args.manifests)}: no TFJob and no federation "
+                                 f"(SuperLink Deployment) to emulate. Received kinds: {kinds}")
+            if args.volume:
+                raise UsageError("--volume is for a federation's claims; a TFJob's claims are "
+                                 f"all --volume-dir. Received: --volume {args.volume[0]}")
+            return emulate_file(tfjobs[0], EmulatorOptions(
+                volume_dir=volume_dir, work_dir=work.resolve(), manifests_dir=manifests_dir,
+                command=shlex.split(args.command) if args.command else None))
+        if args.command:
+            raise UsageError("--command replaces a TFJob's tensorflow container; a federation "
+                             f"runs its manifests' own commands. Received: --command {args.command!r}")
+        return _emulate_federation(args, docs, volume_dir, work.resolve(), manifests_dir or here)
     except ValidationFailed as exc:
-        raise UsageError(f"{args.tfjob}: {exc}") from exc
+        raise UsageError(f"{', '.join(args.manifests)}: {exc}") from exc
     except EmulationError as exc:
         raise UsageError(str(exc)) from exc
+
+
+def _manifest_documents(paths: list[str]) -> list[tuple[Path, dict]]:
+    """(file, document) of every YAML file given, a directory's top-level *.yaml in name order
+    (its kustomization and `alternatives/` left out)."""
+    import yaml
+
+    from baton.k8s.emulator_pods import EmulationError
+
+    files: list[Path] = []
+    for p in map(Path, paths):
+        files += sorted(f for f in p.glob("*.y*ml") if f.name != "kustomization.yaml")             if p.is_dir() else [p]
+    out = []
+    for f in files:
+        try:
+            out += [(f, d) for d in yaml.safe_load_all(f.read_text()) if isinstance(d, dict)]
+        except yaml.YAMLError as exc:
+            raise EmulationError(f"{f}: not YAML ({exc})") from None
+    return out
+
+
+def _emulate_federation(args, docs, volume_dir: Path, work: Path, manifests_dir: Path) -> int:
+    from baton.k8s.emulator_federation import FederationOptions, emulate_documents
+
+    volumes = {}
+    for item in args.volume:
+        claim, sep, where = item.partition("=")
+        if not sep or not claim or not where:
+            raise UsageError(f"--volume must be CLAIM=DIR. Received: {item!r}")
+        volumes[claim] = Path(where).resolve()
+    ordered = [d for _, d in docs]
+    # apply order as `baton k8s` writes it: data Job, federation, release Job (kustomization)
+    ordered.sort(key=lambda d: 0 if d.get("kind") == "Deployment" else 1)
+    return emulate_documents(ordered, FederationOptions(
+        volume_dir=volume_dir, work_dir=work, volumes=volumes, manifests_dir=manifests_dir))
 
 
 def submit(argv: list[str]) -> int:

@@ -44,6 +44,10 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--inject-slowdown", metavar="TASK@speed:F",
                    help="rehearse a straggler: run a local cluster's task at fraction F of its "
                    "speed (SIGSTOP/SIGCONT duty cycle), e.g. worker:1@speed:0.5")
+    p.add_argument("--superlink", metavar="HOST:PORT",
+                   help="federated stage: submit to this running Flower SuperLink and start no "
+                   "SuperLink or SuperNodes here (the SuperNodes read <run dir>/<stage>.federation/"
+                   "clients/<client> in a rehearsal; see docs/kubernetes.md)")
     p.add_argument("--check", action="store_true", help="validate the spec and print the plan only")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     return p
@@ -69,6 +73,8 @@ def main(argv: list[str]) -> int:
         if value is not None and value < (0 if flag == "ps" else 1):
             name = flag.replace("_", "-")
             raise UsageError(f"--{name} must be >= {0 if flag == 'ps' else 1}. Received: {value}")
+    if args.superlink is not None:
+        _check_address(args.superlink)
     from baton.pipeline.context import RunOptions
     from baton.pipeline.plan import plan
     from baton.pipeline.runner import run_pipeline
@@ -79,11 +85,17 @@ def main(argv: list[str]) -> int:
     options = RunOptions(
         workers=args.workers, workers_auto=auto, ps=args.ps, strategy=args.strategy, min_workers=args.min_workers,
         no_cache=args.no_cache, inject_failure=inject, inject_slowdown=args.inject_slowdown,
-        quiet=args.quiet,
+        quiet=args.quiet, superlink=args.superlink,
     )
     only = [s.strip() for s in args.only.split(",") if s.strip()] if args.only else None
     _check_options(the_plan, options, only, "--inject-failure" if args.inject_failure
                    else "BATON_INJECT_FAILURE")
+    if args.superlink is not None and not any(
+            the_plan.spec.stage(n).type == "federated" for n in the_plan.order
+            if not only or n in only):
+        raise UsageError("--superlink is for a federated stage, and none of the stages that "
+                         f"would run is one. Received: --superlink {args.superlink}"
+                         + (f" with --only {args.only}" if only else ""))
     if args.check:
         print(f"spec ok: pipeline {the_plan.spec.name!r}, stages: {' -> '.join(the_plan.order)}")
         return EXIT_OK
@@ -102,6 +114,13 @@ def main(argv: list[str]) -> int:
         return EXIT_FAILED
     print(result.run_dir)  # stdout: the result, which scripts read (plain in JSON mode too)
     return EXIT_OK
+
+
+def _check_address(address: str) -> None:
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise UsageError(f"--superlink must be HOST:PORT of a Flower SuperLink (e.g. "
+                         f"fed-superlink.ml.svc:9091). Received: {address!r}")
 
 
 def _check_options(the_plan: Any, options: Any, only: list[str] | None, inject_src: str) -> None:

@@ -12,7 +12,8 @@ settings, the algorithm, where outputs go). In order:
 3. training: Flower's FedAvg, FedProx or FedAdam strategy (`strategy.start`), under Flower's
    client-side fixed-clipping DP wrapper when `privacy` is set; each round's global weights are
    checkpointed, and the round's record (clients that trained, loss, weighted federated
-   accuracy or mse, bytes up and down on the wire, epsilon) is appended to `rounds.jsonl`;
+   accuracy or mse, bytes up and down on the wire when the plan has relays' `wire_path`,
+   epsilon) is appended to `rounds.jsonl`;
 4. the model artifact (model.keras, history.json, train_info.json) in the train stage's format.
 
 A run that starts with a checkpoint in its output directory resumes after that round (the
@@ -166,7 +167,8 @@ class FederatedRun:
                 self.names.get(n, "?"): d for n, d in self.initial.items()}})
         started = time.time()
         self._round_start: dict[str, Any] = {"time": started,
-                                             "wire": wire.read(Path(plan.wire_path))}
+                                             "wire": wire.read(Path(plan.wire_path))
+                                             if plan.wire_path else {}}
 
         def after_round(server_round: int, arrays: ArrayRecord) -> None:
             if server_round == 0:
@@ -215,13 +217,15 @@ class FederatedRun:
 
     # ------------------------------------------------------------------ records
     def _close_round(self, number: int, strategy: Any) -> None:
-        now = wire.read(Path(self.plan.wire_path))
-        before = self._round_start["wire"]
-        up = sum(v["up"] - before.get(k, {}).get("up", 0) for k, v in now.items())
-        down = sum(v["down"] - before.get(k, {}).get("down", 0) for k, v in now.items())
+        now = wire.read(Path(self.plan.wire_path)) if self.plan.wire_path else {}
         rec = dict(getattr(strategy_core(strategy), "pending", {}))
-        rec.update({"event": "round", "round": number, "bytes_up": up, "bytes_down": down,
+        rec.update({"event": "round", "round": number,
                     "seconds": round(time.time() - self._round_start["time"], 3)})
+        if self.plan.wire_path:  # "": no relays (an external SuperLink), bytes not measured
+            before = self._round_start["wire"]
+            rec["bytes_up"] = sum(v["up"] - before.get(k, {}).get("up", 0) for k, v in now.items())
+            rec["bytes_down"] = sum(v["down"] - before.get(k, {}).get("down", 0)
+                                    for k, v in now.items())
         if self.plan.privacy:
             rec["epsilon"] = epsilon(self.plan, number)
         self.log.write(rec)

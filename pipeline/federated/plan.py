@@ -18,7 +18,7 @@ from typing import Any
 class Plan:
     clients: list[str]
     out_dir: str
-    wire_path: str
+    wire_path: str  # the relays' counters (processes.Federation); "": not measured
     fn: dict[str, Any]  # local.FnSpec as a dict
     settings: dict[str, Any]  # local.Settings as a dict
     rounds: int = 5

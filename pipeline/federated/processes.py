@@ -8,7 +8,10 @@ its own FLWR_HOME. A run is submitted with `flwr run <app> <connection>` (the co
 the CLI's own FLWR_HOME/config.toml) and followed with `flwr ls --format json`.
 
 Every SuperNode reaches the SuperLink through its own counting relay (pipeline.federated.wire),
-so bytes per client are measured on the wire. Processes start in their own sessions on free
+so bytes per client are measured on the wire. `Control` is the CLI side alone (submit, status,
+logs) for a SuperLink at any address: `Federation` is one, and `baton run --superlink HOST:PORT`
+uses one for a SuperLink this process did not start (a Kubernetes Service), where there are no
+relays and no bytes are counted. Processes start in their own sessions on free
 127.0.0.1 ports and are stopped by process group (and their descendants, which the daemons
 spawn), SIGTERM then SIGKILL: nothing is left behind.
 """
@@ -147,13 +150,78 @@ def _wait(predicate: Any, timeout: float, what: str, proc: Proc | None = None) -
                      + (f"; {proc.name}'s log: {proc.tail(800)}" if proc else ""))
 
 
-class Federation:
+class Control:
+    """The Flower CLI's view of a SuperLink at `address` (HOST:PORT of its Control API): submit
+    a run, ask its status, read its logs. Nothing is started: the SuperLink may be this
+    machine's (Federation) or another one's (`baton run --superlink`, the k8s Service)."""
+
+    def __init__(self, work: Path, address: str) -> None:
+        self.work, self.address = work, address
+
+    def wait_reachable(self, timeout: float) -> None:
+        """Until the SuperLink accepts a TCP connection at `address` (StageError after `timeout`)."""
+        host, _, port = self.address.rpartition(":")
+        deadline = time.time() + timeout
+        while True:
+            try:
+                socket.create_connection((host.strip("[]"), int(port)), 5).close()
+                return
+            except OSError as exc:
+                if time.time() > deadline:
+                    raise StageError(f"federated: no SuperLink answers at {self.address} within "
+                                     f"{timeout:.0f} s ({exc})") from None
+                time.sleep(1.0)
+
+    def submit(self, plan_path: Path) -> int:
+        app = self.work / "app"
+        app.mkdir(parents=True, exist_ok=True)
+        (app / "pyproject.toml").write_text(APP_PYPROJECT)
+        home = self.work / "home" / "cli"
+        home.mkdir(parents=True, exist_ok=True)
+        (home / "config.toml").write_text(
+            f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
+            f'address = "{self.address}"\ninsecure = true\n')
+        res = self._flwr("run", str(app), CONNECTION, "--format", "json", "--run-config",
+                         f'baton-plan="{plan_path}"')
+        try:
+            return int(json.loads(res[res.index("{"):])["run-id"])
+        except (ValueError, KeyError) as exc:
+            raise StageError(f"federated: flwr run gave no run id: {res[-1500:]}") from exc
+
+    def _flwr(self, *args: str, timeout: float = 120) -> str:
+        try:
+            proc = subprocess.run([_bin("flwr"), *args],
+                                  env=flower_env(self.work / "home" / "cli"),
+                                  capture_output=True, text=True, timeout=timeout,
+                                  stdin=subprocess.DEVNULL)
+        except subprocess.TimeoutExpired as exc:
+            raise StageError(f"federated: flwr {args[0]} got no answer from the SuperLink at "
+                             f"{self.address} within {timeout:.0f} s") from exc
+        if proc.returncode != 0:
+            raise StageError(f"federated: flwr {args[0]} failed ({proc.returncode}): "
+                             f"{(proc.stdout + proc.stderr)[-1500:]}")
+        return proc.stdout
+
+    def status(self, run_id: int) -> str:
+        out = self._flwr("ls", CONNECTION, "--run-id", str(run_id), "--format", "json")
+        runs = json.loads(out[out.index("{"):]).get("runs", [])
+        return str(runs[0].get("status", "")) if runs else ""
+
+    def logs_of(self, run_id: int) -> str:
+        try:
+            return self._flwr("log", str(run_id), CONNECTION, "--show", timeout=60)
+        except (StageError, subprocess.TimeoutExpired):
+            return ""
+
+
+class Federation(Control):
     """The SuperLink, the SuperNodes (one per client data directory) and the relays."""
 
     def __init__(self, work: Path, clients: dict[str, Path], start_timeout: float = 120) -> None:
-        self.work, self.clients, self.timeout = work, clients, start_timeout
+        port = free_port()
+        super().__init__(work, f"127.0.0.1:{port}")
+        self.clients, self.timeout, self.port = clients, start_timeout, port
         self.logs = work / "logs"
-        self.port = free_port()
         self.relays = wire.Relays(("127.0.0.1", self.port), work / "wire.json")
         self.superlink: Proc | None = None
         self.nodes: dict[str, Proc] = {}
@@ -186,42 +254,6 @@ class Federation:
             "--node-config", f"data-dir='{data}' client='{name}'"],
             flower_env(self.work / "home" / f"node-{name}"), self.logs)
         return self.nodes[name]
-
-    def submit(self, plan_path: Path) -> int:
-        app = self.work / "app"
-        app.mkdir(exist_ok=True)
-        (app / "pyproject.toml").write_text(APP_PYPROJECT)
-        home = self.work / "home" / "cli"
-        home.mkdir(parents=True, exist_ok=True)
-        (home / "config.toml").write_text(
-            f'[superlink]\ndefault = "{CONNECTION}"\n\n[superlink.{CONNECTION}]\n'
-            f'address = "127.0.0.1:{self.port}"\ninsecure = true\n')
-        res = self._flwr("run", str(app), CONNECTION, "--format", "json", "--run-config",
-                         f'baton-plan="{plan_path}"')
-        try:
-            return int(json.loads(res[res.index("{"):])["run-id"])
-        except (ValueError, KeyError) as exc:
-            raise StageError(f"federated: flwr run gave no run id: {res[-1500:]}") from exc
-
-    def _flwr(self, *args: str, timeout: float = 120) -> str:
-        proc = subprocess.run([_bin("flwr"), *args], env=flower_env(self.work / "home" / "cli"),
-                              capture_output=True, text=True, timeout=timeout,
-                              stdin=subprocess.DEVNULL)
-        if proc.returncode != 0:
-            raise StageError(f"federated: flwr {args[0]} failed ({proc.returncode}): "
-                             f"{(proc.stdout + proc.stderr)[-1500:]}")
-        return proc.stdout
-
-    def status(self, run_id: int) -> str:
-        out = self._flwr("ls", CONNECTION, "--run-id", str(run_id), "--format", "json")
-        runs = json.loads(out[out.index("{"):]).get("runs", [])
-        return str(runs[0].get("status", "")) if runs else ""
-
-    def logs_of(self, run_id: int) -> str:
-        try:
-            return self._flwr("log", str(run_id), CONNECTION, "--show", timeout=60)
-        except (StageError, subprocess.TimeoutExpired):
-            return ""
 
     def stop(self) -> None:
         for proc in self.nodes.values():

@@ -13,6 +13,14 @@ Clients:
   `partition: {by: <column>} | {dirichlet: <alpha>} | {iid: true}`; each part is written to
   its own client directory before training starts (pipeline.dataplane.partition).
 
+An external federation: with `baton run --superlink HOST:PORT` (ctx.options.superlink) the
+stage starts no SuperLink or SuperNode; it writes a rehearsal's silos to the stable
+`<run dir>/<stage>.federation/clients/client-<i>` (schema.json last: the SuperNodes wait for it),
+the plan there with the ServerApp's output directory beside it (`server/`, on the volume the
+SuperLink shares), submits to that SuperLink, follows and publishes as usual. Bytes on the wire
+are not counted there (no relays): the round records have no bytes fields. This is what the
+Kubernetes run Job runs (k8s.federated).
+
 Faults: a client that dies or answers after `round_timeout_s` is left out of the round, which
 completes when at least `min_clients` answered; `--inject-failure client:1@round:2` SIGKILLs
 client 1's SuperNode when round 2 starts, `server@round:2` kills the SuperLink and its
@@ -39,6 +47,7 @@ CODE_DEPS = ("baton.pipeline.federated", "baton.graphs.column_kinds", "baton.gra
              "baton.graphs.models", "baton.graphs.model_fn", "baton.graphs.objectives",
              "baton.pipeline.dataplane.partition")
 CACHEABLE = True
+FEDERATION_SUFFIX = ".federation"  # <run dir>/<stage>.federation: an external federation's files
 _FAULT = re.compile(r"^(?:client:(?P<client>\d+)|(?P<server>server))@round:(?P<round>\d+)$")
 
 
@@ -145,6 +154,10 @@ def check_options(config: Config, options: Any, stage: Any, spec: Any) -> list[s
         parse_fault(options.inject_failure, n)
     except ValueError as exc:
         return [str(exc)]
+    if options.inject_failure and getattr(options, "superlink", None):
+        return ["inject-failure kills a SuperNode or the SuperLink this stage started, and with "
+                "--superlink it starts none; rehearse faults on a local federation. Received: "
+                f"{options.inject_failure!r} with --superlink {options.superlink}"]
     return []
 
 
@@ -185,7 +198,13 @@ def _silo_path(silo: Silo, spec_dir: Path | None) -> Path:
     return p if p.is_absolute() or spec_dir is None else (spec_dir / p)
 
 
-def _clients(ctx: StageContext, config: Config) -> dict[str, Path]:
+def federation_dir(ctx: StageContext) -> Path:
+    """An external federation's files, outside the stage's temporary directory (which is renamed
+    when the stage ends): `<run dir>/<stage>.federation/` (k8s.federated.federation_dir)."""
+    return ctx.run_dir / f"{ctx.stage}{FEDERATION_SUFFIX}"
+
+
+def _clients(ctx: StageContext, config: Config, external: bool = False) -> dict[str, Path]:
     from baton.pipeline.dataplane import partition as P
     from baton.pipeline.dataplane.schema_file import ExamplesSchema
 
@@ -193,6 +212,9 @@ def _clients(ctx: StageContext, config: Config) -> dict[str, Path]:
         out = {}
         for silo in config.clients:
             path = _silo_path(silo, ctx.spec_dir)
+            if external:  # the silo is on its SuperNode's machine, not necessarily here
+                out[silo.name] = path
+                continue
             if not (path / "schema.json").is_file() or not any((path / "train").glob("*")):
                 raise StageError(f"federated.clients.{silo.name}: no examples at {path} "
                                  "(expected schema.json and train/ shards of an ingest run)")
@@ -207,35 +229,70 @@ def _clients(ctx: StageContext, config: Config) -> dict[str, Path]:
     if part.by and len(names) != config.clients:
         raise StageError(f"federated.partition.by {part.by!r} makes {len(names)} clients "
                          f"({names}); clients is {config.clients}")
-    root = ctx.work_dir / "clients"
-    shutil.rmtree(root, ignore_errors=True)
-    counts = P.split(examples, [root / n for n in names], partition)
+    root = (federation_dir(ctx) if external else ctx.work_dir) / "clients"
+    # an external federation's SuperNodes were set up from `clients: N` alone (the Kubernetes
+    # manifests), so its silos are client-0 ... client-N-1 whatever the partition calls them
+    dirs = [f"client-{i}" for i in range(len(names))] if external else names
+    if external:
+        _empty_silos(root, dirs)
+    else:
+        shutil.rmtree(root, ignore_errors=True)
+    counts = P.split(examples, [root / d for d in dirs], partition)
     ctx.log(f"partition {partition.describe()}: " + ", ".join(
-        f"{n} {counts[n].get('train', 0)}/{counts[n].get('eval', 0)}" for n in names)
-        + " train/eval rows")
-    return {n: root / n for n in names}
+        f"{d}{f' ({n})' if d != n else ''} {counts[n].get('train', 0)}/"
+        f"{counts[n].get('eval', 0)}" for d, n in zip(dirs, names, strict=True))
+        + " train/eval rows" + (f" in {root}" if external else ""))
+    return {d: root / d for d in dirs}
+
+
+def _empty_silos(root: Path, dirs: list[str]) -> None:
+    """Empty each silo directory but keep the directory itself: a SuperNode pod may already
+    have it mounted (a subPath is a bind mount of that very directory, and one removed and
+    created again would leave the pod looking at the deleted one, waiting forever)."""
+    for d in dirs:
+        silo = root / d
+        silo.mkdir(parents=True, exist_ok=True)
+        for child in silo.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
 
 
 def run(ctx: StageContext, config: Config) -> None:
     from baton.pipeline.dataplane.schema_file import ExamplesSchema
     from baton.pipeline.federated.local import FnSpec
     from baton.pipeline.federated.plan import Plan, RoundLog
-    from baton.pipeline.federated.processes import Federation
+    from baton.pipeline.federated.processes import Control, Federation
 
-    clients = _clients(ctx, config)
+    external = ctx.options.superlink
+    clients = _clients(ctx, config, external=bool(external))
     fault = parse_fault(ctx.options.inject_failure, len(clients))
-    schema = ExamplesSchema.load(next(iter(clients.values())))
+    if fault and external:  # check_options refuses it first; this is the stage's own guard
+        raise StageError("federated: inject-failure kills processes this stage started; with "
+                         f"--superlink it starts none. Received: {ctx.options.inject_failure!r}")
     spec_dir = str(ctx.spec_dir) if ctx.spec_dir else None
     if config.transform.preprocessing_fn:
         fn = FnSpec(preprocessing_fn=config.transform.preprocessing_fn, search_dir=spec_dir)
     else:
-        fn = FnSpec(columns=plan_columns(config.transform, schema))
-    work = ctx.work_dir / "federation"
-    shutil.rmtree(work, ignore_errors=True)
+        first = next(iter(clients.values()))
+        if not (first / "schema.json").is_file():  # only an external federation's real silos
+            raise StageError(
+                "federated.transform.preprocessing_fn: the column plan needs a client's "
+                f"schema.json, which is not readable here ({first / 'schema.json'}) with "
+                f"--superlink {external}; give transform.preprocessing_fn or make one silo's "
+                "schema.json readable at its examples path. Received: no preprocessing_fn")
+        fn = FnSpec(columns=plan_columns(config.transform, ExamplesSchema.load(first)))
+    work = federation_dir(ctx) if external else ctx.work_dir / "federation"
+    if external:  # keep the silos (the SuperNodes read them); a fresh server directory
+        shutil.rmtree(work / "server", ignore_errors=True)
+    else:
+        shutil.rmtree(work, ignore_errors=True)
     server = work / "server"
     server.mkdir(parents=True)
     plan = Plan(
-        clients=list(clients), out_dir=str(server), wire_path=str(work / "wire.json"),
+        clients=list(clients), out_dir=str(server),
+        wire_path="" if external else str(work / "wire.json"),
         fn=fn.to_dict(),
         settings={"model": config.model, "model_params": dict(config.model_params),
                   "batch_size": config.batch_size, "learning_rate": config.learning_rate,
@@ -248,8 +305,19 @@ def run(ctx: StageContext, config: Config) -> None:
         privacy=dataclasses.asdict(config.privacy) if config.privacy else {}, edge=config.edge)
     plan_path = plan.save(work / "plan.json")
     log = RoundLog(server / "rounds.jsonl")
-    fed = Federation(work, clients)
     started = time.perf_counter()
+    if external:
+        control = Control(ctx.work_dir / "flwr", external)
+        ctx.log(f"external SuperLink at {external}: no SuperLink or SuperNode started here; "
+                f"plan {plan_path}; bytes on the wire are not counted (no relays between the "
+                "SuperNodes and the SuperLink), so the rounds have no bytes fields")
+        control.wait_reachable(timeout=120)
+        run_id = control.submit(plan_path)
+        ctx.log(f"run {run_id} submitted to {external}")
+        _follow(ctx, control, run_id, plan_path, log, None, len(clients))
+        _publish(ctx, server, log, config, time.perf_counter() - started)
+        return
+    fed = Federation(work, clients)
     try:
         fed.start()
         ctx.log(f"{len(clients)} SuperNodes connected to the SuperLink on 127.0.0.1:{fed.port}")
@@ -264,7 +332,7 @@ def _follow(ctx: StageContext, fed: Any, run_id: int, plan_path: Path, log: Any,
             fault: tuple[str, int, int] | None, clients: int) -> None:
     """Wait for the run; inject the fault at its round; resume after a server restart."""
     seen = 0
-    names = list(fed.clients)
+    names = list(getattr(fed, "clients", ()))  # a Federation's (the fault needs processes)
     while True:
         records = log.read()
         for rec in records[seen:]:
@@ -303,8 +371,9 @@ def _say(ctx: StageContext, rec: dict[str, Any]) -> None:
         eps = f", epsilon {rec['epsilon']:.3f}" if "epsilon" in rec else ""
         ctx.log(f"round {rec['round']}: {len(rec.get('clients', []))} clients "
                 f"{rec.get('clients')}, loss {rec.get('loss', float('nan')):.4f}, {metric}, "
-                f"{rec['bytes_up']:,} B up / {rec['bytes_down']:,} B down{eps}, "
-                f"{rec['seconds']:.1f} s")
+                + (f"{rec['bytes_up']:,} B up / {rec['bytes_down']:,} B down"
+                   if "bytes_up" in rec else "bytes not measured")
+                + f"{eps}, {rec['seconds']:.1f} s")
     elif rec.get("event") == "edge":
         for name, r in rec["clients"].items():
             key = "accuracy" if "edge_accuracy" in r else "mse"
@@ -331,13 +400,13 @@ def _publish(ctx: StageContext, server: Path, log: Any, config: Config, seconds:
         shutil.copyfile(server / "edge" / "model.tflite", ctx.output("model") / "model.tflite")
     shutil.copytree(graph, ctx.output("transform_graph"), dirs_exist_ok=True)
     last = rounds[-1]
-    traffic = [r["bytes_up"] + r["bytes_down"] for r in rounds]
     numbers: dict[str, Any] = {
         "rounds": len(rounds), "clients": len(config.clients) if not isinstance(
-            config.clients, int) else config.clients,
-        "bytes_per_round": round(sum(traffic) / len(traffic)),
-        "bytes_up_per_round": round(sum(r["bytes_up"] for r in rounds) / len(rounds)),
-        "seconds": round(seconds, 3)}
+            config.clients, int) else config.clients, "seconds": round(seconds, 3)}
+    if all("bytes_up" in r for r in rounds):  # absent with --superlink: no relays counted them
+        traffic = [r["bytes_up"] + r["bytes_down"] for r in rounds]
+        numbers["bytes_per_round"] = round(sum(traffic) / len(traffic))
+        numbers["bytes_up_per_round"] = round(sum(r["bytes_up"] for r in rounds) / len(rounds))
     for key in ("accuracy", "mse", "loss", "epsilon"):
         if key in last:
             numbers[key] = round(float(last[key]), 6)
