@@ -77,6 +77,12 @@ class Timed(SecAggPlusWorkflow):
             if not ok:
                 self.halted = name
                 break
+            if name in ("setup", "share_keys"):
+                # A client gone before its key shares reached the others holds no mask in
+                # anyone's vector: it is out of the round, not a dropout to unmask. Flower
+                # 1.42 counts it as dead at unmask and asks the others for shares of its key
+                # they never received (KeyError on every client, the round lost).
+                state.sampled_node_ids = set(state.active_node_ids)
         self.shares, self.threshold = state.num_shares, state.threshold
 
 

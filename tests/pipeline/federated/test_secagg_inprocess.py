@@ -65,24 +65,37 @@ def _clients(weights, examples):
 
 
 class Grid:
-    def __init__(self, call):
-        self.call = call
+    """Delivers each message to its client; `dead` (node, from which SecAgg+ step on, 0-3)
+    answers with an error from then on, as the SuperLink does for a node that died."""
+
+    def __init__(self, call, dead=None):
+        self.call, self.dead, self.step = call, dead, -1
 
     def send_and_receive(self, messages, *, timeout=None):
         import copy
 
+        from flwr.app import Error, Message
+
+        self.step += 1
         out = []
         for m in messages:  # each one its own copy, as it would be on the wire (the
             m.content = copy.deepcopy(m.content)  # workflow shares one content between them)
-            out.append(self.call(m))
+            if self.dead and m.metadata.dst_node_id == self.dead[0] and \
+                    self.step >= self.dead[1]:
+                out.append(Message(Error(code=0, reason="node died"), reply_to=m))
+            else:
+                out.append(self.call(m))
         return out
 
 
-@pytest.mark.parametrize("clip", [None, 0.01])
+@pytest.mark.parametrize(("clip", "dead"), [(None, None), (0.01, None), (None, (33, 0)),
+                                            (None, (33, 1)), (None, (33, 2))])
 def test_secagg_round_gives_fedavg_s_weights_and_the_server_sees_masks(tmp_path, monkeypatch,
-                                                                       clip):
+                                                                       clip, dead):
     """With privacy (noise 0 here, so the result is exact), each client clips its update to
-    clip_norm inside the SecAgg+ mod before it is masked."""
+    clip_norm inside the SecAgg+ mod before it is masked. A client that dies at setup, at
+    the key shares or before its masked vector (its masks are removed with the others'
+    shares) leaves the FedAvg of the other two."""
     from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
     from flwr.server.client_manager import SimpleClientManager
     from flwr.server.client_proxy import ClientProxy
@@ -128,12 +141,14 @@ def test_secagg_round_gives_fedavg_s_weights_and_the_server_sees_masks(tmp_path,
                                                                    Key.START_TIME: 0.0})
     ctx.state.array_records[MAIN_PARAMS_RECORD] = ArrayRecord(weights)
     workflow = secagg.Timed(1.0, 0.67, max_weight=134.0, timeout=10)
-    grid = secagg.Watched(Grid(call))
+    grid = secagg.Watched(Grid(call, dead))
     workflow(grid, ctx)
 
     assert workflow.halted is None and mean.result is not None
     assert (workflow.shares, workflow.threshold) == (3, 2)
-    assert grid.masked == 3 and grid.unmasked_arrays == 0
+    live = {n: r for n, r in examples.items() if not dead or n != dead[0]}
+    assert grid.masked == len(live) and grid.unmasked_arrays == 0
+    examples = live
     total = sum(examples.values())
 
     def update(node):
@@ -150,5 +165,5 @@ def test_secagg_round_gives_fedavg_s_weights_and_the_server_sees_masks(tmp_path,
         # 2**22 levels over [-8, 8]: a step of 4e-6 per client
         np.testing.assert_allclose(got, want, atol=3e-5)
         assert got.dtype == want.dtype
-    assert core.pending["clients"] == ["a", "b", "c"]
+    assert core.pending["clients"] == ["a", "b", "c"][:len(live)]
     assert core.pending["train_loss"] == pytest.approx(0.5)
