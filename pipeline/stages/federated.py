@@ -13,6 +13,10 @@ Clients:
   `partition: {by: <column>} | {dirichlet: <alpha>} | {iid: true}`; each part is written to
   its own client directory before training starts (pipeline.dataplane.partition).
 
+Privacy: `privacy` (client-level DP, Flower's wrappers) and `secure_aggregation` (Flower's
+SecAgg+: the server learns the sum of a round's updates, no single one; pipeline.federated.
+secagg); settings that cannot run with SecAgg+ are config errors (exit 2) here.
+
 Faults: a client that dies or answers after `round_timeout_s` is left out of the round, which
 completes when at least `min_clients` answered; `--inject-failure client:1@round:2` SIGKILLs
 client 1's SuperNode when round 2 starts, `server@round:2` kills the SuperLink and its
