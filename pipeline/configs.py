@@ -108,8 +108,10 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
                 errors.append(exc)
                 if isinstance(arg, type) and dataclasses.is_dataclass(arg):
                     inside.append(exc)
-        if len(inside) == 1 and isinstance(value, Mapping):  # `Settings | None` or `bool |
-            raise inside[0]  # Settings`: say what is wrong inside, not only that it is not one
+        if len(errors) == 1 and isinstance(value, Mapping):  # `Settings | None`: say what
+            raise errors[0]  # is wrong inside the mapping, not only that it is not a Settings
+        if len(inside) == 1 and isinstance(value, Mapping):  # `bool | Settings`: the same
+            raise inside[0]
         raise ConfigError(path, f"expected {_name(tp)}. Received: {_show(value)}")
     if origin is typing.Literal:
         if value in args:
