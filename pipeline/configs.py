@@ -98,6 +98,7 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
         if value is None and type(None) in args:
             return None
         errors = []
+        inside = []  # what was wrong inside a mapping given for a settings dataclass
         for arg in args:
             if arg is type(None):
                 continue
@@ -105,8 +106,12 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
                 return _convert(arg, value, path)
             except ConfigError as exc:
                 errors.append(exc)
+                if isinstance(arg, type) and dataclasses.is_dataclass(arg):
+                    inside.append(exc)
         if len(errors) == 1 and isinstance(value, Mapping):  # `Settings | None`: say what
             raise errors[0]  # is wrong inside the mapping, not only that it is not a Settings
+        if len(inside) == 1 and isinstance(value, Mapping):  # `bool | Settings`: the same
+            raise inside[0]
         raise ConfigError(path, f"expected {_name(tp)}. Received: {_show(value)}")
     if origin is typing.Literal:
         if value in args:

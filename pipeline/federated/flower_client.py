@@ -12,6 +12,9 @@ its name (`client`). Messages from the server:
 - train: the global weights in, `local_epochs` of training, the updated weights out. With
   `compression` set, `compression_mod` sends the update compressed instead (error feedback in
   `context.state`); with privacy on, Flower's `fixedclipping_mod` clips it first;
+- train under `secure_aggregation` (Flower's SecAgg+, four train messages a round):
+  `secagg_mod` runs Flower's secaggplus_mod; in its third stage the train handler runs and
+  the update leaves the node masked, summed with the others' before the server can read it;
 - evaluate: loss and accuracy (or mse) of the global weights on the node's eval rows;
 - query `edge`: the same for the TFLite edge model the server converted (on-device check).
 
@@ -192,7 +195,43 @@ def dp_clipping_mod(msg: Message, context: Context, call_next: Any) -> Message:
     return call_next(msg, context)
 
 
-@app.train(mods=[downlink_mod, compression_mod, dp_clipping_mod])
+def secagg_mod(msg: Message, context: Context, call_next: Any) -> Message:
+    """Flower's secaggplus_mod for the train messages of a secure-aggregation round (they
+    carry its `secagg` record); any other train message passes by.
+
+    SecAgg+ speaks Flower's legacy layout (fitins in, fitres out): inside it, the message is
+    turned into the layout the other mods and the train handler read, and the reply into a
+    fitres whose parameters are the update (trained - received weights; clipped first by
+    dp_clipping_mod when privacy is on). secaggplus_mod quantizes it, adds the masks and
+    clears the arrays: only the masked vector leaves the node."""
+    from flwr.client.mod import secaggplus_mod
+    from flwr.common.secure_aggregation.secaggplus_constants import RECORD_KEY_CONFIGS
+
+    if RECORD_KEY_CONFIGS not in msg.content.config_records:
+        return call_next(msg, context)
+
+    def legacy(inner: Message, ctx: Context) -> Message:
+        from flwr.common import Code, FitRes, Status, ndarrays_to_parameters
+        from flwr.common import parameters_to_ndarrays as to_arrays
+        from flwr.compat.common import recorddict_compat as compat
+
+        fitins = compat.recorddict_to_fitins(inner.content, keep_input=True)
+        received = to_arrays(fitins.parameters)
+        inner.content = RecordDict({"arrays": ArrayRecord(received),
+                                    "config": ConfigRecord(dict(fitins.config))})
+        reply = call_next(inner, ctx)
+        if reply.has_error():
+            return reply
+        update = [t - r for t, r in zip(_arrays(reply), received, strict=True)]
+        metrics = cast(Any, reply.content["metrics"])
+        res = FitRes(Status(Code.OK, ""), ndarrays_to_parameters(update),
+                     int(metrics["num-examples"]), {"train_loss": float(metrics["train_loss"])})
+        return Message(content=compat.fitres_to_recorddict(res, keep_input=False), reply_to=inner)
+
+    return cast(Message, secaggplus_mod(msg, context, legacy))
+
+
+@app.train(mods=[secagg_mod, downlink_mod, compression_mod, dp_clipping_mod])
 def train(msg: Message, context: Context) -> Message:
     local = _local(context)
     cfg = _config(msg)

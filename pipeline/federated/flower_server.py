@@ -10,7 +10,9 @@ settings, the algorithm, where outputs go). In order:
    (pipeline.federated.server.federated_transform); the `transform_graph` is written, and
    every client gets its analyzer values (`setup`);
 3. training: Flower's FedAvg, FedProx or FedAdam strategy (`strategy.start`), under Flower's
-   client-side fixed-clipping DP wrapper when `privacy` is set; each round's global weights are
+   client-side fixed-clipping DP wrapper when `privacy` is set; with `secure_aggregation`,
+   round by round through Flower's SecAgg+ workflow (pipeline.federated.secagg), so only the
+   sum of the updates reaches this process; each round's global weights are
    checkpointed, and the round's record (clients that trained, loss, weighted federated
    accuracy or mse, bytes up and down on the wire when the plan has relays' `wire_path`,
    epsilon) is appended to `rounds.jsonl`;
@@ -42,12 +44,12 @@ app = ServerApp()
 @app.main()
 def main(grid: Grid, context: Context) -> None:
     plan = Plan.load(Path(str(context.run_config["baton-plan"])))
-    FederatedRun(plan, grid).run()
+    FederatedRun(plan, grid, context).run()
 
 
 class FederatedRun:
-    def __init__(self, plan: Plan, grid: Grid) -> None:
-        self.plan, self.grid = plan, grid
+    def __init__(self, plan: Plan, grid: Grid, context: Context | None = None) -> None:
+        self.plan, self.grid, self.context = plan, grid, context
         self.out = Path(plan.out_dir)
         self.log = RoundLog(self.out / "rounds.jsonl")
         self.names: dict[int, str] = {}  # node id -> client name
@@ -106,6 +108,7 @@ class FederatedRun:
         self.log.write({"event": "setup", "clients": {r["client"]: {"train": r["train"],
                         "eval": r["eval"]} for r in replies}})
         self.initial = {r["node"]: r["initial"] for r in replies if r.get("initial")}
+        self.rows = {r["node"]: int(r["train"]) for r in replies}
         self._train(fn, resolved, label, start_round, weights)
 
     def _transform(self, fn: Any) -> Any:
@@ -184,7 +187,16 @@ class FederatedRun:
             self._close_round(number, strategy)
             return None
 
-        if rounds_left > 0:
+        if rounds_left > 0 and plan.secure_aggregation:
+            from baton.pipeline.federated import secagg
+
+            assert self.context is not None, "secure aggregation runs in the ServerApp"
+            # SecAgg+ scales each update by its examples / max_weight: the largest client's
+            # count keeps every scale <= 1 (no overflow) and the quantization as fine as it gets
+            model.set_weights(secagg.run_rounds(
+                self, strategy_core(strategy), self.context, model.get_weights(), rounds_left,
+                start_round, float(max(self.rows.values(), default=1)), after_round))
+        elif rounds_left > 0:
             result = strategy.start(
                 grid=self.grid, initial_arrays=ArrayRecord(model.get_weights()),
                 num_rounds=rounds_left, timeout=plan.round_timeout_s,
@@ -432,6 +444,7 @@ def save_model(model: Any, directory: Path, plan: Plan, records: list[dict[str, 
     info = {"strategy": f"federated/{plan.algorithm}", "model": plan.settings["model"],
             "rounds": len(rounds), "clients": plan.clients, "seconds": round(seconds, 3),
             "compression": plan.compression, "privacy": plan.privacy or None,
+            "secure_aggregation": plan.secure_aggregation or None,
             "user_modules": [], "code_dir": plan.settings.get("search_dir")}
     (tmp / "train_info.json").write_text(json.dumps(info, indent=1) + "\n")
     tmp.rename(directory)

@@ -32,6 +32,8 @@ class Plan:
     compression: str = "none"
     privacy: dict[str, Any] = dataclasses.field(default_factory=dict)
     edge: str = "off"  # or a TFLite variant of the edge stage's converter: float, dynamic
+    # stages.federated.SecureAggregation as a dict; empty: off
+    secure_aggregation: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def save(self, path: Path) -> Path:
         tmp = path.with_suffix(".tmp")

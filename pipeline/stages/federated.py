@@ -21,6 +21,10 @@ SuperLink shares), submits to that SuperLink, follows and publishes as usual. By
 are not counted there (no relays): the round records have no bytes fields. This is what the
 Kubernetes run Job runs (k8s.federated).
 
+Privacy: `privacy` (client-level DP, Flower's wrappers) and `secure_aggregation` (Flower's
+SecAgg+: the server learns the sum of a round's updates, no single one; pipeline.federated.
+secagg); settings that cannot run with SecAgg+ are config errors (exit 2) here.
+
 Faults: a client that dies or answers after `round_timeout_s` is left out of the round, which
 completes when at least `min_clients` answered; `--inject-failure client:1@round:2` SIGKILLs
 client 1's SuperNode when round 2 starts, `server@round:2` kills the SuperLink and its
@@ -80,6 +84,46 @@ class Privacy:
 
 
 @dataclasses.dataclass(frozen=True)
+class SecureAggregation:
+    """Flower's SecAgg+ settings (`secure_aggregation: true` takes these defaults).
+
+    num_shares and reconstruction_threshold are counts (int) or fractions (float) as Flower
+    reads them: 1.0 shares each client's secrets with every other sampled client (plain SecAgg,
+    right for the 2-10 clients of a silo federation); a threshold of 0.67 of the shares lets a
+    round survive a third of its clients dropping out after they sent keys, while fewer than
+    that many colluding clients (with the server) learn nothing about one client's update.
+    clipping_range bounds each coordinate of a client's update (trained - received weights,
+    scaled by its examples / the largest client's) before it is quantized to
+    quantization_range levels; the masked sums live modulo 2**32."""
+
+    num_shares: int | float = 1.0
+    reconstruction_threshold: int | float = 0.67
+    clipping_range: float = 8.0
+    quantization_range: int = 2**22
+
+    def __post_init__(self) -> None:
+        for name in ("num_shares", "reconstruction_threshold"):
+            v = getattr(self, name)
+            if isinstance(v, float) and not 0 < v <= 1:
+                raise ValueError(f"secure_aggregation.{name} as a fraction must be in (0, 1]. "
+                                 f"Received: {v}")
+        if isinstance(self.num_shares, int) and self.num_shares < 3:
+            raise ValueError("secure_aggregation.num_shares as a count must be at least 3 "
+                             f"(Flower's SecAgg+), or a fraction like 1.0. Received: "
+                             f"{self.num_shares}")
+        if isinstance(self.reconstruction_threshold, int) and (
+                self.reconstruction_threshold < 2 or isinstance(self.num_shares, int)
+                and self.reconstruction_threshold >= self.num_shares):
+            raise ValueError("secure_aggregation.reconstruction_threshold as a count must be at "
+                             "least 2 and below num_shares. Received: "
+                             f"{self.reconstruction_threshold} (num_shares {self.num_shares})")
+        if not self.clipping_range > 0 or not 0 < self.quantization_range < 2**31:
+            raise ValueError("secure_aggregation.clipping_range must be > 0 and "
+                             "quantization_range in (0, 2**31). Received: "
+                             f"{self.clipping_range}, {self.quantization_range}")
+
+
+@dataclasses.dataclass(frozen=True)
 class Config:
     clients: int | list[Silo] = 2
     partition: PartitionSettings | None = None
@@ -93,6 +137,8 @@ class Config:
     round_timeout_s: float = 120.0
     compression: Literal["none", "fp16", "int8"] = "none"
     privacy: Privacy | None = None
+    # Flower's SecAgg+: the server sees only the sum of the round's updates (docs/federated.md)
+    secure_aggregation: bool | SecureAggregation = False
     # release the final model to the clients as the edge stage's TFLite variant, measured on
     # each client's eval rows beside the cloud model
     edge: Literal["off", "float", "dynamic"] = "off"
@@ -129,6 +175,40 @@ class Config:
         if self.partition is not None and not isinstance(self.clients, int):
             raise ValueError("partition rehearses silos from one examples input; with clients "
                              "listed (real silos) leave it out")
+        if self.secagg is not None:
+            self._check_secagg(self.secagg, n)
+
+    @property
+    def secagg(self) -> SecureAggregation | None:
+        """The SecAgg+ settings, or None when secure aggregation is off."""
+        if isinstance(self.secure_aggregation, SecureAggregation):
+            return self.secure_aggregation
+        return SecureAggregation() if self.secure_aggregation else None
+
+    def _check_secagg(self, sa: SecureAggregation, n: int) -> None:
+        """The combinations SecAgg+ cannot run, refused before any stage starts."""
+        if self.compression != "none":
+            raise ValueError("secure_aggregation masks and sums integer-quantized updates "
+                             "itself; compressed (fp16/int8) updates cannot be summed under the "
+                             f"masks: set compression: none. Received: compression="
+                             f"{self.compression!r}")
+        if self.algorithm == "fedadam":
+            raise ValueError("secure_aggregation runs FedAvg's (or FedProx's) weighted mean; "
+                             "fedadam's server optimizer is not wired to it. Received: "
+                             f"algorithm={self.algorithm!r}")
+        if n < 2 or self.min_clients < 2:
+            raise ValueError("secure_aggregation needs at least 2 clients in every round (the "
+                             "sum of one update is that update): Received: clients="
+                             f"{n}, min_clients={self.min_clients}")
+        for name in ("num_shares", "reconstruction_threshold"):
+            v = getattr(sa, name)
+            if isinstance(v, int) and v > n:
+                raise ValueError(f"secure_aggregation.{name} ({v}) is above the number of "
+                                 f"clients ({n}). Received: {name}={v}")
+        if n * sa.quantization_range >= 2**32:
+            raise ValueError("secure_aggregation: clients x quantization_range must stay below "
+                             "2**32 (the masks' modulus) or the sum overflows. Received: "
+                             f"quantization_range={sa.quantization_range} with {n} clients")
 
 
 def parse_fault(text: str | None, clients: int) -> tuple[str, int, int] | None:
@@ -302,7 +382,8 @@ def run(ctx: StageContext, config: Config) -> None:
         proximal_mu=config.proximal_mu, server_learning_rate=config.server_learning_rate,
         fraction_fit=config.fraction_fit, min_clients=config.min_clients,
         round_timeout_s=config.round_timeout_s, compression=config.compression,
-        privacy=dataclasses.asdict(config.privacy) if config.privacy else {}, edge=config.edge)
+        privacy=dataclasses.asdict(config.privacy) if config.privacy else {}, edge=config.edge,
+        secure_aggregation=dataclasses.asdict(config.secagg) if config.secagg else {})
     plan_path = plan.save(work / "plan.json")
     log = RoundLog(server / "rounds.jsonl")
     started = time.perf_counter()
@@ -369,6 +450,11 @@ def _say(ctx: StageContext, rec: dict[str, Any]) -> None:
         metric = (f"accuracy {rec['accuracy']:.4f}" if "accuracy" in rec
                   else f"mse {rec.get('mse', float('nan')):.4f}")
         eps = f", epsilon {rec['epsilon']:.3f}" if "epsilon" in rec else ""
+        if "secure_aggregation" in rec:
+            sa = rec["secure_aggregation"]
+            eps += (f", SecAgg+: {sa['masked_vectors']} masked vectors, "
+                    f"{sa['unmasked_arrays_seen']} unmasked arrays, "
+                    f"{sa['overhead_seconds']:.1f} s in its key and unmask steps")
         ctx.log(f"round {rec['round']}: {len(rec.get('clients', []))} clients "
                 f"{rec.get('clients')}, loss {rec.get('loss', float('nan')):.4f}, {metric}, "
                 + (f"{rec['bytes_up']:,} B up / {rec['bytes_down']:,} B down"
@@ -411,4 +497,8 @@ def _publish(ctx: StageContext, server: Path, log: Any, config: Config, seconds:
         if key in last:
             numbers[key] = round(float(last[key]), 6)
     numbers["server_restarts"] = sum(1 for r in log.read() if r.get("event") == "resume")
+    secure = [r["secure_aggregation"] for r in rounds if "secure_aggregation" in r]
+    if secure:  # what SecAgg+'s own steps (keys, shares, unmasking) cost a round
+        numbers["secagg_seconds_per_round"] = round(
+            sum(s["overhead_seconds"] for s in secure) / len(secure), 3)
     ctx.record(**numbers)
