@@ -18,7 +18,7 @@ export PYTHONDONTWRITEBYTECODE =
 # detection, group restarts), and a third worker fills those waits (fresh clone, 2 cores:
 # pytest 12:29 with 3 workers against 16:00 with 2).
 TEST_WORKERS ?= 3
-PYTEST_ARGS := -n $(TEST_WORKERS) --dist loadfile
+PYTEST_ARGS := -n $(TEST_WORKERS) --dist loadfile --durations=25
 
 .PHONY: demo test test-fast lint bench venv clean
 
