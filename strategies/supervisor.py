@@ -44,6 +44,65 @@ from typing import IO
 KILL_WAIT_SECONDS = 5.0  # after SIGKILL: how long to wait for the kernel to end a process
 
 
+def descendants(pid: int) -> list[tuple[int, str]]:
+    """Every live descendant of `pid` as (pid, start time), read from /proc: also those that
+    left its process group for a session of their own (Flower's superexec and the app
+    processes it spawns do), which a signal to the group does not reach. The start time tells a
+    reused pid from the process seen here (`kill_leftovers`)."""
+    children: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{d}/stat").read_text()
+            ppid = int(stat[stat.rfind(")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(d))
+    out, todo = [], [pid]
+    while todo:
+        for c in children.get(todo.pop(), []):
+            started = _start_time(c)
+            if started:
+                out.append((c, started))
+            todo.append(c)
+    return out
+
+
+def _pgid(pid: int) -> int:
+    try:
+        return os.getpgid(pid)
+    except (ProcessLookupError, PermissionError):
+        return -1
+
+
+def _start_time(pid: int) -> str:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return ""
+    return stat[stat.rfind(")") + 2:].split()[19]
+
+
+def kill_leftovers(seen: Sequence[tuple[int, str]], wait: float = 2.0) -> list[int]:
+    """SIGKILL the processes of `seen` still alive after `wait` seconds (those that watch their
+    parent exit by themselves within it); a pid now held by another process is left alone.
+    Returns the pids killed."""
+    deadline = time.monotonic() + wait
+    alive = list(seen)
+    while alive and time.monotonic() < deadline:
+        alive = [(pid, st) for pid, st in alive if _start_time(pid) == st]
+        if alive:
+            time.sleep(0.1)
+    killed = []
+    for pid, st in alive:
+        if _start_time(pid) == st:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+                killed.append(pid)
+    return killed
+
+
 def exit_code(returncode: int) -> int:
     """Popen's -N for "killed by signal N" becomes the kubelet's 128+N (SIGKILL -> 137)."""
     return 128 - returncode if returncode < 0 else returncode
@@ -342,6 +401,10 @@ class ProcessGroup:
                 m.returncode = m.proc.returncode
                 continue
             targets.append(m)
+        # what each started outside its own group, seen before it goes: killed at the end if
+        # it outlives its parent (a member's group is killed with it, this is not)
+        escaped = [(pid, st) for m in targets if m.proc is not None
+                   for pid, st in descendants(m.proc.pid) if _pgid(pid) != m.proc.pid]
         begun = time.monotonic()
         for m in targets:
             m.stopping = True
@@ -356,6 +419,7 @@ class ProcessGroup:
             killed = time.monotonic()
             for m in left:
                 self._wait_exit(m, killed + KILL_WAIT_SECONDS)
+            kill_leftovers(escaped)
         return {m.name: m.returncode for m in targets}
 
     def _wait_exit(self, m: _Member, deadline: float) -> bool:

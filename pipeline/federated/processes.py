@@ -31,6 +31,7 @@ from typing import Any
 
 from baton.errors import StageError
 from baton.pipeline.federated import wire
+from baton.strategies.supervisor import descendants
 
 APP_PYPROJECT = """\
 [project]
@@ -74,22 +75,7 @@ def flower_env(home: Path, extra: dict[str, str] | None = None) -> dict[str, str
 
 
 def _descendants(pid: int) -> list[int]:
-    children: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{d}/stat").read_text()
-            ppid = int(stat[stat.rfind(")") + 2:].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(d))
-    out, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            out.append(c)
-            todo.append(c)
-    return out
+    return [p for p, _ in descendants(pid)]
 
 
 class Proc:

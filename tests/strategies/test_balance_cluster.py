@@ -1,6 +1,6 @@
 """`balance: auto` on a real 2-worker cluster with one worker slowed down from outside.
 
-The launcher stops and continues worker:1 on a duty cycle (running a third of the time) (--inject-slowdown); the workers
+The launcher stops and continues worker:1 on a duty cycle (running a fifth of the time; --inject-slowdown); the workers
 time their own passes and move rows of each global batch to worker:0. Multi-process, so slow
 and multi_worker; one cluster, a few dozen steps.
 """
@@ -37,14 +37,16 @@ def test_a_slowed_worker_gets_a_smaller_batch_and_the_global_batch_holds(
     log = io.StringIO()
     cfg = launcher.LaunchConfig(
         workers=2, strategy=job.strategy, max_restarts=0, state_dir=tmp_path / "state",
-        slowdown=parse_slowdown("worker:1@speed:0.34:10ms"),
+        # a fifth of the time: with the suite's other workers on the same 2 cores, a third was not
+        # slower than a worker that only gets its share of an oversubscribed CPU
+        slowdown=parse_slowdown("worker:1@speed:0.2:10ms"),
     )
     result = launcher.launch(
         cfg, lambda t: task_argv(tmp_path / "job.json", tmp_path / "out", tmp_path / "b"),
         stream=log,
     )
     assert result.ok, log.getvalue()[-3000:]
-    assert "slowing worker:1 down to 0.34" in log.getvalue()
+    assert "slowing worker:1 down to 0.2" in log.getvalue()
     info = json.loads((tmp_path / "out" / "model" / "train_info.json").read_text())
     assert info["steps"] == 40 and info["num_replicas"] == 2
     bal = info["balance"]
@@ -57,6 +59,6 @@ def test_a_slowed_worker_gets_a_smaller_batch_and_the_global_batch_holds(
     # Judged on the run as a whole (medians over the recorded points), not on its last chunk:
     # the suite shares 2 cores with other tests, which slows either worker at random.
     ratios = sorted(h["rows_per_sec"][0] / h["rows_per_sec"][1] for h in bal["history"])
-    assert ratios[len(ratios) // 2] > 1.3, bal  # about 3x at a third of the time running
+    assert ratios[len(ratios) // 2] > 1.3, bal  # about 5x at a fifth of the time running
     shares = sorted(h["batch"][0] for h in bal["history"][1:])
     assert shares[len(shares) // 2] > 512, bal  # the slowed worker trains on the smaller part

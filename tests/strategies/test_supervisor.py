@@ -205,6 +205,27 @@ def test_leftover_children_die_with_their_member(pids, tmp_path) -> None:
     _wait_gone(grandchild)
 
 
+def test_a_stopped_member_s_descendants_in_sessions_of_their_own_go_too(pids, tmp_path) -> None:
+    """A child that left its member's process group (start_new_session, as Flower's superexec
+    does) is beyond the group's SIGKILL: stop() ends it too when it outlives its parent; a
+    child that watches its parent and leaves by itself is not killed."""
+    spawn = (
+        "import subprocess, sys, pathlib; "
+        "p = subprocess.Popen([sys.executable, '-c', 'import signal, time; "
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(60)'], start_new_session=True); "
+        f"pathlib.Path({str(tmp_path)!r}, 'child').write_text(str(p.pid)); "
+        "import time; time.sleep(60)"
+    )
+    with ProcessGroup(grace=0.3, on_start=pids.on_start) as group:
+        group.start("m", Command([PY, "-c", spawn]))
+        _wait_for(tmp_path / "child")
+        child = int((tmp_path / "child").read_text())
+        pids.append(child)
+        assert os.getpgid(child) != group.pid("m")  # its own session: the group signal misses it
+        group.stop()
+        _wait_gone(child)
+
+
 def _wait_gone(pid: int, timeout: float = 5.0) -> None:
     deadline = time.monotonic() + timeout
     while _alive(pid):
