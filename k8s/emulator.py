@@ -29,11 +29,11 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from baton.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED
 from baton.k8s import tfconfig
 from baton.k8s.emulator_pods import (
     EmulationError,
     PodPlan,
+    controller_exit,
     deleted_on_signals,
     find_configmaps,
     plan_pod,
@@ -313,10 +313,7 @@ class Emulator:
     def run(self) -> int:
         with deleted_on_signals(self._on_signal):
             result = self._run()
-        if result == "Deleted":
-            assert self.signalled is not None
-            return EXIT_PREEMPTED if self.signalled == signal.SIGTERM else EXIT_INTERRUPTED
-        return EXIT_OK if result == "Succeeded" else EXIT_FAILED
+        return controller_exit(result, self.signalled)
 
     def _on_signal(self, signum: int) -> None:
         """SIGTERM/SIGINT: only noted here; the controller loop deletes the pods (`_loop`)."""

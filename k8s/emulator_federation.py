@@ -40,10 +40,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from baton.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED
 from baton.k8s.emulator_pods import (
     EmulationError,
     Step,
+    controller_exit,
     deleted_on_signals,
     find_configmaps,
     mount_dirs,
@@ -291,10 +291,7 @@ class FederationEmulator:
     def run(self) -> int:
         with deleted_on_signals(self._on_signal):
             result = self._run()
-        if result == "Deleted":
-            assert self.signalled is not None
-            return EXIT_PREEMPTED if self.signalled == signal.SIGTERM else EXIT_INTERRUPTED
-        return EXIT_OK if result == "Succeeded" and not self.problems else EXIT_FAILED
+        return controller_exit(result, self.signalled, ok=not self.problems)
 
     def _on_signal(self, signum: int) -> None:
         if self.signalled is None:

@@ -29,7 +29,14 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from baton.errors import EXIT_USAGE, BatonError
+from baton.errors import (
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_PREEMPTED,
+    EXIT_USAGE,
+    BatonError,
+)
 
 
 class EmulationError(BatonError, ValueError):
@@ -251,3 +258,12 @@ def deleted_on_signals(callback: Callable[[int], None]) -> Iterator[None]:
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
+
+
+def controller_exit(result: str, signalled: int | None, ok: bool = True) -> int:
+    """An emulation's exit code from how it ended: "Deleted" by SIGTERM (143) or SIGINT (130),
+    "Succeeded" (0 when `ok`), anything else failed (1)."""
+    if result == "Deleted":
+        assert signalled is not None
+        return EXIT_PREEMPTED if signalled == signal.SIGTERM else EXIT_INTERRUPTED
+    return EXIT_OK if result == "Succeeded" and ok else EXIT_FAILED

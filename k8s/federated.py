@@ -339,12 +339,7 @@ def build_run_job(opts: JobOptions, fed: Federation) -> dict:
     if gate:
         init.insert(0, gate)
     stage = {
-        "name": "baton",
-        "image": opts.image,
-        "imagePullPolicy": "IfNotPresent",
-        "command": command,
-        "args": args,
-        "env": pods.env(opts),
+        **pods.baton_container(opts, command, args),
         # a rehearsal partitions the examples here, then it only follows the run: CPU only,
         # as the data Job (the CPU limit is the quota its Beam workers follow)
         "resources": dataclasses.replace(opts.resources, gpu=0).to_k8s(),

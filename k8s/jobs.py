@@ -27,12 +27,7 @@ def _job(opts: JobOptions, component: str, stages: tuple[str, ...], inputs: tupl
     vols, mounts = pods.volumes(opts)
     command, args = run_command(opts, stages)
     container = {
-        "name": "baton",
-        "image": opts.image,
-        "imagePullPolicy": "IfNotPresent",
-        "command": command,
-        "args": args,
-        "env": pods.env(opts),
+        **pods.baton_container(opts, command, args),
         # the data stages run on CPU; the CPU limit is the quota Beam's workers follow
         "resources": (opts.resources if component == "release"
                       else dataclasses.replace(opts.resources, gpu=0)).to_k8s(),

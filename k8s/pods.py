@@ -65,6 +65,21 @@ def env(opts: JobOptions) -> list[dict]:
     ]
 
 
+def baton_container(opts: JobOptions, command: list[str], args: list[str],
+                    name: str = "baton") -> dict:
+    """The start of every container that runs Baton itself (a stage Job, a TFJob replica, the
+    federation's run Job): its image, command and environment; callers add ports, resources
+    and mounts."""
+    return {
+        "name": name,
+        "image": opts.image,
+        "imagePullPolicy": "IfNotPresent",
+        "command": command,
+        "args": args,
+        "env": env(opts),
+    }
+
+
 def gate_container(opts: JobOptions, inputs: tuple[str, ...], mounts: list[dict]) -> dict | None:
     """An init container that waits until the upstream outputs exist on the shared volume.
 

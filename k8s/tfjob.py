@@ -30,12 +30,7 @@ def _replica(opts: JobOptions, rtype: str, replicas: int) -> dict:
     command, args = task_command(opts)
     res = opts.resources_for(rtype)
     container = {
-        "name": CONTAINER,
-        "image": opts.image,
-        "imagePullPolicy": "IfNotPresent",
-        "command": command,
-        "args": args,
-        "env": pods.env(opts),
+        **pods.baton_container(opts, command, args, name=CONTAINER),
         "ports": [{"name": PORT_NAME, "containerPort": opts.port, "protocol": "TCP"}],
         "resources": res.to_k8s(),
         "volumeMounts": mounts,
