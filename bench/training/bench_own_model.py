@@ -42,6 +42,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 BEFORE = "f379611"  # the last commit whose trainer ran its side work inline
+INPUTS = {"rows": "per-row tf.data input (from_tensor_slices, shuffle, batch)",
+          "columnar": "the train stage's input pipeline (columnar chunks)"}
 
 
 def _old_trainer():
@@ -57,7 +59,36 @@ def _old_trainer():
     return module
 
 
-def _data(spec, n: int, batch: int):
+def _data(spec, n: int, batch: int, source: str = "rows", root: Path | None = None):
+    """The train and eval datasets both loops read (the same rows either way).
+
+    `rows`: `graphs.synthetic.synthetic_dataset`, one tf.data element per row (from_tensor_slices,
+    shuffle, batch), the usual Keras-tutorial pipeline; on 2 cores its per-row work competes
+    with the step. `columnar`: the same rows in the `transformed` artifact's format, read by the
+    train stage's own input pipeline (`graphs.input_pipeline.make_dataset`, batched by
+    construction), which is what a pipeline run feeds the loop.
+    """
+    if source == "columnar":
+        assert root is not None
+        from baton.graphs.input_pipeline import make_dataset
+
+        sys.path.insert(0, str(Path(__file__).resolve().parent))
+        from bench_balance import write_transformed  # noqa: PLC0415 - the bench's sibling
+
+        if not (root / "train").exists():
+            write_transformed(root, spec, n, max(n // 4, 256))
+
+        def train_cols(skip, ctx):
+            b = ctx.get_per_replica_batch_size(batch) if ctx is not None else batch
+            ds = make_dataset(root, "train", spec, b, shuffle=True, repeat=True, seed=1,
+                              cache=True, drop_remainder=True, input_context=ctx)
+            return ds.skip(skip) if skip else ds
+
+        def eval_cols():
+            return make_dataset(root, "eval", spec, 256, cache=True)
+
+        return train_cols, eval_cols
+
     from baton.graphs.synthetic import synthetic_dataset
 
     def train_ds(skip, ctx):
@@ -89,11 +120,11 @@ def _epoch_timer():
 
 
 def _run(trainer_mod, strategy, build, spec, n, batch, epochs, spe, root: Path, objectives=None,
-         step_options=None):
+         step_options=None, source: str = "rows", data_root: Path | None = None):
     """Examples/s from the first chunk of epoch 2 to the last chunk (progress timestamps)."""
     from baton.strategies.trainer import TaskRole, TrainPlan
 
-    train_ds, eval_ds = _data(spec, n, batch)
+    train_ds, eval_ds = _data(spec, n, batch, source, data_root)
     steps_per_epoch = n // batch
     plan = TrainPlan(epochs=epochs, steps_per_epoch=steps_per_epoch, global_batch_size=batch,
                      steps_per_execution=spe)
@@ -161,12 +192,13 @@ def bench_callbacks(epochs: int, repeats: int, work: Path) -> dict:
     }
 
 
-def bench_own_model_vs_fit(epochs: int, repeats: int, work: Path, batch: int) -> dict:
+def bench_own_model_vs_fit(epochs: int, repeats: int, work: Path, batch: int,
+                           source: str = "rows") -> dict:
     import keras
 
     from baton.graphs import model_fn
     from baton.graphs.objectives import make_optimizer
-    from baton.graphs.synthetic import synthetic_dataset, synthetic_spec
+    from baton.graphs.synthetic import synthetic_spec
     from baton.strategies import trainer
     from baton.strategies.trainer import Objectives
 
@@ -193,9 +225,8 @@ def bench_own_model_vs_fit(epochs: int, repeats: int, work: Path, batch: int) ->
         model.compile(optimizer=keras.optimizers.Adam(0.01),
                       loss=penguin_model.smoothed_crossentropy, metrics=["sparse_categorical_accuracy"],
                       steps_per_execution=steps_per_execution)
-        train = synthetic_dataset(spec, n, batch, seed=1, shuffle=True, repeat=True,
-                                  drop_remainder=True)
-        val = synthetic_dataset(spec, n // 4, 256, seed=2, shuffle=False)
+        train_fn, val_fn = _data(spec, n, batch, source, data_root)
+        train, val = train_fn(0, None), val_fn()
         timer = _epoch_timer()
         side = [  # Keras' own fault tolerance and TensorBoard, at Baton's cadence
             keras.callbacks.BackupAndRestore(f"{side_work}/backup", save_freq="epoch"),
@@ -212,9 +243,10 @@ def bench_own_model_vs_fit(epochs: int, repeats: int, work: Path, batch: int) ->
         timer = _epoch_timer()
         _run(trainer, strategy, build, spec, n, batch, epochs, spe, work / f"own-{i}-{jit}",
              Objectives(loss=loss, loss_name="penguin_model:smoothed_crossentropy",
-                        callbacks=lambda: [timer]), StepOptions(jit_compile=jit))
+                        callbacks=lambda: [timer]), StepOptions(jit_compile=jit), source, data_root)
         return timer.rate((n // batch) * batch)
 
+    data_root = work / "transformed"
     fit_jit: list[bool] = []
     best = {"baton": 0.0, "baton_xla": 0.0, "fit_default": 0.0, "fit_spe": 0.0,
             "fit_side_work": 0.0}
@@ -229,8 +261,9 @@ def bench_own_model_vs_fit(epochs: int, repeats: int, work: Path, batch: int) ->
     best["fit"] = max(best["fit_default"], best["fit_spe"])
     return {
         "case": "examples/own_model (GatedDense custom layer, label-smoothed loss, Adam), "
-                f"batch {batch}, 20 steps per chunk",
+                f"batch {batch}, 20 steps per chunk, {INPUTS[source]}",
         "batch": batch,
+        "input": source,
         "epochs": epochs, "examples_per_epoch": n,
         "baton_examples_per_sec": round(best["baton"]),
         "keras_fit_examples_per_sec": round(best["fit"]),
@@ -253,14 +286,20 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=20)
     p.add_argument("--repeats", type=int, default=3)
     p.add_argument("--json")
+    p.add_argument("--inputs", default="rows,columnar", help="input pipelines to compare on")
+    p.add_argument("--skip-callbacks", action="store_true", help="only the fit comparison")
     args = p.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         out = {
-            "callbacks": bench_callbacks(args.epochs, max(args.repeats, 5), Path(tmp)),
+            "callbacks": None if args.skip_callbacks else
+            bench_callbacks(args.epochs, max(args.repeats, 5), Path(tmp)),
             # the train stage's default batch (32) and bench_single's (256): the larger the
             # batch, the more compute per step and the less a loop can save
-            "own_model": [bench_own_model_vs_fit(args.epochs, args.repeats, Path(tmp) / str(b), b)
-                          for b in (32, 256)],
+            # both input pipelines, each fed to both loops: `rows` (per-row tf.data) and
+            # `columnar` (the train stage's own reader)
+            "own_model": [bench_own_model_vs_fit(args.epochs, args.repeats,
+                                                 Path(tmp) / f"{src}-{b}", b, src)
+                          for src in args.inputs.split(",") for b in (32, 256)],
         }
     print(json.dumps(out, indent=2))
     if args.json:
