@@ -200,7 +200,10 @@ class ModelManager:
                                    f"{path} changed while loading (copy in progress?)")
         except Exception as e:  # noqa: BLE001
             err = e if isinstance(e, ServingError) else ServingError(Code.UNKNOWN, str(e))
-            model.records[v] = VersionStatus(v, END, err, fingerprint(path), time.monotonic())
+            # the files as they were when this attempt read them: a copy that completed
+            # while it loaded is a change the next poll retries (the files as they are now
+            # would make it look failed-and-unchanged until retry_seconds)
+            model.records[v] = VersionStatus(v, END, err, before, time.monotonic())
             log.warning("Failed to load servable version {name: %s version: %d}: %s",
                         cfg.name, v, err.message)
             self._notify(cfg.name, v, "FAILED")

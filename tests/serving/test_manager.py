@@ -69,6 +69,29 @@ def test_failed_version_never_replaces_serving_and_is_retried_when_changed(tmp_p
     assert m.resolve("m").version == 2
 
 
+def test_a_copy_that_completes_while_a_load_reads_it_is_retried_at_the_next_poll(tmp_path):
+    """The load reads the half copy, the copy completes meanwhile: the attempt fails ("changed
+    while loading") and the next poll retries at once, not after retry_seconds (an hour here);
+    seen on a loaded CI machine, where a 30 s wait for the version timed out."""
+    put(tmp_path, 1)
+    put(tmp_path, 2, ok=False)
+
+    def completes_while_loading(name, version, path, warmup=True):
+        if version == 2 and not os.path.exists(os.path.join(path, "ok")):
+            put(tmp_path, 2)  # the copy finishes while this attempt reads the directory
+            raise ServingError(Code.DATA_LOSS, f"truncated {path}")
+        return fake_loader(name, version, path, warmup)
+
+    m = ModelManager([ModelConfig("m", str(tmp_path))], poll_seconds=-1,
+                     loader=completes_while_loading, retry_seconds=3600)
+    m.poll_once()
+    assert m.resolve("m").version == 1
+    (rec,) = [r for r in m.status("m") if r.version == 2]
+    assert rec.state == END
+    m.poll_once()
+    assert m.resolve("m").version == 2
+
+
 def test_all_and_specific_policies_and_labels(tmp_path):
     for v in (1, 2, 3):
         put(tmp_path, v)

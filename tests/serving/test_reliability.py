@@ -25,6 +25,20 @@ from baton.serving.testing import finish_copy, half_copy
 EXPECTED_CLASS = {1: 1, 2: 2, 3: 0}
 
 
+def state_of(server, version):
+    """The manager's state for `version` of penguins, None before its first poll saw it."""
+    return next((r.state for r in server.manager.status("penguins") if r.version == version),
+                None)
+
+
+def wait_for(condition, timeout=30.0):
+    """Waits for the manager to reach a state (a loaded CI machine polls slowly)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "the model manager did not get there in time"
+        time.sleep(0.02)
+
+
 @pytest.mark.slow
 def test_push_versions_under_load_zero_failures(built, tmp_path):
     base = str(tmp_path / "penguins")
@@ -67,12 +81,18 @@ def test_push_versions_under_load_zero_failures(built, tmp_path):
             b = 1 + v % 3
             if v == corrupt:
                 make_corrupt(built[f"penguins{b}"], base, v)
+                # the next push must not hide it: a poll that sees 4 and 5 tries only 5
+                wait_for(lambda: state_of(server, corrupt) == "END")
             elif v == half:
                 src, dst = built[f"penguins{b}"], os.path.join(base, str(v))
                 half_copy(src, dst)
-                time.sleep(0.4)  # several polls see the half-copied directory
+                # a poll tried the half-copied directory and it failed (not served) ...
+                wait_for(lambda: state_of(server, half) == "END")
                 bias_of[v] = b
                 finish_copy(src, dst)
+                # ... and the completed copy is loaded before 8 arrives (a poll slowed by
+                # the load of 6 would otherwise see 7 and 8 together and load only 8)
+                wait_for(lambda: state_of(server, half) == "AVAILABLE")
             else:
                 bias_of[v] = b
                 install(built[f"penguins{b}"], base, v)
