@@ -16,9 +16,13 @@ export PYTHONDONTWRITEBYTECODE =
 # worker measured slower: 8:53 against 7:05); TEST_WORKERS=0 runs one process. 3 on CI's 2
 # cores: the federated and cluster tests spend much of their time waiting (Flower's dead-node
 # detection, group restarts), and a third worker fills those waits (fresh clone, 2 cores:
-# pytest 12:29 with 3 workers against 16:00 with 2).
+# pytest 12:29 with 3 workers against 16:00 with 2; since the federated stage stopped running
+# `flwr ls` every 2 s, 12:03 and 13:33 with 3 against 13:14 with 4). --no-loadscope-reorder keeps the order of
+# tests/conftest.py (files that start clusters first): pytest-xdist 3.8 otherwise hands out the
+# files with the most tests first, which left the few-test, minutes-long federated files for
+# the last minutes of the run, alone on one worker.
 TEST_WORKERS ?= 3
-PYTEST_ARGS := -n $(TEST_WORKERS) --dist loadfile --durations=25
+PYTEST_ARGS := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durations=25
 
 .PHONY: demo test test-fast lint bench venv clean
 

@@ -30,7 +30,9 @@ def _no_top_level_folder_imports():
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Longest work first across the pytest-xdist workers (a file per worker at a time): the
     files that start clusters of processes (marked multi_worker), then those with slow tests,
-    then the rest, so no worker is left alone with a long file at the end."""
+    then the rest, so no worker is left alone with a long file at the end. pytest-xdist keeps
+    this order only with `--no-loadscope-reorder` (the Makefile passes it); by default it sorts
+    the files by their number of tests."""
     clusters = {item.path for item in items if item.get_closest_marker("multi_worker")}
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: 0 if item.path in clusters else 1 if item.path in slow else 2)
