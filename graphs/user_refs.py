@@ -14,6 +14,7 @@ from __future__ import annotations
 import importlib
 import sys
 import traceback
+from collections.abc import Iterable
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -31,6 +32,18 @@ class RefError(BatonError, ValueError):
 def is_ref(value: Any) -> bool:
     """True for a `"module:attr"` string (the form of every user reference in a spec)."""
     return isinstance(value, str) and ":" in value and not value.startswith(":")
+
+
+def modules_of(refs: Iterable[Any]) -> list[str]:
+    """The modules of the `"module:attr"` references among `refs`, once each, in order: what a
+    trained model's artifact must import again to load its custom layers and losses."""
+    out: list[str] = []
+    for ref in refs:
+        if is_ref(ref):
+            name = str(ref).partition(":")[0]
+            if name not in out:
+                out.append(name)
+    return out
 
 
 def add_search_dir(search_dir: Path | str | None) -> None:

@@ -411,18 +411,12 @@ def write_model_artifact(
 
 def user_modules(job: TrainJob) -> list[str]:
     """Modules of the job's user references (model, loss, metrics, optimizer, callbacks)."""
-    from baton.graphs.user_refs import is_ref
+    from baton.graphs.user_refs import modules_of
 
     refs: list[Any] = [job.model, job.loss, *job.metrics, job.optimizer]
     for cb in job.callbacks:
         refs.append(cb.get("class_name") if isinstance(cb, dict) else cb)
-    out: list[str] = []
-    for ref in refs:
-        if is_ref(ref):
-            name = str(ref).partition(":")[0]
-            if name not in out:
-                out.append(name)
-    return out
+    return modules_of(refs)
 
 
 def _copy_weights(trained: Any, clean: Any, name: str) -> None:

@@ -148,7 +148,8 @@ def federated_rounds(rounds: list[dict[str, Any]]) -> list[str]:
         rows.append((str(r["round"]), ",".join(r.get("clients", [])),
                      f"{r['loss']:.4f}" if "loss" in r else "-",
                      f"{metric:.4f}" if metric is not None else "-",
-                     f"{r.get('bytes_up', 0):,}", f"{r.get('bytes_down', 0):,}",
+                     f"{r['bytes_up']:,}" if "bytes_up" in r else "-",  # external: not counted
+                     f"{r['bytes_down']:,}" if "bytes_down" in r else "-",
                      f"{r['epsilon']:.3f}" if "epsilon" in r else "-"))
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
     return ["  " + "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True))

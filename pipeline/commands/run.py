@@ -40,7 +40,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--run-id", help="run id (default: a new time-sortable id); reuse one with --only")
     p.add_argument("--only", help="comma-separated stages to run; the others must already be in the run")
     p.add_argument("--inject-failure", metavar="TASK@step:N",
-                   help="rehearse a failure, e.g. worker:1@step:40 (env BATON_INJECT_FAILURE)")
+                   help="rehearse a failure, e.g. worker:1@step:40 (env BATON_INJECT_FAILURE); "
+                   "federated: client:1@round:2 (killed), client:1@round:2:slow (answers after "
+                   "round_timeout_s), server@round:2")
     p.add_argument("--inject-slowdown", metavar="TASK@speed:F",
                    help="rehearse a straggler: run a local cluster's task at fraction F of its "
                    "speed (SIGSTOP/SIGCONT duty cycle), e.g. worker:1@speed:0.5")

@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from typing import Any, cast
 
 import numpy as np
@@ -238,6 +239,9 @@ def train(msg: Message, context: Context) -> Message:
     new, _, loss = local.train(_arrays(msg), int(cfg["local_epochs"]), float(cfg.get("mu", 0.0)),
                                int(cfg.get("server-round", 0)))
     metrics = MetricRecord({"num-examples": local.examples("train"), "train_loss": loss})
+    late = float(cfg.get("baton-late-s", 0.0))  # a rehearsed slow client (plan.late_clients)
+    if late > 0:
+        time.sleep(late)  # alive and heartbeating, just late: the reply outlives its message
     return Message(content=RecordDict({"arrays": ArrayRecord(new), "metrics": metrics}),
                    reply_to=msg)
 

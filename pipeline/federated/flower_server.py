@@ -28,7 +28,9 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
+
+import numpy as np
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
@@ -36,6 +38,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordD
 from flwr.serverapp import Grid, ServerApp
 
 from baton.pipeline.federated import codec, compression, downlink, wire
+from baton.pipeline.federated.grid import QuickGrid
 from baton.pipeline.federated.plan import Plan, RoundLog
 
 app = ServerApp()
@@ -49,7 +52,8 @@ def main(grid: Grid, context: Context) -> None:
 
 class FederatedRun:
     def __init__(self, plan: Plan, grid: Grid, context: Context | None = None) -> None:
-        self.plan, self.grid, self.context = plan, grid, context
+        # Flower's deployment Grid polls replies every 3 s; QuickGrid every 0.25 s
+        self.plan, self.grid, self.context = plan, QuickGrid(grid), context
         self.out = Path(plan.out_dir)
         self.log = RoundLog(self.out / "rounds.jsonl")
         self.names: dict[int, str] = {}  # node id -> client name
@@ -159,6 +163,7 @@ class FederatedRun:
             raise RuntimeError("; ".join(problems))
         rounds_left = plan.rounds - start_round + 1
         strategy = make_strategy(plan, self, start_round)
+        strategy_core(strategy).dtypes = [w.dtype for w in model.get_weights()]
         copies = strategy_core(strategy).copies
         if copies is not None:  # clients that built the very model the server starts from
             w0 = model.get_weights()
@@ -264,14 +269,40 @@ def make_strategy(plan: Plan, run: FederatedRun, first_round: int = 1) -> Any:
         common.update(eta=plan.server_learning_rate, eta_l=plan.settings["learning_rate"])
     strategy = recording(base)(run=run, first_round=first_round, **common)
     if plan.privacy:
-        strategy = S.DifferentialPrivacyClientSideFixedClipping(
+        strategy = carrying_on(S.DifferentialPrivacyClientSideFixedClipping)(
             strategy, noise_multiplier=float(plan.privacy["noise_multiplier"]),
             clipping_norm=float(plan.privacy["clip_norm"]),
             num_sampled_clients=max(1, round(plan.fraction_fit * len(plan.clients))))
     return strategy
 
 
+def carrying_on(dp: type) -> type:
+    """Flower's client-side DP wrapper with fewer players: Flower 1.42 skips a round's
+    aggregation (and keeps the old model) when any reply is an error, which is what a killed or
+    late client's message becomes; a federation with DP then stops learning whenever a client
+    drops. Here the round aggregates the clients that answered (`min_clients` still applies, in
+    the wrapped strategy, which also counts the failures) and the noise is scaled to them:
+    std = noise_multiplier x clip_norm / answered, the Gaussian mechanism on the mean of
+    `answered` clipped updates with the same noise multiplier, so the epsilon the round log
+    reports (from the noise multiplier and the rounds) still holds."""
+
+    class CarryingOn(dp):  # type: ignore[misc, valid-type]
+        def aggregate_train(self, server_round: int, replies: Any) -> Any:
+            replies = list(replies)
+            ok = [m for m in replies if not m.has_error()]
+            strategy_core(self).pending["errors_before_dp"] = len(replies) - len(ok)
+            sampled = int(getattr(self, "num_sampled_clients"))  # noqa: B009 - Flower's
+            self.num_sampled_clients = max(1, len(ok))  # the noise's and the check's count
+            try:
+                return super().aggregate_train(server_round, ok)
+            finally:
+                self.num_sampled_clients = sampled
+
+    return CarryingOn
+
+
 DOWNLINK = "baton-downlink"  # a reply's record: the digest of the client's copy, or "stale"
+LATE_S = "baton-late-s"  # a train config entry: answer this many seconds late (a rehearsal)
 
 
 def recording(base: type) -> type:
@@ -290,12 +321,27 @@ def recording(base: type) -> type:
             self.copies = downlink.ServerCopies(method) if method != "none" else None
             self._grid: Grid | None = None
             self._sent: dict[str, tuple[list[Any], str, dict[str, Any]]] = {}
+            self.dtypes: list[Any] = []  # the model's weights' (set by the server app)
+
+        def _as_model(self, arrays: ArrayRecord | None) -> ArrayRecord | None:
+            """`arrays` in the model's dtypes. Flower's FedOpt family computes in float64
+            (numpy 2 promotes float32 by its float64 scalars), and DP noise is float64: left
+            alone, the global model went down the wire at twice its size."""
+            if arrays is None or not self.dtypes:
+                return arrays
+            items = list(arrays.items())
+            if all(a.dtype == str(d) for (_, a), d in zip(items, self.dtypes, strict=True)):
+                return arrays
+            return ArrayRecord({k: Array(np.asarray(a.numpy(), dtype=d))
+                                for (k, a), d in zip(items, self.dtypes, strict=True)})
 
         def configure_train(self, server_round: int, arrays: ArrayRecord, config: Any,
                             grid: Grid) -> Any:
+            arrays = cast(ArrayRecord, self._as_model(arrays))
             self._global = arrays.to_numpy_ndarrays()
-            msgs = self._downlink(list(super().configure_train(server_round, arrays, config,
-                                                               grid)), self._global, grid)
+            msgs = self._expiring(self._late(self._downlink(
+                list(super().configure_train(server_round, arrays, config, grid)),
+                self._global, grid), server_round))
             self.pending["sampled"] = [self.run.names.get(m.metadata.dst_node_id, "?")
                                        for m in msgs]
             self.run.log.write({"event": "train_start", "round": self._number(server_round),
@@ -304,8 +350,40 @@ def recording(base: type) -> type:
 
         def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: Any,
                                grid: Grid) -> Any:
+            arrays = cast(ArrayRecord, self._as_model(arrays))
             msgs = list(super().configure_evaluate(server_round, arrays, config, grid))
-            return self._downlink(msgs, arrays.to_numpy_ndarrays(), grid)
+            return self._expiring(self._downlink(msgs, arrays.to_numpy_ndarrays(), grid))
+
+        def _late(self, msgs: list[Any], server_round: int) -> list[Any]:
+            """The rehearsed slow client's train message asks it to answer `seconds` late
+            (`--inject-failure client:N@round:R:slow`); its own copy of the content, since
+            Flower's FedAvg shares one RecordDict between a round's messages."""
+            number = self._number(server_round)
+            late = {d["client"]: float(d["seconds"]) for d in self.run.plan.late_clients
+                    if int(d["round"]) == number}
+            if not late:
+                return msgs
+            out = []
+            for m in msgs:
+                name = self.run.names.get(m.metadata.dst_node_id)
+                if name in late:
+                    content = RecordDict({k: m.content[k] for k in m.content})
+                    content["config"] = ConfigRecord({**dict(m.content["config"]),
+                                                      LATE_S: late[name]})
+                    m = Message(content=content, message_type=m.metadata.message_type,
+                                dst_node_id=m.metadata.dst_node_id,
+                                group_id=m.metadata.group_id)
+                out.append(m)
+            return out
+
+        def _expiring(self, msgs: list[Any]) -> list[Any]:
+            """A round's messages live `round_timeout_s` (Flower's default TTL is 12 hours).
+            The SuperLink hands a client only unexpired messages and refuses a reply to an
+            expired one, so a client slower than the timeout, or back from a stall, never
+            trains on a round that went on without it: it picks up the next round's message."""
+            for m in msgs:
+                m.metadata.ttl = float(self.run.plan.round_timeout_s)
+            return msgs
 
         # ---------------------------------------------------------------- downlink
         def _downlink(self, msgs: list[Any], weights: list[Any], grid: Grid) -> list[Any]:
@@ -353,7 +431,8 @@ def recording(base: type) -> type:
                 weights, of, config = self._sent[kind]
                 self.run.log.write({"event": "downlink_stale", "kind": kind,
                                     "clients": [self.run.names.get(n, "?") for n in stale]})
-                again = [self._message(kind, n, weights, of, config) for n in stale]
+                again = self._expiring([self._message(kind, n, weights, of, config)
+                                        for n in stale])
                 for m in self._grid.send_and_receive(again,
                                                      timeout=self.run.plan.round_timeout_s):
                     rec = None if m.has_error() else m.content.get(DOWNLINK)
@@ -372,7 +451,8 @@ def recording(base: type) -> type:
             ok = [m for m in replies if not m.has_error()]
             self.pending["clients"] = sorted(self.run.names.get(m.metadata.src_node_id, "?")
                                              for m in ok)
-            self.pending["failed"] = len(replies) - len(ok)
+            self.pending["failed"] = (len(replies) - len(ok)
+                                      + self.pending.pop("errors_before_dp", 0))
             if len(ok) < self.run.plan.min_clients:
                 raise RuntimeError(
                     f"round {self._number(server_round)}: {len(ok)} clients trained "
@@ -387,6 +467,7 @@ def recording(base: type) -> type:
                     m.content["arrays"] = ArrayRecord(
                         [g + u for g, u in zip(self._global, update, strict=True)])
             arrays, metrics = super().aggregate_train(server_round, ok)
+            arrays = self._as_model(arrays)
             if metrics is not None and "train_loss" in metrics:
                 self.pending["train_loss"] = float(metrics["train_loss"])
             return arrays, metrics
@@ -434,6 +515,8 @@ def save_transform(t: Any, directory: Path, fn: Any) -> None:
 def save_model(model: Any, directory: Path, plan: Plan, records: list[dict[str, Any]],
                seconds: float) -> None:
     """The train stage's model artifact: model.keras, history.json, train_info.json."""
+    from baton.graphs.user_refs import modules_of
+
     tmp = directory.with_name(directory.name + ".partial")
     tmp.mkdir(parents=True, exist_ok=True)
     model.save(tmp / "model.keras")
@@ -445,7 +528,11 @@ def save_model(model: Any, directory: Path, plan: Plan, records: list[dict[str, 
             "rounds": len(rounds), "clients": plan.clients, "seconds": round(seconds, 3),
             "compression": plan.compression, "privacy": plan.privacy or None,
             "secure_aggregation": plan.secure_aggregation or None,
-            "user_modules": [], "code_dir": plan.settings.get("search_dir")}
+            # the user's model, loss and optimizer modules: evaluate, export and edge import
+            # them again to load its custom layers (release.data.load_model)
+            "user_modules": modules_of(plan.settings.get(k) for k in ("model", "loss",
+                                                                        "optimizer")),
+            "code_dir": plan.settings.get("search_dir")}
     (tmp / "train_info.json").write_text(json.dumps(info, indent=1) + "\n")
     tmp.rename(directory)
 

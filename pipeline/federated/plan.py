@@ -34,6 +34,9 @@ class Plan:
     edge: str = "off"  # or a TFLite variant of the edge stage's converter: float, dynamic
     # stages.federated.SecureAggregation as a dict; empty: off
     secure_aggregation: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # rehearsed slow clients (--inject-failure client:N@round:R:slow): [{client, round,
+    # seconds}]; that client's ClientApp answers round R's training `seconds` late
+    late_clients: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
     def save(self, path: Path) -> Path:
         tmp = path.with_suffix(".tmp")

@@ -1,8 +1,9 @@
 """Bytes on the wire: a counting TCP relay between each client and the server.
 
 Each SuperNode reaches the SuperLink's Fleet API through its own relay, so what it sends up and
-receives down is counted where it is real: every byte of the gRPC stream (HTTP/2 frames,
-protobuf framing, heartbeats and retries included), not a size computed from tensor shapes.
+receives down is counted where it is real: every byte of the connection (Flower 1.42's Fleet
+API over HTTP: headers, protobuf bodies, polling, heartbeats and retries included), not a size
+computed from tensor shapes.
 The relays run in threads of the process that starts the federation and publish their counters
 to a JSON file (atomic rename, a few times a second, and on demand) that the server app reads
 at each round's end.

@@ -26,9 +26,14 @@ SecAgg+: the server learns the sum of a round's updates, no single one; pipeline
 secagg); settings that cannot run with SecAgg+ are config errors (exit 2) here.
 
 Faults: a client that dies or answers after `round_timeout_s` is left out of the round, which
-completes when at least `min_clients` answered; `--inject-failure client:1@round:2` SIGKILLs
-client 1's SuperNode when round 2 starts, `server@round:2` kills the SuperLink and its
-ServerApp there, restarts them and resumes after the last completed round.
+completes when at least `min_clients` answered; a round's messages expire after
+`round_timeout_s` (the SuperLink refuses a reply to an expired one), so a late client never
+trains on a round that went on without it and takes the next one. `--inject-failure
+client:1@round:2` SIGKILLs client 1's SuperNode when round 2 starts; `client:1@round:2:slow`
+makes it answer round 2's training `round_timeout_s` + 5 s late (alive and heartbeating, as a
+slow device); `server@round:2` kills the SuperLink and its ServerApp there, restarts them and
+resumes after the last completed round. A comma-separated list rehearses several in one run
+(one per client, and the server).
 """
 
 from __future__ import annotations
@@ -52,7 +57,8 @@ CODE_DEPS = ("baton.pipeline.federated", "baton.graphs.column_kinds", "baton.gra
              "baton.pipeline.dataplane.partition")
 CACHEABLE = True
 FEDERATION_SUFFIX = ".federation"  # <run dir>/<stage>.federation: an external federation's files
-_FAULT = re.compile(r"^(?:client:(?P<client>\d+)|(?P<server>server))@round:(?P<round>\d+)$")
+_FAULT = re.compile(r"^(?:client:(?P<client>\d+)|(?P<server>server))@round:(?P<round>\d+)"
+                    r"(?P<slow>:slow)?$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -212,33 +218,60 @@ class Config:
 
 
 def parse_fault(text: str | None, clients: int) -> tuple[str, int, int] | None:
-    """`client:1@round:2` -> ("client", 1, 2); `server@round:2` -> ("server", 0, 2)."""
+    """`client:1@round:2` -> ("client", 1, 2) (its SuperNode SIGKILLed); `client:1@round:2:slow`
+    -> ("slow", 1, 2) (it answers round 2's training `round_timeout_s` + 5 s late: the plan's
+    `late_clients`, acted on by the ClientApp); `server@round:2` -> ("server", 0, 2)."""
     if not text:
         return None
     m = _FAULT.match(text.strip())
-    if not m or int(m.group("round")) < 1:
+    if not m or int(m.group("round")) < 1 or (m.group("server") and m.group("slow")):
         raise ValueError("inject-failure for a federated stage must look like "
-                         f"'client:1@round:2' or 'server@round:2'. Received: {text!r}")
+                         "'client:1@round:2', 'client:1@round:2:slow' or 'server@round:2'. "
+                         f"Received: {text!r}")
     if m.group("server"):
         return ("server", 0, int(m.group("round")))
     index = int(m.group("client"))
     if index >= clients:
         raise ValueError(f"inject-failure names client {index}; the stage has {clients} "
                          f"clients (0..{clients - 1}). Received: {text!r}")
-    return ("client", index, int(m.group("round")))
+    return ("slow" if m.group("slow") else "client", index, int(m.group("round")))
+
+
+def parse_faults(text: str | None, clients: int) -> list[tuple[str, int, int]]:
+    """A comma-separated list of `parse_fault`'s forms, e.g. `client:1@round:1:slow,
+    client:2@round:2`: several faults rehearsed in one run, one per client (or the server)."""
+    faults = [f for part in (text or "").split(",") if part.strip()
+              if (f := parse_fault(part, clients)) is not None]
+    who = [(kind == "server", index) for kind, index, _ in faults]
+    if len(set(who)) < len(who):
+        raise ValueError("inject-failure names the same client (or the server) twice; one fault "
+                         f"each. Received: {text!r}")
+    return faults
 
 
 def check_options(config: Config, options: Any, stage: Any, spec: Any) -> list[str]:
     n = config.clients if isinstance(config.clients, int) else len(config.clients)
     try:
-        parse_fault(options.inject_failure, n)
+        faults = parse_faults(options.inject_failure, n)
     except ValueError as exc:
         return [str(exc)]
-    if options.inject_failure and getattr(options, "superlink", None):
-        return ["inject-failure kills a SuperNode or the SuperLink this stage started, and with "
-                "--superlink it starts none; rehearse faults on a local federation. Received: "
-                f"{options.inject_failure!r} with --superlink {options.superlink}"]
-    return []
+    problems = []
+    for kind, _, number in faults:
+        if number > config.rounds:
+            problems.append(f"inject-failure names round {number}; the stage runs rounds "
+                            f"1..{config.rounds} (config.rounds). Received: "
+                            f"{options.inject_failure!r}")
+        if kind == "slow" and config.secagg:
+            problems.append(
+                "inject-failure client:N@round:R:slow delays a client's train reply, and under "
+                "secure_aggregation the round is SecAgg+'s own messages; rehearse a lost client "
+                f"(client:N@round:R) there. Received: {options.inject_failure!r}")
+    if faults and getattr(options, "superlink", None):
+        problems.append(
+            "inject-failure kills a SuperNode or the SuperLink this stage started, and with "
+            "--superlink it starts none; rehearse faults on a local federation. Received: "
+            f"{options.inject_failure!r} with --superlink {options.superlink}")
+    return problems
 
 
 def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
@@ -347,8 +380,8 @@ def run(ctx: StageContext, config: Config) -> None:
 
     external = ctx.options.superlink
     clients = _clients(ctx, config, external=bool(external))
-    fault = parse_fault(ctx.options.inject_failure, len(clients))
-    if fault and external:  # check_options refuses it first; this is the stage's own guard
+    faults = parse_faults(ctx.options.inject_failure, len(clients))
+    if faults and external:  # check_options refuses it first; this is the stage's own guard
         raise StageError("federated: inject-failure kills processes this stage started; with "
                          f"--superlink it starts none. Received: {ctx.options.inject_failure!r}")
     spec_dir = str(ctx.spec_dir) if ctx.spec_dir else None
@@ -383,7 +416,10 @@ def run(ctx: StageContext, config: Config) -> None:
         fraction_fit=config.fraction_fit, min_clients=config.min_clients,
         round_timeout_s=config.round_timeout_s, compression=config.compression,
         privacy=dataclasses.asdict(config.privacy) if config.privacy else {}, edge=config.edge,
-        secure_aggregation=dataclasses.asdict(config.secagg) if config.secagg else {})
+        secure_aggregation=dataclasses.asdict(config.secagg) if config.secagg else {},
+        late_clients=[{"client": list(clients)[index], "round": number,
+                       "seconds": config.round_timeout_s + 5.0}
+                      for kind, index, number in faults if kind == "slow"])
     plan_path = plan.save(work / "plan.json")
     log = RoundLog(server / "rounds.jsonl")
     started = time.perf_counter()
@@ -392,10 +428,13 @@ def run(ctx: StageContext, config: Config) -> None:
         ctx.log(f"external SuperLink at {external}: no SuperLink or SuperNode started here; "
                 f"plan {plan_path}; bytes on the wire are not counted (no relays between the "
                 "SuperNodes and the SuperLink), so the rounds have no bytes fields")
-        control.wait_reachable(timeout=120)
-        run_id = control.submit(plan_path)
-        ctx.log(f"run {run_id} submitted to {external}")
-        _follow(ctx, control, run_id, plan_path, log, None, len(clients))
+        try:
+            control.wait_reachable(timeout=120)
+            run_id = control.submit(plan_path)
+            ctx.log(f"run {run_id} submitted to {external}")
+            _follow(ctx, control, run_id, plan_path, log, [])
+        finally:
+            control.close()
         _publish(ctx, server, log, config, time.perf_counter() - started)
         return
     fed = Federation(work, clients)
@@ -403,24 +442,27 @@ def run(ctx: StageContext, config: Config) -> None:
         fed.start()
         ctx.log(f"{len(clients)} SuperNodes connected to the SuperLink on 127.0.0.1:{fed.port}")
         run_id = fed.submit(plan_path)
-        _follow(ctx, fed, run_id, plan_path, log, fault, len(clients))
+        _follow(ctx, fed, run_id, plan_path, log,
+                [f for f in faults if f[0] != "slow"])  # the slow ones are the plan's
     finally:
         fed.stop()
     _publish(ctx, server, log, config, time.perf_counter() - started)
 
 
 def _follow(ctx: StageContext, fed: Any, run_id: int, plan_path: Path, log: Any,
-            fault: tuple[str, int, int] | None, clients: int) -> None:
-    """Wait for the run; inject the fault at its round; resume after a server restart."""
+            faults: list[tuple[str, int, int]]) -> None:
+    """Wait for the run; inject each fault at its round; resume after a server restart."""
     seen = 0
-    names = list(getattr(fed, "clients", ()))  # a Federation's (the fault needs processes)
+    names = list(getattr(fed, "clients", ()))  # a Federation's (the faults need processes)
+    pending = list(faults)
     while True:
         records = log.read()
         for rec in records[seen:]:
             _say(ctx, rec)
-            if fault and rec.get("event") == "train_start" and rec.get("round") == fault[2]:
-                kind, index, _ = fault
-                fault = None
+            due = [f for f in pending
+                   if rec.get("event") == "train_start" and rec.get("round") == f[2]]
+            for kind, index, number in due:
+                pending.remove((kind, index, number))
                 if kind == "client":
                     ctx.log(f"inject-failure: SIGKILL client {names[index]}'s SuperNode")
                     fed.nodes[names[index]].kill()
@@ -448,7 +490,8 @@ def _follow(ctx: StageContext, fed: Any, run_id: int, plan_path: Path, log: Any,
 def _say(ctx: StageContext, rec: dict[str, Any]) -> None:
     if rec.get("event") == "round":
         metric = (f"accuracy {rec['accuracy']:.4f}" if "accuracy" in rec
-                  else f"mse {rec.get('mse', float('nan')):.4f}")
+                  else f"mse {rec['mse']:.4f}" if "mse" in rec
+                  else "no evaluate reply within round_timeout_s")
         eps = f", epsilon {rec['epsilon']:.3f}" if "epsilon" in rec else ""
         if "secure_aggregation" in rec:
             sa = rec["secure_aggregation"]
@@ -471,6 +514,9 @@ def _say(ctx: StageContext, rec: dict[str, Any]) -> None:
                 "never left them)")
 
 
+PER_ROUND = ("round", "clients", "loss", "accuracy", "mse", "bytes_up", "bytes_down", "epsilon")
+
+
 def _publish(ctx: StageContext, server: Path, log: Any, config: Config, seconds: float) -> None:
     import json
 
@@ -488,7 +534,10 @@ def _publish(ctx: StageContext, server: Path, log: Any, config: Config, seconds:
     last = rounds[-1]
     numbers: dict[str, Any] = {
         "rounds": len(rounds), "clients": len(config.clients) if not isinstance(
-            config.clients, int) else config.clients, "seconds": round(seconds, 3)}
+            config.clients, int) else config.clients, "seconds": round(seconds, 3),
+        # the round records in the lineage record itself (rounds.json in the model has the rest:
+        # downlink counts, SecAgg+ steps, timings); the run's summary table shows only scalars
+        "per_round": [{k: r[k] for k in PER_ROUND if k in r} for r in rounds]}
     if all("bytes_up" in r for r in rounds):  # absent with --superlink: no relays counted them
         traffic = [r["bytes_up"] + r["bytes_down"] for r in rounds]
         numbers["bytes_per_round"] = round(sum(traffic) / len(traffic))

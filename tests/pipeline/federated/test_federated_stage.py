@@ -1,103 +1,103 @@
 """The federated stage on real Flower processes (a SuperLink, one SuperNode per client on
-127.0.0.1): penguins split by island, a client SIGKILLed when round 2 starts, int8 updates
-and downlink; the model and transform_graph go through evaluate unchanged. Then the privacy
-path."""
+127.0.0.1): penguins split by island with the user's own model, a client answering after the
+round timeout in round 1 and another SIGKILLed when round 2 starts, int8 updates and downlink;
+the model and transform_graph go through evaluate, export and push unchanged. The server restart
+with privacy and SecAgg+ is test_federated_restart.py (its own file, so that xdist runs the two
+clusters side by side)."""
 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from baton.errors import StageError
 from baton.pipeline.context import RunOptions
-from baton.pipeline.stages.federated import parse_fault
+from baton.pipeline.stages.federated import parse_fault, parse_faults
 from baton.pipeline.testing import run_stage
 
 pytestmark = [pytest.mark.slow, pytest.mark.multi_worker]
 
+OWN_MODEL = Path(__file__).resolve().parents[3] / "examples" / "own_model"
+# above a healthy message under the suite's load (a fresh ClientApp process imports TensorFlow
+# for each message: over 30 s was seen with every cluster test running at once on 2 cores), and
+# above the late client's catch-up in round 2 (its late reply, round 1's evaluate, then round
+# 2's training, one after another: 60 s was too short once under the suite's load)
+TIMEOUT_S = 90
 
-@pytest.fixture(scope="module")
-def examples(tmp_path_factory):
-    out, _ = run_stage("ingest", {}, {}, tmp_path_factory.mktemp("ingest"))
-    return out["examples"]
 
-
-def test_rounds_go_on_without_a_killed_client_and_the_model_evaluates(examples, tmp_path):
+def test_rounds_go_on_without_a_late_and_a_killed_client_and_the_release_takes_the_model(
+        examples, tmp_path):
+    """Two faults in one run: dream (client 1) answers round 1's training `round_timeout_s` + 5 s
+    late, alive and heartbeating as a slow device would; torgersen (client 2) is SIGKILLed when
+    round 2 starts. The model is the user's own (examples/own_model), trained with FedAdam."""
     cfg = {"clients": 3, "partition": {"by": "island"}, "rounds": 2, "min_clients": 2,
-           "round_timeout_s": 90, "compression": "int8", "batch_size": 16,
+           "round_timeout_s": TIMEOUT_S, "compression": "int8", "batch_size": 16,
+           "algorithm": "fedadam", "model": "penguin_model:build",
+           "loss": "penguin_model:smoothed_crossentropy",
            # wide enough (about 1 MB of float32) for the weights to show on the wire
-           "model_params": {"hidden_units": [512, 512]}}
-    out, metrics = run_stage("federated", cfg, {"examples": examples}, tmp_path,
-                             options=RunOptions(inject_failure="client:2@round:2"))
+           "model_params": {"units": [512, 512]}}
+    out, metrics = run_stage(
+        "federated", cfg, {"examples": examples}, tmp_path, spec_dir=OWN_MODEL,
+        options=RunOptions(inject_failure="client:1@round:1:slow,client:2@round:2"))
     rounds = json.loads((out["model"] / "rounds.json").read_text())
     assert [r["round"] for r in rounds] == [1, 2]
-    assert rounds[0]["clients"] == ["biscoe", "dream", "torgersen"]
-    assert rounds[1]["clients"] == ["biscoe", "dream"]  # torgersen (client 2) was killed
+    assert rounds[0]["clients"] == ["biscoe", "torgersen"], rounds[0]  # dream answered late
+    assert rounds[0]["seconds"] >= TIMEOUT_S, rounds[0]  # the server waited the timeout out
+    assert rounds[1]["clients"] == ["biscoe", "dream"], rounds[1]  # dream is back, torgersen dead
+    assert all("accuracy" in r for r in rounds), rounds  # dream evaluated round 1 in time
+    # dream's late reply was refused because round 1's message expired with the round (Flower's
+    # default TTL is 12 hours: without Baton's, the reply would have been stored). Under the
+    # suite's load another reply can miss its round too (2 were refused once), hence >= 1
+    superlink = next(tmp_path.rglob("superlink.log")).read_text(errors="replace")
+    assert superlink.count("Message TTL has expired") >= 1, superlink[-3000:]
     assert all(r["bytes_up"] > 0 and r["bytes_down"] > 0 for r in rounds)
     # the global model goes down as int8 deltas against each client's copy. Round 1's train
     # message refers to the initial model a client built at setup when its digest is the
-    # server's (same seed), else it carries the float32 weights (the fallback); round 2's
-    # refers to the copy round 1's evaluate delta left. Full weights in round 2 at most for
-    # torgersen, killed before it answered its train message (no confirmed copy for it)
+    # server's (same seed), else it carries the float32 weights (the fallback); its evaluate
+    # message is a delta against the copy the train message left (dream's too: its train
+    # reply never came back, so the server's record of its copy may be the older one, and then
+    # it is the full weights). Round 2's train messages refer to round 1's evaluate copies.
     d1, d2 = rounds[0]["downlink"], rounds[1]["downlink"]
-    assert d1["delta"] == 3 and d1["full"] + d1["copy"] == 3, rounds
+    assert sum(d1.values()) == 6 and d1["delta"] >= 2, rounds
     assert d2["full"] <= 1 and d2["delta"] >= 2, rounds
     float32 = (out["model"] / "model.keras").stat().st_size  # the weights, and a little JSON
-    per_client = [r["bytes_down"] / len(r["clients"]) for r in rounds]
-    assert per_client[1] < 0.4 * float32, (per_client, float32)
-    if d1["full"]:
-        assert per_client[1] < 0.4 * per_client[0], (per_client, float32)
-    else:
-        assert per_client[0] < 0.4 * float32, (per_client, float32)
+    for r in rounds:  # measured on the wire: a full message is the float32 weights (not the
+        # float64 Flower's FedAdam computes in), an int8 delta about a quarter of them, a copy
+        # reference next to nothing; Flower's polling and heartbeats (about 660 B/s a client)
+        # come on top. A message counted here may expire before its client pulls it (a late
+        # client's), so the floor is one delta: biscoe's always arrive
+        d, polling = r["downlink"], 3 * r["seconds"] * 2000
+        high = d["full"] * 1.1 * float32 + d["delta"] * 0.3 * float32 + polling
+        assert 0.2 * float32 < r["bytes_down"] < high, (r, float32)
     assert metrics["rounds"] == 2 and 0.0 <= metrics["accuracy"] <= 1.0
+    # the lineage record holds the rounds too: who trained, loss, accuracy, bytes
+    assert [r["clients"] for r in metrics["per_round"]] == [["biscoe", "torgersen"],
+                                                           ["biscoe", "dream"]]
+    assert all({"loss", "accuracy", "bytes_up", "bytes_down"} <= set(r)
+               for r in metrics["per_round"]), metrics["per_round"]
     analysis = json.loads((out["transform_graph"] / "analysis.json").read_text())
     assert analysis["federated"] and analysis["analyzers"] == 7
     info = json.loads((out["model"] / "train_info.json").read_text())
     assert info["compression"] == "int8" and info["clients"] == ["biscoe", "dream", "torgersen"]
-    ev, ev_metrics = run_stage("evaluate", {}, {"model": out["model"],
-                                                "transform_graph": out["transform_graph"],
-                                                "examples": examples}, tmp_path)
+    from baton.pipeline.commands.inspect import _extras  # what `baton inspect RUN` appends
+
+    shown = _extras(out["model"].parents[1], {"stages": [{"name": "federated",
+                                                          "type": "federated"}]})
+    assert [ln.split()[:2] for ln in shown[3:]] == [["1", "biscoe,torgersen"],
+                                                    ["2", "biscoe,dream"]]
+    # the outputs go through the release stages unchanged: evaluate and export read them (check,
+    # edge and push read export's SavedModel, the same for any trained model)
+    upstream = {"model": out["model"], "transform_graph": out["transform_graph"],
+                "examples": examples}
+    ev, ev_metrics = run_stage("evaluate", {}, upstream, tmp_path, spec_dir=OWN_MODEL)
     assert 0.0 <= ev_metrics["accuracy"] <= 1.0
-
-
-def test_a_restarted_server_resumes_with_privacy_and_secure_aggregation_and_the_edge_model(
-        examples, tmp_path):
-    """The SuperLink and its ServerApp are SIGKILLed when round 2 starts: the new run resumes
-    after round 1 (no round lost or repeated); epsilon composes over both rounds; every round's
-    update arrives through SecAgg+ (the server receives masked vectors only; that their sum is
-    FedAvg's is test_secagg_inprocess's); the edge model is measured on the clients."""
-    cfg = {"clients": 2, "partition": {"iid": True}, "rounds": 2, "min_clients": 2,
-           "round_timeout_s": 90, "algorithm": "fedprox", "batch_size": 32, "edge": "float",
-           "privacy": {"clip_norm": 1.0, "noise_multiplier": 1.0}, "secure_aggregation": True,
-           "model_params": {"hidden_units": [8]}}
-    out, metrics = run_stage("federated", cfg, {"examples": examples}, tmp_path,
-                             options=RunOptions(inject_failure="server@round:2"))
-    from dp_accounting import dp_event, rdp
-
-    def eps(rounds):
-        acc = rdp.RdpAccountant()
-        acc.compose(dp_event.SelfComposedDpEvent(dp_event.GaussianDpEvent(1.0), rounds))
-        return acc.get_epsilon(1e-5)
-
-    assert metrics["server_restarts"] == 1
-    rounds = json.loads((out["model"] / "rounds.json").read_text())
-    assert [r["round"] for r in rounds] == [1, 2]
-    assert [r["epsilon"] for r in rounds] == pytest.approx([eps(1), eps(2)], rel=1e-6)
-    assert metrics["epsilon"] == pytest.approx(eps(2), rel=1e-6)
-    assert all(r["clients"] == ["client-0", "client-1"] for r in rounds)
-    for r in rounds:  # two masked vectors came in; not one array the server could read
-        sa = r["secure_aggregation"]
-        assert sa["masked_vectors"] == 2 and sa["unmasked_arrays_seen"] == 0, sa
-        assert set(sa["stage_seconds"]) == {"setup", "share_keys", "collect_masked_vectors",
-                                            "unmask"}
-        assert r["bytes_up"] > 0 and r["bytes_down"] > 0 and "accuracy" in r
-    assert metrics["secagg_seconds_per_round"] > 0
-    edge = json.loads((out["model"] / "edge.json").read_text())
-    assert set(edge["clients"]) == {"client-0", "client-1"}
-    for r in edge["clients"].values():  # float TFLite: the same predictions as the cloud model
-        assert r["edge_accuracy"] == pytest.approx(r["cloud_accuracy"], abs=0.02)
-    assert (out["model"] / "model.tflite").stat().st_size == edge["size_bytes"]
+    ex, _ = run_stage("export", {"warmup_rows": 1}, upstream, tmp_path, spec_dir=OWN_MODEL)
+    blessed = json.loads((ev["blessing"] / "blessing.json").read_text())["blessed"]
+    _, push = run_stage("push", {"serving_base": str(tmp_path / "serving")},
+                        {"saved_model": ex["saved_model"], "blessing": ev["blessing"]}, tmp_path)
+    assert push["pushed"] == blessed and (not blessed or push["version"] == 1), push
 
 
 def test_bad_federated_settings_name_the_field(examples, tmp_path):
@@ -118,3 +118,10 @@ def test_bad_federated_settings_name_the_field(examples, tmp_path):
         parse_fault("client:5@round:1", 3)
     with pytest.raises(ValueError, match="must look like 'client:1@round:2'"):
         parse_fault("worker:1@step:3", 3)
+    assert parse_fault("client:1@round:2:slow", 2) == ("slow", 1, 2)
+    with pytest.raises(ValueError, match="'client:1@round:2:slow'"):
+        parse_fault("server@round:2:slow", 2)
+    assert parse_faults("client:1@round:1:slow, server@round:2", 2) == [("slow", 1, 1),
+                                                                       ("server", 0, 2)]
+    with pytest.raises(ValueError, match="the same client"):
+        parse_faults("client:1@round:1:slow,client:1@round:2", 2)

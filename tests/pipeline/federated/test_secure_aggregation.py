@@ -1,9 +1,11 @@
 """Secure aggregation (Flower's SecAgg+) in the federated stage: the settings it cannot run
 with are refused before a stage starts (exit 2, naming the field). A real run (SuperLink and
-SuperNodes on 127.0.0.1) with it, restarted server included, is test_federated_stage's; the
+SuperNodes on 127.0.0.1) with it, restarted server included, is test_federated_restart's; the
 sum against FedAvg's, and dropouts, are test_secagg_inprocess's."""
 
 from __future__ import annotations
+
+import re
 
 import pytest
 
@@ -60,3 +62,18 @@ def test_a_bad_secure_aggregation_spec_exits_2_before_any_stage(tmp_path):
         plan(load_spec(spec))
     assert info.value.exit_code == 2
     assert "secure_aggregation" in str(info.value) and "compression='int8'" in str(info.value)
+
+
+@pytest.mark.parametrize(("settings", "fault", "message"), [
+    ({}, "client:1@round:7", r"round 7; the stage runs rounds 1..5 \(config.rounds\)"),
+    ({"secure_aggregation": True}, "client:1@round:1:slow", "SecAgg"),
+    ({}, "server@round:2:slow", "'client:1@round:2:slow'"),
+])
+def test_a_fault_the_run_cannot_rehearse_is_refused_before_any_stage(settings, fault, message):
+    from types import SimpleNamespace
+
+    from baton.pipeline.stages.federated import check_options
+
+    problems = check_options(_config(rounds=5, **settings),
+                             SimpleNamespace(inject_failure=fault, superlink=None), None, None)
+    assert len(problems) == 1 and re.search(message, problems[0]), problems

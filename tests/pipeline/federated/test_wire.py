@@ -56,3 +56,6 @@ def test_inspect_shows_a_line_per_federated_round():
                                 "bytes", "down", "epsilon"]
     assert lines[1].split() == ["1", "a,b", "0.5000", "0.7500", "1,200", "300", "-"]
     assert lines[2].split()[-1] == "1.250"
+    # an external federation (--superlink) counts no bytes: "-", not a measured 0
+    external = federated_rounds([{"round": 1, "clients": ["a"], "loss": 0.5, "accuracy": 0.7}])
+    assert external[1].split() == ["1", "a", "0.5000", "0.7000", "-", "-", "-"]
