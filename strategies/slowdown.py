@@ -1,10 +1,19 @@
 """Rehearse a straggler: slow one task of a local cluster down from outside its process.
 
 `--inject-slowdown worker:1@speed:0.5` makes the launcher stop and continue task worker:1's
-process group on a fixed duty cycle (SIGSTOP for half of every `period_ms`, SIGCONT for the
-other half), the way a node shared with a noisy neighbour, a throttled CPU or a slower machine
-type looks to a synchronous job: the task makes progress at `speed` of its normal rate and
-knows nothing of it. This is what `train.config.balance: auto` is tested and benchmarked
+process group on a duty cycle (SIGSTOP for half of the time, SIGCONT for the other half, in
+slots of `period_ms` on average), the way a node shared with a noisy neighbour, a throttled CPU
+or a slower machine type looks to a synchronous job: the task makes progress at `speed` of its
+normal rate and knows nothing of it.
+
+The slots' lengths are drawn at random (exponential, with means `speed * period_ms` running
+and `(1 - speed) * period_ms` stopped), not fixed: a synchronous worker locks onto a fixed
+cycle. It waits in the all-reduce while stopped, is continued at the start of a run slot, and a
+step that fits in one slot then never sees a stop while it computes, so the straggler is slow
+only where it waits for the others (measured here: a fifth of the time running, yet its timed
+passes 1.2x the other's, not 5x). With memoryless slots the time left in a run slot does not
+depend on when the work began, so any stretch of work of `t` seconds takes `t / speed` on
+average, the compute included. This is what `train.config.balance: auto` is tested and benchmarked
 against (strategies.balance); unlike `--inject-failure` it applies to every attempt (a slow node
 stays slow after a restart).
 
@@ -15,6 +24,7 @@ SIGTERM until continued), and only processes the launcher started are signalled.
 from __future__ import annotations
 
 import dataclasses
+import random
 import re
 import signal
 import threading
@@ -37,8 +47,8 @@ class SlowdownSpecError(BatonError, ValueError):
 @dataclasses.dataclass(frozen=True)
 class Slowdown:
     task: TaskId
-    speed: float  # the fraction of every period the task may run, in (0, 1)
-    period_ms: int = 50
+    speed: float  # the fraction of the time the task may run, in (0, 1)
+    period_ms: int = 50  # a run slot and a stop slot together, on average
 
     def __str__(self) -> str:
         return f"{self.task.name}@speed:{self.speed:g}:{self.period_ms}ms"
@@ -68,11 +78,12 @@ class DutyCycle:
     """A thread that SIGSTOPs and SIGCONTs one task on the slowdown's duty cycle.
 
     `send(signum)` delivers a signal to the task's current process (group); it returns False
-    while there is none (between restarts), which is harmless.
+    while there is none (between restarts), which is harmless. `seed` fixes the slot lengths.
     """
 
-    def __init__(self, slowdown: Slowdown, send: Callable[[int], bool]) -> None:
+    def __init__(self, slowdown: Slowdown, send: Callable[[int], bool], seed: int = 0) -> None:
         self.slowdown, self._send = slowdown, send
+        self._rng = random.Random(seed)
         self._done = threading.Event()
         self._thread = threading.Thread(target=self._run, name="baton-slowdown", daemon=True)
         self.cycles = 0
@@ -86,13 +97,18 @@ class DutyCycle:
         running, stopped = period * self.slowdown.speed, period * (1 - self.slowdown.speed)
         while not self._done.is_set():
             self._send(signal.SIGCONT)
-            if self._done.wait(running):
+            if self._done.wait(self.slot(running)):
                 break
             self._send(signal.SIGSTOP)
             self.cycles += 1
-            if self._done.wait(stopped):
+            if self._done.wait(self.slot(stopped)):
                 break
         self._send(signal.SIGCONT)
+
+    def slot(self, mean: float) -> float:
+        """One slot's seconds: exponential with `mean`, capped at 10x it (a runaway draw would
+        stop the task for seconds on end)."""
+        return min(self._rng.expovariate(1 / mean), 10 * mean)
 
     def stop(self) -> None:
         """End the cycle with the task running (SIGCONT), before anyone stops the task."""

@@ -1,13 +1,13 @@
 """`balance: auto` vs `off` on 2 multi-worker-mirrored workers, one slowed to half speed.
 
-Worker:1 is slowed from outside its process: the launcher stops and continues it on a fixed
-duty cycle (`--inject-slowdown worker:1@speed:0.5`, SIGSTOP for half of every period), as a
-noisy neighbour or a slower node would look. Same synthetic rows, model, global batch, seed and
-steps for every case; the cases alternate (off, auto, off, auto, ...) so drift in the machine's
-load hits both. Examples/s are the chief's training-loop figure (train_info.json, startup
-excluded); accuracy is the final eval accuracy on the same held-out rows. The rows are written
-in the `transformed` artifact's columnar format first and read through Baton's own input
-pipeline, as a pipeline run reads them.
+Worker:1 is slowed from outside its process: the launcher stops and continues it on a duty cycle
+(`--inject-slowdown worker:1@speed:0.5`, stopped half of the time in slots of random length,
+strategies/slowdown.py), as a noisy neighbour or a slower node would look. Same synthetic rows,
+model, global batch, seed and steps for every case; the cases alternate (off, auto, off, auto,
+...) so drift in the machine's load hits both. Examples/s are the chief's training-loop figure
+(train_info.json, startup excluded); accuracy is the final eval accuracy on the same held-out
+rows. The rows are written in the `transformed` artifact's columnar format first and read
+through Baton's own input pipeline, as a pipeline run reads them.
 
     .venv/bin/python bench/training/bench_balance.py [--batches 8192:80,1024:240] [--repeats 1]
 
@@ -155,6 +155,7 @@ def main() -> None:
         "cpu_count": os.cpu_count(),
         "model": "mlp 512x512 on 32 numeric + 2 categorical features, 4 classes",
         "slowdown": args.slowdown,
+        "memoryless": True,  # random slot lengths (strategies/slowdown.py), since 2026-12-02
         "batches": [{"global_batch": b, "steps": n} for b, n in configs],
         "headline_batch": configs[0][0],
         "runs": rows,

@@ -461,7 +461,10 @@ def balance_section(bal: dict) -> list[str]:
         f"start. 2 multi-worker-mirrored workers on this {bal['cpu_count']}-core machine, "
         f"{bal['model']}, global batches {batches}; same synthetic rows and seed in every "
         "case, the cases alternate. `slowed` = worker:1 slowed from outside its process by the "
-        f"launcher (`--inject-slowdown {bal['slowdown']}`: SIGSTOP for half of every period). "
+        f"launcher (`--inject-slowdown {bal['slowdown']}`: stopped half of the time, in slots of "
+        "random length that average the period per run and stop pair"
+        + ("" if bal.get("memoryless") else "; this run predates that and used a fixed cycle")
+        + "). "
         "Examples/s are the chief's training-loop figure.",
         "",
         "| global batch | balance | worker:1 | examples/s | eval accuracy | final batch (w0 / w1) "
@@ -507,9 +510,11 @@ def balance_section(bal: dict) -> list[str]:
             f"gives {s['speedup_auto_vs_off']:.2f}x.")
     lines.append(
         "- Why (docs/training.md, Heterogeneous workers): the replicas' forward-backward passes "
-        "(the measured rows/s) are about a third of a step here; the rest is the all-reduce "
-        "between two processes on two cores and the input pipeline, and a worker stopped on a "
-        "duty cycle is slow at those too, which no split of the batch shortens. `balance` "
+        "(the measured rows/s) are about half a step at full speed here; the rest (the "
+        "all-reduce between two processes on two cores, the input pipeline, the loop) is not "
+        "shortened by any split. And the slowed worker's passes measure well under 2x slower "
+        "(the two processes share two cores, so the other one runs faster while it is "
+        "stopped), so the split moves less than half speed would suggest. `balance` "
         "therefore defaults to `off`.")
     lines.append("")
     return lines
