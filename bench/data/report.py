@@ -20,6 +20,14 @@ def _runs(c: dict) -> str:
     return ", ".join(f"{s:.2f}" for s in runs)
 
 
+def _by_procs(by: dict[str, float] | None) -> str:
+    """` (1 process 29.5 s, 2 processes 22.9 s)` where the peer ran both ways."""
+    if not by or len(by) < 2:
+        return ""
+    return " (" + ", ".join(f"{k} process{'es' if k != '1' else ''} {v:.1f} s"
+                            for k, v in sorted(by.items())) + ")"
+
+
 def _goal(met: bool) -> str:
     return "met" if met else "**missed**"
 
@@ -49,23 +57,28 @@ def write_report(r: dict[str, Any], path: Path) -> Path:
     rows, big = r["rows"], r["big_rows"]
     t = r["tables"]
     load = ", ".join(f"{x:.1f}" for x in m["load_average"])
+    quiet = m["load_average"][0] < 1.0  # at the start; else the quiet-machine caveats apply
     lines = [
         "## Data plane (ingest + transform vs tf.Transform, statistics, input pipeline)",
         "",
-        f"Run {m['date']} on {m['machine']}, {m['cores']} cores shared with another engineer's "
-        f"test runs (load average {load} at the start of the run: absolute seconds are "
-        "inflated and noisy, compare the ratios), by `python bench/data/run_bench.py` (results: "
+        f"Run {m['date']} on {m['machine']}, {m['cores']} cores "
+        + (f"(load average {load} at the start of the run: a quiet machine), by" if quiet else
+           f"shared with other work (load average {load} at the start of the run: absolute "
+           "seconds are inflated and noisy, compare the ratios), by")
+        + " `python bench/data/run_bench.py` (results: "
         "`bench/data/results/data.json`). Both sides start from the same CSV file with the "
         f"same {rows:,} rows. Baton = the `ingest` stage (source: csv -> TFRecord tf.Examples "
         "+ the Arrow copy) then the `transform` stage (analyze, apply, write `transformed`, "
-        "export the SavedModel), each in a fresh process after `import tensorflow`; "
+        "export the SavedModel), each in a fresh process, timed after its libraries are "
+        "imported (tensorflow and pyarrow; apache_beam too for transform), as the peer is; "
         "tf.Transform = tensorflow-transform "
         f"{t['current'].get('peer', {}).get('tft', '?')} the way TFX's Transform runs it: "
         "`tfxio.CsvTFXIO` -> `tft_beam.AnalyzeAndTransformDataset(..., "
         "output_record_batches=True)` -> `WriteTransformFn` + the transformed rows encoded by "
         "tfx_bsl's `RecordBatchToExamplesEncoder` and written by `WriteToTFRecord` (its own "
-        "venv, FnApiRunner in-process, batch size tuned by TFXIO), seconds of the pipeline "
-        "after its imports. Like for like: both write their transform graph and the "
+        "venv, batch size tuned by TFXIO; FnApiRunner in-process and on 2 worker processes, "
+        "`--direct_running_mode=multi_processing`, the faster counting: both are listed), "
+        "seconds of the pipeline after its imports. Like for like: both write their transform graph and the "
         f"transformed rows. Baton figures: median of {r['repeat']} runs (all runs listed); "
         f"tf.Transform: {r['peer_repeat']} run(s).",
         "",
@@ -87,8 +100,8 @@ def write_report(r: dict[str, Any], path: Path) -> Path:
             f"| {names[key]} | {e['ingest']['seconds_median']:.2f} | "
             f"{e['transform']['seconds_median']:.2f} | {total:.2f} ({runs}) | "
             f"{e['rows'] / total:,.0f} | "
-            + (f"{p['seconds_median']:.1f} | {e['rows'] / p['seconds_median']:,.0f} | "
-               if p else "not run | | ")
+            + (f"{p['seconds_median']:.1f}{_by_procs(e.get('peer_by_processes'))} | "
+               f"{e['rows'] / p['seconds_median']:,.0f} | " if p else "not run | | ")
             + f"{e['ingest']['peak_rss_mb']:.0f} / {e['transform']['peak_rss_mb']:.0f} / "
             + (f"{p['peak_rss_mb']:.0f} | **{_x(e['ratio'])}** |" if p else "| n/a |"))
     cen = t["census"]
@@ -112,10 +125,12 @@ def write_report(r: dict[str, Any], path: Path) -> Path:
         "**Read the ratios with the machine's load in mind.** Under load the peer slows more "
         "than Baton (it is mostly single-threaded Python per batch of <= 1000 rows): issue 12 "
         "measured tf.Transform/TFXIO at 22.4 s (current table) and 33.1 s (census) on a quiet "
-        "machine, and Baton's ingest of the current table takes about 1.5 s and its transform "
-        "about 2 s there. A ratio from a loaded run therefore flatters Baton; re-run on a quiet "
-        "machine before quoting one (the goals below are judged on this run's figures, with "
-        "that caveat).",
+        "machine. "
+        + ("This run started on a quiet machine, so its ratios are the ones to quote."
+           if quiet else
+           "A ratio from a loaded run therefore flatters Baton; re-run on a quiet machine "
+           "before quoting one (the goals below are judged on this run's figures, with that "
+           "caveat)."),
         "",
         "Where Baton's time goes (per-stage seconds above): the transform stage is now most "
         "of it. Ingest from CSV: pyarrow's multithreaded parser converts the columns while it "
@@ -141,7 +156,8 @@ def write_report(r: dict[str, Any], path: Path) -> Path:
     for n, pr in sorted(peers.items()):
         lines.append(
             f"| tensorflow-transform {pr['tft']} (`tfxio.TFExampleRecord` on Baton's "
-            f"tf.Examples) | FnApiRunner | {n:,} | {pr['seconds_median']:.1f} | "
+            f"tf.Examples) | FnApiRunner, {pr.get('processes', 1)} process(es) | {n:,} | "
+            f"{pr['seconds_median']:.1f}{_by_procs(pr.get('by_processes'))} | "
             f"{n / pr['seconds_median']:,.0f} | {pr['peak_rss_mb']:.0f} | 1x |")
     base = next((c for c in r["transform_alone"] if c["rows"] == rows
                  and c["runner"] == "FnApiRunner"), None)
@@ -208,7 +224,7 @@ def write_report(r: dict[str, Any], path: Path) -> Path:
                      f"{rows:,}: **{grow:+.1%}** ({top['peak_rss_mb']:.0f} vs "
                      f"{base['peak_rss_mb']:.0f} MB, transform stage)")
     lines += ["### Goals (issue 12)", "", *goals, "",
-              *_quiet_caveat(t), "",
+              *([] if quiet else _quiet_caveat(t)), "",
               "### Ingest alone, before and after the vectorised encoder (hand-recorded)", "",
               "The `ingest` stage on the current table's 1M-row CSV file, old code (commit "
               "89b455c) and new, alternated 3 times in fresh processes (load average 3-4.6; "
