@@ -40,6 +40,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -328,6 +329,14 @@ def _median(runs: list[dict]) -> dict:
     return mid
 
 
+def _faster_peer(run: Callable[[int], dict]) -> tuple[dict, dict[str, float]]:
+    """The peer in-process and on 2 worker processes (`run(processes)` -> a case with
+    `seconds_median`): the faster counts, both times are kept beside it."""
+    by_procs = {procs: run(procs) for procs in (1, 2)}
+    best = min(by_procs.values(), key=lambda r: r["seconds_median"])
+    return best, {str(k): round(v["seconds_median"], 2) for k, v in by_procs.items()}
+
+
 def run_all(a: argparse.Namespace) -> None:
     rows = a.rows or (100_000 if a.quick else 1_000_000)
     big = a.big_rows or (1_000_000 if a.quick else 10_000_000)
@@ -368,9 +377,8 @@ def run_all(a: argparse.Namespace) -> None:
                        "baton_seconds": ing["seconds_median"] + tr["seconds_median"],
                        "baton_runs_seconds": [round(x["seconds"] + y["seconds"], 3)
                                               for x, y in zip(ingests, transforms, strict=True)]}
-        if peer_ok:  # in-process and on 2 worker processes; the faster median counts
-            by_procs = {}
-            for procs in (1, 2):
+        if peer_ok:
+            def peer_runs(procs: int, table: str = table, n: int = n) -> dict:
                 peers = []
                 for i in range(a.peer_repeat):
                     out = work / f"peer-{table}-{n}-{procs}p-{i}"
@@ -378,10 +386,9 @@ def run_all(a: argparse.Namespace) -> None:
                     peers.append(case_peer(a.tft_python, table, csvs[(table, n)], str(out),
                                            processes=procs))
                     log(f"{table} {n}: peer, {procs} process(es), {peers[-1]['seconds']:.1f} s")
-                by_procs[procs] = _median(peers)
-            entry["peer"] = min(by_procs.values(), key=lambda r: r["seconds_median"])
-            entry["peer_by_processes"] = {str(k): round(v["seconds_median"], 2)
-                                          for k, v in by_procs.items()}
+                return _median(peers)
+
+            entry["peer"], entry["peer_by_processes"] = _faster_peer(peer_runs)
             entry["ratio"] = entry["peer"]["seconds_median"] / entry["baton_seconds"]
             if table == "census":
                 entry["parity"] = baton(["parity", tr["transformed"],
@@ -420,19 +427,17 @@ def run_all(a: argparse.Namespace) -> None:
         for n, ex in ((rows, examples[("current", rows)]), (big, big_ing["examples"])):
             if n == big and not a.peer_big:
                 continue
-            tried = []
-            for procs in (1, 2):  # as above: the faster of in-process and 2 processes
+            def peer_alone(procs: int, n: int = n, ex: str = ex) -> dict:
                 out = work / f"peer-alone-{n}-{procs}p"
                 shutil.rmtree(out, ignore_errors=True)
-                tried.append(case_peer(a.tft_python, "current", csvs[("current", n)], str(out),
-                                       tfrecords=str(Path(ex) / "train" / "*.tfrecord"),
-                                       processes=procs))
-                log(f"peer alone {n}, {procs} process(es): {tried[-1]['seconds']:.1f} s")
+                p = case_peer(a.tft_python, "current", csvs[("current", n)], str(out),
+                              tfrecords=str(Path(ex) / "train" / "*.tfrecord"), processes=procs)
+                log(f"peer alone {n}, {procs} process(es): {p['seconds']:.1f} s")
                 shutil.rmtree(out, ignore_errors=True)
-            p = dict(min(tried, key=lambda r: r["seconds"]), rows=n,
-                     by_processes={str(r["processes"]): round(r["seconds"], 2) for r in tried})
-            peers.append(dict(p, runs_seconds=[round(p["seconds"], 3)],
-                              seconds_median=p["seconds"]))
+                return dict(p, runs_seconds=[round(p["seconds"], 3)], seconds_median=p["seconds"])
+
+            best, by_processes = _faster_peer(peer_alone)
+            peers.append(dict(best, rows=n, by_processes=by_processes))
         res["peer_alone"] = peers
     stats = baton(["stage", "statistics", big_ing["examples"], "", ""])
     shutil.rmtree(stats.pop("root"), ignore_errors=True)
