@@ -12,8 +12,8 @@ replicas: `[loss_sum, correct, examples, stop_flag]`. `stop_flag` carries a pree
 from any task to all tasks through the same all-reduce as the gradients, so every worker agrees
 on the step at which to checkpoint and stop, without an extra collective.
 
-fp16 all-reduce: gradients are cast to float16 for the cross-replica sum and back to float32
-afterwards, halving bytes on the wire at a small precision cost (the sum is over a few workers).
+Under mirrored and multi-worker mirrored strategies the step reduces its gradients and its totals
+itself, in one collective per step (graphs.gradient_sync, which also has the fp16 all-reduce).
 """
 
 from __future__ import annotations
@@ -22,6 +22,13 @@ import dataclasses
 from typing import Any
 
 from baton.graphs.feature_spec import FeatureSpec
+from baton.graphs.gradient_sync import (
+    all_reduce_step,
+    densify_small,
+    fuses_reduction,
+    install_fp16_allreduce,
+    skip_optimizer_allreduce,
+)
 
 TOTALS = ("loss_sum", "correct", "examples", "stop")
 
@@ -90,33 +97,6 @@ def correct_count(task: str, labels: Any, logits: Any) -> Any:
     return tf.reduce_sum(tf.cast(hits, tf.float32))
 
 
-def install_fp16_allreduce(optimizer: Any) -> None:
-    """Make a Keras 3 optimizer all-reduce gradients in float16 (half the bytes on the wire).
-
-    Keras 3's TF optimizer sums gradients across replicas in `_all_reduce_sum_gradients`; this
-    replaces that one hook on this optimizer instance only, keeping the rest of Keras (variable
-    updates via `extended.update`, iterations, learning-rate schedules) unchanged.
-    """
-    import tensorflow as tf
-
-    def all_reduce_fp16(grads_and_vars: Any) -> Any:
-        ctx = tf.distribute.get_replica_context()
-        pairs = list(grads_and_vars)
-        if not ctx or ctx.num_replicas_in_sync == 1:
-            return pairs
-        idx = [i for i, (g, _) in enumerate(pairs) if g is not None]
-        if not idx:
-            return pairs
-        grads = [tf.cast(pairs[i][0], tf.float16) for i in idx]
-        reduced = ctx.all_reduce(tf.distribute.ReduceOp.SUM, grads)
-        out = list(pairs)
-        for i, g in zip(idx, reduced, strict=True):
-            out[i] = (tf.cast(g, pairs[i][0].dtype), pairs[i][1])
-        return out
-
-    optimizer._all_reduce_sum_gradients = all_reduce_fp16
-
-
 def make_train_chunk(
     model: Any,
     optimizer: Any,
@@ -150,7 +130,12 @@ def make_train_chunk(
     options = options or StepOptions()
     strategy = strategy or tf.distribute.get_strategy()
     task = spec.label.task
-    if options.fp16_allreduce:
+    # One collective per step carries the gradients and the totals (graphs.gradient_sync)
+    # where the strategy all-reduces in a replica context; elsewhere the optimizer reduces.
+    fused = fuses_reduction(strategy, optimizer)
+    if fused:
+        skip_optimizer_allreduce(optimizer)
+    elif options.fp16_allreduce:
         install_fp16_allreduce(optimizer)
     scales_loss = hasattr(optimizer, "scale_loss") and "LossScale" in type(optimizer).__name__
 
@@ -176,11 +161,25 @@ def make_train_chunk(
     if scope == "gradients":
         forward_backward = tf.function(forward_backward, jit_compile=True)
 
+    def sync(grads: list[Any], totals: Any) -> tuple[list[Any], Any]:
+        """Fused: the gradients and the totals summed over replicas, in one collective.
+        Otherwise as they are (the optimizer and `collect` reduce them)."""
+        if not fused:
+            return grads, totals
+        grads = densify_small(grads, model.trainable_variables, global_batch_size)
+        return all_reduce_step(grads, totals, options.fp16_allreduce)
+
+    def collect(per_replica: Any) -> Any:
+        if fused:  # every replica holds the same sums
+            return strategy.experimental_local_results(per_replica)[0]
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+
     def replica_step(batch: Any, stop_flag: Any) -> Any:
         features, labels = batch
         grads, stats = forward_backward(features, labels)
+        grads, totals = sync(grads, tf.concat([stats, tf.reshape(stop_flag, [1])], axis=0))
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
-        return tf.concat([stats, tf.reshape(stop_flag, [1])], axis=0)
+        return totals
 
     def balanced_step(batch: Any, stop_flag: Any, bounds: Any) -> Any:
         features, labels = batch
@@ -204,9 +203,11 @@ def make_train_chunk(
         with tf.control_dependencies([ended]):
             grads = [None if g is None else tf.identity(g) for g in grads]
         took = tf.cast(ended - began, tf.float32)
-        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         mine = tf.one_hot(rid, replicas, dtype=tf.float32)
-        return tf.concat([stats, tf.reshape(stop_flag, [1]), mine * took, mine * stats[2]], 0)
+        grads, totals = sync(grads, tf.concat(
+            [stats, tf.reshape(stop_flag, [1]), mine * took, mine * stats[2]], 0))
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+        return totals
 
     # Not converted by AutoGraph, as Keras 3's own `one_step_on_data`: the step is straight-line
     # code, and converting the model's and optimizer's Python took most of the first call.
@@ -217,8 +218,7 @@ def make_train_chunk(
     def train_chunk(iterator: Any, n_steps: Any, stop_flag: Any) -> Any:
         totals = tf.zeros([len(TOTALS)], tf.float32)
         for _ in tf.range(n_steps):
-            per_replica = strategy.run(step, args=(next(iterator), stop_flag))
-            totals += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+            totals += collect(strategy.run(step, args=(next(iterator), stop_flag)))
         return totals
 
     if not balance:
@@ -229,8 +229,7 @@ def make_train_chunk(
     def balanced_chunk(iterator: Any, n_steps: Any, stop_flag: Any, bounds: Any) -> Any:
         totals = tf.zeros([len(TOTALS) + 2 * replicas], tf.float32)
         for _ in tf.range(n_steps):
-            per_replica = strategy.run(uneven, args=(next(iterator), stop_flag, bounds))
-            totals += strategy.reduce(tf.distribute.ReduceOp.SUM, per_replica, axis=None)
+            totals += collect(strategy.run(uneven, args=(next(iterator), stop_flag, bounds)))
         return totals
 
     return balanced_chunk
