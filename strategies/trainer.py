@@ -200,6 +200,9 @@ def train(
     model.stop_training = False
     stopped = False
     window = _Window()
+    # The first chunk carries one-off work (tracing the step, filling the input's cache); a
+    # short run's examples/s is mostly that. `steady_examples_per_sec` starts after it.
+    first: tuple[float, int] | None = None
     callbacks.on_train_begin()
     while step < total and not stopped:
         epoch, in_epoch = divmod(step, spe)
@@ -216,12 +219,13 @@ def train(
             else:
                 bounds = tf.constant(balancer.bounds(), tf.int32)
                 out = chunk(iterator, tf.constant(n, tf.int32), flag, bounds).numpy()
-                totals, r = out[: len(TOTALS)], balancer.replicas
-                balancer.observe(step + n, out[len(TOTALS):len(TOTALS) + r],
-                                 out[len(TOTALS) + r:])
+                totals, r, k = out[: len(TOTALS)], balancer.replicas, len(TOTALS)
+                balancer.observe(step + n, out[k:k + r], out[k + r:k + 2 * r],
+                                 post=out[k + 2 * r:k + 3 * r], post_steps=n - 1)
             step += n
             in_epoch += n
             state.step = step
+            first = first or (time.perf_counter(), step)
             if plan.measure_after:
                 window.mark(step, step - start_step >= plan.measure_after)
             epoch_totals = [a + float(b) for a, b in zip(epoch_totals, totals, strict=True)]
@@ -253,6 +257,9 @@ def train(
         balancer.record(step, "end")
     seconds = time.perf_counter() - start
     done = step - start_step
+    steady = ({"steady_examples_per_sec": round(
+        (step - first[1]) * plan.global_batch_size / (start + seconds - first[0]), 1)}
+              if first and step > first[1] else {})
     return TrainResult(
         model=model,
         history=history,
@@ -262,7 +269,7 @@ def train(
         examples_per_sec=done * plan.global_batch_size / max(seconds, 1e-9),
         steps_per_sec=done / max(seconds, 1e-9),
         num_replicas=strategy.num_replicas_in_sync,
-        info={"xla_compiled": xla_compiled_functions(chunk),
+        info={"xla_compiled": xla_compiled_functions(chunk), **steady,
               **({"balance": balancer.summary()} if balancer is not None else {}),
               **({"stopped_early_at_step": step} if stopped and step < total else {}),
               **({"window": window.as_dict()} if window.steps else {})},
