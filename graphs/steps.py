@@ -120,11 +120,10 @@ def make_train_chunk(
         loss_fn: `(labels, logits) -> per-example loss [B]` (graphs.objectives.make_loss);
             None: `loss_per_example`, softmax cross-entropy or squared error.
         balance: uneven per-replica batches (strategies.balance). The chunk is then
-            `(iterator, n_steps, stop_flag, bounds) -> totals[4 + 3R]`: every replica receives
+            `(iterator, n_steps, stop_flag, bounds) -> totals[4 + 2R]`: every replica receives
             the whole global batch and trains on rows `[bounds[r], bounds[r+1])` of it, and the
-            totals end with each replica's summed forward-backward seconds (R values), rows
-            (R values) and post seconds (R values, over the chunk's steps after its first),
-            reduced with the rest so every task sees every replica's speed.
+            totals end with each replica's summed forward-backward seconds (R values) and rows
+            (R values), reduced with the rest so every task sees every replica's speed.
     """
     import tensorflow as tf
 
@@ -182,17 +181,7 @@ def make_train_chunk(
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return totals
 
-    # When this replica's last all-reduce returned (its own clock; one value per replica): the
-    # next step's `post` runs from there to the start of its pass (strategies.balance).
-    reduced_at: Any = None
-    if balance:
-        with strategy.scope():
-            reduced_at = tf.Variable(
-                0.0, dtype=tf.float64, trainable=False, name="baton_reduced_at",
-                synchronization=tf.VariableSynchronization.ON_READ,
-                aggregation=tf.VariableAggregation.ONLY_FIRST_REPLICA)
-
-    def balanced_step(batch: Any, stop_flag: Any, bounds: Any, measure_post: Any) -> Any:
+    def balanced_step(batch: Any, stop_flag: Any, bounds: Any) -> Any:
         features, labels = batch
         rid = tf.distribute.get_replica_context().replica_id_in_sync_group
         lo, hi = bounds[rid], bounds[rid + 1]
@@ -214,17 +203,10 @@ def make_train_chunk(
         with tf.control_dependencies([ended]):
             grads = [None if g is None else tf.identity(g) for g in grads]
         took = tf.cast(ended - began, tf.float32)
-        # post: from the previous all-reduce's return to this pass (the update, the next rows,
-        # their slicing); not on a chunk's first step, whose gap holds the Python loop's work
-        # (and at an epoch's end, the evaluation)
-        last = reduced_at.read_value()
-        post = tf.cast(tf.where(tf.logical_and(measure_post, last > 0), began - last, 0.0),
-                       tf.float32)
         mine = tf.one_hot(rid, replicas, dtype=tf.float32)
         grads, totals = sync(grads, tf.concat(
-            [stats, tf.reshape(stop_flag, [1]), mine * took, mine * stats[2], mine * post], 0))
-        with tf.control_dependencies([reduced_at.assign(_host_clock([totals]))]):
-            optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
+            [stats, tf.reshape(stop_flag, [1]), mine * took, mine * stats[2]], 0))
+        optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return totals
 
     # Not converted by AutoGraph, as Keras 3's own `one_step_on_data`: the step is straight-line
@@ -245,9 +227,9 @@ def make_train_chunk(
 
     @tf.function
     def balanced_chunk(iterator: Any, n_steps: Any, stop_flag: Any, bounds: Any) -> Any:
-        totals = tf.zeros([len(TOTALS) + 3 * replicas], tf.float32)
-        for i in tf.range(n_steps):
-            totals += collect(strategy.run(uneven, args=(next(iterator), stop_flag, bounds, i > 0)))
+        totals = tf.zeros([len(TOTALS) + 2 * replicas], tf.float32)
+        for _ in tf.range(n_steps):
+            totals += collect(strategy.run(uneven, args=(next(iterator), stop_flag, bounds)))
         return totals
 
     return balanced_chunk

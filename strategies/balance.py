@@ -15,18 +15,9 @@ instead. Baton does the same under multi-worker mirrored (`train.config.balance:
   with the step's totals through the same all-reduce, so every worker receives every replica's
   speed and computes the same new split here, with no extra collective and no coordinator.
 
-A replica's step is more than its pass: from the moment the previous all-reduce returns until
-its next pass starts it applies the update, takes its next rows and slices them (`post`, also
-timed in-graph and carried with the totals). On a slow node that part is slow too (measured:
-~6 ms of a 65 ms step at full speed, twice that on a worker at half speed), and a split that
-equalises the passes alone leaves the fast replica waiting for it at every all-reduce. So the
-split equalises `rows / rate + post` (`balanced_split`): the fast replica takes enough extra
-rows to cover the slow one's extra fixed work. Waiting in the all-reduce is counted in neither.
-
 The split is re-checked after every chunk of steps; it moves only when the predicted step time
-(the slowest replica's rows over its rate plus its post) drops by more than `threshold`, so
-noise on equal workers does not reshuffle the batches. This module is pure arithmetic (no
-TensorFlow).
+(the slowest replica's rows over its rate) drops by more than `threshold`, so noise on equal
+workers does not reshuffle the batches. This module is pure arithmetic (no TensorFlow).
 """
 
 from __future__ import annotations
@@ -72,33 +63,6 @@ def proportional_split(total: int, weights: Sequence[float], floor: int) -> list
     return out
 
 
-def balanced_split(total: int, rates: Sequence[float], fixed: Sequence[float],
-                   floor: int) -> list[int]:
-    """`total` rows so that every replica's `rows / rate + fixed` is the same, each at least
-    `floor`, summing to `total`.
-
-    With a common step time T, replica i takes `rate_i * (T - fixed_i)` rows; T follows from
-    the total. A replica whose share falls below `floor` is pinned there and T is solved again
-    for the others. Without fixed costs this is `proportional_split(total, rates, floor)`.
-    """
-    n = len(rates)
-    if n < 1 or total < n * floor:
-        raise ValueError(f"cannot split {total} rows over {n} replicas of at least {floor}")
-    if any(r <= 0 for r in rates):
-        return proportional_split(total, rates, floor)
-    pinned: set[int] = set()
-    while True:
-        free = [i for i in range(n) if i not in pinned]
-        rest = total - floor * len(pinned)
-        t = (rest + sum(rates[i] * fixed[i] for i in free)) / sum(rates[i] for i in free)
-        shares = [float(floor) if i in pinned else rates[i] * (t - fixed[i]) for i in range(n)]
-        low = {i for i in free if shares[i] < floor}
-        if not low or len(low) == len(free):
-            break
-        pinned |= low
-    return proportional_split(total, [max(x, 0.0) for x in shares], floor)
-
-
 @dataclasses.dataclass
 class Balancer:
     """The current split and what was measured; identical on every worker given the same input.
@@ -125,7 +89,6 @@ class Balancer:
     record_every: int = 0
     sizes: list[int] = dataclasses.field(default_factory=list)
     rates: list[float] = dataclasses.field(default_factory=list)
-    post: list[float] = dataclasses.field(default_factory=list)  # seconds per step, smoothed
     history: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     changes: int = 0
     _seen: int = 0
@@ -140,7 +103,6 @@ class Balancer:
         if not self.sizes:
             self.sizes = proportional_split(self.global_batch, [1.0] * self.replicas, 0)
         self.rates = self.rates or [0.0] * self.replicas
-        self.post = self.post or [0.0] * self.replicas
 
     @property
     def floor(self) -> int:
@@ -154,25 +116,23 @@ class Balancer:
         return out
 
     def step_seconds(self, sizes: Sequence[int]) -> float:
-        """Predicted time of one step with `sizes`: the slowest replica's pass and post."""
-        return max(s / r + p for s, r, p in zip(sizes, self.rates, self.post, strict=True))
+        """Predicted compute time of one step with `sizes`: the slowest replica's."""
+        return max(s / r for s, r in zip(sizes, self.rates, strict=True))
 
-    def observe(self, step: int, seconds: Sequence[float], rows: Sequence[float],
-                post: Sequence[float] = (), post_steps: int = 0) -> bool:
-        """Fold in one chunk's per-replica pass seconds and rows, and (`post_steps` > 0) its
-        per-replica post seconds summed over that many steps; True when the split moved."""
+    def observe(self, step: int, seconds: Sequence[float], rows: Sequence[float]) -> bool:
+        """Fold in one chunk's per-replica compute seconds and rows; True when the split moved."""
         self._seen += 1
         if self._seen <= self.warmup:
             return False
         for i, (t, n) in enumerate(zip(seconds, rows, strict=True)):
             if t > 0 and n > 0:
-                self.rates[i] = self._smooth(self.rates[i], float(n) / float(t))
-        if post_steps > 0 and len(post) == self.replicas and min(post) >= 0:
-            self.post = [self._smooth(old, float(p) / post_steps)
-                         for old, p in zip(self.post, post, strict=True)]
+                rate = float(n) / float(t)
+                old = self.rates[i]
+                self.rates[i] = rate if old <= 0 else (
+                    self.smoothing * rate + (1 - self.smoothing) * old)
         changed = False
         if all(r > 0 for r in self.rates):
-            target = balanced_split(self.global_batch, self.rates, self.post, self.floor)
+            target = proportional_split(self.global_batch, self.rates, self.floor)
             # Halfway there: a replica's rate measured on few rows carries its fixed per-step
             # cost, so a full jump overshoots and the split would swing chunk to chunk.
             halfway = [s + self.damping * (t - s) for s, t in zip(self.sizes, target, strict=True)]
@@ -188,9 +148,6 @@ class Balancer:
             self.record(step, "rebalanced" if changed else "sample")
         return changed
 
-    def _smooth(self, old: float, new: float) -> float:
-        return new if old <= 0 else self.smoothing * new + (1 - self.smoothing) * old
-
     def record(self, step: int, event: str) -> None:
         self._last_record = step
         self.history.append({
@@ -198,7 +155,6 @@ class Balancer:
             "event": event,
             "batch": list(self.sizes),
             "rows_per_sec": [round(r, 1) for r in self.rates],
-            "post_ms": [round(p * 1000, 2) for p in self.post],
         })
 
     def summary(self) -> dict[str, Any]:
@@ -209,7 +165,6 @@ class Balancer:
             "replicas": self.replicas,
             "final_batch": list(self.sizes),
             "rows_per_sec": [round(r, 1) for r in self.rates],
-            "post_ms": [round(p * 1000, 2) for p in self.post],
             "changes": self.changes,
             "history": self.history,
         }

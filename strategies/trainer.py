@@ -219,9 +219,9 @@ def train(
             else:
                 bounds = tf.constant(balancer.bounds(), tf.int32)
                 out = chunk(iterator, tf.constant(n, tf.int32), flag, bounds).numpy()
-                totals, r, k = out[: len(TOTALS)], balancer.replicas, len(TOTALS)
-                balancer.observe(step + n, out[k:k + r], out[k + r:k + 2 * r],
-                                 post=out[k + 2 * r:k + 3 * r], post_steps=n - 1)
+                totals, r = out[: len(TOTALS)], balancer.replicas
+                balancer.observe(step + n, out[len(TOTALS):len(TOTALS) + r],
+                                 out[len(TOTALS) + r:])
             step += n
             in_epoch += n
             state.step = step

@@ -22,8 +22,6 @@ ROOT = HERE.parents[1]
 FIT_SPEEDUP_GOAL = 1.5  # examples/s at least 1.5x Keras `model.fit`
 INPUT_NAMES = {"rows": "per-row tf.data input",  # bench_own_model.py's two input pipelines
                "columnar": "the train stage's input pipeline"}
-BALANCE_GOAL = 1.4  # balance: auto at least 1.4x off with one of two workers at half speed
-BALANCE_ACCURACY_NOISE = 0.01  # "accuracy equal within noise": within 1 point
 CALLBACK_COST_GOAL = 0.05  # the callback list costs at most 5% of the loop's examples/s
 ROOF_AIM = 0.35  # 35% of the float32 matmul roof
 NAMED = ("default", "wider")  # the issue's two named models; others are extra
@@ -452,72 +450,14 @@ def elastic_section(rows: list[dict]) -> list[str]:
 
 
 def balance_section(bal: dict) -> list[str]:
-    """`bench_balance.py`: balance auto vs off, 2 workers, worker:1 slowed from outside."""
-    batches = ", ".join(f"{b['global_batch']} ({b['steps']} steps)" for b in bal["batches"])
-    lines = [
-        "## Heterogeneous workers: `balance: auto` vs `off` (bench_balance.py)",
-        "",
-        f"Run {bal['started']}, load average {', '.join(map(str, bal['load_at_start']))} at the "
-        f"start. 2 multi-worker-mirrored workers on this {bal['cpu_count']}-core machine, "
-        f"{bal['model']}, global batches {batches}; same synthetic rows and seed in every "
-        "case, the cases alternate. `slowed` = worker:1 slowed from outside its process by the "
-        f"launcher (`--inject-slowdown {bal['slowdown']}`: stopped half of the time, in slots of "
-        "random length that average the period per run and stop pair"
-        + ("" if bal.get("memoryless") else "; this run predates that and used a fixed cycle")
-        + "). "
-        "Examples/s are the chief's training-loop figure.",
-        "",
-        "| global batch | balance | worker:1 | examples/s | eval accuracy | final batch (w0 / w1) "
-        "| measured rows/s (w0 / w1) | moves | load after |",
-        "|---:|---|---|---:|---:|---|---|---:|---:|",
-    ]
-    for r in bal["runs"]:
-        rates = r.get("rows_per_sec")
-        lines.append(
-            f"| {r['global_batch']} | {r['balance']} | "
-            f"{'slowed' if r['slowdown'] != 'none' else 'full speed'} | "
-            f"{r['examples_per_sec']:,.0f} | {r['eval_accuracy']:.4f} | "
-            f"{' / '.join(map(str, r['final_batch']))} | "
-            f"{' / '.join(f'{x:,.0f}' for x in rates) if rates else '-'} | {r['rebalances']} | "
-            f"{r.get('load_after', '-')} |")
-    lines += ["", "Medians per global batch:", ""]
-    for batch, s in bal["summary"].items():
-        lines.append(
-            f"- {int(batch):,}: worker:1 slowed, auto {s['auto_slow']:,.0f} vs off "
-            f"{s['off_slow']:,.0f} ex/s (**{s['speedup_auto_vs_off']:.2f}x**); at full speed "
-            f"auto {s['auto_even']:,.0f} vs off {s['off_even']:,.0f} ex/s "
-            f"({s['auto_vs_off_even']:.2f}x: the cost of balancing when there is nothing to "
-            f"balance); accuracy slowed {s['acc_auto_slow']:.4f} (auto) vs "
-            f"{s['acc_off_slow']:.4f} (off).")
-    head = bal["summary"][str(bal["headline_batch"])]
-    ratio = head["speedup_auto_vs_off"]
-    acc_gap = abs(head["acc_auto_slow"] - head["acc_off_slow"])
-    lines += [
-        "",
-        f"Goals (issue 14), judged on the larger global batch ({bal['headline_batch']:,}), where "
-        "compute is the larger share of a step:",
-        "",
-        f"- {'met' if ratio >= BALANCE_GOAL else '**missed**'}: examples/s with `balance: auto` "
-        f">= {BALANCE_GOAL}x `off` with one worker at half speed: **{ratio:.2f}x**",
-        f"- {'met' if acc_gap <= BALANCE_ACCURACY_NOISE else '**missed**'}: accuracy equal "
-        f"within noise (1 point): {head['acc_auto_slow']:.4f} vs {head['acc_off_slow']:.4f}",
-    ]
-    small = [b for b in bal["summary"] if b != str(bal["headline_batch"])]
-    for b in small:
-        s = bal["summary"][b]
-        lines.append(
-            f"- not a goal, reported: at the global batch of {int(b):,} the same comparison "
-            f"gives {s['speedup_auto_vs_off']:.2f}x.")
-    lines.append(
-        "- Why (docs/training.md, Heterogeneous workers): the replicas' forward-backward passes "
-        "(the measured rows/s) are about half a step at full speed here; the rest (the "
-        "all-reduce between two processes on two cores, the input pipeline, the loop) is not "
-        "shortened by any split. And the slowed worker's passes measure well under 2x slower "
-        "(the two processes share two cores, so the other one runs faster while it is "
-        "stopped), so the split moves less than half speed would suggest. `balance` "
-        "therefore defaults to `off`.")
-    lines.append("")
-    return lines
+    """bench_balance.py's section (report_balance.py, beside this file)."""
+    import sys
+
+    if str(HERE) not in sys.path:
+        sys.path.insert(0, str(HERE))
+    from report_balance import balance_section as section
+
+    return section(bal)
 
 
 def auto_workers_section(res: dict) -> list[str]:

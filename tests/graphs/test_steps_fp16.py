@@ -88,8 +88,6 @@ def test_uneven_replica_batches_make_the_even_update(out: dict) -> None:
     uneven = [np.array(w) for w in out["balanced"]]
     for a, b in zip(even, uneven, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    totals = out["balanced_totals"]  # loss, correct, examples, stop, seconds, rows, post [2]
-    assert len(totals) == 10 and totals[2] == 640 and totals[6:8] == [480.0, 160.0], totals
+    totals = out["balanced_totals"]  # loss, correct, examples, stop, seconds[2], rows[2]
+    assert totals[2] == 640 and totals[6:8] == [480.0, 160.0], totals
     assert totals[4] > 0 and totals[5] > 0, totals  # each replica timed its own pass
-    # and the gap from its last all-reduce to its next pass, on the 9 steps after the first
-    assert totals[8] > 0 and totals[9] > 0, totals

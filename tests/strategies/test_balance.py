@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from baton.strategies.balance import Balancer, balanced_split, proportional_split
+from baton.strategies.balance import Balancer, proportional_split
 
 
 def test_proportional_split_sums_to_total_respects_floor_and_rounds_largest_remainder() -> None:
@@ -52,30 +52,3 @@ def test_equal_replicas_with_noise_keep_the_even_split() -> None:
 def test_balancer_refuses_a_batch_smaller_than_the_replicas() -> None:
     with pytest.raises(ValueError, match="batch_size=1, replicas=2"):
         Balancer(global_batch=1, replicas=2)
-
-
-def test_balanced_split_evens_out_pass_plus_fixed_time() -> None:
-    # no fixed costs: the speed-proportional split
-    assert balanced_split(96, [960, 480], [0, 0], 1) == proportional_split(96, [960, 480], 1)
-    # replica 1 spends 10 ms more per step outside its pass: replica 0 covers it with rows
-    rows = balanced_split(96, [960, 480], [0.0, 0.01], 1)
-    assert rows == [67, 29], rows  # 67/960 = 69.8 ms; 29/480 + 10 = 70.4 ms
-    assert balanced_split(96, [960, 480], [0.0, 1.0], 4) == [92, 4]  # the slow one keeps its floor
-
-
-def test_the_balancer_counts_each_replicas_post_time_in_the_step() -> None:
-    """Same speeds as above, but replica 1 also spends 5 ms per step after each all-reduce
-    (its update and next rows, slow too): the split settles further towards replica 0 than the
-    speed-proportional one, where both replicas' pass + post are equal."""
-    b = Balancer(global_batch=96, replicas=2, warmup=0, damping=1.0, threshold=0.0)
-
-    def chunk(step: int) -> bool:
-        rows = [10 * s for s in b.sizes]
-        return b.observe(step, [rows[0] / 960, rows[1] / 480], rows, post=[0.0, 0.045],
-                         post_steps=9)
-
-    for i in range(3):
-        chunk(10 * (i + 1))
-    assert b.post == [0.0, 0.005] and b.sizes == [66, 30], (b.post, b.sizes)
-    assert b.step_seconds(b.sizes) == pytest.approx(max(66 / 960, 30 / 480 + 0.005))
-    assert b.history[-1]["post_ms"] == [0.0, 5.0]
