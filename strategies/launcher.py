@@ -24,7 +24,8 @@ Teardown is unconditional: on success, failure, Ctrl-C or SIGTERM every process 
 is sent SIGTERM, then SIGKILL after a grace period; each child also gets PR_SET_PDEATHSIG so it
 dies if the launcher itself is killed with SIGKILL. Only pids started here are ever signalled.
 
-The processes are run by `strategies.supervisor.ProcessGroup` (one per attempt) and the rules
+Each task is pinned to its own share of the cores and a straggler is rehearsed by CPU quota or
+signals (strategies.local_tasks). The processes are run by `strategies.supervisor.ProcessGroup` (one per attempt) and the rules
 above are its `GroupRestart` policy (`policy_for`); this module only builds the tasks' commands,
 environments and logs, follows the chief's step, injects faults and reports.
 """

@@ -1,7 +1,8 @@
 """Rehearse a straggler: slow one task of a local cluster down from outside its process.
 
-`--inject-slowdown worker:1@speed:0.5` makes the launcher stop and continue task worker:1's
-process group on a duty cycle (SIGSTOP for half of the time, SIGCONT for the other half, in
+`--inject-slowdown worker:1@speed:0.5:10ms:signals` (or `:quota`, strategies.throttle, the
+default where a cgroup CPU controller is writable) makes the launcher stop and continue task
+worker:1's process group on a duty cycle (SIGSTOP for half of the time, SIGCONT for the other half, in
 slots of `period_ms` on average), the way a node shared with a noisy neighbour, a throttled CPU
 or a slower machine type looks to a synchronous job: the task makes progress at `speed` of its
 normal rate and knows nothing of it.

@@ -77,7 +77,6 @@ def run_case(root: Path, name: str, job, slowdown: str | None) -> dict:  # noqa:
         "eval_accuracy": round(hist[-1].get("eval_accuracy", 0), 4),
         "final_batch": bal.get("final_batch", [job.batch_size // 2] * 2),
         "rows_per_sec": bal.get("rows_per_sec"),
-        "post_ms": bal.get("post_ms"),
         "rebalances": bal.get("changes", 0),
     }
 

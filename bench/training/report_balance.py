@@ -28,19 +28,17 @@ def _fmt(x: Any, spec: str = ",.0f") -> str:
 def _rows(bal: dict) -> list[str]:
     lines = [
         "| global batch | balance | worker:1 | examples/s | steady ex/s | eval accuracy "
-        "| final batch (w0 / w1) | measured rows/s (w0 / w1) | post ms (w0 / w1) | moves "
-        "| load after |",
-        "|---:|---|---|---:|---:|---:|---|---|---|---:|---:|",
+        "| final batch (w0 / w1) | measured rows/s (w0 / w1) | moves | load after |",
+        "|---:|---|---|---:|---:|---:|---|---|---:|---:|",
     ]
     for r in bal["runs"]:
-        rates, post = r.get("rows_per_sec"), r.get("post_ms")
+        rates = r.get("rows_per_sec")
         lines.append(
             f"| {r['global_batch']} | {r['balance']} | "
             f"{'full speed' if r['slowdown'] == 'none' else r.get('emulation', r['slowdown'])} | "
             f"{_fmt(r['examples_per_sec'])} | {_fmt(r.get('steady_examples_per_sec'))} | "
             f"{r['eval_accuracy']:.4f} | {' / '.join(map(str, r['final_batch']))} | "
-            f"{' / '.join(f'{x:,.0f}' for x in rates) if rates else '-'} | "
-            f"{' / '.join(f'{x:.1f}' for x in post) if post else '-'} | {r['rebalances']} | "
+            f"{' / '.join(f'{x:,.0f}' for x in rates) if rates else '-'} | {r['rebalances']} | "
             f"{r.get('load_after', '-')} |")
     return lines
 
@@ -70,8 +68,7 @@ def balance_section(bal: dict) -> list[str]:
         "kernel's CFS bandwidth control, 1 ms of every 2 ms), `signals` = stopped and continued "
         "by the launcher in random slots averaging 10 ms per pair. `examples/s` is the chief's "
         "training-loop figure from the loop's start, `steady` after its first chunk; `measured "
-        "rows/s` and `post ms` are the balancer's (each worker's pass rate, and its time from "
-        "an all-reduce's return to its next pass).",
+        "rows/s` is the balancer's (each worker's pass rate).",
         "",
         *_rows(bal),
         "",

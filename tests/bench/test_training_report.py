@@ -135,7 +135,7 @@ def test_the_balance_section_judges_the_emulation_nearest_half_speed(report, res
                 "slowdown": "none" if emulation == "none" else "worker:1@speed:0.5:2ms:quota",
                 "emulation": emulation, "examples_per_sec": ex,
                 "steady_examples_per_sec": ex * 1.05, "eval_accuracy": acc,
-                "final_batch": [4096, 4096], "rows_per_sec": rates, "post_ms": None,
+                "final_batch": [4096, 4096], "rows_per_sec": rates,
                 "rebalances": 0, "global_batch": batch, "load_after": 1.0}
 
     runs = [run(8192, "off", "none", 100.0, 0.98), run(8192, "auto", "none", 95.0, 0.98),
