@@ -146,3 +146,7 @@ def test_own_model_section_names_fits_fastest_path_and_the_load(report, results)
     assert "the same with `jit_compile=True`" in text
     assert "Load average at the start: 0.5, 0.7, 1.1." in text
     assert "batch 256: **met** (1.50x the bare `fit` fast path" in text
+    own["load_average_starts"] = {"callbacks": [1.0, 1.0, 1.0], "rows": [8.0, 4.0, 3.0]}
+    (results / "own_model.json").write_text(json.dumps(own))
+    text = report.render(report.load(results))
+    assert "load average at the start of each: callbacks 1.0, 1.0, 1.0; rows 8.0, 4.0, 3.0." in text
