@@ -134,7 +134,11 @@ class StatusFile(keras.callbacks.Callback):
 
 
 class Backups(keras.callbacks.Callback):
-    """A backup every `every` steps inside an epoch and at every epoch end (`save` on demand)."""
+    """A backup every `every` steps inside an epoch and at every epoch end (`save` on demand).
+
+    A backup may be written in the background (strategies.backup); training's end waits for
+    the last one, and `flush` waits on demand (before a preemption exit, an injected fault).
+    """
 
     def __init__(self, backup: Any, state: LoopState, every: int = 0) -> None:
         super().__init__()
@@ -143,6 +147,18 @@ class Backups(keras.callbacks.Callback):
     def save(self) -> None:
         if self.backup is not None:
             self.backup.save(self.state.step, {"history": self.state.history, **self.state.extra()})
+
+    def flush(self) -> None:
+        if self.backup is not None:
+            self.backup.flush()
+
+    def on_train_begin(self, logs: dict | None = None) -> None:
+        if self.backup is not None:
+            self.backup.prepare()
+
+    def on_train_end(self, logs: dict | None = None) -> None:
+        if self.backup is not None:
+            self.backup.close()
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         s = self.state
@@ -154,16 +170,24 @@ class Backups(keras.callbacks.Callback):
 
 
 class InjectFault(keras.callbacks.Callback):
-    """Fault rehearsal: kill or SIGTERM this task once its step reaches the fault's step."""
+    """Fault rehearsal: kill or SIGTERM this task once its step reaches the fault's step.
 
-    def __init__(self, fault: faults.Fault, state: LoopState) -> None:
+    It fires once the backup of that step (if any) is on disk (`before`: Backups.flush), so a
+    rehearsal resumes where it always did; a real crash during a background write resumes
+    from the backup before it.
+    """
+
+    def __init__(self, fault: faults.Fault, state: LoopState,
+                 before: Callable[[], None] | None = None) -> None:
         super().__init__()
         self.fault: faults.Fault | None = fault
-        self.state = state
+        self.state, self.before = state, before
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
         if self.fault is not None and self.state.step >= self.fault.step:
             fault, self.fault = self.fault, None  # once
+            if self.before is not None:
+                self.before()
             faults.fire(fault)
 
 
@@ -192,7 +216,7 @@ def loop_callbacks(
             *([StatusFile(status_file, state)] if status_file else []),
             *user,
             backups,
-            *([InjectFault(fault, state)] if fault is not None else []),
+            *([InjectFault(fault, state, backups.flush)] if fault is not None else []),
         ],
         model=model,
         epochs=epochs,

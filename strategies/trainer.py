@@ -153,6 +153,7 @@ def train(
             model=model,
             optimizer=optimizer,
             fingerprint=role.fingerprint,
+            background=_one_process(strategy),
         )
     restored = (backup.restore() if backup else None) or {}
     history: list[dict[str, float]] = list(restored.get("history", []))
@@ -210,54 +211,60 @@ def train(
     # short run's examples/s is mostly that. `steady_examples_per_sec` starts after it.
     first: tuple[float, int] | None = None
     callbacks.on_train_begin()
-    while step < total and not stopped:
-        epoch, in_epoch = divmod(step, spe)
-        callbacks.on_epoch_begin(epoch)
-        while in_epoch < spe and step < total:
-            n = min(plan.steps_per_execution, spe - in_epoch, total - step)
-            if plan.backup_every:
-                n = min(n, plan.backup_every - step % plan.backup_every)
-            n = faults.clip_chunk(role.fault, step, n)
-            flag = tf.constant(1.0 if role.stop.is_set() else 0.0)
-            callbacks.on_train_batch_begin(in_epoch)
-            if balancer is None:
-                totals = chunk(iterator, tf.constant(n, tf.int32), flag).numpy()
-            else:
-                bounds = tf.constant(balancer.bounds(), tf.int32)
-                out = chunk(iterator, tf.constant(n, tf.int32), flag, bounds).numpy()
-                totals, r = out[: len(TOTALS)], balancer.replicas
-                balancer.observe(step + n, out[len(TOTALS):len(TOTALS) + r],
-                                 out[len(TOTALS) + r:])
-            step += n
-            in_epoch += n
-            state.step = step
-            first = first or (time.perf_counter(), step)
-            if plan.measure_after:
-                window.mark(step, step - start_step >= plan.measure_after)
-            epoch_totals = [a + float(b) for a, b in zip(epoch_totals, totals, strict=True)]
-            epoch_totals[3] = 0.0
-            if totals[3] > 0:  # some task got SIGTERM: everyone saves at this same step, then stops
-                backups.save()
-                raise Preempted(step=step)
-            callbacks.on_train_batch_end(in_epoch - 1, totals_to_metrics(totals, task))
-            if stop_requested():
-                stopped = True
-                break
-        record = {
-            "epoch": epoch + 1,
-            "step": step,
-            **{f"train_{k}": v for k, v in totals_to_metrics(epoch_totals, task).items()},
-        }
-        if evaluate is not None:
-            for m in metrics:
-                m.reset()
-            ev = totals_to_metrics(evaluate(eval_ds).numpy(), task)
-            ev.update({m.name: m.result() for m in metrics})
-            record.update({f"eval_{k}": v for k, v in ev.items()})
-        history.append(record)
-        epoch_totals = [0.0, 0.0, 0.0, 0.0]
-        callbacks.on_epoch_end(epoch, cbs.epoch_logs(record))
-        stopped = stopped or stop_requested()
+    try:
+        while step < total and not stopped:
+            epoch, in_epoch = divmod(step, spe)
+            callbacks.on_epoch_begin(epoch)
+            while in_epoch < spe and step < total:
+                n = min(plan.steps_per_execution, spe - in_epoch, total - step)
+                if plan.backup_every:
+                    n = min(n, plan.backup_every - step % plan.backup_every)
+                n = faults.clip_chunk(role.fault, step, n)
+                flag = tf.constant(1.0 if role.stop.is_set() else 0.0)
+                callbacks.on_train_batch_begin(in_epoch)
+                if balancer is None:
+                    totals = chunk(iterator, tf.constant(n, tf.int32), flag).numpy()
+                else:
+                    bounds = tf.constant(balancer.bounds(), tf.int32)
+                    out = chunk(iterator, tf.constant(n, tf.int32), flag, bounds).numpy()
+                    totals, r = out[: len(TOTALS)], balancer.replicas
+                    balancer.observe(step + n, out[len(TOTALS):len(TOTALS) + r],
+                                     out[len(TOTALS) + r:])
+                step += n
+                in_epoch += n
+                state.step = step
+                first = first or (time.perf_counter(), step)
+                if plan.measure_after:
+                    window.mark(step, step - start_step >= plan.measure_after)
+                epoch_totals = [a + float(b) for a, b in zip(epoch_totals, totals, strict=True)]
+                epoch_totals[3] = 0.0
+                if totals[3] > 0:  # some task got SIGTERM: everyone saves at this same step, then stops
+                    backups.save()
+                    backups.flush()
+                    raise Preempted(step=step)
+                callbacks.on_train_batch_end(in_epoch - 1, totals_to_metrics(totals, task))
+                if stop_requested():
+                    stopped = True
+                    break
+            record = {
+                "epoch": epoch + 1,
+                "step": step,
+                **{f"train_{k}": v for k, v in totals_to_metrics(epoch_totals, task).items()},
+            }
+            if evaluate is not None:
+                for m in metrics:
+                    m.reset()
+                ev = totals_to_metrics(evaluate(eval_ds).numpy(), task)
+                ev.update({m.name: m.result() for m in metrics})
+                record.update({f"eval_{k}": v for k, v in ev.items()})
+            history.append(record)
+            epoch_totals = [0.0, 0.0, 0.0, 0.0]
+            callbacks.on_epoch_end(epoch, cbs.epoch_logs(record))
+            stopped = stopped or stop_requested()
+    except BaseException:
+        if backup is not None:  # a background write in flight is a whole backup: let it land
+            backup.close(quiet=True)
+        raise
     callbacks.on_train_end(cbs.epoch_logs(history[-1]) if history else None)
     if balancer is not None:
         balancer.record(step, "end")
@@ -277,10 +284,27 @@ def train(
         num_replicas=strategy.num_replicas_in_sync,
         info={"xla_compiled": xla_compiled_functions(chunk), "executor": executor_of(chunk),
               **steady,
+              # where the chief's backups were written (strategies.snapshot), and why not in
+              # the background when it was refused
+              **({"backup_writes": "background" if backup.background else
+                  "training thread" + (f" ({backup.refused})" if backup.refused else "")}
+                 if backup is not None and role.is_chief else {}),
               **({"balance": balancer.summary()} if balancer is not None else {}),
               **({"stopped_early_at_step": step} if stopped and step < total else {}),
               **({"window": window.as_dict()} if window.steps else {})},
     )
+
+
+def _one_process(strategy: Any) -> bool:
+    """Whether `strategy` runs in this process alone (one device, or mirrored over local
+    devices): its backups are written in the background (strategies.snapshot). A multi-worker
+    job's tasks save in step (a save may run collectives), so they write on the training
+    thread, as the parameter-server driver does."""
+    import tensorflow as tf
+
+    multi = (tf.distribute.MultiWorkerMirroredStrategy,
+             tf.distribute.experimental.ParameterServerStrategy)
+    return not isinstance(strategy, multi)
 
 
 def planned_saves(plan: TrainPlan, step: int) -> int:
