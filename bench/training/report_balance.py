@@ -19,6 +19,7 @@ tables.
 
 from __future__ import annotations
 
+import statistics
 from typing import Any
 
 BALANCE_GOAL = 1.4  # balance: auto at least 1.4x off with one of two workers at half speed
@@ -108,6 +109,33 @@ def headline(summary: dict, emulations: dict) -> tuple[str | None, str]:
     return name, "not calibrated: the balancer's rates nearest to half speed"
 
 
+def _step_parts(bal: dict, batch: int) -> list[str]:
+    """From the auto runs: each worker's pass (its final rows over the balancer's rate), the
+    longer of the two, and the steady step (the global batch over steady examples/s); the
+    step beyond the longer pass is what a split cannot shorten."""
+    per: dict[str, list[tuple[float, float, float]]] = {}
+    for r in bal["runs"]:
+        rates, steady = r.get("rows_per_sec"), r.get("steady_examples_per_sec")
+        if r["balance"] != "auto" or r["global_batch"] != batch or not rates or not steady:
+            continue
+        passes = [rows / rate * 1e3 for rows, rate in zip(r["final_batch"], rates, strict=True)
+                  if rate > 0]
+        step = batch / steady * 1e3
+        per.setdefault(r.get("emulation", "none"), []).append(
+            (max(passes), abs(passes[0] - passes[-1]), step))
+    if not per:
+        return []
+    parts = []
+    for e, xs in sorted(per.items()):
+        longer = statistics.median(x[0] for x in xs)
+        gap = statistics.median(x[1] for x in xs)
+        step = statistics.median(x[2] for x in xs)
+        parts.append(f"{'full speed' if e == 'none' else e}: passes {longer:.0f} ms (apart by "
+                     f"{gap:.1f}), step {step:.0f} ms, rest {step - longer:.0f} ms")
+    return [f"- where the auto runs' steady step goes (medians; a pass = the worker's final rows "
+            f"over its balancer rate): {'; '.join(parts)}."]
+
+
 def balance_section(bal: dict, emulations: dict | None = None) -> list[str]:
     """`bench_balance.py`: balance auto vs off, 2 pinned workers, worker:1 slowed from outside."""
     emulations = emulations or {}
@@ -179,6 +207,7 @@ def balance_section(bal: dict, emulations: dict | None = None) -> list[str]:
             f"within noise (1 point): {acc['auto']:.4f} vs {acc['off']:.4f}",
         ]
     even = summary.get("even", {}).get("examples_per_sec", {})
+    lines += _step_parts(bal, int(head_batch))
     lines += [
         f"- reported: the cost at equal speeds, auto {_fmt(even.get('ratio'), '.2f')}x off "
         "(each worker reads the whole global batch, slices its rows and reads two clocks per "
