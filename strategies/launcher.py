@@ -385,15 +385,16 @@ def _supervise(
         if preempt is not None and preempt.is_set():
             return _preempt(config, group, chief, sink)
         status = _read_status(status_file)
-        step = status[0] if status else None
+        step = status.step if status else None
         if status is not None and segment is not None:
-            segment.seen(*status)
+            segment.seen(status.step, status.resumed_from, status.time, status.first_chunk)
         if step is not None and step != last_step:
             last_step = step
             if on_step is not None:
                 on_step(step)
         if (members is not None and segment is not None and members.replacements_ready()
-                and status is not None and status[1] is not None and status[0] > status[1]):
+                and status is not None and status.resumed_from is not None
+                and status.step > status.resumed_from):
             return _admit(config, group, sink, step)
         if external_fault and step is not None and step >= fault.step:  # type: ignore[union-attr]
             if fault.task.name in group:  # type: ignore[union-attr]
@@ -483,13 +484,15 @@ def _env(
     return env
 
 
-def _read_status(path: Path) -> tuple[int, int | None] | None:
-    """(step, the step the chief resumed from) of the chief's status file; None: none yet."""
+def _read_status(path: Path) -> elastic.Status | None:
+    """The chief's status file (strategies.callbacks.StatusFile); None: none yet."""
     try:
         data = json.loads(path.read_text())
-        resumed = data.get("resumed_from")
-        return int(data["step"]), None if resumed is None else int(resumed)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        resumed, first = data.get("resumed_from"), data.get("first_chunk")
+        return elastic.Status(int(data["step"]), None if resumed is None else int(resumed),
+                      None if data.get("time") is None else float(data["time"]),
+                      None if first is None else (float(first[0]), int(first[1])))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
         return None
 
 

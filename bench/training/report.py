@@ -305,6 +305,13 @@ def _x(value: Any) -> str:
     return f"{value:.2f}x" if value is not None else "n/a"
 
 
+def _fit_path(om: dict) -> str:
+    """Which `fit` run the figure is: the fastest path when the run recorded it."""
+    if "keras_fit_fastest_path" in om:
+        return om["keras_fit_fastest_path"]
+    return _on(om.get("keras_fit_jit_compile"))  # older runs: whether Keras' auto chose XLA
+
+
 def own_model_section(own: dict) -> list[str]:
     cb = own["callbacks"]
     rows = own["own_model"] if isinstance(own["own_model"], list) else [own["own_model"]]
@@ -324,7 +331,13 @@ def own_model_section(own: dict) -> list[str]:
         "models. Examples/s over the steady state, epoch 2 to the last (tracing, in epoch 1, is "
         "out), with the eval split every epoch, a backup every epoch, TensorBoard summaries and "
         "progress on (the train stage's in-process side work; the status file is the "
-        "multi-process launcher's).",
+        "multi-process launcher's)."
+        + (f" Load average at the start: {', '.join(str(x) for x in own['load_average_start'])}."
+           if own.get("load_average_start") and not own.get("load_average_starts") else "")
+        + (" Run in parts, each holding the machine's benchmark lock; load average at the start "
+           "of each: " + "; ".join(f"{part} {', '.join(str(x) for x in load)}"
+                                   for part, load in own["load_average_starts"].items()) + "."
+           if own.get("load_average_starts") else ""),
         "",
         "| case | before (side work inline) | now (Keras CallbackList) | cost |",
         "|---|---:|---:|---:|",
@@ -339,21 +352,26 @@ def own_model_section(own: dict) -> list[str]:
            + (f" (median cost {cb['cost_default'] * 100:+.1f}%)." if "cost_default" in cb
               else "."), ""]
           if "callbacks_default_examples_per_sec" in cb else []),
-        "| user model | Baton's loop | Baton's loop, XLA | Keras `model.fit` (XLA: Keras' "
-        "default) | speedup | speedup, XLA |"
+        "| user model | Baton's loop | Baton's loop, XLA | Keras `model.fit`, its fastest path "
+        "| speedup | speedup, XLA |"
         + (" `fit` + Keras' own backup and TensorBoard | speedup, like for like |" if side
            else ""),
         "|---|---:|---:|---:|---:|---:|" + ("---:|---:|" if side else ""),
         *[f"| {om['case']}, {om['epochs']} epochs x {om['examples_per_epoch']:,} | "
           f"{om['baton_examples_per_sec']:,} ex/s | "
           f"{_ex(om.get('baton_xla_examples_per_sec'))} | "
-          f"{om['keras_fit_examples_per_sec']:,} ex/s ({_on(om.get('keras_fit_jit_compile'))}) | "
+          f"{om['keras_fit_examples_per_sec']:,} ex/s ({_fit_path(om)}) | "
           f"**{om['speedup']:.2f}x**{_vs_defaults(om)} | {_x(om.get('speedup_xla'))} |"
           + (f" {om['keras_fit_side_work_examples_per_sec']:,} ex/s | "
              f"{om['speedup_vs_fit_side_work']:.2f}x |" if side else "")
           for om in rows],
         "",
-        ("`fit` ex/s is the faster of its defaults and `steps_per_execution` equal to Baton's "
+        ("`fit` ex/s is the fastest of its defaults, `steps_per_execution` equal to Baton's "
+         "chunk (Keras' documented fast path for small models) and the same with "
+         "`jit_compile=True` (Keras' `\"auto\"` leaves XLA off for this model); the path that "
+         "won is in parentheses, the speedup against `fit`'s defaults beside the bold one."
+         if all("keras_fit_spe_xla_examples_per_sec" in om for om in rows) else
+         "`fit` ex/s is the faster of its defaults and `steps_per_execution` equal to Baton's "
          "chunk (Keras' documented fast path for small models); the speedup against `fit`'s "
          "defaults is in parentheses."
          if all("keras_fit_spe_examples_per_sec" in om for om in rows) else
@@ -373,7 +391,9 @@ def own_model_section(own: dict) -> list[str]:
           + (f", {INPUT_NAMES.get(om['input'], om['input'])}" if om.get("input") else "")
           + f": **{'met' if om['speedup'] >= FIT_SPEEDUP_GOAL else 'missed'}** "
           f"({om['speedup']:.2f}x the bare `fit` fast path; {_x(om.get('speedup_xla'))} with "
-          f"Baton's XLA on, `fit`'s XLA {_on(om.get('keras_fit_jit_compile'))}"
+          + (f"Baton's XLA on, against the same `fit` ({om['keras_fit_fastest_path']})"
+             if "keras_fit_fastest_path" in om else
+             f"Baton's XLA on, `fit`'s XLA {_on(om.get('keras_fit_jit_compile'))}")
           + (f"; {om['speedup_vs_fit_side_work']:.2f}x `fit` doing the same side work"
              if side else "")
           + "; both validate every epoch, compiled with the same loss and optimizer)."
@@ -381,23 +401,61 @@ def own_model_section(own: dict) -> list[str]:
         *(["- The input pipeline decides the small-model figures. Per-row tf.data (one element "
            "per row, shuffled and batched) delivers about 170k rows/s on this machine by itself "
            "(iterating it alone, in-graph), and on 2 cores it competes with the step for the "
-           "cores, so both loops run near its rate and the ratio says little about the loop. The "
+           "cores, the more so the faster the step runs (at batch 256 it holds both loops "
+           "below their columnar figures). The "
            "train stage reads columnar chunks (graphs.input_pipeline: sliced and concatenated, "
            "no per-row work), which is what a pipeline run feeds the loop; both loops read "
            "the same dataset in each row of the table."]
           if len({om.get("input") for om in rows} - {None}) > 1 else []),
         "- The machine is shared (2 cores): consecutive runs of this benchmark moved `fit` by up "
         "to 1.7x and the ratios with it; compare runs before reading one figure as a trend.",
-        "- Where the time goes (timed by hand around the loop's calls, batch 32, 12 epochs): the "
-        "chunk calls alone (bench/training/bench_chunk_vs_fit.py, no side work) run 1.44-1.53x "
-        "`fit`'s fast path at batch 32 and ~1.1x at 256. Two per-epoch costs were cut on the way: "
-        "the eval pass looped over its dataset inside the `tf.function` (63 ms per eval of 4,096 "
-        "examples; with the iterator made eagerly, as Keras does, 13 ms) and every backup was an "
-        "eager checkpoint write (20-30 ms; traced after six saves: 3-5 ms). An epoch here is "
-        "16,384 examples (64 steps at batch 256, ~0.1 s), so per-epoch work weighs far more "
-        "than on a real dataset.",
+        *(WHERE_THE_TIME_GOES if "load_average_start" in own or "load_average_starts" in own
+          else WHERE_IT_WENT),
         "",
     ]
+
+
+# Written by hand from the profiles behind the run that recorded `load_average_start`
+# (bench_chunk_vs_fit.py, TF's profiler and run metadata, timers around the loop's calls).
+WHERE_THE_TIME_GOES = [
+    "- Where the time goes, and what changed (profiled by hand: op counts from TensorFlow's run "
+    "metadata, its profiler's trace, timers around the loop's calls). Both loops run the same "
+    "~550-650 executed ops per step (Keras 3's Adam is ~20 small ops per variable in both), "
+    "and at this model's size dispatching them is most of a step: the matmuls are ~15% of it. "
+    "TensorFlow's single-threaded executor (graphs.executor) runs the same kernels without "
+    "per-op scheduling: the bare chunk went from ~95-108k to ~155-173k ex/s at batch 32 and "
+    "from ~570k to ~590-620k at 256 (`fit`'s fast path: 62-79k and 380-450k). It is picked for small "
+    "models only (at most 25k parameters, no convolution): its loop body loses oneDNN's "
+    "kernels, and an MLP (256, 256) ran 0.75x, the (1024, 1024, 512) one 0.43-0.65x with it.",
+    "- TensorFlow's fused `ResourceApplyAdam` (one kernel per variable, the same formula) was "
+    "tried in place of Keras' update: no faster here (94k vs 98k ex/s bare, and 99k vs 160k "
+    "under the single-threaded executor), and it rounds `1 - beta` differently from Keras, so "
+    "it is not used. XLA on the chunk's step did not help either (85k at batch 32).",
+    "- Per-epoch work, timed inside this loop at batch 256 (an epoch is 64 steps, ~50 ms): the "
+    "backup write was eager for six saves (15-20 ms each) and then traced inside the timed "
+    "window (~100 ms); a job that plans at least 10 saves now traces it at its first (~100 ms, "
+    "in epoch 1) and writes in ~4 ms. Each eval (4,096 examples) restarted its input pipeline "
+    "(6.5 ms); it now reads a count of batches from one repeated iterator (3.5 ms). Summaries "
+    "cost ~1 ms an epoch. Over epochs 2-20 that took the loop from ~0.29M to ~0.35M ex/s at "
+    "batch 256 in the same measurement.",
+    "- Why batch 256 misses: a 256-row step is mostly arithmetic, which no executor shortens, "
+    "so the bare chunk is only ~1.3x `fit`'s (~600k vs ~450k ex/s); `fit` there gains most "
+    "from XLA fusing its step (on the columnar input its fastest path at 256 is "
+    "`steps_per_execution` with `jit_compile=True`), while Baton's default leaves XLA off (with "
+    "`jit_compile: true` the loop reaches the XLA column's speedup, not its default); and an epoch is 64 steps (~45 ms), so the eval, backup, "
+    "summaries and the chunk ends (~10 ms measured) are a fifth of it. On an epoch of real size "
+    "that share shrinks; the bench keeps its 16,384-example epochs, as every earlier run did.",
+]
+WHERE_IT_WENT = [  # the text of the runs before the executor work
+    "- Where the time goes (timed by hand around the loop's calls, batch 32, 12 epochs): the "
+    "chunk calls alone (bench/training/bench_chunk_vs_fit.py, no side work) run 1.44-1.53x "
+    "`fit`'s fast path at batch 32 and ~1.1x at 256. Two per-epoch costs were cut on the way: "
+    "the eval pass looped over its dataset inside the `tf.function` (63 ms per eval of 4,096 "
+    "examples; with the iterator made eagerly, as Keras does, 13 ms) and every backup was an "
+    "eager checkpoint write (20-30 ms; traced after six saves: 3-5 ms). An epoch here is "
+    "16,384 examples (64 steps at batch 256, ~0.1 s), so per-epoch work weighs far more "
+    "than on a real dataset.",
+]
 
 
 def elastic_section(rows: list[dict]) -> list[str]:

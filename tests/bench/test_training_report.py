@@ -221,3 +221,26 @@ def test_profile_step_judges_an_emulation_by_its_speed_and_the_stall_at_the_best
     assert out["splits"]["0.6"] == {"step_ms": 101.0, "passes_ms": [60.0, 80.0], "stall_ms": 21.0}
     assert out["best_split"] == {"x": 0.7, "step_ms": 90.5, "passes_ms": [70.0, 60.0],
                                  "stall_ms": 20.5}
+
+
+def test_own_model_section_names_fits_fastest_path_and_the_load(report, results):
+    """A run that timed `fit` with XLA too says which `fit` path the figure is, and the load."""
+    om = {"case": "examples/own_model", "epochs": 6, "examples_per_epoch": 16384, "batch": 256,
+          "baton_examples_per_sec": 6_000, "keras_fit_examples_per_sec": 4_000, "speedup": 1.5,
+          "keras_fit_spe_examples_per_sec": 3_500, "keras_fit_spe_xla_examples_per_sec": 4_000,
+          "keras_fit_fastest_path": "steps_per_execution + jit_compile"}
+    own = {"load_average_start": [0.5, 0.7, 1.1],
+           "callbacks": {"case": "default MLP (64, 32)", "epochs": 6, "examples_per_epoch": 16384,
+                         "before_examples_per_sec": 10_000, "callbacks_examples_per_sec": 9_900,
+                         "cost": 0.01},
+           "own_model": [om]}
+    (results / "own_model.json").write_text(json.dumps(own))
+    text = report.render(report.load(results))
+    assert "4,000 ex/s (steps_per_execution + jit_compile) | **1.50x**" in text
+    assert "the same with `jit_compile=True`" in text
+    assert "Load average at the start: 0.5, 0.7, 1.1." in text
+    assert "batch 256: **met** (1.50x the bare `fit` fast path" in text
+    own["load_average_starts"] = {"callbacks": [1.0, 1.0, 1.0], "rows": [8.0, 4.0, 3.0]}
+    (results / "own_model.json").write_text(json.dumps(own))
+    text = report.render(report.load(results))
+    assert "load average at the start of each: callbacks 1.0, 1.0, 1.0; rows 8.0, 4.0, 3.0." in text
