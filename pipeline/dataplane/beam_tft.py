@@ -22,47 +22,78 @@ from typing import Any
 import apache_beam as beam
 
 from baton.pipeline.dataplane.fn_source import FnSource
-from baton.pipeline.dataplane.reader import raw_columns
+from baton.pipeline.dataplane.reader import encoded_columns
 from baton.pipeline.dataplane.schema_file import Column
 
 
 class AnalyzePhase(beam.DoFn):
-    """Per train shard: this phase's partial accumulators (and, in phase 1, the label's)."""
+    """Per train shard: this phase's partial accumulators (and, in phase 1, the label's).
+
+    `local_key`: the driver's traced phase, lent to a DoFn running in its process
+    (dataplane.local_objects); elsewhere `setup` traces it. `threads`: batches worked on at
+    once (dataplane.ordered_threads), merged in the batches' order.
+    """
 
     def __init__(self, source: FnSource, raw: list[tuple[str, str, Any]],
                  resolved: Mapping[int, list[Any]], columns: Sequence[Column], label: str,
-                 batch_rows: int, with_label: bool) -> None:
+                 batch_rows: int, with_label: bool, local_key: str | None = None,
+                 threads: int = 1) -> None:
         self.source, self.raw = source, raw
         self.resolved = pickle.dumps(dict(resolved))
         self.columns, self.label, self.batch_rows = list(columns), label, batch_rows
         self.with_label = with_label
+        self.local_key, self.threads = local_key, threads
 
     def setup(self) -> None:
         from baton.graphs import tft_engine
+        from baton.pipeline.dataplane.local_objects import borrow
 
-        phases = tft_engine.Phases(self.source.load(),
-                                   tft_engine.raw_specs(self.raw))
-        phases.resolved = pickle.loads(self.resolved)
-        self.phase = phases.next()
+        lent = borrow(self.local_key)
+        if lent is not None:
+            (self.phase,) = lent
+        else:
+            phases = tft_engine.Phases(self.source.load(),
+                                       tft_engine.raw_specs(self.raw))
+            phases.resolved = pickle.loads(self.resolved)
+            self.phase = phases.next()
+        if self.phase is not None and self.phase.analyzers:
+            _ = self.phase.feeder  # traced here, not by the first batches' threads at once
 
     def process(self, element: tuple[str, str, int]) -> Iterator[Any]:
         from baton.pipeline.dataplane import accumulators as accs_mod
-        from baton.pipeline.dataplane.reader import read_batches
+        from baton.pipeline.dataplane.ordered_threads import ordered_map
+        from baton.pipeline.dataplane.reader import batch_rows_for, group_batches, read_batches
 
         split, path, _ = element
         if split != "train":
             return
+        phase = self.phase if self.phase is not None and self.phase.analyzers else None
         label_col = next(c for c in self.columns if c.name == self.label)
         label_acc = accs_mod.new_accumulators([label_col]) if self.with_label else None
-        parts: dict[int, Any] = {}
-        for batch in read_batches(path, self.columns, self.batch_rows):
-            if label_acc is not None:
-                accs_mod.update(label_acc, batch)
-            if self.phase is not None and self.phase.analyzers:
-                from baton.graphs.tft_engine import merge_all
+        needed = [c for c in self.columns if phase is not None and c.name in phase.inputs]
+        read = needed + [label_col] if label_acc is not None and label_col not in needed \
+            else needed
 
-                part = self.phase.accumulate(raw_columns(batch, self.columns))
-                parts = merge_all(self.phase, [parts, part]) if parts else part
+        def batches() -> Iterator[list[Any]]:
+            rows = batch_rows_for(read, self.batch_rows)
+            for group in group_batches(read_batches(path, read, self.batch_rows), rows):
+                if label_acc is not None:
+                    for batch in group:
+                        accs_mod.update(label_acc, batch)  # in order, on this thread
+                yield group
+
+        parts: dict[int, Any] = {}
+        if phase is None:
+            for _ in batches():
+                pass
+        else:
+            from baton.graphs.tft_engine import merge_all
+
+            def work(group: list[Any]) -> dict[int, Any]:
+                return phase.accumulate(encoded_columns(group, needed))
+
+            for part in ordered_map(work, batches(), self.threads):
+                parts = merge_all(phase, [parts, part]) if parts else part
         yield pickle.dumps({"tft": parts, "label": label_acc})
 
 
@@ -100,64 +131,116 @@ class MergePhase(beam.CombineFn):
 
 
 class ApplyPreprocessing(beam.DoFn):
-    """Transforms one shard with the final graph and writes columnar chunks."""
+    """Transforms one shard with the final graph and writes columnar chunks.
+
+    `local_key`: the driver's built module, lent to a DoFn in its process
+    (dataplane.local_objects); elsewhere `setup` builds it. `threads`: batches transformed and
+    encoded at once (dataplane.ordered_threads); this thread writes them in order.
+    """
 
     def __init__(self, source: FnSource, raw: list[tuple[str, str, Any]],
                  resolved: Mapping[int, list[Any]], analysis: Mapping[str, Any],
                  columns: Sequence[Column], out_dir: str, batch_rows: int,
-                 chunk_rows: int) -> None:
+                 chunk_rows: int, local_key: str | None = None, threads: int = 1) -> None:
         self.source, self.raw = source, raw
         self.resolved, self.analysis = pickle.dumps(dict(resolved)), dict(analysis)
         self.columns, self.out_dir = list(columns), out_dir
         self.batch_rows, self.chunk_rows = batch_rows, chunk_rows
+        self.local_key, self.threads = local_key, threads
 
     def setup(self) -> None:
+        from baton.graphs import tft_engine
+        from baton.graphs.tft_feed import Feeder
         from baton.graphs.tft_module import build_module
+        from baton.pipeline.dataplane.local_objects import borrow
 
-        self.built = build_module(self.source.load(), self.raw,
-                                  self.analysis["label"], pickle.loads(self.resolved))
+        built = borrow(self.local_key)
+        if built is None:
+            built = build_module(self.source.load(), self.raw,
+                                 self.analysis["label"], pickle.loads(self.resolved))
+        self.built = built
         self.features = [name for name, _, _ in self.raw]
         self.label = self.analysis["label"]["name"]
+        # the exported function itself, its string columns fed encoded (graphs.tft_feed)
+        self.feeder = Feeder(self.built.module.transform_features,
+                             tft_engine.raw_specs(self.raw), self.built.inputs)
+        self.labels: dict[tuple[bytes, ...], Any] = {}  # distinct label values -> their ids
 
     def process(self, element: tuple[str, str, int]) -> Iterator[Any]:
         import tensorflow as tf
 
-        from baton.pipeline.dataplane.reader import read_batches
-        from baton.pipeline.dataplane.transformed_io import write_chunks
+        from baton.pipeline.dataplane.ordered_threads import ordered_map
+        from baton.pipeline.dataplane.reader import batch_rows_for, group_batches, read_batches
 
         split, path, index = element
         out = Path(self.out_dir) / split
         out.mkdir(parents=True, exist_ok=True)
+        needed = [c for c in self.columns if c.name in self.feeder.used]
+        read = [*needed, next(c for c in self.columns if c.name == self.label)]
         rows = dropped = 0
         with tf.io.TFRecordWriter(str(out / f"part-{index:05d}.tfrecord")) as writer:
-            for batch in read_batches(path, self.columns, self.batch_rows):
-                raw = raw_columns(batch, self.columns)
-                n = len(next(iter(raw.values())))
-                feats = {k: v.numpy() for k, v in self.built.module.transform_features(
-                    {f: raw[f] for f in self.features}).items()}
-                for k, v in feats.items():
-                    if v.shape[:1] != (n,):
-                        from baton.errors import StageError
-
-                        raise StageError(f"{self.source.where}: applying: "
-                                         f"output {k!r} has "
-                                         f"{v.shape[0] if v.ndim else 'no'} rows for a batch "
-                                         f"of {n}: outputs keep the batch dimension")
-                label, keep = self._label(raw[self.label])
-                if not keep.all():
-                    dropped += int((~keep).sum())
-                    feats = {k: v[keep] for k, v in feats.items()}
-                    label = label[keep]
-                feats[self.label] = label
-                rows += write_chunks(writer, feats, self.chunk_rows)
+            batches = group_batches(read_batches(path, read, self.batch_rows),
+                                    batch_rows_for(read, self.batch_rows))
+            for records, n, gone in ordered_map(lambda b: self._transform(b, needed), batches,
+                                                self.threads):
+                for record in records:
+                    writer.write(record)
+                rows += n
+                dropped += gone
         yield {f"rows_{split}": rows, f"dropped_{split}": dropped}
 
-    def _label(self, raw_label: Any) -> tuple[Any, Any]:
-        """(encoded label, keep): the module's own `transform_label`; a row whose class is
-        unknown (id -1) or whose target is missing (NaN) is dropped."""
+    def _transform(self, group: list[Any], needed: Sequence[Column]
+                   ) -> tuple[list[bytes], int, int]:
+        """Consecutive record batches as one: (their columnar chunk records, rows kept, rows
+        dropped)."""
         import numpy as np
 
-        y = self.built.module.transform_label(raw_label).numpy()
+        from baton.pipeline.dataplane.transformed_io import encode_chunks
+
+        n = sum(b.num_rows for b in group)
+        feats = {k: v.numpy() for k, v in self.feeder(encoded_columns(group, needed)).items()}
+        for k, v in feats.items():
+            if v.shape[:1] != (n,):
+                from baton.errors import StageError
+
+                raise StageError(f"{self.source.where}: applying: "
+                                 f"output {k!r} has "
+                                 f"{v.shape[0] if v.ndim else 'no'} rows for a batch "
+                                 f"of {n}: outputs keep the batch dimension")
+        labels = [self._label(b.column(self.label)) for b in group]
+        label, keep = (labels[0] if len(labels) == 1 else
+                       (np.concatenate([y for y, _ in labels]),
+                        np.concatenate([k for _, k in labels])))
+        dropped = 0
+        if not keep.all():
+            dropped = int((~keep).sum())
+            feats = {k: v[keep] for k, v in feats.items()}
+            label = label[keep]
+        feats[self.label] = label
+        return encode_chunks(feats, self.chunk_rows), len(label), dropped
+
+    def _label(self, column: Any) -> tuple[Any, Any]:
+        """(encoded label, keep): the module's own `transform_label`; a row whose class is
+        unknown (id -1) or whose target is missing (NaN) is dropped. A string label (a
+        dictionary column) is encoded once per distinct value and gathered by the rows'
+        codes: the same ids, since `transform_label` maps each value on its own."""
+        import numpy as np
+        import pyarrow as pa
+
+        from baton.pipeline.dataplane.reader import dictionary_parts, numeric_values
+
+        if pa.types.is_dictionary(column.type):
+            values, codes = dictionary_parts(column)
+            key = tuple(values)
+            table = self.labels.get(key)
+            if table is None:
+                table = self.built.module.transform_label(
+                    np.array([*values, b""], dtype=object)).numpy()
+                if len(key) <= 1024:  # the classes: the same few values batch after batch
+                    self.labels[key] = table
+            y = table[codes]
+        else:
+            y = self.built.module.transform_label(numeric_values(column)).numpy()
         return y, (y >= 0) if y.dtype.kind == "i" else ~np.isnan(y)
 
 

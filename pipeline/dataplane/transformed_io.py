@@ -30,12 +30,18 @@ def encode_chunk(columns: Mapping[str, np.ndarray]) -> bytes:
     return _ld(0x0A, b"".join(entries))
 
 
+def encode_chunks(columns: Mapping[str, np.ndarray], chunk_rows: int) -> list[bytes]:
+    """`columns` (equal lengths) as records of at most `chunk_rows` rows each."""
+    n = len(next(iter(columns.values()))) if columns else 0
+    return [encode_chunk({k: v[start : start + chunk_rows] for k, v in columns.items()})
+            for start in range(0, n, chunk_rows)]
+
+
 def write_chunks(writer: Any, columns: Mapping[str, np.ndarray], chunk_rows: int) -> int:
     """Write `columns` (equal lengths) as records of at most `chunk_rows` rows; returns rows."""
-    n = len(next(iter(columns.values()))) if columns else 0
-    for start in range(0, n, chunk_rows):
-        writer.write(encode_chunk({k: v[start : start + chunk_rows] for k, v in columns.items()}))
-    return n
+    for record in encode_chunks(columns, chunk_rows):
+        writer.write(record)
+    return len(next(iter(columns.values()))) if columns else 0
 
 
 def write_metadata(directory: Path, splits: Mapping[str, int], dtypes: Mapping[str, str],

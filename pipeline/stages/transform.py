@@ -56,7 +56,7 @@ CACHEABLE = True
 @dataclasses.dataclass(frozen=True)
 class Config(TransformSettings):
     beam_pipeline_args: list[str] = dataclasses.field(default_factory=list)
-    batch_rows: int = 65_536  # rows parsed per TensorFlow call inside the DoFns
+    batch_rows: int = 131_072  # rows per TensorFlow call inside the DoFns (about: see reader)
     chunk_rows: int = 4_096  # rows per transformed record
 
     def __post_init__(self) -> None:
@@ -145,7 +145,7 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
     (graphs.tft_module). `features`: the raw feature columns it reads (the serving inputs)."""
     from baton.graphs import tft_engine, tft_module
     from baton.graphs.user_refs import RefError
-    from baton.pipeline.dataplane import beam_runner, beam_tft
+    from baton.pipeline.dataplane import beam_runner, beam_tft, local_objects
     from baton.pipeline.dataplane.analysis import label_analysis, save_transform_graph
     from baton.pipeline.dataplane.schema_file import shard_files
     from baton.pipeline.dataplane.transformed_io import write_metadata
@@ -176,6 +176,7 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
     def user_errors(step: str) -> Any:
         return UserErrors(f"{where}: {step}")
 
+    threads = beam_runner.batch_threads(placed)
     phases = tft_engine.Phases(fn, tft_engine.raw_specs(raw_all))
     label_acc = None
     try:
@@ -185,10 +186,12 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
             if phase is None and label_acc is not None:
                 break
             kinds = {k: r.kind for k, r in (phase.analyzers.items() if phase else [])}
-            dofn = beam_tft.AnalyzePhase(source, raw_all, phases.resolved, columns, label,
-                                         config.batch_rows, with_label=label_acc is None)
             result = scratch / f"phase-{phases.number}.pkl"
-            with user_errors(f"analyzer phase {phases.number}"):
+            with user_errors(f"analyzer phase {phases.number}"), \
+                    local_objects.lend((phase,)) as key:
+                dofn = beam_tft.AnalyzePhase(source, raw_all, phases.resolved, columns, label,
+                                             config.batch_rows, with_label=label_acc is None,
+                                             local_key=key, threads=threads)
                 beam_runner.run(functools.partial(
                     beam_tft.build_phase, shards=shards, dofn=dofn, kinds=kinds,
                     result_path=str(result)), args)
@@ -206,10 +209,11 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
                                             phases.resolved)
         out_t, out_g = ctx.output("transformed"), ctx.output("transform_graph")
         counts_path = scratch / "counts.json"
-        apply = beam_tft.ApplyPreprocessing(source, list(raw_feats), phases.resolved,
-                                            analysis, columns, str(out_t), config.batch_rows,
-                                            config.chunk_rows)
-        with user_errors("applying"):
+        with user_errors("applying"), local_objects.lend(built) as key:
+            apply = beam_tft.ApplyPreprocessing(source, list(raw_feats), phases.resolved,
+                                                analysis, columns, str(out_t),
+                                                config.batch_rows, config.chunk_rows,
+                                                local_key=key, threads=threads)
             beam_runner.run(lambda p: beam_tft.build_apply(p, shards=shards, dofn=apply,
                                                             counts_path=str(counts_path)), args)
         counts = json.loads(counts_path.read_text())
@@ -233,7 +237,8 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
     ctx.record(rows=sum(splits.values()), **{f"rows_{s}": n for s, n in splits.items()},
                dropped_label=sum(dropped.values()), features=len(spec.features),
                analyzers=len(phases.resolved), phases=phases.number,
-               beam_seconds=round(beam_s, 3), export_seconds=round(export_s, 3), **placed)
+               beam_seconds=round(beam_s, 3), export_seconds=round(export_s, 3),
+               batch_threads=threads, **placed)
 
 
 class UserErrors:
