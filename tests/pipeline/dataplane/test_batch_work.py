@@ -97,3 +97,27 @@ def test_grouped_batches_encode_the_rows_of_the_plain_columns(tmp_path):
         np.testing.assert_array_equal(enc["x"], np.concatenate([r["x"] for r in raw]))
         assert enc["s"].codes.dtype == np.int32
         assert enc["s"].decoded().tolist() == [v for r in raw for v in r["s"].tolist()]
+
+
+def test_examples_encoded_on_threads_are_written_byte_for_byte_as_on_one(tmp_path):
+    from baton.pipeline.dataplane.examples_writer import ExamplesWriter
+    from baton.pipeline.dataplane.schema_file import Column
+
+    cols = [Column("x", "float32"), Column("s", "string"), Column("y", "string")]
+    rng = np.random.default_rng(1)
+    batches = [{"x": rng.normal(size=n).astype(np.float32),
+                "s": np.array([f"v{i}" for i in rng.integers(0, 7, n)], object),
+                "y": np.array(["a", "b", ""], object)[rng.integers(0, 3, n)]}
+               for n in (500, 1, 800, 300)]
+    written = {}
+    for threads in (1, 3):
+        out = tmp_path / str(threads)
+        w = ExamplesWriter(out, cols, "y", {"train": 0.7, "eval": 0.3}, 5, 400, threads=threads)
+        for b in batches:
+            w.write_batch(b)
+        counts = w.close()
+        written[threads] = (counts, w.dropped_missing_label,
+                            {p.relative_to(out): p.read_bytes() for p in sorted(out.rglob("*"))
+                             if p.is_file()})
+    assert written[1] == written[3]
+    assert len(written[1][2]) > 4  # several shards of both splits, TFRecords and Arrow copies
