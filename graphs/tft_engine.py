@@ -110,12 +110,24 @@ class Phases:
         return Phase(self.number, trace, concrete)
 
     def finish(self, phase: Phase, merged: Mapping[int, Any]) -> None:
-        for k, req in phase.analyzers.items():
-            if k not in merged:  # no rows at all: the analyzer's value on an empty dataset
-                merged = {**merged, k: tft_analyzers.accumulate(req.kind, req.params,
-                                                                [_empty(req)])}
-            self.resolved[k] = tft_analyzers.finalize(req.kind, req.params, merged[k])
+        self.resolved.update(finalize(finishing(phase), merged))
         self.done = phase.last
+
+
+def finishing(phase: Phase) -> dict[int, tuple[str, dict[str, Any], np.ndarray]]:
+    """What `finalize` needs of a phase, picklable (no graph): each analyzer's kind, its
+    parameters and an empty input (its value on no rows at all)."""
+    return {k: (req.kind, dict(req.params), _empty(req)) for k, req in phase.analyzers.items()}
+
+
+def finalize(spec: Mapping[int, tuple[str, dict[str, Any], np.ndarray]],
+             merged: Mapping[int, Any]) -> dict[int, list[Any]]:
+    """The analyzers' values from their merged accumulators (`spec`: `finishing(phase)`)."""
+    out = {}
+    for k, (kind, params, empty) in spec.items():
+        acc = merged[k] if k in merged else tft_analyzers.accumulate(kind, params, [empty])
+        out[k] = tft_analyzers.finalize(kind, params, acc)
+    return out
 
 
 def analyze(preprocessing_fn: Callable[[dict[str, Any]], Any], specs: Mapping[str, Any],

@@ -140,3 +140,29 @@ def test_line_is_closed_follows_the_csv_parser():
     still_open = [b'"', b'a,"b', b'"a""b', b'x",",y', b'"a"",b', b'a,"""']
     assert [line_is_closed(s) for s in closed] == [True] * len(closed)
     assert [line_is_closed(s) for s in still_open] == [False] * len(still_open)
+
+
+def test_a_columnar_chunk_is_the_features_message_of_its_columns():
+    from baton.pipeline.dataplane.transformed_io import encode_chunk
+
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 300):
+        cols = {"a": rng.normal(size=n).astype(np.float32),
+                "id": rng.integers(0, 9, n).astype(np.int64),
+                "img": rng.normal(size=(n, 3, 2)).astype(np.float32), "x" * 200: np.zeros(n)}
+        cols = {k: v[n // 3:] for k, v in cols.items()}  # views into larger arrays
+        feats = tf.train.Example.FromString(encode_chunk(cols)).features.feature
+        assert sorted(feats) == sorted(cols)
+        for k, v in cols.items():
+            assert feats[k].bytes_list.value == [np.ascontiguousarray(v).tobytes()]
+
+
+def test_frozen_heap_leaves_old_objects_out_of_collections_until_the_end():
+    import gc
+
+    from baton.pipeline.dataplane.frozen_heap import frozen_heap
+
+    before = gc.get_freeze_count()
+    with frozen_heap():
+        assert gc.get_freeze_count() > before
+    assert gc.get_freeze_count() == 0
