@@ -14,9 +14,13 @@ Writing: `tf.train.Checkpoint.write` first writes the data files and their index
 temporary name and renames them (TensorFlow's SaveV2 + MergeV2Checkpoints), then the `checkpoint`
 state file is replaced atomically (`update_checkpoint_state`), and only then are the backups
 beyond `max_to_keep` deleted: a task killed at any point leaves a complete latest backup. An eager
-write walks the object graph in Python on every call (~30 ms for a small model, most of an epoch
-end's cost at a small model's speed); after `EAGER_SAVES` saves the write is traced once into a
-`tf.function` (~190 ms) and then costs ~3 ms. Short jobs never pay for the trace.
+write walks the object graph in Python on every call; a write traced once into a `tf.function`
+does not. Measured in the own-model bench loop (bench/training, 2 cores): eager 15-20 ms a save
+(the first ~40 ms), the trace ~100 ms once (~200 ms as the process's first trace), traced 5 ms a
+save, so tracing pays from about `TRACE_PAYS_FROM` saves on. The trainer tells the backup how many
+saves its plan makes (`planned_saves`): a job that will save at least that often traces at its
+first save, a shorter one never does. Without a plan (the parameter-server driver), the write is
+traced once `TRACE_PAYS_FROM` saves were eager.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-EAGER_SAVES = 6  # a job saving more often than this traces its write (break-even ~6 saves)
+TRACE_PAYS_FROM = 10  # saves from which tracing the write costs less than writing eagerly
 PREFIX = "ckpt"  # as tf.train.CheckpointManager names them: ckpt-<step>.index, ckpt-<step>.data-*
 
 
@@ -41,6 +45,7 @@ class Backup:
         task_name: str,
         max_to_keep: int = 2,
         fingerprint: str = "",
+        planned_saves: int | None = None,
         **trackables: Any,
     ) -> None:
         import tensorflow as tf
@@ -58,6 +63,7 @@ class Backup:
         self.max_to_keep = max_to_keep
         self._saves = 0
         self._traced_write: Any = None
+        self.planned_saves = planned_saves  # None: unknown (trace after TRACE_PAYS_FROM)
 
     def latest(self) -> str | None:
         import tensorflow as tf
@@ -114,12 +120,18 @@ class Backup:
     def _write(self, prefix: str) -> None:
         import tensorflow as tf
 
-        if self._saves < EAGER_SAVES:
+        if not self.traces():
             self.checkpoint.write(prefix)
             return
         if self._traced_write is None:
             self._traced_write = tf.function(lambda p: self.checkpoint.write(p))
         self._traced_write(tf.constant(prefix))
+
+    def traces(self) -> bool:
+        """Whether the next write runs traced (see the module docstring)."""
+        if self.planned_saves is not None:
+            return self.planned_saves >= TRACE_PAYS_FROM
+        return self._saves >= TRACE_PAYS_FROM
 
     def _existing(self) -> list[str]:
         """The backup names on disk in this task's directory, oldest first (by step)."""

@@ -105,21 +105,32 @@ class Progress(keras.callbacks.Callback):
 
 
 class StatusFile(keras.callbacks.Callback):
-    """`{"step": n, "resumed_from": r}` written atomically when training begins (after the
-    restore: n == r) and at every chunk end; the launcher follows the chief's step with it (to
-    fire PS-side faults, time each group size of an elastic job, see strategies/elastic.py)."""
+    """`{"step": n, "resumed_from": r, "time": t, "first_chunk": [t1, s1]}` written atomically
+    when training begins (after the restore: n == r) and at every chunk end; the launcher
+    follows the chief's step with it (to fire PS-side faults, time each group size of an
+    elastic job, see strategies/elastic.py).
+
+    `time` is the chief's clock at the write and `first_chunk` the clock and step of the first
+    chunk end after the restore, so the launcher times a group on the chief's own clock: a group
+    that trains for less than two of the launcher's polls (a few chunks of a small model after
+    a resize) still has a start and an end to time, where polled points alone had one.
+    """
 
     def __init__(self, path: Path, state: LoopState) -> None:
         super().__init__()
         self.path, self.state = path, state
         self.resumed_from = state.step
+        self.first_chunk: tuple[float, int] | None = None
 
     def on_train_begin(self, logs: dict | None = None) -> None:
-        self.resumed_from = self.state.step
+        self.resumed_from, self.first_chunk = self.state.step, None
         write_status(self.path, self.state.step, self.resumed_from)
 
     def on_train_batch_end(self, batch: int, logs: dict | None = None) -> None:
-        write_status(self.path, self.state.step, self.resumed_from)
+        now = time.time()
+        if self.first_chunk is None and self.state.step > self.resumed_from:
+            self.first_chunk = (now, self.state.step)
+        write_status(self.path, self.state.step, self.resumed_from, now, self.first_chunk)
 
 
 class Backups(keras.callbacks.Callback):
@@ -296,10 +307,13 @@ def make_user_callbacks(specs: Sequence[Any], search_dir: Path | str | None = No
     return out
 
 
-def write_status(path: Path, step: int, resumed_from: int | None = None) -> None:
+def write_status(path: Path, step: int, resumed_from: int | None = None,
+                 now: float | None = None, first_chunk: tuple[float, int] | None = None) -> None:
     tmp = path.with_suffix(".tmp")
-    data: dict[str, int] = {"step": step}
+    data: dict[str, Any] = {"step": step, "time": time.time() if now is None else now}
     if resumed_from is not None:
         data["resumed_from"] = resumed_from
+    if first_chunk is not None:
+        data["first_chunk"] = list(first_chunk)
     tmp.write_text(json.dumps(data))
     tmp.replace(path)

@@ -32,9 +32,19 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from baton.errors import BatonError
+
+
+class Status(NamedTuple):
+    """What the chief's status file says (strategies.callbacks.StatusFile): its step, the step
+    it resumed from, its clock at the write, and its clock and step at the first chunk end."""
+
+    step: int
+    resumed_from: int | None = None
+    time: float | None = None
+    first_chunk: tuple[float, int] | None = None
 
 
 @dataclasses.dataclass
@@ -48,14 +58,25 @@ class Segment:
     points: list[tuple[float, int]] = dataclasses.field(default_factory=list)  # (time, step)
     ended: str = ""
 
-    def seen(self, step: int, resumed_from: int | None, now: float | None = None) -> None:
-        """The chief reported `step` (and the step it resumed from) at `now`."""
+    def seen(self, step: int, resumed_from: int | None, now: float | None = None,
+             first_chunk: tuple[float, int] | None = None) -> None:
+        """The chief reported `step` (and the step it resumed from) at `now`, and, when it
+        says so, the clock and step of its first chunk end (`first_chunk`).
+
+        `now` and `first_chunk` are the chief's clock where its status file has it (so a
+        group shorter than two of the launcher's polls is still timed from its first chunk
+        end); a point of another clock is never mixed in: without `now`, the launcher's own.
+        """
         if resumed_from is not None and self.resumed_from is None:
             self.resumed_from = resumed_from
+        if first_chunk is not None and not any(p[1] == first_chunk[1] for p in self.points):
+            self.points.append(first_chunk)
+            self.points.sort(key=lambda p: p[1])
         if self.last_step == step:
             return
         self.last_step = step
-        self.points.append((time.monotonic() if now is None else now, step))
+        if not any(p[1] == step for p in self.points):
+            self.points.append((time.monotonic() if now is None else now, step))
 
     def rate(self, global_batch_size: int = 0) -> dict[str, float | None]:
         """Steps/s (and examples/s) between the first chunk end and the last report.

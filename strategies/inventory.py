@@ -15,6 +15,14 @@ emulator's pods) or a pod with a quota oversubscribe the cores they share: `thre
 each task its share (`BATON_TASKS_ON_NODE`, set by the launchers that co-locate tasks) and
 `apply_threads` sets it before TensorFlow starts, unless `TF_NUM_INTRAOP_THREADS` /
 `TF_NUM_INTEROP_THREADS` say otherwise.
+
+A thread count alone does not keep a task to its share: TensorFlow's CPU kernels run on the
+intra-op pool and on the thread that runs the op, so a task given one intra-op thread still
+kept both cores of this 2-core machine busy (a matmul loop: 2.0 CPU seconds per second, as
+fast as with two threads). Where the tasks of a local cluster stand for nodes, `core_sets`
+deals the usable cores out among them and the launcher pins each task to its set (CPU
+affinity, inherited by every thread and child): a task then has its node's cores and no
+other's, so a task that stalls leaves its core idle instead of lending it to the others.
 """
 
 from __future__ import annotations
@@ -91,6 +99,28 @@ def thread_plan(node: dict[str, Any], tasks_on_node: int | None = None) -> dict[
         if os.environ.get(env, "").strip().isdigit():
             plan[key], plan["source"] = int(os.environ[env]), "environment"
     return plan
+
+
+def usable_cores() -> list[int]:
+    """The cores this process may use: its affinity mask, cut to the cgroup's CPU quota."""
+    try:
+        cores = sorted(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        cores = list(range(os.cpu_count() or 1))
+    quota = cgroup_cpu_quota()
+    if quota is not None:
+        cores = cores[: max(1, math.floor(quota))]
+    return cores
+
+
+def core_sets(tasks: int, cores: list[int]) -> list[tuple[int, ...]] | None:
+    """Each of `tasks` co-located tasks' own cores: `cores` dealt out in equal contiguous
+    shares (a remainder stays unassigned, so the shares are equal nodes). None when there are
+    fewer cores than tasks: shares would overlap, and the tasks keep sharing every core."""
+    if tasks < 1 or len(cores) < tasks:
+        return None
+    per = len(cores) // tasks
+    return [tuple(cores[i * per:(i + 1) * per]) for i in range(tasks)]
 
 
 def pool_sizes(cores: int) -> tuple[int, int]:

@@ -51,6 +51,7 @@ class TrainJob:
     steps_per_execution: int = 20
     backup_every: int = 0
     jit_compile: bool = False
+    executor: str = "auto"  # graphs.executor: auto | single_threaded | default
     mixed_precision: str = "off"
     deterministic: bool = True
     cache: bool = True
@@ -355,7 +356,8 @@ def run_task(job: TrainJob, tf_config: TFConfig | None, role: TaskRole) -> Train
     train_ds, eval_ds = dataset_fns(job)
     if job.probe_steps:
         eval_ds = None  # a probe times training only
-    options = StepOptions(jit_compile=job.jit_compile, fp16_allreduce=comm.fp16_allreduce)
+    options = StepOptions(jit_compile=job.jit_compile, fp16_allreduce=comm.fp16_allreduce,
+                          executor=job.executor)
     result = trainer.train(
         strategy, build_fn(job), job.spec(), train_ds, eval_ds, plan, role, options,
         objectives(job),

@@ -24,7 +24,8 @@ Teardown is unconditional: on success, failure, Ctrl-C or SIGTERM every process 
 is sent SIGTERM, then SIGKILL after a grace period; each child also gets PR_SET_PDEATHSIG so it
 dies if the launcher itself is killed with SIGKILL. Only pids started here are ever signalled.
 
-The processes are run by `strategies.supervisor.ProcessGroup` (one per attempt) and the rules
+Each task is pinned to its own share of the cores and a straggler is rehearsed by CPU quota or
+signals (strategies.local_tasks). The processes are run by `strategies.supervisor.ProcessGroup` (one per attempt) and the rules
 above are its `GroupRestart` policy (`policy_for`); this module only builds the tasks' commands,
 environments and logs, follows the chief's step, injects faults and reports.
 """
@@ -46,14 +47,14 @@ from typing import IO, Any
 
 from baton import logs
 from baton.errors import EXIT_FAILED, EXIT_PREEMPTED
-from baton.strategies import elastic
+from baton.strategies import elastic, local_tasks
 from baton.strategies.cluster import ClusterSpec, ClusterSpecError, TaskId, TFConfig
 from baton.strategies.factory import MULTI_WORKER_MIRRORED, PARAMETER_SERVER
 from baton.strategies.faults import Fault
 from baton.strategies.inventory import TASKS_ON_NODE_ENV
 from baton.strategies.preemption import stop_on_sigterm
 from baton.strategies.restart_policies import Action, GroupRestart, Verdict
-from baton.strategies.slowdown import DutyCycle, Slowdown
+from baton.strategies.slowdown import Slowdown
 from baton.strategies.supervisor import Command, ProcessGroup, describe
 
 PERMANENT_EXIT = EXIT_FAILED
@@ -79,6 +80,9 @@ class LaunchConfig:
     min_workers: int | None = None
     replacement_after_s: float | None = None
     global_batch_size: int = 0  # examples/s of each segment in the result (0: steps/s only)
+    # Pin each task to its own share of this machine's cores (strategies.inventory.core_sets),
+    # as the nodes the tasks stand for would have; off, or fewer cores than tasks: all share.
+    pin_cores: bool = True
 
     def __post_init__(self) -> None:
         if self.min_workers is None:
@@ -124,9 +128,14 @@ class LaunchResult:
     elastic: list[dict[str, Any]] = dataclasses.field(default_factory=list)
     segments: list[dict[str, Any]] = dataclasses.field(default_factory=list)
 
+    placement: dict[str, list[int]] = dataclasses.field(default_factory=dict)  # task -> cores
+    slowdown: dict[str, Any] = dataclasses.field(default_factory=dict)  # how it was applied
+
     def summary(self) -> dict[str, Any]:
         return {
             "ok": self.ok,
+            "placement": self.placement,
+            "slowdown": self.slowdown,
             "restarts": self.restarts,
             "worker_restarts": self.worker_restarts,
             "events": self.events[-20:],
@@ -234,30 +243,40 @@ def launch(
             status_file.unlink(missing_ok=True)
             cluster = config.cluster(members.workers)
             segment = members.begin(attempt)
-            # Leaving the block stops every task: SIGTERM, SIGKILL after the grace period.
-            with ProcessGroup(
-                grace=config.grace_seconds, echo=sink.line, die_with_parent=True
-            ) as group:
+            cores = local_tasks.placement(
+                cluster.tasks(), len(cluster.tasks()) if config.parameter_server else config.workers,
+                config.pin_cores)
+            quota = local_tasks.cpu_quota(config.slowdown, cluster.tasks(), cores, sink.say)
+            with contextlib.ExitStack() as stack:
+                if quota is not None:  # removed once the group below has ended
+                    stack.callback(_release_quota, quota, result)
+                # Leaving the group stops every task: SIGTERM, SIGKILL after the grace period.
+                group = stack.enter_context(ProcessGroup(
+                    grace=config.grace_seconds, echo=sink.line, die_with_parent=True
+                ))
                 envs = {
-                    t.name: _env(config, cluster, t, attempt, status_file) for t in cluster.tasks()
+                    t.name: _env(config, cluster, t, attempt, status_file, pinned=bool(cores))
+                    for t in cluster.tasks()
                 }
+                starter = local_tasks.Starter(
+                    command, envs, cores or {}, quota.procs if quota else None,
+                    config.slowdown.task.name if config.slowdown else "")
                 for t in cluster.tasks():
-                    group.start(
-                        t.name, Command(command(t), envs[t.name], log=_log(state, t, attempt))
-                    )
+                    group.start(t.name, starter(t, _log(state, t, attempt)))
                 sink.say(
                     f"attempt {attempt}: started {', '.join(group.names)} "
                     f"({json.dumps(cluster.as_dict())})"
+                    + (f"; cores {local_tasks.describe_cores(cores)}" if cores else "")
                 )
-                duty = _slow_down(config, group, sink)
+                result.placement = {k: list(v) for k, v in cores.items()} if cores else {}
+                duty = None if quota else local_tasks.duty_cycle(config.slowdown, group, sink.say)
                 try:
                     verdict = _supervise(
                         config,
                         cluster,
                         group,
                         policy,
-                        envs,
-                        command,
+                        starter,
                         sink,
                         status_file,
                         attempt,
@@ -271,6 +290,10 @@ def launch(
                 finally:
                     if duty is not None:  # continued before the group is stopped
                         duty.stop()
+                        result.slowdown = {"method": "signals",
+                                           "period_ms": duty.slowdown.period_ms,
+                                           "running_s": round(duty.running_s, 3),
+                                           "stopped_s": round(duty.stopped_s, 3)}
             outcome = verdict.reason
             segment.ended = outcome
             result.events.append(f"attempt {attempt}: {outcome}")
@@ -321,13 +344,11 @@ def launch(
     return result
 
 
-def _slow_down(config: LaunchConfig, group: ProcessGroup, sink: _Sink) -> DutyCycle | None:
-    slow = config.slowdown
-    if slow is None or slow.task.name not in group:
-        return None
-    sink.say(f"slowing {slow.task.name} down to {slow.speed:g} of its speed "
-             f"(SIGSTOP/SIGCONT every {slow.period_ms} ms)")
-    return DutyCycle(slow, lambda signum: group.signal(slow.task.name, signum)).start()
+def _release_quota(quota: Any, result: LaunchResult) -> None:
+    """Record what the kernel throttled, then remove the cgroup (its group has ended)."""
+    result.slowdown = {"method": "quota", "period_ms": quota.period_us / 1000,
+                       "quota_ms": quota.quota_us / 1000, **quota.throttled()}
+    quota.remove()
 
 
 def _log(state: Path, task: TaskId, attempt: int, restart: int | None = None) -> Path:
@@ -340,8 +361,7 @@ def _supervise(
     cluster: ClusterSpec,
     group: ProcessGroup,
     policy: GroupRestart,
-    envs: dict[str, dict[str, str]],
-    command: Callable[[TaskId], list[str]],
+    start: Callable[[TaskId, Path], Command],
     sink: _Sink,
     status_file: Path,
     attempt: int,
@@ -365,15 +385,16 @@ def _supervise(
         if preempt is not None and preempt.is_set():
             return _preempt(config, group, chief, sink)
         status = _read_status(status_file)
-        step = status[0] if status else None
+        step = status.step if status else None
         if status is not None and segment is not None:
-            segment.seen(*status)
+            segment.seen(status.step, status.resumed_from, status.time, status.first_chunk)
         if step is not None and step != last_step:
             last_step = step
             if on_step is not None:
                 on_step(step)
         if (members is not None and segment is not None and members.replacements_ready()
-                and status is not None and status[1] is not None and status[0] > status[1]):
+                and status is not None and status.resumed_from is not None
+                and status.step > status.resumed_from):
             return _admit(config, group, sink, step)
         if external_fault and step is not None and step >= fault.step:  # type: ignore[union-attr]
             if fault.task.name in group:  # type: ignore[union-attr]
@@ -396,7 +417,7 @@ def _supervise(
             time.sleep(config.worker_restart_delay)
             task = tasks[ended.name]
             log = _log(state, task, attempt, result.worker_restarts)
-            group.start(ended.name, Command(command(task), envs[ended.name], log=log))
+            group.start(ended.name, start(task, log))
 
 
 def _admit(config: LaunchConfig, group: ProcessGroup, sink: _Sink, step: int | None) -> Verdict:
@@ -441,7 +462,8 @@ def _preempt(config: LaunchConfig, group: ProcessGroup, chief: str, sink: _Sink)
 
 
 def _env(
-    config: LaunchConfig, cluster: ClusterSpec, task: TaskId, attempt: int, status_file: Path
+    config: LaunchConfig, cluster: ClusterSpec, task: TaskId, attempt: int, status_file: Path,
+    pinned: bool = False,
 ) -> dict[str, str]:
     env = dict(os.environ)
     env.update(config.extra_env)
@@ -450,8 +472,10 @@ def _env(
     env["BATON_STATUS_FILE"] = str(status_file)
     env["BATON_INVENTORY_DIR"] = str(config.state_dir / "inventory")
     # every task of the group runs on this machine: each gets its share of the cores, the share
-    # of one node of the full-size cluster (an elastic job that lost a node lost its cores too)
-    env[TASKS_ON_NODE_ENV] = str(len(cluster.tasks()) if config.parameter_server else config.workers)
+    # of one node of the full-size cluster (an elastic job that lost a node lost its cores too);
+    # a pinned task's affinity is that share already, all of it its own
+    shared = len(cluster.tasks()) if config.parameter_server else config.workers
+    env[TASKS_ON_NODE_ENV] = "1" if pinned else str(shared)
     env.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
     env.setdefault("PYTHONUNBUFFERED", "1")
     env.pop("BATON_INJECT_FAILURE", None)
@@ -460,13 +484,15 @@ def _env(
     return env
 
 
-def _read_status(path: Path) -> tuple[int, int | None] | None:
-    """(step, the step the chief resumed from) of the chief's status file; None: none yet."""
+def _read_status(path: Path) -> elastic.Status | None:
+    """The chief's status file (strategies.callbacks.StatusFile); None: none yet."""
     try:
         data = json.loads(path.read_text())
-        resumed = data.get("resumed_from")
-        return int(data["step"]), None if resumed is None else int(resumed)
-    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        resumed, first = data.get("resumed_from"), data.get("first_chunk")
+        return elastic.Status(int(data["step"]), None if resumed is None else int(resumed),
+                      None if data.get("time") is None else float(data["time"]),
+                      None if first is None else (float(first[0]), int(first[1])))
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
         return None
 
 

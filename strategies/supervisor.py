@@ -132,6 +132,10 @@ class Command:
         log: file the output (stdout and stderr) is appended to.
         header: text appended to `log` just before the process starts.
         label: a name for this command, passed to `on_start` (a container name).
+        cpus: the CPU cores the process (and every thread and child it starts) may run on,
+            set before it executes (None: the supervisor's own).
+        cgroup: a cgroup's `cgroup.procs` file the process joins before it executes (a CPU
+            quota, strategies.throttle), so all it starts stays in that cgroup.
     """
 
     argv: Sequence[str]
@@ -140,6 +144,8 @@ class Command:
     log: Path | None = None
     header: str = ""
     label: str = ""
+    cpus: tuple[int, ...] | None = None
+    cgroup: Path | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -261,7 +267,7 @@ class ProcessGroup:
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
                 start_new_session=True,  # its own process group: signalled with its children
-                preexec_fn=_die_with_parent if self.die_with_parent else None,
+                preexec_fn=_preexec(self.die_with_parent, cmd.cpus, cmd.cgroup),
             )
         except OSError as exc:
             if log is not None:
@@ -465,6 +471,26 @@ def _pump(
                 fh.write(raw)
                 fh.flush()
             echo(name, raw.decode(errors="replace").rstrip())
+
+
+def _preexec(
+    die_with_parent: bool, cpus: tuple[int, ...] | None, cgroup: Path | None = None
+) -> Callable[[], None] | None:
+    """What the child does before exec: PR_SET_PDEATHSIG, its CPU affinity and its cgroup, as
+    asked (a failure to join the cgroup fails the start: the command would run unthrottled)."""
+    if not die_with_parent and cpus is None and cgroup is None:
+        return None
+
+    def run() -> None:
+        if cgroup is not None:
+            with open(cgroup, "w") as fh:
+                fh.write(str(os.getpid()))
+        if cpus is not None:
+            os.sched_setaffinity(0, cpus)
+        if die_with_parent:
+            _die_with_parent()
+
+    return run
 
 
 def _die_with_parent() -> None:

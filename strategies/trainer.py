@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from baton.errors import Preempted
+from baton.graphs.executor import decide, executor_of
 from baton.graphs.feature_spec import FeatureSpec
 from baton.graphs.steps import (
     TOTALS,
@@ -158,6 +159,8 @@ def train(
     epoch_totals = list(restored.get("epoch_totals", [0.0, 0.0, 0.0, 0.0]))
     step = int(optimizer.iterations.numpy())
     resumed_from = step
+    if backup is not None:
+        backup.planned_saves = planned_saves(plan, step)
     chunk = make_train_chunk(
         model, optimizer, spec, plan.global_batch_size, strategy, step_options, objectives.loss,
         balance=plan.balance,
@@ -167,8 +170,11 @@ def train(
                  record_every=max(1, plan.total_steps // 40))
         if plan.balance else None
     )
+    executor = decide((step_options or StepOptions()).executor, strategy, model,
+                      plan.global_batch_size // strategy.num_replicas_in_sync)
     evaluate = (
-        make_eval_fn(model, spec, objectives.loss, metrics) if eval_dataset is not None else None
+        make_eval_fn(model, spec, objectives.loss, metrics, executor)
+        if eval_dataset is not None else None
     )
     my_fault = role.fault if role.fault and role.fault.task.name == role.task_name else None
     writer = (
@@ -200,6 +206,9 @@ def train(
     model.stop_training = False
     stopped = False
     window = _Window()
+    # The first chunk carries one-off work (tracing the step, filling the input's cache); a
+    # short run's examples/s is mostly that. `steady_examples_per_sec` starts after it.
+    first: tuple[float, int] | None = None
     callbacks.on_train_begin()
     while step < total and not stopped:
         epoch, in_epoch = divmod(step, spe)
@@ -222,6 +231,7 @@ def train(
             step += n
             in_epoch += n
             state.step = step
+            first = first or (time.perf_counter(), step)
             if plan.measure_after:
                 window.mark(step, step - start_step >= plan.measure_after)
             epoch_totals = [a + float(b) for a, b in zip(epoch_totals, totals, strict=True)]
@@ -253,6 +263,9 @@ def train(
         balancer.record(step, "end")
     seconds = time.perf_counter() - start
     done = step - start_step
+    steady = ({"steady_examples_per_sec": round(
+        (step - first[1]) * plan.global_batch_size / (start + seconds - first[0]), 1)}
+              if first and step > first[1] else {})
     return TrainResult(
         model=model,
         history=history,
@@ -262,11 +275,26 @@ def train(
         examples_per_sec=done * plan.global_batch_size / max(seconds, 1e-9),
         steps_per_sec=done / max(seconds, 1e-9),
         num_replicas=strategy.num_replicas_in_sync,
-        info={"xla_compiled": xla_compiled_functions(chunk),
+        info={"xla_compiled": xla_compiled_functions(chunk), "executor": executor_of(chunk),
+              **steady,
               **({"balance": balancer.summary()} if balancer is not None else {}),
               **({"stopped_early_at_step": step} if stopped and step < total else {}),
               **({"window": window.as_dict()} if window.steps else {})},
     )
+
+
+def planned_saves(plan: TrainPlan, step: int) -> int:
+    """Backups the loop makes from `step` on: one at every epoch end (a last, partial epoch
+    included) and every `backup_every` steps inside an epoch (strategies.backup traces its
+    write when that many saves pay for it)."""
+    total, spe = plan.total_steps, plan.steps_per_epoch
+    epoch_ends = max(-(-total // spe) - step // spe, 0)
+    every = plan.backup_every
+    inside = 0
+    if every:
+        first = step - step % every + every
+        inside = sum(1 for s in range(first, total + 1, every) if s % spe)
+    return epoch_ends + inside
 
 
 class _Window:

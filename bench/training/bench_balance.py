@@ -1,19 +1,30 @@
 """`balance: auto` vs `off` on 2 multi-worker-mirrored workers, one slowed to half speed.
 
-Worker:1 is slowed from outside its process: the launcher stops and continues it on a duty cycle
-(`--inject-slowdown worker:1@speed:0.5`, stopped half of the time in slots of random length,
-strategies/slowdown.py), as a noisy neighbour or a slower node would look. Same synthetic rows,
-model, global batch, seed and steps for every case; the cases alternate (off, auto, off, auto,
-...) so drift in the machine's load hits both. Examples/s are the chief's training-loop figure
-(train_info.json, startup excluded); accuracy is the final eval accuracy on the same held-out
-rows. The rows are written in the `transformed` artifact's columnar format first and read
-through Baton's own input pipeline, as a pipeline run reads them.
+Each worker is pinned to its own core (the launcher's placement, strategies.local_tasks), as
+the two nodes it stands for would be. Worker:1 is slowed from outside its process, in each of
+two ways, both at half of its core (`--inject-slowdown`): a CPU quota of 1 ms every 2 ms
+(strategies.throttle, the kernel's CFS bandwidth control, what a Kubernetes CPU limit is), and
+the launcher's signal duty cycle, stopped half of the time in random slots averaging 10 ms per
+pair (strategies.slowdown; what this bench used before). Stop slots are waited out whole at
+every collective the slow worker is in while stopped, which a uniformly slower node never
+makes anyone do; the finer quota is the nearer rehearsal of a slower node, the coarse one of a
+noisy neighbour. Both are reported, with the slowed worker's measured speed (the balancer's
+rows/s of each worker in the auto runs), since neither lands at exactly half.
 
-    .venv/bin/python bench/training/bench_balance.py [--batches 8192:80,1024:240] [--repeats 1]
+Same synthetic rows, model, global batch, seed and steps for every case; the cases alternate
+(off, auto, off, auto, ...) so drift in the machine's load hits both. Examples/s are the
+chief's training-loop figures (train_info.json): `examples_per_sec` from the loop's start
+(tracing the step and filling the input cache included) and `steady_examples_per_sec` after
+the first chunk; accuracy is the final eval accuracy on the same held-out rows. The rows are
+written in the `transformed` artifact's columnar format first and read through Baton's own
+input pipeline, as a pipeline run reads them.
+
+    .venv/bin/python bench/training/bench_balance.py [--batches 8192:400] [--append]
 
 Two global batches: a large one, where compute (what balancing can win back) is the larger
-share of a step, and a small one, where the all-reduce between two processes on two cores
-weighs more. Both are reported.
+share of a step, and a small one, where the all-reduce between two processes weighs more.
+`--append` adds the runs to the result file (one global batch per invocation keeps each
+exclusive hold of the machine to minutes).
 """
 
 from __future__ import annotations
@@ -32,7 +43,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 
-def run_case(root: Path, name: str, job, slowdown: str | None) -> dict:
+def run_case(root: Path, name: str, job, slowdown: str | None) -> dict:  # noqa: ANN001
     from baton.pipeline.stages.train import task_argv
     from baton.strategies import launcher
     from baton.strategies.slowdown import parse_slowdown
@@ -56,7 +67,11 @@ def run_case(root: Path, name: str, job, slowdown: str | None) -> dict:
         "case": name,
         "balance": job.balance,
         "slowdown": slowdown or "none",
+        "emulation": _emulation(slowdown),
+        "placement": res.placement,
+        "applied": res.slowdown,
         "examples_per_sec": info["examples_per_sec"],
+        "steady_examples_per_sec": info.get("steady_examples_per_sec"),
         "seconds": info["seconds"],
         "steps": info["steps"],
         "eval_accuracy": round(hist[-1].get("eval_accuracy", 0), 4),
@@ -92,78 +107,132 @@ def write_transformed(root: Path, spec, n_train: int, n_eval: int, files: int = 
     return root
 
 
+SLOWDOWNS = {  # {speed} is --speed
+    "quota": "worker:1@speed:{speed}:2ms:quota",
+    "signals": "worker:1@speed:{speed}:10ms:signals",
+}
+
+
+def _emulation(slowdown: str | None) -> str:
+    """`quota@0.5` from `worker:1@speed:0.5:2ms:quota`; "none" at full speed."""
+    if not slowdown:
+        return "none"
+    speed = slowdown.split("@speed:")[1].split(":")[0]
+    return f"{slowdown.rsplit(':', 1)[-1]}@{speed}"
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--batches", default="8192:80,1024:240",
+    p.add_argument("--batches", default="8192:400,1024:1600",
                    help="global batch:steps pairs, one set of cases each")
     p.add_argument("--repeats", type=int, default=1)
-    p.add_argument("--slowdown", default="worker:1@speed:0.5:10ms")
+    p.add_argument("--emulations", default="quota,signals",
+                   help=f"how worker:1 is slowed, of {', '.join(SLOWDOWNS)}")
+    p.add_argument("--speed", type=float, default=0.5,
+                   help="worker:1's share of its core under either emulation")
+    p.add_argument("--append", action="store_true", help="add to the runs in --json")
     p.add_argument("--json", default=str(ROOT / "bench/training/results/balance.json"))
     args = p.parse_args()
     import dataclasses
 
     from baton.graphs.synthetic import synthetic_spec
+    from baton.strategies import throttle
     from baton.strategies.job import TrainJob
 
-    plan = [("off", None), ("auto", None), ("off", args.slowdown), ("auto", args.slowdown)]
-    rows: list[dict] = []
+    emulations = [e for e in args.emulations.split(",") if e]
+    if "quota" in emulations and throttle.controller() is None:
+        print("no writable cgroup CPU controller here: the quota emulation is left out")
+        emulations.remove("quota")
+    plan: list[tuple[str, str | None]] = [("off", None), ("auto", None)]
+    for e in emulations:
+        slow = SLOWDOWNS[e].format(speed=f"{args.speed:g}")
+        plan += [("off", slow), ("auto", slow)]
+    out_file = Path(args.json)
+    previous = json.loads(out_file.read_text()) if args.append and out_file.exists() else {}
+    rows: list[dict] = list(previous.get("runs", []))
     started = time.time()
     load = os.getloadavg()
     configs = [tuple(int(x) for x in pair.split(":")) for pair in args.batches.split(",")]
+    epochs = 4
     spec = synthetic_spec(32, (16, 8), 4)
     with tempfile.TemporaryDirectory() as tmp:
-        data = {batch: write_transformed(Path(tmp) / f"data-{batch}", spec, batch * steps // 2,
-                                         16_384) for batch, steps in configs}
+        data = {batch: write_transformed(Path(tmp) / f"data-{batch}", spec,
+                                         batch * steps // epochs, 16_384)
+                for batch, steps in configs}
         for r in range(args.repeats):
             for batch, steps in configs:
                 base = TrainJob(
                     feature_spec=spec.to_dict(),
                     transformed_dir=str(data[batch]),
-                    num_train_examples=batch * steps // 2,
+                    num_train_examples=batch * steps // epochs,
                     model_config={"hidden_units": [512, 512]},
-                    epochs=2,
+                    epochs=epochs,
                     batch_size=batch,
                     steps_per_execution=10,
                     strategy="multi_worker_mirrored",
                 )
                 for mode, slowdown in plan:
                     job = dataclasses.replace(base, balance=mode)
-                    name = f"b{batch}-{mode}-{'slow' if slowdown else 'even'}-{r}"
+                    name = f"b{batch}-{mode}-{_emulation(slowdown)}-{r}"
                     row = run_case(Path(tmp), name, job, slowdown)
-                    row["global_batch"], row["load_after"] = batch, round(os.getloadavg()[0], 2)
+                    row["global_batch"], row["steps_planned"] = batch, steps
+                    row["load_after"] = round(os.getloadavg()[0], 2)
+                    row["started_load"] = [round(x, 2) for x in load]
                     rows.append(row)
-                    print(json.dumps(row), flush=True)
-
-    def median(batch: int, mode: str, slowed: bool, key: str) -> float:
-        return statistics.median(
-            x[key] for x in rows if x["global_batch"] == batch and x["balance"] == mode
-            and (x["slowdown"] != "none") == slowed)
-
-    summary = {}
-    for batch, _ in configs:
-        s = {k: median(batch, m, slowed, "examples_per_sec") for k, m, slowed in (
-            ("off_even", "off", False), ("auto_even", "auto", False),
-            ("off_slow", "off", True), ("auto_slow", "auto", True))}
-        s["acc_off_slow"] = median(batch, "off", True, "eval_accuracy")
-        s["acc_auto_slow"] = median(batch, "auto", True, "eval_accuracy")
-        s["speedup_auto_vs_off"] = round(s["auto_slow"] / s["off_slow"], 3)
-        s["auto_vs_off_even"] = round(s["auto_even"] / s["off_even"], 3)
-        summary[str(batch)] = s
+                    print(json.dumps({k: v for k, v in row.items() if k != "applied"}),
+                          flush=True)
+    batches = sorted({(x["global_batch"], x["steps_planned"]) for x in rows}, reverse=True)
     out = {
-        "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(started)),
-        "load_at_start": [round(x, 2) for x in load],
+        "started": previous.get("started") or time.strftime(
+            "%Y-%m-%d %H:%M", time.localtime(started)),
+        "invocations": [*previous.get("invocations", []), {
+            "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(started)),
+            "load_at_start": [round(x, 2) for x in load], "batches": args.batches,
+            "emulations": emulations}],
+        "load_at_start": previous.get("load_at_start") or [round(x, 2) for x in load],
         "cpu_count": os.cpu_count(),
         "model": "mlp 512x512 on 32 numeric + 2 categorical features, 4 classes",
-        "slowdown": args.slowdown,
-        "memoryless": True,  # random slot lengths (strategies/slowdown.py), since 2026-12-02
-        "batches": [{"global_batch": b, "steps": n} for b, n in configs],
-        "headline_batch": configs[0][0],
+        "slowdowns": sorted({x["slowdown"] for x in rows if x["slowdown"] != "none"}),
+        "epochs": epochs,
+        "batches": [{"global_batch": b, "steps": n} for b, n in batches],
+        "headline_batch": batches[0][0],
         "runs": rows,
-        "summary": summary,
+        "summary": summarise(rows),
     }
-    Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
-    print(json.dumps(summary, indent=2))
+    out_file.parent.mkdir(parents=True, exist_ok=True)
+    out_file.write_text(json.dumps(out, indent=2) + "\n")
+    print(json.dumps(out["summary"], indent=2))
+
+
+def summarise(rows: list[dict]) -> dict:
+    """Medians per global batch and emulation: auto over off, slowed and at full speed."""
+
+    def med(batch: int, mode: str, emulation: str, key: str) -> float | None:
+        xs = [x[key] for x in rows if x["global_batch"] == batch and x["balance"] == mode
+              and x.get("emulation", "none") == emulation and x.get(key) is not None]
+        return statistics.median(xs) if xs else None
+
+    summary: dict = {}
+    for batch in sorted({x["global_batch"] for x in rows}, reverse=True):
+        s: dict = {}
+        for key in ("examples_per_sec", "steady_examples_per_sec"):
+            off, auto = med(batch, "off", "none", key), med(batch, "auto", "none", key)
+            s[f"even_{key}"] = {"off": off, "auto": auto,
+                                "ratio": round(auto / off, 3) if off and auto else None}
+        for e in sorted({x.get("emulation", "none") for x in rows} - {"none"}):
+            slowed: dict = {}
+            for key in ("examples_per_sec", "steady_examples_per_sec", "eval_accuracy"):
+                off, auto = med(batch, "off", e, key), med(batch, "auto", e, key)
+                slowed[key] = {"off": off, "auto": auto,
+                               "ratio": round(auto / off, 3) if off and auto else None}
+            speeds = [x["rows_per_sec"][1] / x["rows_per_sec"][0] for x in rows
+                      if x["global_batch"] == batch and x.get("emulation") == e
+                      and x.get("rows_per_sec") and x["rows_per_sec"][0] > 0]
+            slowed["measured_speed_w1_over_w0"] = (
+                round(statistics.median(speeds), 3) if speeds else None)
+            s[e] = slowed
+        summary[str(batch)] = s
+    return summary
 
 
 if __name__ == "__main__":

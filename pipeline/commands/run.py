@@ -45,7 +45,8 @@ def parser() -> argparse.ArgumentParser:
                    "round_timeout_s), server@round:2")
     p.add_argument("--inject-slowdown", metavar="TASK@speed:F",
                    help="rehearse a straggler: run a local cluster's task at fraction F of its "
-                   "speed (SIGSTOP/SIGCONT duty cycle), e.g. worker:1@speed:0.5")
+                   "cores (a CPU quota where the machine allows, else a SIGSTOP/SIGCONT duty "
+                   "cycle), e.g. worker:1@speed:0.5, worker:1@speed:0.5:10ms:signals")
     p.add_argument("--superlink", metavar="HOST:PORT",
                    help="federated stage: submit to this running Flower SuperLink and start no "
                    "SuperLink or SuperNodes here (the SuperNodes read <run dir>/<stage>.federation/"

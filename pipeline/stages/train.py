@@ -102,6 +102,9 @@ class Config:
     steps_per_execution: int = 20
     backup_every: int = 0
     jit_compile: bool = False
+    # TensorFlow's executor for the train and eval graphs (graphs.executor): auto runs small
+    # models on one CPU device on the single-threaded one
+    executor: Literal["auto", "single_threaded", "default"] = "auto"
     mixed_precision: Literal["off", "mixed_float16", "mixed_bfloat16"] = "off"
     deterministic: bool = True
     cache: bool = True
@@ -456,6 +459,7 @@ def make_job(
         steps_per_execution=config.steps_per_execution,
         backup_every=config.backup_every,
         jit_compile=config.jit_compile,
+        executor=config.executor,
         mixed_precision=config.mixed_precision,
         deterministic=config.deterministic,
         cache=config.cache,

@@ -240,8 +240,9 @@ def balance_mode(config: TopologySettings, topo: Topology) -> str:
     """The resolved `balance`: as written, else off.
 
     Issue 14 asked for `auto` by default under multi-worker mirrored; measured here
-    (bench/training/bench_balance.py, docs/training.md) it cost 3-4 % at equal speeds and did
-    not win back a duty-cycle straggler, so it stays opt-in until it does.
+    (bench/training/bench_balance.py, docs/training.md) it costs ~4 % at equal speeds and wins
+    1.33x with a worker at half speed (signals; 1.45x under a CPU quota that slows it to 0.42),
+    short of the 1.4x asked, so it stays opt-in.
     """
     del topo  # the default does not depend on the topology (yet)
     return config.balance or "off"

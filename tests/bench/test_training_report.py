@@ -127,3 +127,59 @@ def test_own_model_section_states_both_goals_from_the_results(report, results):
     assert "batch 256: **missed** (1.25x the bare `fit` fast path" in text
     assert "1.25x `fit` doing the same side work" in text
     assert "median of 3 repeats, which ranged -2.0% to +10.0%" in text
+
+
+def test_the_balance_section_judges_the_emulation_nearest_half_speed(report, results):
+    def run(batch, mode, emulation, ex, acc, rates=None):
+        return {"case": f"b{batch}-{mode}-{emulation}", "balance": mode,
+                "slowdown": "none" if emulation == "none" else "worker:1@speed:0.5:2ms:quota",
+                "emulation": emulation, "examples_per_sec": ex,
+                "steady_examples_per_sec": ex * 1.05, "eval_accuracy": acc,
+                "final_batch": [4096, 4096], "rows_per_sec": rates,
+                "rebalances": 0, "global_batch": batch, "load_after": 1.0}
+
+    runs = [run(8192, "off", "none", 100.0, 0.98), run(8192, "auto", "none", 95.0, 0.98),
+            run(8192, "off", "quota@0.5", 40.0, 0.98),
+            run(8192, "auto", "quota@0.5", 60.0, 0.97, [80.0, 32.0]),
+            run(8192, "off", "signals@0.5", 50.0, 0.98),
+            run(8192, "auto", "signals@0.5", 62.0, 0.97, [80.0, 40.0])]
+    spec = importlib.util.spec_from_file_location(
+        "bench_balance", ROOT / "bench" / "training" / "bench_balance.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    bal = {"invocations": [{"started": "2026-12-03 08:00", "load_at_start": [1.0, 1.0, 1.0],
+                            "batches": "8192:400"}],
+           "cpu_count": 2, "model": "mlp", "epochs": 4, "slowdowns": ["a", "b"],
+           "batches": [{"global_batch": 8192, "steps": 400}], "headline_batch": 8192,
+           "runs": runs, "summary": bench.summarise(runs)}
+    (results / "balance.json").write_text(json.dumps(bal))
+    text = report.render(report.load(results))
+    # signals measured at 0.5 of worker:0's speed, the quota at 0.4: the verdict is signals'
+    assert "nearest to half speed (signals@0.5" in text
+    assert "**missed**: examples/s with `balance: auto` >= 1.4x `off`" in text
+    assert "**1.24x** (steady 1.24x)" in text
+    assert "quota@0.5: auto 60 vs off 40 ex/s (**1.50x**" in text
+    assert "at full speed auto 95 vs off 100 ex/s (0.95x)" in text
+
+
+def test_own_model_section_names_fits_fastest_path_and_the_load(report, results):
+    """A run that timed `fit` with XLA too says which `fit` path the figure is, and the load."""
+    om = {"case": "examples/own_model", "epochs": 6, "examples_per_epoch": 16384, "batch": 256,
+          "baton_examples_per_sec": 6_000, "keras_fit_examples_per_sec": 4_000, "speedup": 1.5,
+          "keras_fit_spe_examples_per_sec": 3_500, "keras_fit_spe_xla_examples_per_sec": 4_000,
+          "keras_fit_fastest_path": "steps_per_execution + jit_compile"}
+    own = {"load_average_start": [0.5, 0.7, 1.1],
+           "callbacks": {"case": "default MLP (64, 32)", "epochs": 6, "examples_per_epoch": 16384,
+                         "before_examples_per_sec": 10_000, "callbacks_examples_per_sec": 9_900,
+                         "cost": 0.01},
+           "own_model": [om]}
+    (results / "own_model.json").write_text(json.dumps(own))
+    text = report.render(report.load(results))
+    assert "4,000 ex/s (steps_per_execution + jit_compile) | **1.50x**" in text
+    assert "the same with `jit_compile=True`" in text
+    assert "Load average at the start: 0.5, 0.7, 1.1." in text
+    assert "batch 256: **met** (1.50x the bare `fit` fast path" in text
+    own["load_average_starts"] = {"callbacks": [1.0, 1.0, 1.0], "rows": [8.0, 4.0, 3.0]}
+    (results / "own_model.json").write_text(json.dumps(own))
+    text = report.render(report.load(results))
+    assert "load average at the start of each: callbacks 1.0, 1.0, 1.0; rows 8.0, 4.0, 3.0." in text

@@ -59,6 +59,27 @@ def test_eval_counts_every_example_once() -> None:
     assert abs(totals_to_metrics(totals, "classification")["accuracy"] - acc) < 1e-6
 
 
+def test_repeated_evals_of_one_dataset_read_the_same_batches() -> None:
+    """The second and later evaluations read one repeated iterator, as many batches as the
+    first pass counted: same totals, every example once, the user's metrics as before."""
+    import keras
+
+    from baton.graphs.objectives import EvalMetric
+
+    spec, model, _ = _setup()
+    ds = synthetic_dataset(spec, 300, 64)  # 4 full batches and one of 44
+    metric = EvalMetric(keras.metrics.SparseCategoricalAccuracy(), False, "classification", 3)
+    evaluate = make_eval_fn(model, spec, metrics=[metric])
+    results = []
+    for _ in range(3):
+        metric.reset()
+        results.append((evaluate(ds).numpy().tolist(), metric.result()))
+    assert results[0][0][2] == 300
+    assert results[1] == results[0] == results[2]
+    with pytest.raises(ValueError, match="the eval dataset must be finite"):
+        evaluate(ds.repeat())
+
+
 @pytest.mark.parametrize("scope", ["step", "gradients"])
 def test_jit_compiled_step_is_compiled_and_matches_the_plain_step(scope) -> None:
     """XLA really compiles (the traced graph marks the function must-compile), same weights."""

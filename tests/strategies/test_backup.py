@@ -40,12 +40,13 @@ def test_eager_and_traced_saves_restore_the_latest_and_keep_two(tmp_path) -> Non
     model, optimizer = _trackables()
     b = backup_mod.Backup(tmp_path / "b", True, "worker:0", model=model, optimizer=optimizer,
                           fingerprint="job")
-    saves = backup_mod.EAGER_SAVES + 3
+    eager = backup_mod.TRACE_PAYS_FROM  # no plan given: traced once this many were eager
+    saves = eager + 3
     for i in range(saves):
         _set(model, optimizer, float(i), step=10 * i)
         b.save(10 * i, {"history": [i]})
-        if i in (backup_mod.EAGER_SAVES - 1, saves - 1):  # the last eager, the last traced
-            assert (b._traced_write is None) == (i < backup_mod.EAGER_SAVES)
+        if i in (eager - 1, saves - 1):  # the last eager, the last traced
+            assert (b._traced_write is None) == (i < eager)
             assert _restored(tmp_path / "b") == ({"history": [i], "fingerprint": "job"},
                                                  float(i), 10 * i)
     left = sorted(f.name for f in (tmp_path / "b").glob("*.index"))
@@ -54,6 +55,18 @@ def test_eager_and_traced_saves_restore_the_latest_and_keep_two(tmp_path) -> Non
     shutil.move(tmp_path / "b", tmp_path / "moved")
     assert _restored(tmp_path / "moved")[2] == 10 * (saves - 1)
     assert _restored(tmp_path / "moved", fingerprint="another job")[0] is None
+
+
+@pytest.mark.parametrize("planned", [backup_mod.TRACE_PAYS_FROM - 1, backup_mod.TRACE_PAYS_FROM])
+def test_a_planned_job_traces_from_its_first_save_only_when_that_pays(tmp_path, planned) -> None:
+    model, optimizer = _trackables()
+    b = backup_mod.Backup(tmp_path / "b", True, "worker:0", model=model, optimizer=optimizer,
+                          fingerprint="job", planned_saves=planned)
+    for i in range(2):
+        _set(model, optimizer, float(i), step=i)
+        b.save(i, {"history": [i]})
+    assert (b._traced_write is not None) == (planned >= backup_mod.TRACE_PAYS_FROM)
+    assert _restored(tmp_path / "b") == ({"history": [1], "fingerprint": "job"}, 1.0, 1)
 
 
 def test_a_save_interrupted_before_the_index_leaves_the_previous_latest(tmp_path,

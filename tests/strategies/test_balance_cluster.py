@@ -1,7 +1,8 @@
 """`balance: auto` on a real 2-worker cluster with one worker slowed down from outside.
 
-The launcher stops and continues worker:1 on a duty cycle (running a fifth of the time, in slots
-of random length; --inject-slowdown); the workers time their own passes and move rows of each
+The launcher pins each worker to its own core (where there are two) and slows worker:1 to a fifth
+of its core (--inject-slowdown: a CPU quota where this machine has a writable cgroup CPU
+controller, else the signal duty cycle); the workers time their own passes and move rows of each
 global batch to worker:0. Multi-process, so slow and multi_worker; one cluster, a few dozen
 steps.
 """
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 import io
 import json
+import os
 
 import pytest
 
@@ -48,6 +50,10 @@ def test_a_slowed_worker_gets_a_smaller_batch_and_the_global_batch_holds(
     )
     assert result.ok, log.getvalue()[-3000:]
     assert "slowing worker:1 down to 0.2" in log.getvalue()
+    assert result.slowdown["method"] in ("quota", "signals"), result.slowdown
+    if len(os.sched_getaffinity(0)) >= 2:  # a node's core is its own
+        assert len(result.placement) == 2 and not (
+            set(result.placement["worker:0"]) & set(result.placement["worker:1"])), result.placement
     info = json.loads((tmp_path / "out" / "model" / "train_info.json").read_text())
     assert info["steps"] == 40 and info["num_replicas"] == 2
     bal = info["balance"]

@@ -79,6 +79,32 @@ def test_segment_rate_leaves_out_the_restore_and_the_first_chunk() -> None:
     assert elastic.describe_segments(segs) == "1:640>2:?"
 
 
+def test_a_segment_shorter_than_two_polls_is_timed_on_the_chiefs_clock(tmp_path) -> None:
+    """The launcher polls every 50 ms: a group that trains a few fast chunks after a resize is
+    seen once, at its last step; the status file's first chunk end still times it."""
+    from baton.strategies.callbacks import LoopState, StatusFile
+    from baton.strategies.launcher import _read_status
+
+    state = LoopState(step=8, total=32, steps_per_epoch=32, global_batch_size=64, history=[])
+    status = StatusFile(tmp_path / "status.json", state)
+    status.on_train_begin()
+    for step in (12, 16, 20, 24):  # four chunk ends between two polls
+        state.step = step
+        status.on_train_batch_end(0)
+    seen = _read_status(tmp_path / "status.json")
+    assert seen is not None and seen.step == 24 and seen.resumed_from == 8
+    assert seen.first_chunk is not None and seen.first_chunk[1] == 12
+    seg = elastic.Segment(attempt=1, workers=1)
+    seg.seen(*seen)
+    rate = seg.rate(global_batch_size=64)
+    assert rate["steps_per_sec"] is not None and rate["steps_per_sec"] > 0, seg.points
+    # the restore itself is never a point, whichever order the reports come in
+    seg2 = elastic.Segment(attempt=1, workers=1)
+    seg2.seen(8, 8, now=0.0)
+    seg2.seen(24, 8, now=3.0, first_chunk=(1.0, 12))
+    assert seg2.rate(64) == {"steps_per_sec": 6.0, "examples_per_sec": 384.0}
+
+
 # ---------------------------------------------------------------------------------- policy
 def _exited(group: ProcessGroup, name: str, code: int):
     body = f"import os; os.kill(os.getpid(), {-code})" if code < 0 else f"import sys; sys.exit({code})"

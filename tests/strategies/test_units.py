@@ -164,3 +164,15 @@ def test_apply_threads_before_and_after_tensorflow_starts() -> None:
     applied, again, reason, intra, inter = json.loads(out.stdout.strip().splitlines()[-1])
     assert (applied, again, intra, inter) == (True, False, 1, 3)
     assert "initialization" in reason
+
+
+def test_planned_saves_count_epoch_ends_and_backup_steps_left() -> None:
+    from baton.strategies.trainer import TrainPlan, planned_saves
+
+    plan = TrainPlan(epochs=20, steps_per_epoch=64, global_batch_size=256)
+    assert planned_saves(plan, 0) == 20
+    assert planned_saves(plan, 64 * 19 + 3) == 1  # resumed inside the last epoch
+    every = TrainPlan(epochs=2, steps_per_epoch=100, global_batch_size=8, backup_every=40)
+    assert planned_saves(every, 0) == 2 + 4  # 40, 80, 120, 160 (200 is an epoch end)
+    probe = TrainPlan(epochs=5, steps_per_epoch=100, global_batch_size=8, max_steps=50)
+    assert planned_saves(probe, 0) == 1  # the partial epoch ends too
