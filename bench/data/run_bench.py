@@ -398,6 +398,8 @@ def run_all(a: argparse.Namespace) -> None:
             baton(["gen", table, str(n), str(path)])
         csvs[(table, n)] = str(path)
     log(f"CSV files in {work}")
+    tables_and_big = contextlib.ExitStack()  # the tables and the big transform: one hold
+    tables_and_big.enter_context(held())
     examples = {}
     for table, n in (("current", rows), ("census", rows)):
         with held():  # one table (Baton's runs, the peer's, parity): one hold
@@ -461,6 +463,7 @@ def run_all(a: argparse.Namespace) -> None:
         log(f"current {rows}: transform 2 processes {r['seconds']:.2f} s")
         res["portable"] = baton(["portable", str(rows)])
         log(f"portable {rows}: {res['portable']}")
+    tables_and_big.close()
     res["transform_alone"] = alone
     if peer_ok:  # the peer's transform alone: TFExampleRecord on the same tf.Examples
         peers = []
@@ -476,7 +479,8 @@ def run_all(a: argparse.Namespace) -> None:
                 shutil.rmtree(out, ignore_errors=True)
                 return dict(p, runs_seconds=[round(p["seconds"], 3)], seconds_median=p["seconds"])
 
-            best, by_processes = _faster_peer(peer_alone)
+            with held():  # both of the peer's runs at this size: one hold
+                best, by_processes = _faster_peer(peer_alone)
             peers.append(dict(best, rows=n, by_processes=by_processes))
         res["peer_alone"] = peers
     with held():  # statistics and the input pipeline: one hold
