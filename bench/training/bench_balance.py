@@ -78,7 +78,15 @@ def run_case(root: Path, name: str, job, slowdown: str | None) -> dict:  # noqa:
         "final_batch": bal.get("final_batch", [job.batch_size // 2] * 2),
         "rows_per_sec": bal.get("rows_per_sec"),
         "rebalances": bal.get("changes", 0),
+        "running_fraction": _running_fraction(res.slowdown),
     }
+
+
+def _running_fraction(applied: dict) -> float | None:
+    """The share of the wall clock worker:1 was let run (signals: the launcher's own count of
+    the time between its SIGCONT and SIGSTOP); None at full speed and under the quota."""
+    run, stop = applied.get("running_s"), applied.get("stopped_s")
+    return round(run / (run + stop), 3) if run is not None and stop and run + stop > 0 else None
 
 
 def write_transformed(root: Path, spec, n_train: int, n_eval: int, files: int = 4) -> Path:
@@ -114,38 +122,52 @@ SLOWDOWNS = {  # {speed} is --speed
 
 
 def _emulation(slowdown: str | None) -> str:
-    """`quota@0.5` from `worker:1@speed:0.5:2ms:quota`; "none" at full speed."""
+    """`quota@0.5:2ms` from `worker:1@speed:0.5:2ms:quota`; "none" at full speed."""
     if not slowdown:
         return "none"
-    speed = slowdown.split("@speed:")[1].split(":")[0]
-    return f"{slowdown.rsplit(':', 1)[-1]}@{speed}"
+    from baton.strategies.slowdown import parse_slowdown
+
+    slow = parse_slowdown(slowdown)
+    assert slow is not None
+    return f"{slow.method or 'quota'}@{slow.speed:g}:{slow.period_ms}ms"
+
+
+def _slowdowns(names: str, speed: float, specs: list[str]) -> list[str]:
+    """The `--inject-slowdown` specs to run: presets by name (at `speed`), then `specs`."""
+    from baton.strategies import throttle
+
+    out = [SLOWDOWNS[e].format(speed=f"{speed:g}") for e in names.split(",") if e]
+    out += specs
+    if throttle.controller() is None and any(x.endswith(":quota") for x in out):
+        print("no writable cgroup CPU controller here: the quota emulations are left out")
+        out = [x for x in out if not x.endswith(":quota")]
+    return out
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--batches", default="8192:400,1024:1600",
                    help="global batch:steps pairs, one set of cases each")
-    p.add_argument("--repeats", type=int, default=1)
+    p.add_argument("--repeats", type=int, default=1,
+                   help="rounds of all cases (alternating); --append adds rounds to the file")
     p.add_argument("--emulations", default="quota,signals",
-                   help=f"how worker:1 is slowed, of {', '.join(SLOWDOWNS)}")
+                   help=f"how worker:1 is slowed, presets of {', '.join(SLOWDOWNS)} (or '')")
+    p.add_argument("--slowdown", action="append", default=[],
+                   help="an --inject-slowdown spec to run as well (repeatable)")
     p.add_argument("--speed", type=float, default=0.5,
-                   help="worker:1's share of its core under either emulation")
+                   help="worker:1's share of its core under the presets")
+    p.add_argument("--no-even", action="store_true", help="leave out the full-speed cases")
     p.add_argument("--append", action="store_true", help="add to the runs in --json")
     p.add_argument("--json", default=str(ROOT / "bench/training/results/balance.json"))
     args = p.parse_args()
     import dataclasses
 
     from baton.graphs.synthetic import synthetic_spec
-    from baton.strategies import throttle
     from baton.strategies.job import TrainJob
 
-    emulations = [e for e in args.emulations.split(",") if e]
-    if "quota" in emulations and throttle.controller() is None:
-        print("no writable cgroup CPU controller here: the quota emulation is left out")
-        emulations.remove("quota")
-    plan: list[tuple[str, str | None]] = [("off", None), ("auto", None)]
-    for e in emulations:
-        slow = SLOWDOWNS[e].format(speed=f"{args.speed:g}")
+    emulations = _slowdowns(args.emulations, args.speed, args.slowdown)
+    plan: list[tuple[str, str | None]] = [] if args.no_even else [("off", None), ("auto", None)]
+    for slow in emulations:
         plan += [("off", slow), ("auto", slow)]
     out_file = Path(args.json)
     previous = json.loads(out_file.read_text()) if args.append and out_file.exists() else {}
@@ -159,8 +181,10 @@ def main() -> None:
         data = {batch: write_transformed(Path(tmp) / f"data-{batch}", spec,
                                          batch * steps // epochs, 16_384)
                 for batch, steps in configs}
-        for r in range(args.repeats):
+        for _ in range(args.repeats):
             for batch, steps in configs:
+                done = [x.get("repeat", 0) for x in rows if x["global_batch"] == batch]
+                rep = max(done) + 1 if done else 0  # rounds numbered across --append
                 base = TrainJob(
                     feature_spec=spec.to_dict(),
                     transformed_dir=str(data[batch]),
@@ -173,9 +197,9 @@ def main() -> None:
                 )
                 for mode, slowdown in plan:
                     job = dataclasses.replace(base, balance=mode)
-                    name = f"b{batch}-{mode}-{_emulation(slowdown)}-{r}"
-                    row = run_case(Path(tmp), name, job, slowdown)
-                    row["global_batch"], row["steps_planned"] = batch, steps
+                    name = f"b{batch}-{mode}-{_emulation(slowdown)}-{rep}"
+                    row = run_case(Path(tmp), name.replace(":", "_"), job, slowdown)
+                    row["global_batch"], row["steps_planned"], row["repeat"] = batch, steps, rep
                     row["load_after"] = round(os.getloadavg()[0], 2)
                     row["started_load"] = [round(x, 2) for x in load]
                     rows.append(row)
@@ -205,32 +229,45 @@ def main() -> None:
 
 
 def summarise(rows: list[dict]) -> dict:
-    """Medians per global batch and emulation: auto over off, slowed and at full speed."""
+    """Per global batch and emulation ("even": full speed): the median of each case's runs,
+    auto over off as the ratio of the medians, and each round's own ratio (auto over the off
+    run of the same round, which ran just before it) so the spread is in sight."""
 
-    def med(batch: int, mode: str, emulation: str, key: str) -> float | None:
-        xs = [x[key] for x in rows if x["global_batch"] == batch and x["balance"] == mode
-              and x.get("emulation", "none") == emulation and x.get(key) is not None]
-        return statistics.median(xs) if xs else None
+    def runs(batch: int, mode: str, emulation: str, key: str) -> dict[int, float]:
+        return {x.get("repeat", 0): x[key] for x in rows
+                if x["global_batch"] == batch and x["balance"] == mode
+                and x.get("emulation", "none") == emulation and x.get(key) is not None}
 
     summary: dict = {}
     for batch in sorted({x["global_batch"] for x in rows}, reverse=True):
         s: dict = {}
-        for key in ("examples_per_sec", "steady_examples_per_sec"):
-            off, auto = med(batch, "off", "none", key), med(batch, "auto", "none", key)
-            s[f"even_{key}"] = {"off": off, "auto": auto,
-                                "ratio": round(auto / off, 3) if off and auto else None}
-        for e in sorted({x.get("emulation", "none") for x in rows} - {"none"}):
-            slowed: dict = {}
+        emulations = sorted({x.get("emulation", "none") for x in rows
+                             if x["global_batch"] == batch})
+        for e in emulations:
+            entry: dict = {}
             for key in ("examples_per_sec", "steady_examples_per_sec", "eval_accuracy"):
-                off, auto = med(batch, "off", e, key), med(batch, "auto", e, key)
-                slowed[key] = {"off": off, "auto": auto,
-                               "ratio": round(auto / off, 3) if off and auto else None}
+                off, auto = runs(batch, "off", e, key), runs(batch, "auto", e, key)
+                if not off or not auto:
+                    continue
+                m_off, m_auto = statistics.median(off.values()), statistics.median(auto.values())
+                entry[key] = {
+                    "off": m_off, "auto": m_auto, "n": [len(off), len(auto)],
+                    "ratio": round(m_auto / m_off, 3) if m_off else None,
+                    "ratio_by_round": [round(auto[r] / off[r], 3) for r in sorted(auto)
+                                       if r in off and off[r]],
+                }
             speeds = [x["rows_per_sec"][1] / x["rows_per_sec"][0] for x in rows
                       if x["global_batch"] == batch and x.get("emulation") == e
                       and x.get("rows_per_sec") and x["rows_per_sec"][0] > 0]
-            slowed["measured_speed_w1_over_w0"] = (
-                round(statistics.median(speeds), 3) if speeds else None)
-            s[e] = slowed
+            fractions = [x["running_fraction"] for x in rows
+                         if x["global_batch"] == batch and x.get("emulation") == e
+                         and x.get("running_fraction") is not None]
+            if e != "none":
+                entry["balancer_speed_w1_over_w0"] = (
+                    round(statistics.median(speeds), 3) if speeds else None)
+                entry["running_fraction"] = (
+                    round(statistics.median(fractions), 3) if fractions else None)
+            s["even" if e == "none" else e] = entry
         summary[str(batch)] = s
     return summary
 

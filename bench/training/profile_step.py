@@ -16,7 +16,18 @@ its own in-graph loop of `--steps` iterations, both workers running it at the sa
   gradients in one collective and each embedding's sparse gradient in three gathers), and
   `totals`: a small totals vector all-reduced alone (what `strategy.reduce` cost per step);
 - `update`: the optimizer's update of the variables from fixed gradients (with whatever
-  all-reduce the optimizer itself still makes).
+  all-reduce the optimizer itself still makes);
+- `step_auto@x` / `pass@x` (`--split x ...`): the chunk with worker:0 on the fraction `x` of
+  each global batch, and each worker's pass alone on its part of that split.
+
+The summary (`summary` in the JSON, printed last) judges an emulated straggler
+(`--slowdown`): `speed` is worker:1's pass rate over worker:0's on the same rows (the
+emulation's real speed; the asked one is rarely what the kernel or the signals deliver), and,
+per split, `stall_ms` is the chunk's time per step less the longer of the two passes at that
+split: the all-reduce, the update, the input, and whatever the slowed worker makes the other
+wait for beyond its pass (a collective that meets it stopped or throttled). A uniformly slower
+node adds only its slower share of the first three; the best split's stall is the rehearsal's
+error. `--parts` times a subset (e.g. `pass,step_auto@,pass@` to calibrate an emulation).
 
     PYTHONPATH=. .venv/bin/python bench/training/profile_step.py [--batch 8192] [--slowdown ...]
 
@@ -90,6 +101,33 @@ def _worker(args: argparse.Namespace) -> None:  # noqa: PLR0915 - one straight m
         return total
 
     fixed = local(next(it_pass))[0]
+    whole = local(next(it_auto))[0]  # a whole global batch, for each worker's part of a split
+    me = tf_config.task.index
+
+    def rows_of(x: float) -> int:  # this worker's rows when worker:0 takes the fraction x
+        first = int(job.batch_size * x)
+        return first if me == 0 else job.batch_size - first
+
+    def pass_on(rows: int):  # noqa: ANN202 - the pass alone on `rows` rows of a global batch
+        feats = {k: v[:rows] for k, v in whole[0].items()}
+        labels = whole[1][:rows]
+
+        @tf.function
+        def run(n):  # noqa: ANN001, ANN202
+            def one():  # noqa: ANN202
+                with tf.GradientTape() as tape:
+                    logits = model(feats, training=True)
+                    loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
+                        labels=tf.cast(labels, tf.int64), logits=logits))
+                grads = tape.gradient(loss, model.trainable_variables)
+                return tf.add_n([tf.reduce_sum(g) for g in grads])
+
+            total = tf.constant(0.0)
+            for _ in tf.range(n):
+                total += local(strategy.run(one))[0]
+            return total
+
+        return run
 
     @tf.function
     def pass_only(n):  # noqa: ANN001, ANN202
@@ -144,7 +182,12 @@ def _worker(args: argparse.Namespace) -> None:  # noqa: PLR0915 - one straight m
         "allreduce": lambda: allreduce_only(n),
         "totals": lambda: totals_only(n),
         "update": lambda: update_only(n),
+        **{f"pass@{x:g}": (lambda f=pass_on(rows_of(x)): f(n)) for x in args.split},
     }
+    if args.parts:
+        wanted = args.parts.split(",")
+        parts = {k: v for k, v in parts.items()
+                 if any(k == w or (w.endswith("@") and k.startswith(w)) for w in wanted)}
     for fn in parts.values():  # trace and warm up every part (and the input's cache)
         barrier().numpy()
         fn().numpy()
@@ -213,6 +256,28 @@ def summarise_trace(logdir: Path, steps: int, top: int = 25) -> dict:
     return {"self_ms_per_step": ranked}
 
 
+def summarise(workers: list[dict], splits: list[float]) -> dict:
+    """worker:1's measured speed, and per split the chunk, the longer pass and the stall."""
+    ms = [w["ms_per_step"] for w in workers]
+    out: dict = {}
+    if all("pass" in m for m in ms):
+        out["speed"] = round(ms[0]["pass"] / ms[1]["pass"], 3)
+    per_split = {}
+    for x in splits:
+        key = f"{x:g}"
+        step = [m.get(f"step_auto@{key}") for m in ms]
+        passes = [m.get(f"pass@{key}") for m in ms]
+        if None in step or None in passes:
+            continue
+        chunk = max(step)  # both end the chunk together (a collective per step); take the later
+        per_split[key] = {"step_ms": chunk, "passes_ms": passes,
+                          "stall_ms": round(chunk - max(passes), 2)}
+    if per_split:
+        best = min(per_split, key=lambda k: per_split[k]["step_ms"])
+        out["splits"], out["best_split"] = per_split, {"x": float(best), **per_split[best]}
+    return out
+
+
 def _op_type(name: str) -> str:
     return name.split(":")[-1] if ":" in name else name
 
@@ -229,6 +294,11 @@ def main() -> None:
     p.add_argument("--json", default=None, help="write the result here")
     p.add_argument("--split", type=float, nargs="*", default=[],
                    help="also time step_auto with worker:0 on these fractions of the batch")
+    p.add_argument("--record", default=None,
+                   help="add the summary to this JSON file, keyed by --slowdown (an emulation's "
+                        "calibration, read by report_balance.py)")
+    p.add_argument("--parts", default="",
+                   help="comma-separated parts to time (a name ending in @: every split)")
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--job", help=argparse.SUPPRESS)
     p.add_argument("--out", help=argparse.SUPPRESS)
@@ -260,7 +330,7 @@ def main() -> None:
             argv = [sys.executable, str(Path(__file__).resolve()), "--worker", "--job",
                     str(root / "job.json"), "--out", str(root / f"{task.name}.json"),
                     "--steps", str(args.steps), "--repeats", str(args.repeats),
-                    "--split", *[str(x) for x in args.split]]
+                    "--parts", args.parts, "--split", *[str(x) for x in args.split]]
             argv += ["--trace", args.trace] if args.trace else []
             return argv
 
@@ -275,12 +345,28 @@ def main() -> None:
             raise SystemExit(f"failed: {res.error}\n{log.getvalue()[-4000:]}")
         workers = [json.loads((root / f"worker:{i}.json").read_text()) for i in range(2)]
     result = {"started_load": [round(x, 2) for x in load], "batch": args.batch,
-              "slowdown": args.slowdown, "env": extra, "communication": args.communication,
-              "workers": workers}
+              "slowdown": args.slowdown, "applied": res.slowdown, "env": extra,
+              "communication": args.communication, "workers": workers,
+              "summary": summarise(workers, args.split)}
     for w in workers:
         print(w["task"], json.dumps(w["ms_per_step"]))
+    print("summary", json.dumps(result["summary"]))
     if args.json:
         Path(args.json).write_text(json.dumps(result, indent=2) + "\n")
+    if args.record:
+        record(Path(args.record), args.slowdown or "none", result)
+
+
+def record(path: Path, slowdown: str, result: dict) -> None:
+    """Keep the calibration of one emulation (the latest run of each `--slowdown`)."""
+    known = json.loads(path.read_text()) if path.exists() else {}
+    known[slowdown] = {
+        "measured": time.strftime("%Y-%m-%d %H:%M"), "started_load": result["started_load"],
+        "batch": result["batch"], "applied": result["applied"], **result["summary"],
+        "ms_per_step": [w["ms_per_step"] for w in result["workers"]],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(known, indent=2, sort_keys=True) + "\n")
 
 
 if __name__ == "__main__":

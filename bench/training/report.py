@@ -62,7 +62,8 @@ These figures were written down by hand after earlier runs; no result file holds
 def load(results: Path) -> dict[str, Any]:
     """The result files that exist in `results`, parsed."""
     out: dict[str, Any] = {}
-    for name in ("single", "cluster", "meta", "own_model", "elastic", "balance", "auto_workers"):
+    for name in ("single", "cluster", "meta", "own_model", "elastic", "balance",
+                 "balance_emulations", "auto_workers"):
         f = results / f"{name}.json"
         if f.exists():
             out[name] = json.loads(f.read_text())
@@ -507,15 +508,16 @@ def elastic_section(rows: list[dict]) -> list[str]:
     return lines
 
 
-def balance_section(bal: dict) -> list[str]:
-    """bench_balance.py's section (report_balance.py, beside this file)."""
+def balance_section(bal: dict, emulations: dict | None = None) -> list[str]:
+    """bench_balance.py's section (report_balance.py, beside this file), with profile_step.py's
+    calibration of the emulations."""
     import sys
 
     if str(HERE) not in sys.path:
         sys.path.insert(0, str(HERE))
     from report_balance import balance_section as section
 
-    return section(bal)
+    return section(bal, emulations)
 
 
 def auto_workers_section(res: dict) -> list[str]:
@@ -616,7 +618,7 @@ def render(results: dict[str, Any]) -> str:
     if results.get("elastic"):
         lines += elastic_section(results["elastic"])
     if results.get("balance"):
-        lines += balance_section(results["balance"])
+        lines += balance_section(results["balance"], results.get("balance_emulations"))
     if results.get("auto_workers"):
         lines += auto_workers_section(results["auto_workers"])
     earlier = EARLIER_RUNS if meta else EARLIER_RUNS + CONDITIONS_BY_HAND

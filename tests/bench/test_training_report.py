@@ -129,37 +129,98 @@ def test_own_model_section_states_both_goals_from_the_results(report, results):
     assert "median of 3 repeats, which ranged -2.0% to +10.0%" in text
 
 
-def test_the_balance_section_judges_the_emulation_nearest_half_speed(report, results):
-    def run(batch, mode, emulation, ex, acc, rates=None):
-        return {"case": f"b{batch}-{mode}-{emulation}", "balance": mode,
-                "slowdown": "none" if emulation == "none" else "worker:1@speed:0.5:2ms:quota",
-                "emulation": emulation, "examples_per_sec": ex,
-                "steady_examples_per_sec": ex * 1.05, "eval_accuracy": acc,
-                "final_batch": [4096, 4096], "rows_per_sec": rates,
-                "rebalances": 0, "global_batch": batch, "load_after": 1.0}
+def _balance_runs(bench):
+    q, sig = "worker:1@speed:0.6:2ms:quota", "worker:1@speed:0.5:10ms:signals"
 
-    runs = [run(8192, "off", "none", 100.0, 0.98), run(8192, "auto", "none", 95.0, 0.98),
-            run(8192, "off", "quota@0.5", 40.0, 0.98),
-            run(8192, "auto", "quota@0.5", 60.0, 0.97, [80.0, 32.0]),
-            run(8192, "off", "signals@0.5", 50.0, 0.98),
-            run(8192, "auto", "signals@0.5", 62.0, 0.97, [80.0, 40.0])]
+    def run(mode, slowdown, ex, acc, rep, rates=None):
+        return {"case": f"{mode}-{rep}", "balance": mode, "slowdown": slowdown or "none",
+                "emulation": bench._emulation(slowdown), "examples_per_sec": ex,
+                "steady_examples_per_sec": ex * 1.05, "eval_accuracy": acc,
+                "final_batch": [4096, 4096], "rows_per_sec": rates, "rebalances": 0,
+                "global_batch": 8192, "load_after": 1.0, "repeat": rep,
+                "running_fraction": 0.5 if slowdown == sig else None}
+
+    runs = []
+    for rep, (q_auto, s_auto) in enumerate([(60.0, 62.0), (56.0, 70.0), (58.0, 60.0)]):
+        runs += [run("off", None, 100.0, 0.98, rep), run("auto", None, 95.0 + rep, 0.98, rep),
+                 run("off", q, 40.0, 0.98, rep), run("auto", q, q_auto, 0.97, rep, [80.0, 32.0]),
+                 run("off", sig, 50.0, 0.98, rep),
+                 run("auto", sig, s_auto, 0.97, rep, [80.0, 40.0])]
+    return runs, q, sig
+
+
+def _balance_file(bench, runs):
+    return {"invocations": [{"started": "2026-12-03 08:00", "load_at_start": [1.0, 1.0, 1.0],
+                             "batches": "8192:400"}],
+            "cpu_count": 2, "model": "mlp", "epochs": 4, "slowdowns": ["a", "b"],
+            "batches": [{"global_batch": 8192, "steps": 400}], "headline_batch": 8192,
+            "runs": runs, "summary": bench.summarise(runs)}
+
+
+@pytest.fixture
+def bench_balance():
     spec = importlib.util.spec_from_file_location(
         "bench_balance", ROOT / "bench" / "training" / "bench_balance.py")
     bench = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(bench)
-    bal = {"invocations": [{"started": "2026-12-03 08:00", "load_at_start": [1.0, 1.0, 1.0],
-                            "batches": "8192:400"}],
-           "cpu_count": 2, "model": "mlp", "epochs": 4, "slowdowns": ["a", "b"],
-           "batches": [{"global_batch": 8192, "steps": 400}], "headline_batch": 8192,
-           "runs": runs, "summary": bench.summarise(runs)}
-    (results / "balance.json").write_text(json.dumps(bal))
+    return bench
+
+
+def test_the_balance_section_gives_medians_of_rounds_and_every_run(
+        report, results, bench_balance):
+    runs, q, sig = _balance_runs(bench_balance)
+    (results / "balance.json").write_text(json.dumps(_balance_file(bench_balance, runs)))
     text = report.render(report.load(results))
-    # signals measured at 0.5 of worker:0's speed, the quota at 0.4: the verdict is signals'
-    assert "nearest to half speed (signals@0.5" in text
+    # not calibrated: the balancer's rates nearest to half (signals, 40/80) decide
+    assert "on signals@0.5:10ms (not calibrated" in text
+    # medians of three rounds: signals auto 62 (of 62, 70, 60) over off 50
     assert "**missed**: examples/s with `balance: auto` >= 1.4x `off`" in text
-    assert "**1.24x** (steady 1.24x)" in text
-    assert "quota@0.5: auto 60 vs off 40 ex/s (**1.50x**" in text
-    assert "at full speed auto 95 vs off 100 ex/s (0.95x)" in text
+    assert "**1.24x** (median of 3 rounds; steady 1.24x)" in text
+    assert "quota@0.6:2ms: auto 58 vs off 40 ex/s (**1.45x** [1.50, 1.40, 1.45]" in text
+    assert "at full speed auto 96 vs off 100 ex/s (**0.96x** [0.95, 0.96, 0.97]" in text
+    assert text.count("| 8192 | 2 | auto |") == 3  # every run of round 2 is listed
+    assert "worker:1 let run 0.50 of the time" in text  # the launcher's count, signals only
+    assert "worker:1 let run - of the time" in text
+
+
+def test_the_balance_verdict_rests_on_the_least_favourable_emulation_at_half_speed(
+        report, results, bench_balance):
+    runs, q, sig = _balance_runs(bench_balance)
+    (results / "balance.json").write_text(json.dumps(_balance_file(bench_balance, runs)))
+    calib = {q: {"speed": 0.51, "best_split": {"x": 0.67, "step_ms": 80.0,
+                                               "passes_ms": [70.0, 69.0], "stall_ms": 10.0}},
+             sig: {"speed": 0.49, "best_split": {"x": 0.65, "step_ms": 90.0,
+                                                 "passes_ms": [70.0, 72.0], "stall_ms": 18.0}}}
+    (results / "balance_emulations.json").write_text(json.dumps(calib))
+    text = report.render(report.load(results))
+    # both within 0.05 of half speed: the smaller ratio (signals, 1.24x against 1.45x) decides
+    assert "on signals@0.5:10ms (measured at 0.49 of worker:0's speed; the least favourable" in text
+    assert "**missed**: examples/s with `balance: auto` >= 1.4x `off`" in text
+    assert "| `worker:1@speed:0.6:2ms:quota` | 0.510 | 0.67 | 80.0 | 70.0 / 69.0 | 10.0 |" in text
+    calib[sig]["speed"] = 0.40  # now only the quota is near half
+    (results / "balance_emulations.json").write_text(json.dumps(calib))
+    text = report.render(report.load(results))
+    assert "on quota@0.6:2ms (measured at 0.51" in text
+    assert "- met: examples/s with `balance: auto` >= 1.4x `off`" in text
+
+
+def test_profile_step_judges_an_emulation_by_its_speed_and_the_stall_at_the_best_split():
+    spec = importlib.util.spec_from_file_location(
+        "profile_step", ROOT / "bench" / "training" / "profile_step.py")
+    prof = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(prof)
+    workers = [
+        {"ms_per_step": {"pass": 50.0, "step_auto@0.6": 100.0, "pass@0.6": 60.0,
+                         "step_auto@0.7": 90.0, "pass@0.7": 70.0}},
+        {"ms_per_step": {"pass": 100.0, "step_auto@0.6": 101.0, "pass@0.6": 80.0,
+                         "step_auto@0.7": 90.5, "pass@0.7": 60.0}},
+    ]
+    out = prof.summarise(workers, [0.6, 0.7])
+    assert out["speed"] == 0.5  # worker:1's pass rate over worker:0's on the same rows
+    # the later of the two chunk ends, less the longer pass at that split
+    assert out["splits"]["0.6"] == {"step_ms": 101.0, "passes_ms": [60.0, 80.0], "stall_ms": 21.0}
+    assert out["best_split"] == {"x": 0.7, "step_ms": 90.5, "passes_ms": [70.0, 60.0],
+                                 "stall_ms": 20.5}
 
 
 def test_own_model_section_names_fits_fastest_path_and_the_load(report, results):
