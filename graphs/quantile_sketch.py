@@ -11,9 +11,18 @@ SKETCH_SIZE = 2048
 class QuantileSketch:
     """A weighted sample of at most `size` points whose weighted quantiles approximate the data.
 
-    Each batch contributes `size` evenly spaced order statistics carrying equal weight; merging
-    concatenates and, above `size` points, keeps evenly spaced points of the weighted CDF. The
-    rank error stays around 1/size per merge level, ample for buckets and histograms.
+    Equal values are one point carrying their count, so data with at most `size` distinct
+    values (integer codes, counts, small categories) is held exactly, whatever the batches
+    and the merge order, as tf.Transform's weighted sketch holds it: its quantiles are the
+    data's own. Otherwise each batch contributes `size` evenly spaced order statistics
+    carrying equal weight; merging concatenates and, above `2 * size` distinct points, keeps
+    evenly spaced points of the weighted CDF. The rank error then stays around 1/size per
+    merge level, ample for buckets and histograms.
+
+    (Before equal values were merged, a column of 20 integers could have its bucket boundary
+    on either side of a value whose cumulative share sits at a target quantile: on the data
+    benchmark's 1M-row census table, 5% of `d`'s bucket ids differed from tf.Transform's once
+    the transform's batches grew from ~34k to ~131k rows.)
     """
 
     def __init__(self, size: int = SKETCH_SIZE) -> None:
@@ -25,11 +34,10 @@ class QuantileSketch:
         if not len(x):
             return
         x = np.sort(x.astype(np.float64))
-        if len(x) > self.size:
+        pts, w = _runs(x, np.ones(len(x)))
+        if len(pts) > self.size:  # many distinct values: evenly spaced order statistics
             pos = ((np.arange(self.size) + 0.5) * len(x) / self.size).astype(np.int64)
             pts, w = x[pos], np.full(self.size, len(x) / self.size)
-        else:
-            pts, w = x, np.ones(len(x))
         self._extend(pts, w)
 
     def merge(self, other: QuantileSketch) -> None:
@@ -40,7 +48,10 @@ class QuantileSketch:
         self.weights = np.concatenate([self.weights, w])
         if len(self.values) > 2 * self.size:
             order = np.argsort(self.values, kind="stable")
-            v, w = self.values[order], self.weights[order]
+            v, w = _runs(self.values[order], self.weights[order])
+            if len(v) <= 2 * self.size:  # few distinct values: kept exactly
+                self.values, self.weights = v, w
+                return
             cum = np.cumsum(w)
             total = cum[-1]
             targets = (np.arange(self.size) + 0.5) * total / self.size
@@ -76,3 +87,13 @@ class QuantileSketch:
             hi = lo + 1.0
         counts, edges = np.histogram(self.values, bins=bins, range=(lo, hi), weights=self.weights)
         return edges.tolist(), counts.tolist()
+
+
+def _runs(v: np.ndarray, w: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Sorted values `v` with weights `w` as (distinct values, summed weights)."""
+    if len(v) < 2:
+        return v, w
+    starts = np.flatnonzero(np.concatenate(([True], v[1:] != v[:-1])))
+    if len(starts) == len(v):
+        return v, w
+    return v[starts], np.add.reduceat(w, starts)

@@ -16,12 +16,13 @@ feature.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from baton.graphs import tft_analyzers, tft_trace
+from baton.graphs import tft_analyzers, tft_feed, tft_trace
 
 MAX_PHASES = 32
 
@@ -44,9 +45,26 @@ class Phase:
     def analyzers(self) -> dict[int, tft_trace.Request]:
         return self.trace.requests
 
-    def accumulate(self, batch: Mapping[str, np.ndarray]) -> dict[int, Any]:
-        """This batch's partial accumulator for every analyzer of the phase."""
-        out = self.concrete(**_feed(self.concrete, batch))
+    @functools.cached_property
+    def inputs(self) -> frozenset[str]:
+        """The raw features this phase reads (tft_feed.used_inputs): a batch needs only these."""
+        return tft_feed.used_inputs(self.concrete)
+
+    @functools.cached_property
+    def feeder(self) -> tft_feed.Feeder:
+        """The phase's graph fed with `inputs` only, string columns as `tft_feed.Codes`."""
+        specs = dict(self.concrete.structured_input_signature[0][0])
+        return tft_feed.Feeder(lambda raw: self.concrete(raw=raw), specs, self.inputs)
+
+    @property
+    def last(self) -> bool:
+        """Whether every analyzer still unknown is computed by this phase (none waits on it)."""
+        return set(self.trace.pending) <= set(self.trace.requests)
+
+    def accumulate(self, batch: Mapping[str, Any]) -> dict[int, Any]:
+        """This batch's partial accumulator for every analyzer of the phase. `batch` holds
+        the raw features of `inputs` (strings as arrays of bytes or as `tft_feed.Codes`)."""
+        out = self.feeder(batch)
         return {k: tft_analyzers.accumulate(
                     req.kind, req.params,
                     [_numpy(out[f"{k}/{i}"]) for i in range(_outputs(req))])
@@ -75,8 +93,11 @@ class Phases:
         self.fn, self.specs = preprocessing_fn, dict(specs)
         self.resolved: dict[int, list[Any]] = {}
         self.number = 0
+        self.done = False  # set by `finish` once the last phase is in: no trace to find out
 
     def next(self) -> Phase | None:
+        if self.done:
+            return None
         trace, concrete = tft_trace.trace_function(self.fn, self.specs, self.resolved,
                                                    analysis=True)
         if not trace.pending:
@@ -89,11 +110,24 @@ class Phases:
         return Phase(self.number, trace, concrete)
 
     def finish(self, phase: Phase, merged: Mapping[int, Any]) -> None:
-        for k, req in phase.analyzers.items():
-            if k not in merged:  # no rows at all: the analyzer's value on an empty dataset
-                merged = {**merged, k: tft_analyzers.accumulate(req.kind, req.params,
-                                                                [_empty(req)])}
-            self.resolved[k] = tft_analyzers.finalize(req.kind, req.params, merged[k])
+        self.resolved.update(finalize(finishing(phase), merged))
+        self.done = phase.last
+
+
+def finishing(phase: Phase) -> dict[int, tuple[str, dict[str, Any], np.ndarray]]:
+    """What `finalize` needs of a phase, picklable (no graph): each analyzer's kind, its
+    parameters and an empty input (its value on no rows at all)."""
+    return {k: (req.kind, dict(req.params), _empty(req)) for k, req in phase.analyzers.items()}
+
+
+def finalize(spec: Mapping[int, tuple[str, dict[str, Any], np.ndarray]],
+             merged: Mapping[int, Any]) -> dict[int, list[Any]]:
+    """The analyzers' values from their merged accumulators (`spec`: `finishing(phase)`)."""
+    out = {}
+    for k, (kind, params, empty) in spec.items():
+        acc = merged[k] if k in merged else tft_analyzers.accumulate(kind, params, [empty])
+        out[k] = tft_analyzers.finalize(kind, params, acc)
+    return out
 
 
 def analyze(preprocessing_fn: Callable[[dict[str, Any]], Any], specs: Mapping[str, Any],
@@ -126,6 +160,7 @@ def _feed(concrete: Any, batch: Mapping[str, np.ndarray]) -> dict[str, Any]:
     if missing:
         raise KeyError(f"the batch lacks raw features {missing}")
     return {"raw": {n: batch[n] for n in names}}
+
 
 
 def _numpy(t: Any) -> Any:

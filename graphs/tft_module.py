@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from baton.errors import BatonError
-from baton.graphs import tft_engine, tft_trace
+from baton.graphs import tft_engine, tft_feed, tft_trace
 from baton.graphs.tft_output import METADATA_FILE
 
 
@@ -36,6 +36,7 @@ class Built:
     outputs: dict[str, dict[str, Any]]  # name -> dtype, shape, min/max of ids
     vocabularies: dict[str, list[bytes]]  # vocab_filename -> tokens
     features: list[Any] = dataclasses.field(default_factory=list)  # the feature spec's
+    inputs: frozenset[str] = frozenset()  # the raw features it reads (tft_feed.used_inputs)
 
 
 def build_module(preprocessing_fn: Callable[[dict[str, Any]], Any], raw: list[tuple[str, str, Any]],
@@ -79,7 +80,8 @@ def build_module(preprocessing_fn: Callable[[dict[str, Any]], Any], raw: list[tu
 
     built = Built(PreprocessingModule(), outputs_info(trace, concrete),
                   {name: [bytes(t) for t in resolved[k][0]]
-                   for name, k in trace.vocab_files.items() if k in resolved})
+                   for name, k in trace.vocab_files.items() if k in resolved},
+                  inputs=tft_feed.used_inputs(concrete))
     built.features = features(built.outputs)  # checked now: before any data is transformed
     return built
 

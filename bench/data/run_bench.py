@@ -31,6 +31,7 @@ Writes bench/data/results/data.json and docs/benchmarks-data.md (`report.py`).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import resource
@@ -40,8 +41,9 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).resolve().parent
@@ -285,14 +287,43 @@ def case_peer(tft_python: str, table: str, csv: str, out: str, tfrecords: str = 
     return child(argv, python=tft_python)
 
 
-def child(argv: list[str], python: str = PY, timeout: int = 3600) -> dict:
-    proc = subprocess.run([python, *argv], capture_output=True, text=True, env=ENV,
-                          timeout=timeout, cwd=ROOT)
+LOCK: dict[str, Any] = {"path": "", "held": False}  # --lock FILE, and whether we hold it
+
+
+@contextlib.contextmanager
+def held(exclusive: bool = True) -> Iterator[None]:
+    """With `--lock FILE`: FILE's flock held (exclusive, or shared for untimed work, as
+    `flock -x` / `flock -s` would) for a group of cases, one benchmark configuration of a
+    few minutes, so other benchmarks on a shared machine that take the same lock run between
+    the groups, never beside one. Nested groups run under the outer hold."""
+    if not LOCK["path"] or LOCK["held"]:
+        yield
+        return
+    import fcntl
+
+    with open(LOCK["path"], "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX if exclusive else fcntl.LOCK_SH)
+        LOCK["held"] = True
+        try:
+            yield
+        finally:
+            LOCK["held"] = False
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
+def child(argv: list[str], python: str = PY, timeout: int = 3600, timed: bool = True) -> dict:
+    with held(exclusive=timed):
+        load = [round(x, 2) for x in os.getloadavg()]
+        proc = subprocess.run([python, *argv], capture_output=True, text=True, env=ENV,
+                              timeout=timeout, cwd=ROOT)
     lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
     if not lines:  # (tf.Transform's process may crash on exit after printing its result)
         sys.stderr.write(proc.stderr[-3000:])
         raise SystemExit(f"benchmark case failed: {' '.join(argv)}")
-    return json.loads(lines[-1])
+    out = json.loads(lines[-1])
+    if LOCK["path"] and timed:
+        out["load_average_at_start"] = load
+    return out
 
 
 def main() -> None:
@@ -309,7 +340,12 @@ def main() -> None:
     ap.add_argument("--tft-python", default=str(ROOT / ".venv-tft" / "bin" / "python"))
     ap.add_argument("--work", default="", help="scratch directory kept (default: a temp dir)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "benchmarks-data.md"))
+    ap.add_argument("--lock", default="",
+                    help="a lock file each case holds while it runs (exclusive when timed, "
+                         "shared otherwise), on a machine shared with other benchmarks")
     a = ap.parse_args()
+    if a.lock:
+        LOCK["path"] = a.lock
     if a.case:
         cases = {"gen": lambda t, r, p: case_gen(t, int(r), p), "ingest": case_ingest,
                  "stage": lambda s, e, args, fn: case_stage(s, e, args.split(), fn),
@@ -345,13 +381,15 @@ def run_all(a: argparse.Namespace) -> None:
     me = str(Path(__file__).resolve())
     peer_ok = Path(a.tft_python).exists()
     res: dict = {"rows": rows, "big_rows": big, "repeat": a.repeat, "peer_repeat": a.peer_repeat,
-                 "tables": {}, "transform_alone": [], "machine": _machine()}
+                 "tables": {}, "transform_alone": [], "machine": _machine(),
+                 "lock": a.lock}
 
     def log(msg: str) -> None:
         print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
     def baton(argv: list[str]) -> dict:
-        return child([me, "--case", argv[0], *[f"--arg={arg}" for arg in argv[1:]]])
+        return child([me, "--case", argv[0], *[f"--arg={arg}" for arg in argv[1:]]],
+                     timed=argv[0] not in ("gen", "parity"))
 
     csvs = {}
     for table, n in (("current", rows), ("census", rows), ("current", big)):
@@ -360,67 +398,75 @@ def run_all(a: argparse.Namespace) -> None:
             baton(["gen", table, str(n), str(path)])
         csvs[(table, n)] = str(path)
     log(f"CSV files in {work}")
+    tables_and_big = contextlib.ExitStack()  # the tables and the big transform: one hold
+    tables_and_big.enter_context(held())
     examples = {}
     for table, n in (("current", rows), ("census", rows)):
-        fn = "census_fn:preprocessing_fn" if table == "census" else ""
-        ingests, transforms = [], []
-        for i in range(a.repeat):
-            out = work / f"ingest-{table}-{n}-{i}"
-            shutil.rmtree(out, ignore_errors=True)
-            ingests.append(baton(["ingest", csvs[(table, n)], str(out)]))
-            transforms.append(baton(["stage", "transform", ingests[-1]["examples"], "", fn]))
-            log(f"{table} {n}: ingest {ingests[-1]['seconds']:.2f} s, transform "
-                f"{transforms[-1]['seconds']:.2f} s")
-        ing, tr = _median(ingests), _median(transforms)
-        examples[(table, n)] = ing["examples"]
-        entry: dict = {"rows": n, "ingest": ing, "transform": tr,
-                       "baton_seconds": ing["seconds_median"] + tr["seconds_median"],
-                       "baton_runs_seconds": [round(x["seconds"] + y["seconds"], 3)
-                                              for x, y in zip(ingests, transforms, strict=True)]}
-        if peer_ok:
-            def peer_runs(procs: int, table: str = table, n: int = n) -> dict:
-                peers = []
-                for i in range(a.peer_repeat):
-                    out = work / f"peer-{table}-{n}-{procs}p-{i}"
-                    shutil.rmtree(out, ignore_errors=True)
-                    peers.append(case_peer(a.tft_python, table, csvs[(table, n)], str(out),
-                                           processes=procs))
-                    log(f"{table} {n}: peer, {procs} process(es), {peers[-1]['seconds']:.1f} s")
-                return _median(peers)
+        with held():  # one table (Baton's runs, the peer's, parity): one hold
+            fn = "census_fn:preprocessing_fn" if table == "census" else ""
+            ingests, transforms = [], []
+            for i in range(a.repeat):
+                out = work / f"ingest-{table}-{n}-{i}"
+                shutil.rmtree(out, ignore_errors=True)
+                ingests.append(baton(["ingest", csvs[(table, n)], str(out)]))
+                transforms.append(baton(["stage", "transform", ingests[-1]["examples"], "", fn]))
+                log(f"{table} {n}: ingest {ingests[-1]['seconds']:.2f} s, transform "
+                    f"{transforms[-1]['seconds']:.2f} s")
+            ing, tr = _median(ingests), _median(transforms)
+            examples[(table, n)] = ing["examples"]
+            entry: dict = {"rows": n, "ingest": ing, "transform": tr,
+                           "baton_seconds": ing["seconds_median"] + tr["seconds_median"],
+                           "baton_runs_seconds": [round(x["seconds"] + y["seconds"], 3)
+                                                  for x, y in zip(ingests, transforms, strict=True)]}
+            if peer_ok:
+                def peer_runs(procs: int, table: str = table, n: int = n) -> dict:
+                    peers = []
+                    for i in range(a.peer_repeat):
+                        out = work / f"peer-{table}-{n}-{procs}p-{i}"
+                        shutil.rmtree(out, ignore_errors=True)
+                        peers.append(case_peer(a.tft_python, table, csvs[(table, n)], str(out),
+                                               processes=procs))
+                        log(f"{table} {n}: peer, {procs} process(es), {peers[-1]['seconds']:.1f} s")
+                    return _median(peers)
 
-            entry["peer"], entry["peer_by_processes"] = _faster_peer(peer_runs)
-            entry["ratio"] = entry["peer"]["seconds_median"] / entry["baton_seconds"]
-            if table == "census":
-                entry["parity"] = baton(["parity", tr["transformed"],
-                                         json.dumps(entry["peer"]["transformed"])])
-                log(f"parity: {'ok' if entry['parity']['ok'] else entry['parity']['failures']}")
-        res["tables"][table] = entry
-        for r in transforms:  # the median run's output is read by the parity/input cases
-            if r["root"] != tr["root"]:
-                shutil.rmtree(r["root"], ignore_errors=True)
+                entry["peer"], entry["peer_by_processes"] = _faster_peer(peer_runs)
+                entry["ratio"] = entry["peer"]["seconds_median"] / entry["baton_seconds"]
+                if table == "census":
+                    entry["parity"] = baton(["parity", tr["transformed"],
+                                             json.dumps(entry["peer"]["transformed"])])
+                    log(f"parity: {'ok' if entry['parity']['ok'] else entry['parity']['failures']}")
+            res["tables"][table] = entry
+            for r in transforms:  # the median run's output is read by the parity/input cases
+                if r["root"] != tr["root"]:
+                    shutil.rmtree(r["root"], ignore_errors=True)
     # The transform stage alone: on the current table's examples at `rows` (already measured
     # above, the same runs) and at `big` (ingested once from its CSV; not timed here).
-    alone = [dict(res["tables"]["current"]["transform"], runner="FnApiRunner")]
-    out = work / f"ingest-current-{big}"
-    shutil.rmtree(out, ignore_errors=True)
-    big_ing = baton(["ingest", csvs[("current", big)], str(out)])
-    log(f"current {big}: ingest {big_ing['seconds']:.1f} s")
-    res["big_ingest"] = big_ing
-    runs = []
-    for _ in range(a.repeat):
-        runs.append(baton(["stage", "transform", big_ing["examples"], "", ""]))
-        log(f"current {big}: transform {runs[-1]['seconds']:.2f} s "
-            f"({runs[-1]['rows']} rows, peak {runs[-1]['peak_rss_mb']:.0f} MB)")
-        if runs[-1]["rows"] != big:
-            raise SystemExit(f"transform at {big} rows transformed {runs[-1]['rows']} rows")
-    alone.append(dict(_median(runs), runner="FnApiRunner"))
-    mp = "--direct_num_workers=2 --direct_running_mode=multi_processing"
-    r = baton(["stage", "transform", examples[("current", rows)], mp, ""])
-    alone.append(dict(r, runner="FnApiRunner, 2 processes", runs_seconds=[round(r["seconds"], 3)],
-                      seconds_median=r["seconds"]))
-    log(f"current {rows}: transform 2 processes {r['seconds']:.2f} s")
-    res["portable"] = baton(["portable", str(rows)])
-    log(f"portable {rows}: {res['portable']}")
+    with held():  # the big table's ingest and transforms, 2 processes, portable: one hold
+        alone = [dict(res["tables"]["current"]["transform"], runner="FnApiRunner")]
+        out = work / f"ingest-current-{big}"
+        shutil.rmtree(out, ignore_errors=True)
+        big_ing = baton(["ingest", csvs[("current", big)], str(out)])
+        log(f"current {big}: ingest {big_ing['seconds']:.1f} s")
+        res["big_ingest"] = big_ing
+        runs = []
+        for _ in range(a.repeat):
+            runs.append(baton(["stage", "transform", big_ing["examples"], "", ""]))
+            log(f"current {big}: transform {runs[-1]['seconds']:.2f} s "
+                f"({runs[-1]['rows']} rows, peak {runs[-1]['peak_rss_mb']:.0f} MB)")
+            if runs[-1]["rows"] != big:
+                raise SystemExit(f"transform at {big} rows transformed {runs[-1]['rows']} rows")
+        alone.append(dict(_median(runs), runner="FnApiRunner"))
+        for r in runs:  # the median run's output is removed with the others' at the end
+            if r["root"] != alone[-1]["root"]:
+                shutil.rmtree(r["root"], ignore_errors=True)
+        mp = "--direct_num_workers=2 --direct_running_mode=multi_processing"
+        r = baton(["stage", "transform", examples[("current", rows)], mp, ""])
+        alone.append(dict(r, runner="FnApiRunner, 2 processes", runs_seconds=[round(r["seconds"], 3)],
+                          seconds_median=r["seconds"]))
+        log(f"current {rows}: transform 2 processes {r['seconds']:.2f} s")
+        res["portable"] = baton(["portable", str(rows)])
+        log(f"portable {rows}: {res['portable']}")
+    tables_and_big.close()
     res["transform_alone"] = alone
     if peer_ok:  # the peer's transform alone: TFExampleRecord on the same tf.Examples
         peers = []
@@ -436,14 +482,16 @@ def run_all(a: argparse.Namespace) -> None:
                 shutil.rmtree(out, ignore_errors=True)
                 return dict(p, runs_seconds=[round(p["seconds"], 3)], seconds_median=p["seconds"])
 
-            best, by_processes = _faster_peer(peer_alone)
+            with held():  # both of the peer's runs at this size: one hold
+                best, by_processes = _faster_peer(peer_alone)
             peers.append(dict(best, rows=n, by_processes=by_processes))
         res["peer_alone"] = peers
-    stats = baton(["stage", "statistics", big_ing["examples"], "", ""])
-    shutil.rmtree(stats.pop("root"), ignore_errors=True)
-    res["statistics"] = stats
-    first = res["tables"]["current"]["transform"]
-    res["input"] = baton(["input", first["transformed"], first["transform_graph"], "32"])
+    with held():  # statistics and the input pipeline: one hold
+        stats = baton(["stage", "statistics", big_ing["examples"], "", ""])
+        shutil.rmtree(stats.pop("root"), ignore_errors=True)
+        res["statistics"] = stats
+        first = res["tables"]["current"]["transform"]
+        res["input"] = baton(["input", first["transformed"], first["transform_graph"], "32"])
     for case in [*alone, res["tables"]["census"]["transform"]]:
         if case.get("root"):
             shutil.rmtree(case.pop("root"), ignore_errors=True)

@@ -124,6 +124,21 @@ def plan_workers(args: Sequence[str], *, rows: int, work_items: int,
                                     f"{rows} rows"})
 
 
+def batch_threads(placed: dict[str, Any], node: dict[str, Any] | None = None) -> int:
+    """Threads a transform DoFn works on its record batches with (dataplane.ordered_threads).
+
+    The node's usable cores (this task's share) when `plan_workers` placed the work on one
+    in-memory worker: that worker is then the only user of the cores, and TensorFlow, numpy
+    and Arrow release the GIL for their per-batch work. Otherwise 1: several local worker
+    processes already use the cores, and another runner's workers are its own to size.
+    """
+    if placed.get("beam_running_mode") != "in_memory" or placed.get("beam_workers") != 1:
+        return 1
+    from baton.strategies import inventory
+
+    return inventory.beam_workers(node if node is not None else inventory.node_inventory())
+
+
 def runner_name(args: Sequence[str]) -> str:
     return _flag(args, "--runner") or "FnApiRunner"
 

@@ -1,15 +1,19 @@
-"""A preprocessing_fn on Beam: one analyze pass per phase, then apply on record batches.
+"""A preprocessing_fn on Beam: one analyze pass per phase, the last one with the apply step.
 
-    phase k:  train shards --AnalyzePhase(k)--> partial accumulators --CombineGlobally--> values
-    apply:    all shards --ApplyPreprocessing--> transformed/<split>/part-NNNNN.tfrecord
+    phase k < last:  train shards --AnalyzePhase(k)--> partials --CombineGlobally--> values
+    last phase:      train shards --AnalyzePhase--> partials --CombineGlobally--> values
+                     all shards --ApplyPreprocessing(values as a side input)-->
+                         transformed/<split>/part-NNNNN.tfrecord          (build_last)
 
-Each DoFn rebuilds the traced graph in its worker (`setup`), from the function's reference
-and the values known so far, so a worker in another process imports the user's module itself
-(the spec's directory is on its search path). TensorFlow runs once per record batch (the
-stage's `batch_rows`, tens of thousands of rows), never per row. The first phase also
-accumulates the label's classes, which the module's `transform_label` then encodes. The
-built-in column kinds run here too, as graphs.column_kinds' preprocessing_fn. This module imports
-Beam at its top: import it only inside a stage's `run`.
+A function with k analyzer phases runs k pipelines (one, a label-only pass plus the apply,
+when it has no analyzers). Each DoFn rebuilds the traced graph in its worker (`setup`), from
+the function's reference and the values known so far, so a worker in another process imports
+the user's module itself; in the driver's process it uses the driver's trace
+(dataplane.local_objects). TensorFlow runs once per gathered record batch (the stage's
+`batch_rows`), never per row, on `threads` threads (dataplane.ordered_threads). The first
+phase also accumulates the label's classes, which the module's `transform_label` then
+encodes. The built-in column kinds run here too, as graphs.column_kinds' preprocessing_fn.
+This module imports Beam at its top: import it only inside a stage's `run`.
 """
 
 from __future__ import annotations
@@ -21,48 +25,83 @@ from typing import Any
 
 import apache_beam as beam
 
+from baton.pipeline.dataplane.beam_apply import ApplyPreprocessing
 from baton.pipeline.dataplane.fn_source import FnSource
-from baton.pipeline.dataplane.reader import raw_columns
+from baton.pipeline.dataplane.reader import encoded_columns
 from baton.pipeline.dataplane.schema_file import Column
+from baton.pipeline.dataplane.user_errors import UserErrors
 
 
 class AnalyzePhase(beam.DoFn):
-    """Per train shard: this phase's partial accumulators (and, in phase 1, the label's)."""
+    """Per train shard: this phase's partial accumulators (and, in phase 1, the label's).
+
+    `local_key`: the driver's traced phase, lent to a DoFn running in its process
+    (dataplane.local_objects); elsewhere `setup` traces it. `threads`: batches worked on at
+    once (dataplane.ordered_threads), merged in the batches' order.
+    """
 
     def __init__(self, source: FnSource, raw: list[tuple[str, str, Any]],
                  resolved: Mapping[int, list[Any]], columns: Sequence[Column], label: str,
-                 batch_rows: int, with_label: bool) -> None:
-        self.source, self.raw = source, raw
+                 batch_rows: int, with_label: bool, local_key: str | None = None,
+                 threads: int = 1, step: str = "analyzer phase") -> None:
+        self.source, self.raw, self.step = source, raw, step
         self.resolved = pickle.dumps(dict(resolved))
         self.columns, self.label, self.batch_rows = list(columns), label, batch_rows
         self.with_label = with_label
+        self.local_key, self.threads = local_key, threads
 
     def setup(self) -> None:
         from baton.graphs import tft_engine
+        from baton.pipeline.dataplane.local_objects import borrow
 
-        phases = tft_engine.Phases(self.source.load(),
-                                   tft_engine.raw_specs(self.raw))
-        phases.resolved = pickle.loads(self.resolved)
-        self.phase = phases.next()
+        lent = borrow(self.local_key)
+        if lent is not None:
+            (self.phase,) = lent
+        else:
+            with UserErrors(f"{self.source.where}: {self.step}"):
+                phases = tft_engine.Phases(self.source.load(),
+                                           tft_engine.raw_specs(self.raw))
+                phases.resolved = pickle.loads(self.resolved)
+                self.phase = phases.next()
+        if self.phase is not None and self.phase.analyzers:
+            _ = self.phase.feeder  # traced here, not by the first batches' threads at once
 
     def process(self, element: tuple[str, str, int]) -> Iterator[Any]:
         from baton.pipeline.dataplane import accumulators as accs_mod
-        from baton.pipeline.dataplane.reader import read_batches
+        from baton.pipeline.dataplane.ordered_threads import ordered_map
+        from baton.pipeline.dataplane.reader import batch_rows_for, group_batches, read_batches
 
         split, path, _ = element
         if split != "train":
             return
+        phase = self.phase if self.phase is not None and self.phase.analyzers else None
         label_col = next(c for c in self.columns if c.name == self.label)
         label_acc = accs_mod.new_accumulators([label_col]) if self.with_label else None
-        parts: dict[int, Any] = {}
-        for batch in read_batches(path, self.columns, self.batch_rows):
-            if label_acc is not None:
-                accs_mod.update(label_acc, batch)
-            if self.phase is not None and self.phase.analyzers:
-                from baton.graphs.tft_engine import merge_all
+        needed = [c for c in self.columns if phase is not None and c.name in phase.inputs]
+        read = needed + [label_col] if label_acc is not None and label_col not in needed \
+            else needed
 
-                part = self.phase.accumulate(raw_columns(batch, self.columns))
-                parts = merge_all(self.phase, [parts, part]) if parts else part
+        def batches() -> Iterator[list[Any]]:
+            rows = batch_rows_for(read, self.batch_rows)
+            for group in group_batches(read_batches(path, read, self.batch_rows), rows):
+                if label_acc is not None:
+                    for batch in group:
+                        accs_mod.update(label_acc, batch)  # in order, on this thread
+                yield group
+
+        parts: dict[int, Any] = {}
+        if phase is None:
+            for _ in batches():
+                pass
+        else:
+            from baton.graphs.tft_engine import merge_all
+
+            def work(group: list[Any]) -> dict[int, Any]:
+                return phase.accumulate(encoded_columns(group, needed))
+
+            with UserErrors(f"{self.source.where}: {self.step}"):
+                for part in ordered_map(work, batches(), self.threads):
+                    parts = merge_all(phase, [parts, part]) if parts else part
         yield pickle.dumps({"tft": parts, "label": label_acc})
 
 
@@ -99,68 +138,6 @@ class MergePhase(beam.CombineFn):
         return acc
 
 
-class ApplyPreprocessing(beam.DoFn):
-    """Transforms one shard with the final graph and writes columnar chunks."""
-
-    def __init__(self, source: FnSource, raw: list[tuple[str, str, Any]],
-                 resolved: Mapping[int, list[Any]], analysis: Mapping[str, Any],
-                 columns: Sequence[Column], out_dir: str, batch_rows: int,
-                 chunk_rows: int) -> None:
-        self.source, self.raw = source, raw
-        self.resolved, self.analysis = pickle.dumps(dict(resolved)), dict(analysis)
-        self.columns, self.out_dir = list(columns), out_dir
-        self.batch_rows, self.chunk_rows = batch_rows, chunk_rows
-
-    def setup(self) -> None:
-        from baton.graphs.tft_module import build_module
-
-        self.built = build_module(self.source.load(), self.raw,
-                                  self.analysis["label"], pickle.loads(self.resolved))
-        self.features = [name for name, _, _ in self.raw]
-        self.label = self.analysis["label"]["name"]
-
-    def process(self, element: tuple[str, str, int]) -> Iterator[Any]:
-        import tensorflow as tf
-
-        from baton.pipeline.dataplane.reader import read_batches
-        from baton.pipeline.dataplane.transformed_io import write_chunks
-
-        split, path, index = element
-        out = Path(self.out_dir) / split
-        out.mkdir(parents=True, exist_ok=True)
-        rows = dropped = 0
-        with tf.io.TFRecordWriter(str(out / f"part-{index:05d}.tfrecord")) as writer:
-            for batch in read_batches(path, self.columns, self.batch_rows):
-                raw = raw_columns(batch, self.columns)
-                n = len(next(iter(raw.values())))
-                feats = {k: v.numpy() for k, v in self.built.module.transform_features(
-                    {f: raw[f] for f in self.features}).items()}
-                for k, v in feats.items():
-                    if v.shape[:1] != (n,):
-                        from baton.errors import StageError
-
-                        raise StageError(f"{self.source.where}: applying: "
-                                         f"output {k!r} has "
-                                         f"{v.shape[0] if v.ndim else 'no'} rows for a batch "
-                                         f"of {n}: outputs keep the batch dimension")
-                label, keep = self._label(raw[self.label])
-                if not keep.all():
-                    dropped += int((~keep).sum())
-                    feats = {k: v[keep] for k, v in feats.items()}
-                    label = label[keep]
-                feats[self.label] = label
-                rows += write_chunks(writer, feats, self.chunk_rows)
-        yield {f"rows_{split}": rows, f"dropped_{split}": dropped}
-
-    def _label(self, raw_label: Any) -> tuple[Any, Any]:
-        """(encoded label, keep): the module's own `transform_label`; a row whose class is
-        unknown (id -1) or whose target is missing (NaN) is dropped."""
-        import numpy as np
-
-        y = self.built.module.transform_label(raw_label).numpy()
-        return y, (y >= 0) if y.dtype.kind == "i" else ~np.isnan(y)
-
-
 def build_phase(p: Any, *, shards: list[tuple[str, str, int]], dofn: AnalyzePhase,
                 kinds: Mapping[int, str], result_path: str) -> None:
     def write(value: bytes) -> None:
@@ -172,12 +149,23 @@ def build_phase(p: Any, *, shards: list[tuple[str, str, int]], dofn: AnalyzePhas
        | "Write" >> beam.Map(write))
 
 
-def build_apply(p: Any, *, shards: list[tuple[str, str, int]], dofn: ApplyPreprocessing,
-                counts_path: str) -> None:
+def build_last(p: Any, *, shards: list[tuple[str, str, int]], dofn: AnalyzePhase,
+               kinds: Mapping[int, str], result_path: str, apply: ApplyPreprocessing,
+               counts_path: str) -> None:
+    """The last analyzer phase and the apply step in one pipeline: the phase's merged
+    accumulators are written for the driver and reach the apply DoFn as a side input."""
     from baton.pipeline.dataplane.beam_merge import SumCounts, write_json
 
-    (p | "Shards" >> beam.Create(shards)
+    def write(value: bytes) -> None:
+        Path(result_path).write_bytes(value)
+
+    shard_items = p | "Shards" >> beam.Create(shards)
+    merged = (shard_items
+              | "Analyze" >> beam.ParDo(dofn)
+              | "Merge" >> beam.CombineGlobally(MergePhase(kinds)))
+    _ = merged | "Write" >> beam.Map(write)
+    (shard_items
        | "Reshuffle" >> beam.Reshuffle()
-       | "Apply" >> beam.ParDo(dofn)
+       | "Apply" >> beam.ParDo(apply, beam.pvalue.AsSingleton(merged))
        | "Count" >> beam.CombineGlobally(SumCounts())
-       | "Write" >> beam.Map(write_json, counts_path))
+       | "WriteCounts" >> beam.Map(write_json, counts_path))

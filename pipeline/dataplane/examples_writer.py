@@ -30,6 +30,7 @@ a single `write`. The bytes are those TFRecordWriter writes (uncompressed), whic
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -165,6 +166,12 @@ class ExamplesWriter:
         label: the label column; rows where it is missing are dropped and counted.
         ratios: split name -> fraction (normalised), used by `write_batch(..., split=None)`.
         seed: makes the ratio split reproducible.
+        threads: batches encoded at once (None: this task's usable cores). Encoding (the
+            tf.Example bytes, their CRCs, the Arrow copy) is numpy and Arrow work that
+            releases the GIL, so it runs on worker threads while the caller parses the next
+            batch; the shards are written on the caller's thread in the batches' order, so
+            the bytes do not depend on the thread count. Measured on the census-like 1M-row
+            CSV (2 cores): the ingest stage used 1.05 cores before.
     """
 
     def __init__(
@@ -175,7 +182,15 @@ class ExamplesWriter:
         ratios: Mapping[str, float],
         seed: int,
         rows_per_shard: int,
+        threads: int | None = None,
     ) -> None:
+        if threads is None:
+            from baton.strategies import inventory
+
+            threads = inventory.beam_workers(inventory.node_inventory())
+        self._threads = threads
+        self._pool: Any = None
+        self._pending: collections.deque[tuple[str, Any]] = collections.deque()
         self.columns = list(columns)
         self.label = label
         total = sum(ratios.values())
@@ -227,13 +242,38 @@ class ExamplesWriter:
 
     def _write(self, split: str, names: list[str], cols: list[Any], numeric,  # noqa: ANN001
                nan: Mapping[str, np.ndarray]) -> None:
-        if len(cols[0]):
-            cols = [c if num else as_strings(c) for c, num in zip(cols, numeric, strict=True)]
-            self._writer(split).write(encode(names, cols, numeric, nan, framed=True),
-                                      to_record_batch(self.columns, cols, nan))
+        if not len(cols[0]):
+            return
+
+        def encoded() -> tuple[Any, Any]:
+            strings = [c if num else as_strings(c) for c, num in zip(cols, numeric, strict=True)]
+            return (encode(names, strings, numeric, nan, framed=True),
+                    to_record_batch(self.columns, strings, nan))
+
+        if self._threads <= 1:
+            self._writer(split).write(*encoded())
+            return
+        if self._pool is None:
+            from concurrent.futures import ThreadPoolExecutor
+
+            self._pool = ThreadPoolExecutor(self._threads, thread_name_prefix="baton-encode")
+        self._pending.append((split, self._pool.submit(encoded)))
+        self._drain(self._threads)
+
+    def _drain(self, keep: int) -> None:
+        """Write the oldest encoded batches, in order, until `keep` are left in flight."""
+        while len(self._pending) > keep:
+            split, job = self._pending.popleft()
+            self._writer(split).write(*job.result())
 
     def close(self) -> dict[str, int]:
         """Close every shard; returns rows written per split."""
+        try:
+            self._drain(0)
+        finally:
+            if self._pool is not None:
+                self._pool.shutdown(wait=True, cancel_futures=True)
+                self._pool = None
         for w in self.writers.values():
             w.close()
         return {name: w.rows for name, w in self.writers.items()}

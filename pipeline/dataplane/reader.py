@@ -76,7 +76,9 @@ def read_batches(
     """`pyarrow.RecordBatch`es of one TFRecord shard (numeric float32, strings dictionary).
 
     An absent numeric value reads as NaN (the contract), or with `keep_nan` as `ABSENT`, so
-    statistics can tell an explicit NaN in the data from a missing value.
+    statistics can tell an explicit NaN in the data from a missing value. The Arrow copy is
+    read in the batches ingest wrote (`group_batches` gathers them to `batch_rows`); parsed
+    TFRecords come in batches of `batch_rows`.
     """
     import pyarrow as pa
 
@@ -111,6 +113,25 @@ def read_batches(
                 arrays.append(pa.DictionaryArray.from_arrays(
                     pa.array(idx.numpy()), pa.array(uniq.numpy(), pa.binary())))
         yield pa.RecordBatch.from_arrays(arrays, names=[c.name for c in columns])
+
+
+def group_batches(batches: Iterator[Any], rows: int) -> Iterator[list[Any]]:
+    """Consecutive batches gathered into lists of at least `rows` rows (the last may hold
+    fewer), to be encoded as one (`encoded_columns`). The Arrow copy's batches are ingest's,
+    a CSV chunk (~34k rows of a narrow table), and a caller that pays a fixed cost per batch
+    (a TensorFlow call runs its graph's ops one by one, ~1 ms) wants fewer, larger ones: on
+    the data benchmark's 10M-row transform, 131k-row batches took 72 ms per million rows
+    against 94 ms at 34k. Nothing is copied here: the caller's worker threads join them."""
+    group: list[Any] = []
+    held = 0
+    for batch in batches:
+        group.append(batch)
+        held += batch.num_rows
+        if held >= rows:
+            yield group
+            group, held = [], 0
+    if group:
+        yield group
 
 
 def columnar_path(tfrecord: str | Path) -> Path:
@@ -205,4 +226,27 @@ def raw_columns(batch: Any, columns: Sequence[Column]) -> dict[str, np.ndarray]:
             values, idx = dictionary_parts(col)
             table = np.array([*values, b""], dtype=object)
             out[c.name] = table[idx] if len(idx) else np.zeros(0, object)
+    return out
+
+
+def encoded_columns(batches: Sequence[Any], columns: Sequence[Column]) -> dict[str, Any]:
+    """The rows of `batches` (consecutive record batches, see `group_batches`) as one batch
+    of `raw_columns`, each string column left encoded as `graphs.tft_feed.Codes` (its
+    distinct values and a code per row) for a graph that decodes it (graphs.tft_feed)."""
+    from baton.graphs.tft_feed import Codes
+
+    out: dict[str, Any] = {}
+    for c in columns:
+        if c.is_numeric or c.shape:
+            parts = [raw_columns(b, [c])[c.name] for b in batches]
+            out[c.name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            continue
+        values, codes, base = [], [], 0
+        for b in batches:
+            vals, idx = dictionary_parts(b.column(c.name))
+            values.append(np.array([*vals, b""], dtype=object))
+            codes.append(np.asarray(idx, dtype=np.int32) + np.int32(base))
+            base += len(values[-1])
+        out[c.name] = Codes(values[0], codes[0]) if len(batches) == 1 else Codes(
+            np.concatenate(values), np.concatenate(codes))
     return out

@@ -18,24 +18,47 @@ from typing import Any
 
 import numpy as np
 
-from baton.pipeline.dataplane.example_codec import _ld, bytes_entry
+from baton.pipeline.dataplane.example_codec import _ld, _varint
 
 FORMAT = "baton-columnar-tfrecord-v1"
 METADATA = "metadata.json"
 
 
 def encode_chunk(columns: Mapping[str, np.ndarray]) -> bytes:
-    """One record holding every column of a chunk (each as raw little-endian bytes)."""
-    entries = [bytes_entry(name, np.ascontiguousarray(v).tobytes()) for name, v in columns.items()]
-    return _ld(0x0A, b"".join(entries))
+    """One record holding every column of a chunk (each as raw little-endian bytes).
+
+    The bytes of `bytes_entry(name, values)` per column inside one `Features` message, built
+    with a single copy of the values: each entry's nested length prefixes are computed from
+    its size and the column's memory is joined in as is (the transform writes ~30 bytes a
+    row, 320 MB at 10M rows, so copies of it are measurable)."""
+    parts: list[Any] = []
+    total = 0
+    for name, v in columns.items():
+        data = np.ascontiguousarray(v, v.dtype.newbyteorder("<")).reshape(-1).view(np.uint8)
+        n = data.nbytes
+        value_list = 1 + len(_varint(n)) + n  # BytesList{value: data}
+        feature = 1 + len(_varint(value_list)) + value_list  # Feature{bytes_list: ...}
+        key = _ld(0x0A, name.encode())
+        body = len(key) + 1 + len(_varint(feature)) + feature  # map entry {key, value}
+        head = (b"\x0a" + _varint(body) + key + b"\x12" + _varint(feature) + b"\x0a"
+                + _varint(value_list) + b"\x0a" + _varint(n))
+        parts += [head, data]
+        total += len(head) + n
+    return b"".join([b"\x0a" + _varint(total), *parts])
+
+
+def encode_chunks(columns: Mapping[str, np.ndarray], chunk_rows: int) -> list[bytes]:
+    """`columns` (equal lengths) as records of at most `chunk_rows` rows each."""
+    n = len(next(iter(columns.values()))) if columns else 0
+    return [encode_chunk({k: v[start : start + chunk_rows] for k, v in columns.items()})
+            for start in range(0, n, chunk_rows)]
 
 
 def write_chunks(writer: Any, columns: Mapping[str, np.ndarray], chunk_rows: int) -> int:
     """Write `columns` (equal lengths) as records of at most `chunk_rows` rows; returns rows."""
-    n = len(next(iter(columns.values()))) if columns else 0
-    for start in range(0, n, chunk_rows):
-        writer.write(encode_chunk({k: v[start : start + chunk_rows] for k, v in columns.items()}))
-    return n
+    for record in encode_chunks(columns, chunk_rows):
+        writer.write(record)
+    return len(next(iter(columns.values()))) if columns else 0
 
 
 def write_metadata(directory: Path, splits: Mapping[str, int], dtypes: Mapping[str, str],

@@ -2,8 +2,8 @@
 
 The transform is a preprocessing_fn: the user's (`preprocessing_fn:`, docs/preprocessing.md) or
 the one the column kinds below stand for (graphs.column_kinds). Both run the same way: one Beam
-pass per analyzer phase, one apply pass calling the final graph per record batch, and that graph
-exported (graphs.tft_module).
+pass per analyzer phase, the last one in the same pipeline as the apply pass calling the final
+graph per record batch (dataplane.beam_apply), and that graph exported (graphs.tft_module).
 
 Outputs:
 - `transformed/<split>/part-NNNNN.tfrecord` (columnar chunks, see `dataplane.transformed_io`)
@@ -44,6 +44,7 @@ from baton.pipeline.dataplane.column_plan import (  # noqa: F401 - ColumnTransfo
     TransformSettings,
     plan_columns,
 )
+from baton.pipeline.dataplane.user_errors import UserErrors  # noqa: F401 - also the dry run's
 
 INPUTS = {"examples": True}
 OUTPUTS = ("transformed", "transform_graph")
@@ -56,7 +57,7 @@ CACHEABLE = True
 @dataclasses.dataclass(frozen=True)
 class Config(TransformSettings):
     beam_pipeline_args: list[str] = dataclasses.field(default_factory=list)
-    batch_rows: int = 65_536  # rows parsed per TensorFlow call inside the DoFns
+    batch_rows: int = 131_072  # rows per TensorFlow call inside the DoFns (about: see reader)
     chunk_rows: int = 4_096  # rows per transformed record
 
     def __post_init__(self) -> None:
@@ -95,6 +96,13 @@ def external_inputs(config: Config, spec_dir: Path | None) -> list[Path]:
 
 
 def run(ctx: StageContext, config: Config) -> None:
+    from baton.pipeline.dataplane.frozen_heap import frozen_heap
+
+    with frozen_heap():  # the libraries' objects stay out of garbage collections
+        _run(ctx, config)
+
+
+def _run(ctx: StageContext, config: Config) -> None:
     from baton.graphs.column_kinds import ColumnsFn
     from baton.pipeline.dataplane.fn_source import UserFn
     from baton.pipeline.dataplane.schema_file import ExamplesSchema
@@ -145,7 +153,7 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
     (graphs.tft_module). `features`: the raw feature columns it reads (the serving inputs)."""
     from baton.graphs import tft_engine, tft_module
     from baton.graphs.user_refs import RefError
-    from baton.pipeline.dataplane import beam_runner, beam_tft
+    from baton.pipeline.dataplane import beam_apply, beam_runner, beam_tft, local_objects
     from baton.pipeline.dataplane.analysis import label_analysis, save_transform_graph
     from baton.pipeline.dataplane.schema_file import shard_files
     from baton.pipeline.dataplane.transformed_io import write_metadata
@@ -176,42 +184,63 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
     def user_errors(step: str) -> Any:
         return UserErrors(f"{where}: {step}")
 
+    threads = beam_runner.batch_threads(placed)
+    label_meta = {"name": label, "dtype": label_col.dtype, "task": schema.task}
     phases = tft_engine.Phases(fn, tft_engine.raw_specs(raw_all))
     label_acc = None
+    out_t, out_g = ctx.output("transformed"), ctx.output("transform_graph")
+    counts_path = scratch / "counts.json"
+
+    def analyze(phase: Any, key: str) -> Any:
+        return beam_tft.AnalyzePhase(source, raw_all, phases.resolved, columns, label,
+                                     config.batch_rows, with_label=label_acc is None,
+                                     local_key=key, threads=threads,
+                                     step=f"analyzer phase {phases.number}")
+
     try:
-        while True:
+        while True:  # the phases before the last, one pipeline each
             with user_errors("tracing"):
                 phase = phases.next()
-            if phase is None and label_acc is not None:
-                break
             kinds = {k: r.kind for k, r in (phase.analyzers.items() if phase else [])}
-            dofn = beam_tft.AnalyzePhase(source, raw_all, phases.resolved, columns, label,
-                                         config.batch_rows, with_label=label_acc is None)
             result = scratch / f"phase-{phases.number}.pkl"
-            with user_errors(f"analyzer phase {phases.number}"):
+            if phase is None or phase.last:
+                break
+            with user_errors(f"analyzer phase {phase.number}"), \
+                    local_objects.lend((phase,)) as key:
                 beam_runner.run(functools.partial(
-                    beam_tft.build_phase, shards=shards, dofn=dofn, kinds=kinds,
+                    beam_tft.build_phase, shards=shards, dofn=analyze(phase, key), kinds=kinds,
                     result_path=str(result)), args)
             merged = pickle.loads(result.read_bytes())
             label_acc = label_acc if label_acc is not None else merged["label"]
-            if phase is None:
-                break
             phases.finish(phase, merged["tft"])
             ctx.log(f"analyzer phase {phase.number}: {len(phase.analyzers)} analyzers "
                     f"({', '.join(sorted(set(kinds.values())))})")
-        analysis = label_analysis(label_acc or {}, raw_feats,
-                                  {"name": label, "dtype": label_col.dtype, "task": schema.task})
-        with user_errors("building the transform"):
-            built = tft_module.build_module(fn, list(raw_feats), analysis["label"],
-                                            phases.resolved)
-        out_t, out_g = ctx.output("transformed"), ctx.output("transform_graph")
-        counts_path = scratch / "counts.json"
-        apply = beam_tft.ApplyPreprocessing(source, list(raw_feats), phases.resolved,
-                                            analysis, columns, str(out_t), config.batch_rows,
-                                            config.chunk_rows)
-        with user_errors("applying"):
-            beam_runner.run(lambda p: beam_tft.build_apply(p, shards=shards, dofn=apply,
-                                                            counts_path=str(counts_path)), args)
+        # the last phase (or the label alone) and the apply step: one pipeline
+        # (dataplane.beam_apply builds the module from the phase's values in its workers)
+        box: dict[str, Any] = {}
+        with user_errors("applying"), local_objects.lend((phase,)) as key, \
+                local_objects.lend(box) as box_key:
+            apply = beam_apply.ApplyPreprocessing(
+                source, list(raw_feats), phases.resolved,
+                tft_engine.finishing(phase) if phase else {}, label_meta, label_acc, columns,
+                str(out_t), config.batch_rows, config.chunk_rows, box_key=box_key,
+                threads=threads)
+            beam_runner.run(functools.partial(
+                beam_tft.build_last, shards=shards, dofn=analyze(phase, key), kinds=kinds,
+                result_path=str(result), apply=apply, counts_path=str(counts_path)), args)
+        merged = pickle.loads(result.read_bytes())
+        label_acc = label_acc if label_acc is not None else merged["label"]
+        if phase is not None:
+            phases.finish(phase, merged["tft"])
+            ctx.log(f"analyzer phase {phase.number} (with the apply step): "
+                    f"{len(phase.analyzers)} analyzers "
+                    f"({', '.join(sorted(set(kinds.values())))})")
+        analysis = box.get("analysis") or label_analysis(label_acc or {}, raw_feats, label_meta)
+        built = box.get("built")
+        if built is None:  # the DoFns ran in other processes: the same module, built here
+            with user_errors("building the transform"):
+                built = tft_module.build_module(fn, list(raw_feats), analysis["label"],
+                                                phases.resolved)
         counts = json.loads(counts_path.read_text())
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -233,28 +262,5 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
     ctx.record(rows=sum(splits.values()), **{f"rows_{s}": n for s, n in splits.items()},
                dropped_label=sum(dropped.values()), features=len(spec.features),
                analyzers=len(phases.resolved), phases=phases.number,
-               beam_seconds=round(beam_s, 3), export_seconds=round(export_s, 3), **placed)
-
-
-class UserErrors:
-    """Turns an exception from the user's function (or a baton.tft refusal) into a StageError
-    naming the function, the step and the user's line."""
-
-    def __init__(self, where: str) -> None:
-        self.where = where
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, et: Any, exc: BaseException | None, tb: Any) -> None:
-        if exc is None or isinstance(exc, StageError | KeyboardInterrupt):
-            return
-        from baton.graphs.tft_module import OutputError
-        from baton.graphs.user_refs import user_line
-
-        line = "" if isinstance(exc, OutputError) else user_line(exc)  # about outputs: no line
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        if isinstance(exc, KeyError):
-            text = f"no raw column {exc.args[0]!r}" if exc.args else text
-        kind = "" if isinstance(exc, OutputError) else f"{type(exc).__name__}: "
-        raise StageError(f"{self.where}: {kind}{text}{line}") from None
+               beam_seconds=round(beam_s, 3), export_seconds=round(export_s, 3),
+               batch_threads=threads, **placed)

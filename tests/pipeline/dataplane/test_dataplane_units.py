@@ -52,6 +52,28 @@ def test_quantile_sketch_is_accurate_after_many_merges():
     assert acc.var == pytest.approx(allx.astype(np.float64).var(), rel=1e-6)
 
 
+@pytest.mark.parametrize("batch", [997, 34_000, 131_072, 400_000])
+def test_quantile_sketch_holds_few_distinct_values_exactly_whatever_the_batches(batch):
+    # 20 integers, 400k rows: the boundaries are the data's own quantiles (as tf.Transform's
+    # weighted sketch gives them), not a point on either side of a tie at a target rank
+    from baton.graphs.quantile_sketch import QuantileSketch
+
+    rng = np.random.default_rng(3)
+    x = rng.integers(0, 20, 400_000).astype(np.float32)
+    x[:20_000] = 4.0  # a value whose cumulative share lands on the 25% target
+    acc = QuantileSketch()
+    for start in range(0, len(x), batch):
+        part = QuantileSketch()
+        part.add(x[start:start + batch])
+        acc.merge(part)
+    qs = np.arange(1, 4) / 4
+    ordered = np.sort(x)
+    exact = ordered[np.searchsorted(np.arange(1, len(x) + 1), qs * len(x), side="right")]
+    np.testing.assert_array_equal(acc.rank_quantiles(qs), exact)
+    assert acc.weights.sum() == len(x)
+    assert len(np.unique(acc.values)) == 20
+
+
 def test_runner_defaults_to_fnapirunner_and_passes_others_through():
     from apache_beam.runners.portability.fn_api_runner import FnApiRunner
 
@@ -140,3 +162,29 @@ def test_line_is_closed_follows_the_csv_parser():
     still_open = [b'"', b'a,"b', b'"a""b', b'x",",y', b'"a"",b', b'a,"""']
     assert [line_is_closed(s) for s in closed] == [True] * len(closed)
     assert [line_is_closed(s) for s in still_open] == [False] * len(still_open)
+
+
+def test_a_columnar_chunk_is_the_features_message_of_its_columns():
+    from baton.pipeline.dataplane.transformed_io import encode_chunk
+
+    rng = np.random.default_rng(0)
+    for n in (0, 1, 300):
+        cols = {"a": rng.normal(size=n).astype(np.float32),
+                "id": rng.integers(0, 9, n).astype(np.int64),
+                "img": rng.normal(size=(n, 3, 2)).astype(np.float32), "x" * 200: np.zeros(n)}
+        cols = {k: v[n // 3:] for k, v in cols.items()}  # views into larger arrays
+        feats = tf.train.Example.FromString(encode_chunk(cols)).features.feature
+        assert sorted(feats) == sorted(cols)
+        for k, v in cols.items():
+            assert feats[k].bytes_list.value == [np.ascontiguousarray(v).tobytes()]
+
+
+def test_frozen_heap_leaves_old_objects_out_of_collections_until_the_end():
+    import gc
+
+    from baton.pipeline.dataplane.frozen_heap import frozen_heap
+
+    before = gc.get_freeze_count()
+    with frozen_heap():
+        assert gc.get_freeze_count() > before
+    assert gc.get_freeze_count() == 0

@@ -122,6 +122,34 @@ def test_tf_transform_output_reads_the_transform_graph(ran):
         tfo.transform_raw_features({k: v for k, v in raw.items() if k != "body_mass_g"})
 
 
+def test_threads_and_the_driver_s_traces_change_nothing_but_the_time(tmp_path, code,
+                                                                   monkeypatch):
+    """In-process, the DoFns use the driver's traced graphs: the function is traced once per
+    phase and once for the transform; batches on 1 or 3 threads write the same bytes."""
+    import shutil
+
+    from baton.graphs import tft_trace
+    from baton.pipeline.dataplane import beam_runner
+
+    examples = tmp_path / "examples"  # TFRecords only: parsed in batches of batch_rows
+    shutil.copytree(penguins(tmp_path)["examples"], examples,
+                    ignore=shutil.ignore_patterns("columnar"))
+    traces = []
+    real = tft_trace.trace_function
+    monkeypatch.setattr(tft_trace, "trace_function",
+                        lambda *a, **k: traces.append(1) or real(*a, **k))
+    written = {}
+    for threads in (1, 3):
+        monkeypatch.setattr(beam_runner, "batch_threads", lambda placed, n=threads: n)
+        traces.clear()
+        out, metrics = run_stage("transform", {"preprocessing_fn": "penguin_pre:preprocessing_fn",
+                                               "batch_rows": 40}, {"examples": examples},
+                                 tmp_path, spec_dir=code, run_id=f"threads{threads}")
+        assert (metrics["phases"], metrics["batch_threads"], len(traces)) == (2, threads, 3)
+        written[threads] = [p.read_bytes() for p in sorted(out["transformed"].rglob("*.tfrecord"))]
+    assert written[1] == written[3] and len(written[1]) == 2
+
+
 def test_editing_a_helper_beside_the_spec_changes_the_cache_inputs(code):
     cfg = transform.Config(preprocessing_fn="penguin_pre:preprocessing_fn")
     files = {p.name for p in transform.external_inputs(cfg, code)}

@@ -1,0 +1,56 @@
+"""What an analyzer phase costs: it reads only the raw columns its analyzers need (the lookups
+of vocabularies resolved earlier do not run), and nothing is traced after the last phase."""
+
+from __future__ import annotations
+
+import numpy as np
+
+import baton.tft as tft
+from baton.graphs import tft_engine, tft_feed, tft_trace
+
+
+def _fn(i):
+    ids = tft.compute_and_apply_vocabulary(i["s"], num_oov_buckets=1)
+    centred = i["x"] - tft.mean(i["y"])
+    return {"ids": ids, "z": tft.scale_to_z_score(centred)}
+
+
+DATA = {"s": np.array([b"a", b"b", b"a", b""], object),
+        "x": np.array([1, 2, 3, 6], np.float32), "y": np.array([2, 4, 6, 8], np.float32)}
+
+
+def test_a_phase_reads_only_what_its_analyzers_need_and_no_trace_follows_the_last(monkeypatch):
+    traces = []
+    real = tft_trace.trace_function
+
+    def counting(*args, **kwargs):
+        traces.append(kwargs.get("analysis"))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(tft_trace, "trace_function", counting)
+    specs = tft_engine.raw_specs([("s", "string", ()), ("x", "float32", ()),
+                                  ("y", "float32", ())])
+    phases = tft_engine.Phases(_fn, specs)
+    first = phases.next()
+    assert first is not None and first.inputs == {"s", "y"} and not first.last
+    phases.finish(first, first.accumulate({"s": DATA["s"], "y": DATA["y"]}))
+    second = phases.next()
+    # the vocabulary's lookup table exists now, but phase 2 only needs x: the lookup (and s)
+    # are pruned from its graph
+    assert second is not None and second.inputs == {"x"} and second.last
+    assert list(second.concrete.graph.control_outputs) == []
+    phases.finish(second, second.accumulate({"x": DATA["x"]}))  # no s, no y in the batch
+    assert phases.next() is None
+    assert traces == [True, True]  # no third trace to learn that there is no third phase
+    mean_y = 5.0
+    centred = DATA["x"] - mean_y
+    (moments,) = [v for k, v in phases.resolved.items() if k in second.analyzers]
+    np.testing.assert_allclose(moments, [centred.mean(), centred.var()], rtol=1e-6)
+
+
+def test_the_final_graph_reads_every_column_its_outputs_or_lookups_use():
+    specs = tft_engine.raw_specs([("s", "string", ()), ("x", "float32", ()),
+                                  ("y", "float32", ()), ("unused", "float32", ())])
+    resolved = tft_engine.analyze(_fn, specs, lambda: [{**DATA, "unused": DATA["x"]}])
+    _, concrete = tft_engine.transform_fn(_fn, specs, resolved)
+    assert tft_feed.used_inputs(concrete) == {"s", "x"}  # y only fed an analyzer
