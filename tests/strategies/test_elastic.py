@@ -198,8 +198,11 @@ def test_a_lost_worker_shrinks_the_group_and_a_lost_chief_is_renumbered(tmp_path
     (event,) = result.elastic
     assert (event["task"], event["workers_before"], event["workers_after"]) == ("worker:1", 2, 1)
     assert [s["workers"] for s in result.segments] == [2, 1]
-    # the survivor was stopped (SIGTERM: it saved); the smaller group resumed from that backup
-    assert result.segments[1]["resumed_from"] == event["resumed_from"] >= 10
+    # the survivor was stopped (SIGTERM: it saved); the smaller group resumed from that backup.
+    # The stand-ins are not in lockstep as real workers are (no all-reduce): under load worker:0
+    # may be a few steps behind worker:1 when worker:1 dies at its step 10, so only "it saved
+    # after training" is asserted here (the real trainer's exact steps: test_local_clusters.py)
+    assert result.segments[1]["resumed_from"] == event["resumed_from"] >= 2
     assert result.segments[1]["last_step"] == 40
     # worker:0's node is the lost one: the survivor (node 1) is the chief of the smaller group
     result, log = _launch(tmp_path / "b", fault="worker:0@step:10:lost", min_workers=1)
