@@ -86,6 +86,17 @@ def build_module(preprocessing_fn: Callable[[dict[str, Any]], Any], raw: list[tu
     return built
 
 
+def check_rows(outputs: Mapping[str, Any], rows: int) -> None:
+    """Raise OutputError unless every applied output (numpy arrays) has `rows` rows: an output
+    must keep its input's batch dimension, or its rows no longer line up with the label's.
+    The stage's apply step and the dry run both check with this, so they say the same."""
+    for name, value in outputs.items():
+        if value.shape[:1] != (rows,):
+            got = value.shape[0] if value.ndim else "no"
+            raise OutputError(f"output {name!r} has {got} rows for a batch of {rows}: "
+                              "outputs keep the batch dimension")
+
+
 def outputs_info(trace: tft_trace.Trace, concrete: Any) -> dict[str, dict[str, Any]]:
     """Each output's dtype, per-example shape and id range (int64 outputs of a vocabulary,
     buckets or hashes); OutputError for what the models cannot take."""

@@ -156,8 +156,9 @@ def dry_run(config: Any, spec_dir: Path, examples: Path, rows: int, show: int,
     with UserErrors(f"{where}: applying"):
         out = {k: v.numpy() for k, v in built.module.transform_features(
             {n: batch[n] for n, _, _ in raw_feats}).items()}
+        n = len(batch[label])
+        tft_module.check_rows(out, n)
     seconds = time.perf_counter() - started
-    n = len(batch[label])
     head = [f"{where} on {n} train rows of {examples}: "
             f"{_count(len(phases.resolved), 'analyzer')} in {_count(phases.number, 'phase')}, "
             f"{seconds:.2f}s (analyzers computed on these rows only)",

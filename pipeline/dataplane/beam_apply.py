@@ -123,16 +123,15 @@ class ApplyPreprocessing(beam.DoFn):
         import numpy as np
 
         from baton.errors import StageError
+        from baton.graphs.tft_module import OutputError, check_rows
         from baton.pipeline.dataplane.transformed_io import encode_chunks
 
         n = sum(b.num_rows for b in group)
         feats = {k: v.numpy() for k, v in self.feeder(encoded_columns(group, needed)).items()}
-        for k, v in feats.items():
-            if v.shape[:1] != (n,):
-                raise StageError(f"{self.source.where}: applying: "
-                                 f"output {k!r} has "
-                                 f"{v.shape[0] if v.ndim else 'no'} rows for a batch "
-                                 f"of {n}: outputs keep the batch dimension")
+        try:
+            check_rows(feats, n)
+        except OutputError as e:
+            raise StageError(f"{self.source.where}: applying: {e}") from None
         labels = [self._label(b.column(self.label)) for b in group]
         label, keep = (labels[0] if len(labels) == 1 else
                        (np.concatenate([y for y, _ in labels]),
