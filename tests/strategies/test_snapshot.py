@@ -11,16 +11,7 @@ import numpy as np
 import pytest
 
 from baton.strategies import backup as backup_mod
-
-
-def _trackables():
-    import keras
-
-    inputs = keras.Input((3,))
-    model = keras.Model(inputs, keras.layers.Dense(2)(inputs))
-    optimizer = keras.optimizers.Adam(0.01)
-    optimizer.build(model.trainable_variables)
-    return model, optimizer
+from tests.strategies.test_backup import _trackables
 
 
 def _set(model, optimizer, value: float, step: int) -> None:
