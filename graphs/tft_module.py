@@ -37,6 +37,9 @@ class Built:
     vocabularies: dict[str, list[bytes]]  # vocab_filename -> tokens
     features: list[Any] = dataclasses.field(default_factory=list)  # the feature spec's
     inputs: frozenset[str] = frozenset()  # the raw features it reads (tft_feed.used_inputs)
+    # the function returned the label changed (not passed through): its output is dropped, as
+    # Baton encodes the label itself; the stage and the dry run say so (label_note)
+    label_transformed: bool = False
 
 
 def build_module(preprocessing_fn: Callable[[dict[str, Any]], Any], raw: list[tuple[str, str, Any]],
@@ -51,12 +54,17 @@ def build_module(preprocessing_fn: Callable[[dict[str, Any]], Any], raw: list[tu
     label_name = label["name"]
     label_dtype = tf.string if label["dtype"] == "string" else tf.float32
 
+    transformed_label = []
+
     def features_fn(inputs: dict[str, Any]) -> dict[str, Any]:
         batch = tf.shape(next(iter(inputs.values())))[0]
-        stub = tf.fill([batch], "" if label_dtype == tf.string else float("nan"))
-        outputs = preprocessing_fn({**inputs, label_name: tf.cast(stub, label_dtype)})
+        stub = tf.cast(tf.fill([batch], "" if label_dtype == tf.string else float("nan")),
+                       label_dtype)
+        outputs = preprocessing_fn({**inputs, label_name: stub})
         if not isinstance(outputs, Mapping):
             raise OutputError(f"returned {type(outputs).__name__}, not a dict of tensors")
+        if label_name in outputs and outputs[label_name] is not stub:
+            transformed_label.append(True)
         return {k: v for k, v in outputs.items() if k != label_name}
 
     trace, concrete = tft_engine.transform_fn(features_fn, specs, resolved)
@@ -81,9 +89,20 @@ def build_module(preprocessing_fn: Callable[[dict[str, Any]], Any], raw: list[tu
     built = Built(PreprocessingModule(), outputs_info(trace, concrete),
                   {name: [bytes(t) for t in resolved[k][0]]
                    for name, k in trace.vocab_files.items() if k in resolved},
-                  inputs=tft_feed.used_inputs(concrete))
+                  inputs=tft_feed.used_inputs(concrete), label_transformed=bool(transformed_label))
     built.features = features(built.outputs)  # checked now: before any data is transformed
     return built
+
+
+def label_note(built: Built, label: str) -> str | None:
+    """The warning for a label the function changed (None when it passed it through or left it
+    out): TFX pipelines often encode or scale the label in their preprocessing_fn, and a user
+    who does must know that Baton trains on its own encoding of the raw label instead."""
+    if not built.label_transformed:
+        return None
+    return (f"warning: output {label!r} is the label, changed by the preprocessing_fn; Baton "
+            "encodes the raw label itself (classification: its class vocabulary; regression: "
+            "the raw value), so this output is not used: pass the label through or leave it out")
 
 
 def check_rows(outputs: Mapping[str, Any], rows: int) -> None:

@@ -163,6 +163,9 @@ def dry_run(config: Any, spec_dir: Path, examples: Path, rows: int, show: int,
             f"{_count(len(phases.resolved), 'analyzer')} in {_count(phases.number, 'phase')}, "
             f"{seconds:.2f}s (analyzers computed on these rows only)",
             "", "analyzers:", *(lines or ["  (none)"]), "", "outputs:"]
+    note = tft_module.label_note(built, label)
+    if note is not None:
+        head[1:1] = [note]
     for name, info in built.outputs.items():
         ids = f", ids {info['min']}..{info['max']}" if "max" in info else ""
         head.append(f"  {name}: {info['dtype']} {info['shape']}{ids}")

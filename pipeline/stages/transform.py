@@ -257,10 +257,14 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
                    {f.name: f.shape for f in spec.features if f.shape})
     spec.save(out_t)
     dropped = {s: counts.get(f"dropped_{s}", 0) for s in schema.splits}
+    note = tft_module.label_note(built, label)
+    if note is not None:
+        ctx.log(f"{where}: {note}")
     ctx.log(f"{where}: {len(phases.resolved)} analyzers in {phases.number} phases; "
             f"transformed {splits}; dropped (unknown or missing label) {dropped}")
     ctx.record(rows=sum(splits.values()), **{f"rows_{s}": n for s, n in splits.items()},
                dropped_label=sum(dropped.values()), features=len(spec.features),
                analyzers=len(phases.resolved), phases=phases.number,
+               label_transformed=built.label_transformed,
                beam_seconds=round(beam_s, 3), export_seconds=round(export_s, 3),
                batch_threads=threads, **placed)

@@ -55,6 +55,20 @@ def test_dry_run_runs_ingest_first_then_prints_analyzers_and_rows(tmp_path):
     again = baton(tmp_path, "transform", "spec.yaml", "--dry-run", "--show", "0")
     assert again.returncode == 0 and "on 278 train rows" in again.stdout  # all of train
     assert len(list((tmp_path / "runs" / "dry").glob("2*/ingest/examples"))) == 1  # reused
+    assert "warning:" not in again.stdout  # the label left out
+
+    # a label the function changes (TFX pipelines often encode it) is said to be unused
+    _write(tmp_path, GOOD.replace('num_oov_buckets=1)}', 'num_oov_buckets=1),\n'
+                                  '            "species": tft.compute_and_apply_vocabulary('
+                                  'inputs["species"])}'))
+    res = baton(tmp_path, "transform", "spec.yaml", "--dry-run", "--show", "0")
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert ("warning: output 'species' is the label, changed by the preprocessing_fn; Baton "
+            "encodes the raw label itself") in res.stdout
+    _write(tmp_path, GOOD.replace('num_oov_buckets=1)}', 'num_oov_buckets=1),\n'
+                                  '            "species": inputs["species"]}'))
+    res = baton(tmp_path, "transform", "spec.yaml", "--dry-run", "--show", "0")
+    assert res.returncode == 0 and "warning:" not in res.stdout  # passed through
 
 
 def test_dry_run_shows_the_stages_error_and_bad_usage_exits_2(tmp_path):

@@ -59,6 +59,7 @@ def test_phases_feature_spec_and_vocabulary_asset(ran):
     # phase 1: 4 means, the vocabulary, the quantiles; phase 2: the 4 z-scores (of the imputed)
     assert (metrics["phases"], metrics["analyzers"]) == (2, 10)
     assert metrics["rows"] == 344
+    assert metrics["label_transformed"] is False  # passed through
     spec = json.loads((out["transform_graph"] / "feature_spec.json").read_text())
     feats = {f["name"]: f for f in spec["features"]}
     assert feats["bill_length_mm_xf"]["kind"] == "numeric"
