@@ -242,14 +242,35 @@ class TFConfig:
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """`n` distinct free ports, found by binding to port 0 and reading the port back.
+    """`n` distinct ports free on `host` now, for tasks that bind them seconds later.
 
-    All sockets are held open until every port is chosen so the kernel cannot hand out the same
-    port twice; a small race with other processes remains, as with any port-0 scheme.
+    They are picked at random below the kernel's ephemeral range (ip_local_port_range) and
+    checked by binding, not by binding to port 0: a port-0 port is an ephemeral one, which any
+    outgoing connection on the machine may take as its local port between this choice and the
+    task's own bind (TensorFlow's import alone takes seconds). Seen in a full suite: a TFJob
+    emulator worker's server failed "Could not start gRPC server" on all four attempts because
+    its port had become another connection's. A port below the range is only handed out by an
+    explicit bind. All sockets are held open until every port is chosen; with too small a range
+    below the ephemeral one, the port-0 scheme is the fallback.
     """
-    socks = []
+    import random
+
+    low = _ephemeral_low()
+    pick = random.SystemRandom()
+    socks: list[socket.socket] = []
     try:
-        for _ in range(n):
+        tries = 0
+        while len(socks) < n and low - _PRIVATE_FROM >= 64 * n and tries < 200 * n:
+            tries += 1
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                s.bind((host, pick.randrange(_PRIVATE_FROM, low)))
+            except OSError:
+                s.close()
+                continue
+            socks.append(s)
+        while len(socks) < n:  # fallback: the kernel's choice
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             s.bind((host, 0))
@@ -258,6 +279,18 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     finally:
         for s in socks:
             s.close()
+
+
+_PRIVATE_FROM = 20000  # above the ports services usually listen on (8080, 8500, 9000...)
+
+
+def _ephemeral_low() -> int:
+    """The lowest port the kernel hands out to outgoing connections (Linux: 32768 by default)."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 32768  # Linux's default; macOS's range starts at 49152
 
 
 def _check_address(kind: str, addr: object) -> None:

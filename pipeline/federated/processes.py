@@ -54,9 +54,10 @@ CONNECTION = "baton"
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+    """A free port below the ephemeral range (strategies.cluster.free_ports says why)."""
+    from baton.strategies.cluster import free_ports
+
+    return free_ports(1)[0]
 
 
 def _bin(name: str) -> str:

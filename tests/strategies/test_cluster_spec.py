@@ -71,6 +71,33 @@ def test_local_cluster_uses_distinct_free_loopback_ports():
         ClusterSpec.local(workers=0)
 
 
+def test_free_ports_are_below_the_ephemeral_range_and_fall_back_to_port_0(monkeypatch):
+    """An ephemeral port can become an outgoing connection's before the task binds it."""
+    from baton.strategies import cluster
+
+    low = cluster._ephemeral_low()
+    ports = free_ports(8)
+    assert len(set(ports)) == 8 and all(cluster._PRIVATE_FROM <= p < low for p in ports)
+    # a port in use is skipped: hold one, and force every pick onto it first
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        taken = held.getsockname()[1]
+        held.listen()
+        picks = iter([taken, taken, low - 1])
+        monkeypatch.setattr("random.SystemRandom.randrange", lambda self, a, b: next(picks))
+        monkeypatch.setattr(cluster, "_ephemeral_low", lambda: 65000)
+        assert free_ports(1) == [low - 1]
+    # no room below the range: the kernel's port-0 choice
+    monkeypatch.setattr(cluster, "_ephemeral_low", lambda: cluster._PRIVATE_FROM + 10)
+    (port,) = free_ports(1)
+    assert 0 < port < 65536
+
+
+def test_local_cluster_needs_a_worker():
+    with pytest.raises(ClusterSpecError, match="Received: workers=0"):
+        ClusterSpec.local(workers=0)
+
+
 def test_from_env_is_none_when_alone():
     assert TFConfig.from_env({}) is None
     assert TFConfig.from_env({"TF_CONFIG": OPERATOR_TF_CONFIG}).task.index == 1
