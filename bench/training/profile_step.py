@@ -108,10 +108,7 @@ def _worker(args: argparse.Namespace) -> None:  # noqa: PLR0915 - one straight m
         first = int(job.batch_size * x)
         return first if me == 0 else job.batch_size - first
 
-    def pass_on(rows: int):  # noqa: ANN202 - the pass alone on `rows` rows of a global batch
-        feats = {k: v[:rows] for k, v in whole[0].items()}
-        labels = whole[1][:rows]
-
+    def passes(feats, labels):  # noqa: ANN001, ANN202 - n forward-backward passes on one batch
         @tf.function
         def run(n):  # noqa: ANN001, ANN202
             def one():  # noqa: ANN202
@@ -129,20 +126,10 @@ def _worker(args: argparse.Namespace) -> None:  # noqa: PLR0915 - one straight m
 
         return run
 
-    @tf.function
-    def pass_only(n):  # noqa: ANN001, ANN202
-        def one():  # noqa: ANN202
-            with tf.GradientTape() as tape:
-                logits = model(fixed[0], training=True)
-                loss = tf.reduce_mean(tf.nn.sparse_softmax_cross_entropy_with_logits(
-                    labels=tf.cast(fixed[1], tf.int64), logits=logits))
-            grads = tape.gradient(loss, model.trainable_variables)
-            return tf.add_n([tf.reduce_sum(g) for g in grads])
+    def pass_on(rows: int):  # noqa: ANN202 - the pass alone on `rows` rows of a global batch
+        return passes({k: v[:rows] for k, v in whole[0].items()}, whole[1][:rows])
 
-        total = tf.constant(0.0)
-        for _ in tf.range(n):
-            total += local(strategy.run(one))[0]
-        return total
+    pass_only = passes(fixed[0], fixed[1])
 
     grads_like = [tf.ones(v.shape, v.dtype) * 1e-6 for v in model.trainable_variables]
 

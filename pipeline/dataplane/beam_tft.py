@@ -90,9 +90,9 @@ class AnalyzePhase(beam.DoFn):
                 yield group
 
         parts: dict[int, Any] = {}
-        if phase is None:
-            for _ in batches():
-                pass
+        if phase is None:  # no analyzer in this phase: read only for the label's classes
+            for _ in batches():  # (batches() updates label_acc as it reads)
+                continue
         else:
             from baton.graphs.tft_engine import merge_all
 
