@@ -12,9 +12,8 @@ from typing import Any
 _METADATA: Any = None
 
 
-def scalar(name: str, value: float, step: int | None = None) -> None:
-    """Write one scalar to the default summary writer (a no-op without one)."""
-    import tensorflow as tf
+def _metadata() -> Any:
+    """The scalars plugin's metadata, serialized once."""
     from tensorflow.core.framework import summary_pb2
 
     global _METADATA
@@ -22,4 +21,46 @@ def scalar(name: str, value: float, step: int | None = None) -> None:
         meta = summary_pb2.SummaryMetadata()
         meta.plugin_data.plugin_name = "scalars"
         _METADATA = meta.SerializeToString()
-    tf.summary.write(name, tf.constant(float(value), tf.float32), step=step, metadata=_METADATA)
+    return _METADATA
+
+
+def scalar(name: str, value: float, step: int | None = None) -> None:
+    """Write one scalar to the default summary writer (a no-op without one)."""
+    import tensorflow as tf
+
+    tf.summary.write(name, tf.constant(float(value), tf.float32), step=step,
+                     metadata=_metadata())
+
+
+class ScalarWriter:
+    """Several scalars to one writer in one call of a traced function (one trace per set of
+    names), for the training loop's epoch records and chunk rates.
+
+    Each eager `tf.summary.write` is a few eager ops (~0.2 ms each on CPU): an epoch's record
+    of seven scalars took ~1.6 ms written one by one, ~0.5 ms in one traced call; on a small
+    model's 64-step epoch (~60 ms) that difference is ~2 % of training time.
+    """
+
+    def __init__(self, writer: Any) -> None:
+        self.writer = writer
+        self._traced: dict[tuple[str, ...], Any] = {}
+
+    def write(self, values: dict[str, float], step: int) -> None:
+        import tensorflow as tf
+
+        names = tuple(values)
+        if not names:
+            return
+        fn = self._traced.get(names)
+        if fn is None:
+            writer, meta = self.writer, _metadata()
+
+            @tf.function(reduce_retracing=True)
+            def fn(at: Any, vector: Any) -> Any:
+                with writer.as_default():
+                    for i, name in enumerate(names):
+                        tf.summary.write(name, vector[i], step=at, metadata=meta)
+
+            self._traced[names] = fn
+        fn(tf.constant(step, tf.int64), tf.constant([float(v) for v in values.values()],
+                                                    tf.float32))

@@ -61,6 +61,7 @@ class Summaries(keras.callbacks.Callback):
                  every_steps: int = SUMMARY_EVERY_STEPS) -> None:
         super().__init__()
         self.writer, self.state, self.per_chunk = writer, state, per_chunk
+        self.scalars = summaries.ScalarWriter(writer)
         self.every = max(1, every_steps)
         self._t, self._step = time.perf_counter(), state.step
 
@@ -71,24 +72,23 @@ class Summaries(keras.callbacks.Callback):
         now = time.perf_counter()
         rate = (step - self._step) / max(now - self._t, 1e-9)
         self._t, self._step = now, step
-        with self.writer.as_default(step=step):
-            for k, v in (logs or {}).items():
-                summaries.scalar(f"train/{k}", v)
-            summaries.scalar("perf/steps_per_sec", rate)
-            summaries.scalar("perf/examples_per_sec", rate * self.state.global_batch_size)
+        self.scalars.write({**{f"train/{k}": v for k, v in (logs or {}).items()},
+                            **self._perf(rate)}, step)
+
+    def _perf(self, rate: float) -> dict[str, float]:
+        return {"perf/steps_per_sec": rate,
+                "perf/examples_per_sec": rate * self.state.global_batch_size}
 
     def on_epoch_end(self, epoch: int, logs: dict | None = None) -> None:
         record = self.state.history[-1] if self.state.history else {}
-        with self.writer.as_default(step=self.state.step):
-            for k, v in record.items():
-                if k not in ("epoch", "step"):
-                    summaries.scalar(k.replace("_", "/", 1), v)
-            if not self.per_chunk:
-                now = time.perf_counter()
-                rate = (self.state.step - self._step) / max(now - self._t, 1e-9)
-                self._t, self._step = now, self.state.step
-                summaries.scalar("perf/steps_per_sec", rate)
-                summaries.scalar("perf/examples_per_sec", rate * self.state.global_batch_size)
+        values = {k.replace("_", "/", 1): v for k, v in record.items()
+                  if k not in ("epoch", "step")}
+        if not self.per_chunk:
+            now = time.perf_counter()
+            rate = (self.state.step - self._step) / max(now - self._t, 1e-9)
+            self._t, self._step = now, self.state.step
+            values.update(self._perf(rate))
+        self.scalars.write(values, self.state.step)
         self.writer.flush()
 
 

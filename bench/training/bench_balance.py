@@ -103,7 +103,8 @@ def write_transformed(root: Path, spec, n_train: int, n_eval: int, files: int = 
 
     dtypes = column_dtypes(spec)
     for split, n, seed in (("train", n_train, 0), ("eval", n_eval, 1)):
-        feats, labels = synthetic_arrays(spec, n, seed=seed)
+        feats, labels = (image_arrays(spec, n, seed) if spec.images
+                         else synthetic_arrays(spec, n, seed=seed))
         cols = {k: np.asarray(v).astype(dtypes[k]) for k, v in feats.items()}
         cols[spec.label.name] = np.asarray(labels).astype(dtypes[spec.label.name])
         (root / split).mkdir(parents=True)
@@ -113,6 +114,44 @@ def write_transformed(root: Path, spec, n_train: int, n_eval: int, files: int = 
             with tf.io.TFRecordWriter(str(root / split / f"part-{i:05d}.tfrecord")) as w:
                 write_chunks(w, part, 4096)
     return root
+
+
+def image_arrays(spec, n: int, seed: int):  # noqa: ANN001, ANN201
+    """`n` noise images of the spec's one image feature, the label's quadrant of the first
+    channel brightened by one standard deviation (a CNN learns it within an epoch)."""
+    import numpy as np
+
+    image = spec.images[0]
+    h, w, _ = image.shape
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((n, *image.shape)).astype(np.float32)
+    labels = rng.integers(0, 4, n) % spec.label.num_classes
+    for q in range(4):
+        rows = labels == q
+        top, left = (q // 2) * (h // 2), (q % 2) * (w // 2)
+        x[rows, top:top + h // 2, left:left + w // 2, 0] += 1.0
+    return {image.name: x}, labels
+
+
+def image_spec(side: int = 32, classes: int = 4):  # noqa: ANN201
+    """One `side` x `side` x 3 image feature and a label of `classes` classes."""
+    from baton.graphs.feature_spec import Feature, FeatureSpec, Image, Label, RawFeature
+
+    shape = (side, side, 3)
+    return FeatureSpec((RawFeature("image", "float32", shape=shape),),
+                       (Feature("image", "numeric", shape=shape),),
+                       Label("label", "classification", tuple(str(i) for i in range(classes))),
+                       images=(Image("image", shape),))
+
+
+# The workloads: the MLP (most of a step is compute, but the all-reduce of its 290k
+# parameters and the per-step input weigh ~20 % at equal speeds) and Baton's CNN on 32x32x3
+# images (far more compute per parameter, as image models are).
+MODELS = {
+    "mlp": ("mlp 512x512 on 32 numeric + 2 categorical features, 4 classes", "mlp",
+            {"hidden_units": [512, 512]}),
+    "cnn": ("cnn (16, 32 filters, dense 64) on 32x32x3 images, 4 classes", "cnn", {}),
+}
 
 
 SLOWDOWNS = {  # {speed} is --speed
@@ -158,6 +197,7 @@ def main() -> None:
                    help="worker:1's share of its core under the presets")
     p.add_argument("--no-even", action="store_true", help="leave out the full-speed cases")
     p.add_argument("--append", action="store_true", help="add to the runs in --json")
+    p.add_argument("--model", choices=sorted(MODELS), default="mlp", help="the workload")
     p.add_argument("--json", default=str(ROOT / "bench/training/results/balance.json"))
     args = p.parse_args()
     import dataclasses
@@ -176,7 +216,8 @@ def main() -> None:
     load = os.getloadavg()
     configs = [tuple(int(x) for x in pair.split(":")) for pair in args.batches.split(",")]
     epochs = 4
-    spec = synthetic_spec(32, (16, 8), 4)
+    described, model, model_config = MODELS[args.model]
+    spec = image_spec() if args.model == "cnn" else synthetic_spec(32, (16, 8), 4)
     with tempfile.TemporaryDirectory() as tmp:
         data = {batch: write_transformed(Path(tmp) / f"data-{batch}", spec,
                                          batch * steps // epochs, 16_384)
@@ -189,7 +230,8 @@ def main() -> None:
                     feature_spec=spec.to_dict(),
                     transformed_dir=str(data[batch]),
                     num_train_examples=batch * steps // epochs,
-                    model_config={"hidden_units": [512, 512]},
+                    model=model,
+                    model_config=model_config,
                     epochs=epochs,
                     batch_size=batch,
                     steps_per_execution=10,
@@ -215,7 +257,7 @@ def main() -> None:
             "emulations": emulations}],
         "load_at_start": previous.get("load_at_start") or [round(x, 2) for x in load],
         "cpu_count": os.cpu_count(),
-        "model": "mlp 512x512 on 32 numeric + 2 categorical features, 4 classes",
+        "model": described,
         "slowdowns": sorted({x["slowdown"] for x in rows if x["slowdown"] != "none"}),
         "epochs": epochs,
         "batches": [{"global_batch": b, "steps": n} for b, n in batches],

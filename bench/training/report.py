@@ -312,13 +312,20 @@ def _fit_path(om: dict) -> str:
     return _on(om.get("keras_fit_jit_compile"))  # older runs: whether Keras' auto chose XLA
 
 
+def _fit_verdict(om: dict) -> float:
+    """The ratio a goal is judged on: the best-of figure, or the median of the repeats' own
+    ratios when that is lower (a best-of on each side can pair one side's lucky run)."""
+    return min(om["speedup"], om.get("speedup_median_of_repeats", om["speedup"]))
+
+
 def own_model_section(own: dict) -> list[str]:
     cb = own["callbacks"]
     rows = own["own_model"] if isinstance(own["own_model"], list) else [own["own_model"]]
     cost = cb["cost"]
     spread = cb.get("cost_per_repeat")
     cost_text = (f"{cost * 100:.1f}% slower" if cost > 0 else
-                 f"{-cost * 100:.1f}% faster (within the noise of a shared machine)")
+                 f"{-cost * 100:.1f}% faster (within the noise of a shared machine)"
+                 if cost > -0.05 else f"{-cost * 100:.1f}% faster")
     if spread:
         cost_text += (f"; median of {len(spread)} repeats, which ranged "
                       f"{min(spread) * 100:+.1f}% to {max(spread) * 100:+.1f}%")
@@ -393,8 +400,11 @@ def own_model_section(own: dict) -> list[str]:
         *[f"- Goal: at least {FIT_SPEEDUP_GOAL}x Keras `model.fit` on the same user model, "
           f"batch {om.get('batch', '?')}"
           + (f", {INPUT_NAMES.get(om['input'], om['input'])}" if om.get("input") else "")
-          + f": **{'met' if om['speedup'] >= FIT_SPEEDUP_GOAL else 'missed'}** "
-          f"({om['speedup']:.2f}x the bare `fit` fast path; {_x(om.get('speedup_xla'))} with "
+          + f": **{'met' if _fit_verdict(om) >= FIT_SPEEDUP_GOAL else 'missed'}** "
+          f"({om['speedup']:.2f}x the bare `fit` fast path"
+          + (f", median of the repeats' own ratios {om['speedup_median_of_repeats']:.2f}x "
+             "(the verdict takes the lower)" if "speedup_median_of_repeats" in om else "")
+          + f"; {_x(om.get('speedup_xla'))} with "
           + (f"Baton's XLA on, against the same `fit` ({om['keras_fit_fastest_path']})"
              if "keras_fit_fastest_path" in om else
              f"Baton's XLA on, `fit`'s XLA {_on(om.get('keras_fit_jit_compile'))}")
@@ -402,14 +412,30 @@ def own_model_section(own: dict) -> list[str]:
              if side else "")
           + "; both validate every epoch, compiled with the same loss and optimizer)."
           for om in rows],
-        *(["- The input pipeline decides the small-model figures. Per-row tf.data (one element "
-           "per row, shuffled and batched) delivers about 170k rows/s on this machine by itself "
-           "(iterating it alone, in-graph), and on 2 cores it competes with the step for the "
-           "cores, the more so the faster the step runs (at batch 256 it holds both loops "
-           "below their columnar figures). The "
-           "train stage reads columnar chunks (graphs.input_pipeline: sliced and concatenated, "
-           "no per-row work), which is what a pipeline run feeds the loop; both loops read "
-           "the same dataset in each row of the table."]
+        *(["- Each repeat's own ratio (Baton over that repeat's fastest `fit`; a repeat's runs "
+           "are neighbours in time), beside the best-of figure above: "
+           + "; ".join(f"batch {om.get('batch', '?')}, {INPUT_NAMES.get(om.get('input'), '?')}: "
+                       f"{', '.join(f'{x:.2f}' for x in om['speedup_per_repeat'])} "
+                       f"(median {om['speedup_median_of_repeats']:.2f}x)" for om in rows)
+           + "."] if all("speedup_per_repeat" in om for om in rows) else []),
+        *(["- The dataset alone (drawn in one in-graph loop, no model) is the ceiling of any "
+           "loop reading it: "
+           + "; ".join(f"batch {om.get('batch', '?')}, {INPUT_NAMES.get(om.get('input'), '?')}: "
+                       f"{om['input_alone_examples_per_sec']:,} ex/s, {om['input_ceiling_vs_fit']:.2f}x "
+                       f"`fit`, Baton's loop at {om['baton_share_of_input']:.0%} of it"
+                       for om in rows)
+           + ". Per-row tf.data (one element per row, shuffled and batched) on 2 cores competes "
+           "with the step for the cores; where its ceiling is near 1.5x `fit`, no loop reading "
+           "it can be far above that. The train stage reads columnar chunks "
+           "(graphs.input_pipeline: sliced and concatenated, no per-row work), which is what a "
+           "pipeline run feeds the loop; both loops read the same dataset in each row of the "
+           "table."] if all("input_alone_examples_per_sec" in om for om in rows) else
+          ["- The input pipeline decides the small-model figures. Per-row tf.data (one element "
+           "per row, shuffled and batched) competes with the step for the 2 cores, the more so "
+           "the faster the step runs (at batch 256 it holds both loops below their columnar "
+           "figures). The train stage reads columnar chunks (graphs.input_pipeline: sliced and "
+           "concatenated, no per-row work), which is what a pipeline run feeds the loop; both "
+           "loops read the same dataset in each row of the table."]
           if len({om.get("input") for om in rows} - {None}) > 1 else []),
         "- The machine is shared (2 cores): consecutive runs of this benchmark moved `fit` by up "
         "to 1.7x and the ratios with it; compare runs before reading one figure as a trend.",
@@ -452,16 +478,21 @@ WHERE_THE_TIME_GOES = [
     "rule turns XLA on by itself: it does not pay on this loop, while `fit`'s multi-step "
     "function sometimes gains from it (its fastest path moves between `steps_per_execution` "
     "with and without `jit_compile` from run to run).",
-    "- Batch 256 is at the 1.5x line, not past it: this run measured 1.52x on the columnar "
-    "input (met by 0.02) and 1.48x on per-row input (missed by 0.02), both within the noise "
-    "below; the previous run (background backups not yet in) measured 1.38x (columnar, load ~2) "
-    "and 1.21x (per-row, load ~8). Why it stays near the line: a 256-row step is mostly work that no loop "
-    "removes, so the bare chunk is 2-2.6x `fit`'s whole loop and the loop with its side work "
-    "~1.4-1.8x, and `fit`'s own figure moves by up to a fifth between runs minutes apart on "
-    "this shared machine (207-280k ex/s at load 1-2 in this session's profiles). An epoch is "
-    "64 steps (~45 ms), so the eval, backup, summaries and chunk ends are ~20% of it; on an "
-    "epoch of real size that share shrinks. The bench keeps its 16,384-example epochs, as "
-    "every earlier run did.",
+    "- Batch 256 is at the 1.5x line, not past it. Runs of the bench's batch-256 cases, each "
+    "best of 3 (2026-12-02/03): columnar 1.38x, 1.52x, 1.72x, 1.43x, 1.44x, 1.38x (this run: "
+    "repeats 1.56, 1.22, 1.39); per-row 1.21x, 1.48x, 1.35x, 1.51x, 1.63x, 1.49x. The machine "
+    "ran at about half its speed of the day before in the runs of 2026-12-03 afternoon (Baton's "
+    "columnar loop 205-267k ex/s against 417k, `fit` 143-156k against 274k, at a load average "
+    "under 1.7 and no CPU steal), so read the ratios, not the rates. Why it stays near the line: "
+    "a 256-row step is mostly work that no loop removes, so the bare chunk is 2-2.6x `fit`'s "
+    "whole loop and the loop with its side work ~1.4-1.8x. An epoch is 64 steps (~45-65 ms), so "
+    "the eval (~5 ms), the backup's copy (~1.6 ms on the training thread), the summaries and "
+    "chunk ends are ~13-20% of it; on an epoch of real size that share shrinks. The bench keeps "
+    "its 16,384-example epochs, as every earlier run did. The epoch's TensorBoard scalars are "
+    "now written in one traced call (graphs.summaries.ScalarWriter: 2.0-2.4 ms an epoch before, "
+    "1.3 ms after, timed around the callback); the like-for-like callback comparison above "
+    "writes the chunk scalars at every chunk end in both loops, which is why the list now runs "
+    "faster than the inline loop did.",
 ]
 WHERE_IT_WENT = [  # the text of the runs before the executor work
     "- Where the time goes (timed by hand around the loop's calls, batch 32, 12 epochs): the "
