@@ -51,16 +51,21 @@ class ScalarWriter:
         names = tuple(values)
         if not names:
             return
-        fn = self._traced.get(names)
-        if fn is None:
-            writer, meta = self.writer, _metadata()
+        if names not in self._traced:
+            self._traced[names] = self._trace(names)
+        self._traced[names](tf.constant(step, tf.int64),
+                            tf.constant([float(v) for v in values.values()], tf.float32))
 
-            @tf.function(reduce_retracing=True)
-            def fn(at: Any, vector: Any) -> Any:
-                with writer.as_default():
-                    for i, name in enumerate(names):
-                        tf.summary.write(name, vector[i], step=at, metadata=meta)
+    def _trace(self, names: tuple[str, ...]) -> Any:
+        """A `tf.function(step, values)` writing `values[i]` as `names[i]` at `step`."""
+        import tensorflow as tf
 
-            self._traced[names] = fn
-        fn(tf.constant(step, tf.int64), tf.constant([float(v) for v in values.values()],
-                                                    tf.float32))
+        writer, meta = self.writer, _metadata()
+
+        @tf.function(reduce_retracing=True)
+        def write_all(at: Any, vector: Any) -> None:
+            with writer.as_default():
+                for i, name in enumerate(names):
+                    tf.summary.write(name, vector[i], step=at, metadata=meta)
+
+        return write_all
