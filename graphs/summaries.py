@@ -24,14 +24,6 @@ def _metadata() -> Any:
     return _METADATA
 
 
-def scalar(name: str, value: float, step: int | None = None) -> None:
-    """Write one scalar to the default summary writer (a no-op without one)."""
-    import tensorflow as tf
-
-    tf.summary.write(name, tf.constant(float(value), tf.float32), step=step,
-                     metadata=_metadata())
-
-
 class ScalarWriter:
     """Several scalars to one writer in one call of a traced function (one trace per set of
     names), for the training loop's epoch records and chunk rates.

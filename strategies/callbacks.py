@@ -69,13 +69,14 @@ class Summaries(keras.callbacks.Callback):
         step = self.state.step
         if not self.per_chunk or step // self.every == self._step // self.every:
             return
+        self.scalars.write({**{f"train/{k}": v for k, v in (logs or {}).items()},
+                            **self._perf(step)}, step)
+
+    def _perf(self, step: int) -> dict[str, float]:
+        """Steps and examples per second since the last call (which this one becomes)."""
         now = time.perf_counter()
         rate = (step - self._step) / max(now - self._t, 1e-9)
         self._t, self._step = now, step
-        self.scalars.write({**{f"train/{k}": v for k, v in (logs or {}).items()},
-                            **self._perf(rate)}, step)
-
-    def _perf(self, rate: float) -> dict[str, float]:
         return {"perf/steps_per_sec": rate,
                 "perf/examples_per_sec": rate * self.state.global_batch_size}
 
@@ -84,10 +85,7 @@ class Summaries(keras.callbacks.Callback):
         values = {k.replace("_", "/", 1): v for k, v in record.items()
                   if k not in ("epoch", "step")}
         if not self.per_chunk:
-            now = time.perf_counter()
-            rate = (self.state.step - self._step) / max(now - self._t, 1e-9)
-            self._t, self._step = now, self.state.step
-            values.update(self._perf(rate))
+            values.update(self._perf(self.state.step))
         self.scalars.write(values, self.state.step)
         self.writer.flush()
 
