@@ -111,6 +111,7 @@ def make_train_chunk(
     options: StepOptions | None = None,
     loss_fn: Any = None,
     balance: bool = False,
+    take_rows: Any = None,
 ) -> Any:
     """A `tf.function(iterator, n_steps, stop_flag) -> totals[4]` running `n_steps` steps in-graph.
 
@@ -129,6 +130,10 @@ def make_train_chunk(
             the whole global batch and trains on rows `[bounds[r], bounds[r+1])` of it, and the
             totals end with each replica's summed forward-backward seconds (R values) and rows
             (R values), reduced with the rest so every task sees every replica's speed.
+        take_rows: with `balance`, `(element, lo, hi) -> (features, labels)` giving a replica's
+            rows of one iterator element (graphs.row_table: the element is a global batch of
+            row indices and only the replica's rows are gathered). None: the element is the
+            global batch itself and the rows are sliced out of it.
     """
     import tensorflow as tf
 
@@ -189,21 +194,27 @@ def make_train_chunk(
         optimizer.apply_gradients(zip(grads, model.trainable_variables, strict=True))
         return totals
 
-    def balanced_step(batch: Any, stop_flag: Any, bounds: Any) -> Any:
+    def slice_rows(batch: Any, lo: Any, hi: Any) -> Any:
         features, labels = batch
+        return {k: v[lo:hi] for k, v in features.items()}, labels[lo:hi]
+
+    take_rows = take_rows or slice_rows
+
+    def balanced_step(batch: Any, stop_flag: Any, bounds: Any) -> Any:
         rid = tf.distribute.get_replica_context().replica_id_in_sync_group
         lo, hi = bounds[rid], bounds[rid + 1]
-        features = {k: v[lo:hi] for k, v in features.items()}
-        labels = labels[lo:hi]
-        # The clock starts once this step may compute: its rows are here and the previous
+        # The clock starts once this step may compute: its element is here and the previous
         # update (which waits for every replica's gradients) has landed in the variables,
         # read here in the order the forward pass reads them; so waiting for slower
-        # replicas is never counted as this replica's work. It is read before any of the
-        # pass runs and after all of it, before the gradients go to the all-reduce (control
-        # edges both ways: the executor would otherwise read it whenever a thread is free).
+        # replicas is never counted as this replica's work. Taking this replica's rows
+        # (a slice, or a gather of its rows) is counted: it grows with the rows. The clock is
+        # read before any of that runs and after all of it, before the gradients go to the
+        # all-reduce (control edges both ways: the executor would otherwise read it whenever
+        # a thread is free).
         weights = [tf.convert_to_tensor(v.value) for v in model.trainable_variables]
-        began = _host_clock([labels, *features.values(), *weights])
+        began = _host_clock([*tf.nest.flatten(batch), *weights])
         with tf.control_dependencies([began]):
+            features, labels = take_rows(batch, lo, hi)
             features = {k: tf.identity(v) for k, v in features.items()}
             labels = tf.identity(labels)
         grads, stats = forward_backward(features, labels)
@@ -361,14 +372,14 @@ def make_eval_fn(model: Any, spec: FeatureSpec, loss_fn: Any = None, metrics: An
         # loop until the iterator ends pays a conditional per batch: 6.5 ms per eval of the
         # own-model bench at batch 256, 3.5 ms this way.
         if kept.get("dataset") is not dataset:
-            kept.update(dataset=dataset, batches=tf.constant(_batches(dataset), tf.int32),
+            kept.update(dataset=dataset, batches=tf.constant(count_batches(dataset), tf.int32),
                         iterator=iter(dataset.repeat()))
         return over(kept["iterator"], kept["batches"])
 
     return evaluate
 
 
-def _batches(dataset: Any) -> int:
+def count_batches(dataset: Any) -> int:
     """Elements in a finite `dataset`: its cardinality when tf.data knows it, else counted."""
     import tensorflow as tf
 

@@ -227,26 +227,47 @@ def setup_runtime(job: TrainJob) -> None:
     )
 
 
-def dataset_fns(job: TrainJob) -> tuple[Any, Any]:
+def row_table(job: TrainJob) -> Any:
+    """Under `balance: auto`, the train split held in memory (graphs.row_table), or None.
+
+    Used when the split fits the table's share of the memory available; every task then draws
+    the same global batches of row indices and gathers only its own rows. A split that does
+    not fit is streamed whole on every task instead (see `dataset_fns`).
+    """
+    from baton.graphs import row_table as rt
+
+    rows = job.num_train_examples if job.transformed_dir else job.synthetic_examples
+    if job.balance != "auto" or not rt.fits(rows, job.spec()):
+        return None
+    return rt.RowTable(lambda: _make_dataset(job, "train", 4096, shuffle=False,
+                                             input_context=None, cache=False))
+
+
+def dataset_fns(job: TrainJob, table: Any = None) -> tuple[Any, Any]:
     """(train_dataset(skip, input_context), eval_dataset()) for the trainer.
 
     Training reads one endless, seeded stream; with op determinism on (which also makes tf.data
     deterministic) a resumed task that skips `skip` batches sees exactly what it would have seen.
     With `balance: auto` no task shards it: every task reads the whole stream in global batches
-    (each local replica gets its own copy of each batch) and the step slices each replica's
-    rows out of it (graphs.steps.make_train_chunk(balance=True)).
+    (each local replica gets its own copy of each batch) and the step takes each replica's
+    rows out of it (graphs.steps.make_train_chunk(balance=True)). With a `table` (`row_table`)
+    the stream is of row indices and the step gathers its rows from the table; otherwise the
+    stream carries the rows and the step slices them.
     """
     import tensorflow as tf
 
     def balanced_ds(skip: int, ctx: Any) -> Any:
-        ds = _make_dataset(job, "train", job.batch_size, shuffle=True, input_context=None,
-                           seed=job.seed, repeat=True)
-        ds = ds.skip(skip) if skip else ds
+        if table is not None:
+            ds = table.index_stream(job.batch_size, job.seed, skip)
+        else:
+            ds = _make_dataset(job, "train", job.batch_size, shuffle=True, input_context=None,
+                               seed=job.seed, repeat=True)
+            ds = ds.skip(skip) if skip else ds
         local = ctx.num_replicas_in_sync // ctx.num_input_pipelines if ctx is not None else 1
         if local > 1:  # replicas of one task take consecutive elements: give each the batch
             ds = ds.flat_map(
-                lambda features, label: tf.data.Dataset.from_tensors((features, label)).repeat(
-                    local))
+                lambda *element: tf.data.Dataset.from_tensors(element if len(element) > 1
+                                                              else element[0]).repeat(local))
         if ctx is not None:
             options = tf.data.Options()
             options.experimental_distribute.auto_shard_policy = (
@@ -278,6 +299,7 @@ def _make_dataset(
     input_context: Any,
     seed: int = 0,
     repeat: bool = False,
+    cache: bool | None = None,
 ) -> Any:
     if job.transformed_dir:
         from baton.graphs.input_pipeline import make_dataset
@@ -291,7 +313,7 @@ def _make_dataset(
             repeat=repeat,
             seed=seed,
             input_context=input_context,
-            cache=job.cache,
+            cache=job.cache if cache is None else cache,
         )
     from baton.graphs.synthetic import synthetic_dataset
 
@@ -353,14 +375,15 @@ def run_task(job: TrainJob, tf_config: TFConfig | None, role: TaskRole) -> Train
         max_steps=job.steps_per_execution + job.probe_steps if job.probe_steps else 0,
         measure_after=job.steps_per_execution if job.probe_steps else 0,
     )
-    train_ds, eval_ds = dataset_fns(job)
+    table = row_table(job) if plan.balance else None
+    train_ds, eval_ds = dataset_fns(job, table)
     if job.probe_steps:
         eval_ds = None  # a probe times training only
     options = StepOptions(jit_compile=job.jit_compile, fp16_allreduce=comm.fp16_allreduce,
                           executor=job.executor)
     result = trainer.train(
         strategy, build_fn(job), job.spec(), train_ds, eval_ds, plan, role, options,
-        objectives(job),
+        objectives(job), take_rows=table.take if table is not None else None,
     )
     result.info.setdefault("planned_steps", plan.total_steps)
     return result

@@ -52,6 +52,23 @@ it = iter(strategy.distribute_datasets_from_function(lambda ctx: data))
 totals = chunk(it, tf.constant(10), tf.constant(0.0), tf.constant([0, 48, 64])).numpy()
 out["balanced"] = [w.tolist() for w in model.get_weights()]
 out["balanced_totals"] = totals.tolist()
+
+# the same, the rows gathered from an in-memory table by a global batch of row indices
+# (graphs.row_table, balance: auto's input when the split fits in memory)
+from baton.graphs.row_table import RowTable
+table = RowTable(lambda: synthetic_dataset(spec, 512, 64))
+with strategy.scope():
+    model = models.build_model("mlp", spec, seed=5)
+    opt = keras.optimizers.SGD(0.1)
+    opt.build(model.trainable_variables)
+chunk = make_train_chunk(model, opt, spec, 64, strategy, StepOptions(), balance=True,
+                         take_rows=table.take)
+order = tf.data.Dataset.range(512).map(lambda i: tf.cast(i, tf.int32)).batch(64).repeat()
+order = order.flat_map(lambda i: tf.data.Dataset.from_tensors(i).repeat(2))
+it = iter(strategy.distribute_datasets_from_function(lambda ctx: order))
+totals = chunk(it, tf.constant(10), tf.constant(0.0), tf.constant([0, 16, 64])).numpy()
+out["gathered"] = [w.tolist() for w in model.get_weights()]
+out["gathered_totals"] = totals.tolist()
 print("RESULT" + json.dumps(out))
 """
 
@@ -91,3 +108,17 @@ def test_uneven_replica_batches_make_the_even_update(out: dict) -> None:
     totals = out["balanced_totals"]  # loss, correct, examples, stop, seconds[2], rows[2]
     assert totals[2] == 640 and totals[6:8] == [480.0, 160.0], totals
     assert totals[4] > 0 and totals[5] > 0, totals  # each replica timed its own pass
+
+
+@pytest.mark.slow
+def test_rows_gathered_from_the_table_by_index_make_the_even_update(out: dict) -> None:
+    """The table path: each replica gathers its rows (16 and 48 of 64) by index from the
+    in-memory split; indices in the stream's order land where the streamed rows do."""
+    import numpy as np
+
+    even = [np.array(w) for w in out["False"]]
+    gathered = [np.array(w) for w in out["gathered"]]
+    for a, b in zip(even, gathered, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    totals = out["gathered_totals"]
+    assert totals[2] == 640 and totals[6:8] == [160.0, 480.0], totals

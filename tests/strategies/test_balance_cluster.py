@@ -58,6 +58,7 @@ def test_a_slowed_worker_gets_a_smaller_batch_and_the_global_batch_holds(
     assert info["steps"] == 40 and info["num_replicas"] == 2
     bal = info["balance"]
     assert bal["mode"] == "auto" and bal["global_batch"] == 1024
+    assert bal["input"] == "table", bal  # 40,960 rows fit: each worker gathers its own rows
     final = bal["final_batch"]
     assert sum(final) == 1024 and bal["changes"] >= 1, bal
     assert bal["history"][-1]["event"] == "end", bal
