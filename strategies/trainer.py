@@ -25,6 +25,7 @@ from baton.graphs.feature_spec import FeatureSpec
 from baton.graphs.steps import (
     TOTALS,
     StepOptions,
+    count_batches,
     make_eval_fn,
     make_train_chunk,
     totals_to_metrics,
@@ -33,6 +34,7 @@ from baton.graphs.steps import (
 from baton.strategies import faults
 from baton.strategies.backup import Backup
 from baton.strategies.balance import Balancer
+from baton.strategies.eval_shards import sharded_eval
 
 
 @dataclasses.dataclass(frozen=True)
@@ -124,6 +126,7 @@ def train(
     role: TaskRole,
     step_options: StepOptions | None = None,
     objectives: Objectives | None = None,
+    take_rows: Any = None,
 ) -> TrainResult:
     """Train to `plan.total_steps`, resuming from `role.backup_dir` when it holds a backup.
 
@@ -164,7 +167,7 @@ def train(
         backup.planned_saves = planned_saves(plan, step)
     chunk = make_train_chunk(
         model, optimizer, spec, plan.global_batch_size, strategy, step_options, objectives.loss,
-        balance=plan.balance,
+        balance=plan.balance, take_rows=take_rows,
     )
     balancer = (
         Balancer(plan.global_batch_size, strategy.num_replicas_in_sync,
@@ -204,6 +207,11 @@ def train(
         )
     )
     eval_ds = eval_dataset() if eval_dataset is not None else None
+    # Under multi-worker mirrored each worker evaluates its shard and one all-reduce merges
+    # the counts (strategies.eval_shards); elsewhere the task evaluates the whole split.
+    shards = sharded_eval(strategy, metrics) if eval_ds is not None else None
+    if shards is not None:
+        eval_ds = shards.shard(eval_ds, count_batches(eval_ds))
     model.stop_training = False
     stopped = False
     window = _Window()
@@ -254,7 +262,10 @@ def train(
             if evaluate is not None:
                 for m in metrics:
                     m.reset()
-                ev = totals_to_metrics(evaluate(eval_ds).numpy(), task)
+                totals = evaluate(eval_ds)
+                if shards is not None:
+                    totals = shards.merge(totals)
+                ev = totals_to_metrics(totals.numpy(), task)
                 ev.update({m.name: m.result() for m in metrics})
                 record.update({f"eval_{k}": v for k, v in ev.items()})
             history.append(record)
@@ -289,7 +300,11 @@ def train(
               **({"backup_writes": "background" if backup.background else
                   "training thread" + (f" ({backup.refused})" if backup.refused else "")}
                  if backup is not None and role.is_chief else {}),
-              **({"balance": balancer.summary()} if balancer is not None else {}),
+              **({"balance": {**balancer.summary(),
+                              "input": "table" if take_rows is not None else "stream"}}
+                 if balancer is not None else {}),
+              **({"eval_sharded_over": shards.workers} if shards is not None and shards.active
+                 else {}),
               **({"stopped_early_at_step": step} if stopped and step < total else {}),
               **({"window": window.as_dict()} if window.steps else {})},
     )

@@ -50,6 +50,7 @@ def _job(code: Path, **kw: Any) -> TrainJob:
         model_config={"units": 8},
         loss="tiny_model:hinge_loss",
         metrics=["sparse_categorical_crossentropy"],
+        eval_batch_size=32,  # 8 eval batches: each worker evaluates 4 (strategies.eval_shards)
         code_dir=str(code),
     )
     base.update(kw)
@@ -110,10 +111,36 @@ def test_user_model_with_custom_layer_killed_worker_matches_uninterrupted(tmp_pa
     assert resumed == step - step % job.backup_every, (step, resumed)
     history = json.loads((hurt_dir / "history.json").read_text())
     assert "eval_sparse_categorical_crossentropy" in history[-1]
+    _assert_eval_is_the_whole_splits(job, clean_dir, code)
     clean_w, hurt_w = _weights(clean_dir, code), _weights(hurt_dir, code)
     assert len(clean_w) == 7  # 2 embeddings, hidden kernel+bias, Scale (custom), logits kernel+bias
     for a, b in zip(clean_w, hurt_w, strict=True):
         assert np.array_equal(a, b), f"weights differ after a kill at step {step}"
+
+
+def _assert_eval_is_the_whole_splits(job: TrainJob, model_dir: Path, code: Path) -> None:
+    """Each worker evaluated half of the eval batches and one all-reduce merged the counts and
+    the metric's state: the recorded figures are the whole split's, evaluated here in one
+    process on the saved model."""
+    import keras
+
+    from baton.graphs.steps import make_eval_fn, totals_to_metrics
+    from baton.graphs.user_refs import custom_objects
+    from baton.strategies.job import dataset_fns, objectives
+
+    info = json.loads((model_dir / "train_info.json").read_text())
+    assert info["eval_sharded_over"] == 2, info
+    model = keras.models.load_model(
+        model_dir / "model.keras", custom_objects=custom_objects(["tiny_model"], code))
+    obj = objectives(job)
+    metrics = obj.metrics()
+    whole = make_eval_fn(model, job.spec(), obj.loss, metrics)(dataset_fns(job)[1]())
+    expected = totals_to_metrics(whole.numpy(), "classification")
+    expected.update({m.name: m.result() for m in metrics})
+    assert expected["sparse_categorical_crossentropy"] > 0 and float(whole[2]) == 256
+    last = json.loads((model_dir / "history.json").read_text())[-1]
+    for k, v in expected.items():
+        assert last[f"eval_{k}"] == pytest.approx(v, rel=1e-5, abs=1e-6), (k, last, expected)
 
 
 def test_user_model_trains_under_parameter_servers(tmp_path) -> None:
