@@ -63,7 +63,7 @@ def load(results: Path) -> dict[str, Any]:
     """The result files that exist in `results`, parsed."""
     out: dict[str, Any] = {}
     for name in ("single", "cluster", "meta", "own_model", "elastic", "balance",
-                 "balance_emulations", "auto_workers"):
+                 "balance_emulations", "balance_cnn", "auto_workers"):
         f = results / f"{name}.json"
         if f.exists():
             out[name] = json.loads(f.read_text())
@@ -556,7 +556,7 @@ def elastic_section(rows: list[dict]) -> list[str]:
     return lines
 
 
-def balance_section(bal: dict, emulations: dict | None = None) -> list[str]:
+def balance_section(bal: dict, emulations: dict | None = None, workload: str = "") -> list[str]:
     """bench_balance.py's section (report_balance.py, beside this file), with profile_step.py's
     calibration of the emulations."""
     import sys
@@ -565,7 +565,7 @@ def balance_section(bal: dict, emulations: dict | None = None) -> list[str]:
         sys.path.insert(0, str(HERE))
     from report_balance import balance_section as section
 
-    return section(bal, emulations)
+    return section(bal, emulations, workload)
 
 
 def auto_workers_section(res: dict) -> list[str]:
@@ -667,6 +667,8 @@ def render(results: dict[str, Any]) -> str:
         lines += elastic_section(results["elastic"])
     if results.get("balance"):
         lines += balance_section(results["balance"], results.get("balance_emulations"))
+    if results.get("balance_cnn"):
+        lines += balance_section(results["balance_cnn"], workload="an image model")
     if results.get("auto_workers"):
         lines += auto_workers_section(results["auto_workers"])
     earlier = EARLIER_RUNS if meta else EARLIER_RUNS + CONDITIONS_BY_HAND

@@ -136,14 +136,18 @@ def _step_parts(bal: dict, batch: int) -> list[str]:
             f"over its balancer rate): {'; '.join(parts)}."]
 
 
-def balance_section(bal: dict, emulations: dict | None = None) -> list[str]:
-    """`bench_balance.py`: balance auto vs off, 2 pinned workers, worker:1 slowed from outside."""
+def balance_section(bal: dict, emulations: dict | None = None, workload: str = "") -> list[str]:
+    """`bench_balance.py`: balance auto vs off, 2 pinned workers, worker:1 slowed from outside.
+
+    `workload` names a second workload's section (`--model cnn`, results/balance_cnn.json):
+    its own heading, and no hand-recorded earlier figures (those were the MLP's)."""
     emulations = emulations or {}
     batches = ", ".join(f"{b['global_batch']:,} ({b['steps']} steps)" for b in bal["batches"])
     runs = "; ".join(f"{i['started']} (load average {', '.join(map(str, i['load_at_start']))}, "
                      f"batches {i['batches']})" for i in bal.get("invocations", []))
     lines = [
-        "## Heterogeneous workers: `balance: auto` vs `off` (bench_balance.py)",
+        "## Heterogeneous workers: `balance: auto` vs `off` (bench_balance.py"
+        + (f", {workload})" if workload else ")"),
         "",
         f"2 multi-worker-mirrored workers on this {bal['cpu_count']}-core machine, each pinned "
         f"to its own core, {bal['model']}, global batches {batches}, {bal.get('epochs', 2)} "
@@ -210,11 +214,12 @@ def balance_section(bal: dict, emulations: dict | None = None) -> list[str]:
     lines += _step_parts(bal, int(head_batch))
     lines += [
         f"- reported: the cost at equal speeds, auto {_fmt(even.get('ratio'), '.2f')}x off "
-        "(each worker reads the whole global batch, slices its rows and reads two clocks per "
-        "step).",
+        "(each worker gathers its rows of the global batch by index from its in-memory copy "
+        "of the split, or reads the whole global batch where the split does not fit, and "
+        "reads two clocks per step).",
         "- Where a step goes and why the rest is not won back: docs/training.md, "
         "Heterogeneous workers (bench/training/profile_step.py).",
-        PREVIOUS,
+        *([] if workload else [PREVIOUS]),
         "",
     ]
     return lines

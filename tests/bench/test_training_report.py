@@ -204,6 +204,21 @@ def test_the_balance_verdict_rests_on_the_least_favourable_emulation_at_half_spe
     assert "- met: examples/s with `balance: auto` >= 1.4x `off`" in text
 
 
+def test_an_image_model_round_gets_its_own_section_and_verdict(
+        report, results, bench_balance):
+    runs, q, sig = _balance_runs(bench_balance)
+    (results / "balance.json").write_text(json.dumps(_balance_file(bench_balance, runs)))
+    cnn = _balance_file(bench_balance, [r for r in runs if r["slowdown"] == sig])
+    cnn["model"] = "cnn on 32x32x3 images"
+    (results / "balance_cnn.json").write_text(json.dumps(cnn))
+    text = report.render(report.load(results))
+    assert "## Heterogeneous workers: `balance: auto` vs `off` (bench_balance.py)\n" in text
+    assert "(bench_balance.py, an image model)" in text
+    assert text.count("Goals (issue 14)") == 2
+    assert "cnn on 32x32x3 images" in text
+    assert text.count("Earlier figures (recorded by hand") == 1  # the MLP's, once
+
+
 def test_profile_step_judges_an_emulation_by_its_speed_and_the_stall_at_the_best_split():
     spec = importlib.util.spec_from_file_location(
         "profile_step", ROOT / "bench" / "training" / "profile_step.py")
