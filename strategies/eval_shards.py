@@ -6,14 +6,20 @@ the work a shard each costs, and with one worker slowed (the straggler `balance:
 the full evaluation at its pace was a fixed cost per epoch that no split of the training rows
 could shorten (Baton's CNN: ~11 s an epoch on a half-speed core for 16,384 eval rows).
 
-Here worker `i` of `n` evaluates every n-th batch of the split (`Dataset.shard` on batches,
-as Keras' auto-sharding by data does), and one all-reduce then sums what each worker counted:
+Here each worker evaluates its own run of the split's batches and one all-reduce then sums what
+each worker counted (Keras' `evaluate` shards the same way under a multi-worker strategy):
 the loss/correct/example totals and every eval metric's state variables. Keras declares how a
 metric's variables combine across replicas (`variable.aggregation`); its metrics' variables
 (Mean's total and count, AUC's and Precision's confusion counts, MeanIoU's matrix, ...) are
 all "sum", so the merged state is the state one worker would have reached on the whole split,
 up to the order of float sums. A metric with any other aggregation keeps the old behaviour:
 every worker evaluates the whole split.
+
+The runs are equal, or under `balance: auto` in proportion to the training split the workers
+last agreed on (strategies.balance: measured speed), so a slowed worker evaluates less and the
+evaluation ends on every worker at about the same time. Every worker reads the whole split and
+evaluates only its run: a tf.data shard or skip reads the rows it drops as well, and one
+persistent iterator keeps the pipeline from restarting each epoch.
 """
 
 from __future__ import annotations
@@ -68,12 +74,22 @@ class ShardedEval:
     active: bool = True
     _merge: Any = None
 
-    def shard(self, dataset: Any, batches: int) -> Any:
-        """This worker's batches of the eval split (`batches` of them in all): every
-        `workers`-th, from its index. A split of fewer batches than workers is left whole
-        (every worker evaluates all of it and `merge` sums nothing)."""
+    def part(self, batches: int, bounds: Sequence[int] | None = None) -> tuple[int, int] | None:
+        """This worker's run `[lo, hi)` of the split's `batches` batches, or None: the whole split.
+
+        `bounds`: the balancer's row bounds per replica (`[0, b1, ..., global_batch]`); the
+        runs are then in proportion to each worker's rows. None: equal runs. A split of fewer
+        batches than workers is evaluated whole by every worker (and `merge` sums nothing).
+        """
         self.active = batches >= self.workers
-        return dataset.shard(self.workers, self.index) if self.active else dataset
+        if not self.active:
+            return None
+        if not bounds:
+            return batches * self.index // self.workers, batches * (self.index + 1) // self.workers
+        local = (len(bounds) - 1) // self.workers  # replicas per worker
+        total = bounds[-1]
+        lo, hi = bounds[self.index * local], bounds[(self.index + 1) * local]
+        return batches * lo // total, batches * hi // total
 
     def merge(self, totals: Any) -> Any:
         """The totals summed over the workers; the metrics' variables set to their sums."""

@@ -210,8 +210,7 @@ def train(
     # Under multi-worker mirrored each worker evaluates its shard and one all-reduce merges
     # the counts (strategies.eval_shards); elsewhere the task evaluates the whole split.
     shards = sharded_eval(strategy, metrics) if eval_ds is not None else None
-    if shards is not None:
-        eval_ds = shards.shard(eval_ds, count_batches(eval_ds))
+    eval_batches = count_batches(eval_ds) if shards is not None else 0
     model.stop_training = False
     stopped = False
     window = _Window()
@@ -262,7 +261,9 @@ def train(
             if evaluate is not None:
                 for m in metrics:
                     m.reset()
-                totals = evaluate(eval_ds)
+                part = (shards.part(eval_batches, balancer.bounds() if balancer is not None else None)
+                        if shards is not None else None)
+                totals = evaluate(eval_ds, part)
                 if shards is not None:
                     totals = shards.merge(totals)
                 ev = totals_to_metrics(totals.numpy(), task)

@@ -43,17 +43,36 @@ def test_metrics_whose_state_sums_are_shardable_the_others_are_not() -> None:
     assert not shardable([_metric(Odd())])
 
 
-def test_each_worker_takes_every_nth_batch_and_a_short_split_stays_whole() -> None:
-    import tensorflow as tf
-
-    ds = tf.data.Dataset.range(5)
-    second = ShardedEval(strategy=None, workers=2, index=1, metrics=[])
-    assert [int(x) for x in second.shard(ds, 5)] == [1, 3]
-    assert second.active
+def test_each_worker_takes_its_run_equal_or_by_the_balancers_split() -> None:
     first = ShardedEval(strategy=None, workers=2, index=0, metrics=[])
-    assert [int(x) for x in first.shard(ds, 5)] == [0, 2, 4]
+    second = ShardedEval(strategy=None, workers=2, index=1, metrics=[])
+    assert first.part(5) == (0, 2) and second.part(5) == (2, 5)  # disjoint, all 5 batches
+    assert first.active
+    # balance: auto gave worker:0 three quarters of the rows: it evaluates three quarters
+    assert first.part(8, [0, 768, 1024]) == (0, 6) and second.part(8, [0, 768, 1024]) == (6, 8)
+    # two replicas per worker: a worker's rows are its replicas' together
+    assert second.part(10, [0, 100, 200, 300, 400]) == (5, 10)
     short = ShardedEval(strategy=None, workers=2, index=1, metrics=[])
-    assert [int(x) for x in short.shard(ds.take(1), 1)] == [0]
-    assert not short.active
+    assert short.part(1) is None and not short.active  # fewer batches than workers: whole
     totals = np.array([1.0, 2.0, 3.0], np.float32)
     assert short.merge(totals) is totals  # every worker counted the whole split: no sum
+
+
+def test_a_part_of_the_split_is_evaluated_and_the_rest_read_past() -> None:
+    import tensorflow as tf
+
+    from baton.graphs import models
+    from baton.graphs.steps import make_eval_fn
+    from baton.graphs.synthetic import synthetic_dataset, synthetic_spec
+
+    spec = synthetic_spec(3, (), 2)
+    model = models.build_model("mlp", spec, seed=1)
+    data = synthetic_dataset(spec, 40, 8)  # 5 batches of 8
+    evaluate = make_eval_fn(model, spec)
+    whole = evaluate(data).numpy()
+    head, tail = evaluate(data, (0, 2)).numpy(), evaluate(data, (2, 5)).numpy()
+    assert head[2] == 16 and tail[2] == 24
+    np.testing.assert_allclose(head + tail, whole, rtol=1e-5)
+    again = evaluate(data).numpy()  # the persistent iterator is back at the split's start
+    np.testing.assert_allclose(again, whole, rtol=1e-6)
+    assert tf.is_tensor(evaluate(data, (3, 3))) and evaluate(data, (3, 3)).numpy()[2] == 0
