@@ -20,6 +20,7 @@ streaming path filled its cache: inside the trainer's timed loop.
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 # The table is used when the split takes at most this share of the memory available at the
@@ -37,16 +38,36 @@ def row_bytes(feature_spec: Any) -> int:
     return size + 8
 
 
-def available_memory() -> int:
-    """MemAvailable from /proc/meminfo, in bytes (a fixed 2 GiB where it cannot be read)."""
+def available_memory(root: Path = Path("/")) -> int:
+    """Memory this process may still take, in bytes: MemAvailable from /proc/meminfo, cut to
+    what the cgroup's limit leaves (a Kubernetes `limits.memory`: a pod sees the node's
+    MemAvailable but is killed at its own limit). A fixed 2 GiB where neither can be read."""
+    avail = None
     try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
+        for line in (root / "proc/meminfo").read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                avail = int(line.split()[1]) * 1024
     except OSError:  # not Linux
-        return _FALLBACK_AVAILABLE
-    return _FALLBACK_AVAILABLE
+        avail = None
+    left = _cgroup_headroom(root / "sys/fs/cgroup")
+    known = [x for x in (avail, left) if x is not None]
+    return min(known) if known else _FALLBACK_AVAILABLE
+
+
+def _cgroup_headroom(cgroup: Path) -> int | None:
+    """The cgroup's memory limit less its usage (v2 `memory.max` / `memory.current`, else v1
+    `memory.limit_in_bytes` / `memory.usage_in_bytes`); None without a limit."""
+    for limit_file, usage_file in (("memory.max", "memory.current"),
+                                   ("memory/memory.limit_in_bytes", "memory/memory.usage_in_bytes")):
+        try:
+            limit = (cgroup / limit_file).read_text().strip()
+            usage = int((cgroup / usage_file).read_text().strip())
+        except (OSError, ValueError):
+            continue
+        if limit == "max" or not limit.isdigit() or int(limit) >= 1 << 60:
+            return None  # no limit ("max" in v2, a huge number in v1)
+        return max(0, int(limit) - usage)
+    return None
 
 
 def fits(num_rows: int, feature_spec: Any, available: int | None = None) -> bool:

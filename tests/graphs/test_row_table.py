@@ -91,3 +91,23 @@ def test_the_job_uses_the_table_under_balance_auto_when_the_split_fits(monkeypat
     assert row_table(off) is None
     monkeypatch.setattr(rt, "available_memory", lambda: 1000 * rt.row_bytes(spec))
     assert row_table(job) is None  # too large: the whole global batch is streamed instead
+
+
+def test_available_memory_is_cut_to_the_cgroups_limit(tmp_path) -> None:
+    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/meminfo").write_text("MemTotal: 8000000 kB\nMemAvailable: 4000000 kB\n")
+    assert rt.available_memory(tmp_path) == 4_000_000 * 1024  # no cgroup files: the node's
+    v2 = tmp_path / "sys/fs/cgroup"
+    v2.mkdir(parents=True)
+    (v2 / "memory.max").write_text("max\n")
+    (v2 / "memory.current").write_text("100\n")
+    assert rt.available_memory(tmp_path) == 4_000_000 * 1024  # no limit
+    (v2 / "memory.max").write_text(str(1 << 30) + "\n")  # a pod's limits.memory: 1 GiB
+    (v2 / "memory.current").write_text(str(256 << 20) + "\n")
+    assert rt.available_memory(tmp_path) == 768 << 20
+    (v2 / "memory.max").unlink()
+    v1 = v2 / "memory"
+    v1.mkdir()
+    (v1 / "memory.limit_in_bytes").write_text(str(2 << 30))
+    (v1 / "memory.usage_in_bytes").write_text(str(1 << 30))
+    assert rt.available_memory(tmp_path) == 1 << 30
