@@ -61,7 +61,7 @@ def shardable(metrics: Sequence[Any]) -> bool:
 
 @dataclass
 class ShardedEval:
-    """Shards an eval dataset for this worker and merges the workers' counts after a pass.
+    """This worker's run of the eval split, and the merge of the workers' counts after a pass.
 
     Made by `sharded_eval`, which returns None where there is nothing to shard (one worker) or
     a metric does not merge by summing.
