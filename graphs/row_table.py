@@ -97,22 +97,21 @@ class RowTable:
             return self._rows
 
     def _load(self) -> tuple[dict[str, Any], Any]:
-        import numpy as np
         import tensorflow as tf
 
         parts: dict[str, list[Any]] = {}
         labels: list[Any] = []
-        # Eagerly even when first asked while a step is traced (the table is then captured).
-        with tf.init_scope():
+        # Eagerly even when first asked while a step is traced (the table is then captured);
+        # the batches are concatenated as tensors, one copy of the split.
+        with tf.init_scope(), tf.device("/cpu:0"):
             for features, label in self._load_dataset():
                 for k, v in features.items():
-                    parts.setdefault(k, []).append(v.numpy())
-                labels.append(label.numpy())
-        if not labels:
-            raise ValueError("the training split has no rows")
-        with tf.init_scope(), tf.device("/cpu:0"):
-            table = {k: tf.constant(np.concatenate(v)) for k, v in parts.items()}
-            return table, tf.constant(np.concatenate(labels))
+                    parts.setdefault(k, []).append(v)
+                labels.append(label)
+            if not labels:
+                raise ValueError("the training split has no rows")
+            table = {k: tf.concat(v, 0) for k, v in parts.items()}
+            return table, tf.concat(labels, 0)
 
     @property
     def num_rows(self) -> int:
