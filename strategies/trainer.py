@@ -263,7 +263,7 @@ def train(
                     m.reset()
                 part = (shards.part(eval_batches, balancer.bounds() if balancer is not None else None)
                         if shards is not None else None)
-                totals = evaluate(eval_ds, part)
+                totals = evaluate(eval_ds, part, eval_batches or None)
                 if shards is not None:
                     totals = shards.merge(totals)
                 ev = totals_to_metrics(totals.numpy(), task)
