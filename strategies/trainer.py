@@ -7,7 +7,8 @@ consumed), so a job restarted from a backup sees exactly the batches an uninterr
 seen: with deterministic ops the final weights are bitwise equal.
 
 The Python loop wakes up only between chunks of `steps_per_execution` steps (run in-graph by
-`graphs.steps.make_train_chunk`); chunks are cut at backup steps, epoch ends and fault steps.
+`graphs.steps.make_train_chunk`); chunks are cut at backup steps, epoch ends and fault steps, and
+under `balance: auto` start short so the split moves within a few steps (`Balancer.chunk_cap`).
 """
 
 from __future__ import annotations
@@ -226,6 +227,8 @@ def train(
                 n = min(plan.steps_per_execution, spe - in_epoch, total - step)
                 if plan.backup_every:
                     n = min(n, plan.backup_every - step % plan.backup_every)
+                if balancer is not None:  # measure early, then at the configured pace
+                    n = min(n, balancer.chunk_cap(plan.steps_per_execution))
                 n = faults.clip_chunk(role.fault, step, n)
                 flag = tf.constant(1.0 if role.stop.is_set() else 0.0)
                 callbacks.on_train_batch_begin(in_epoch)

@@ -94,3 +94,15 @@ def test_equal_replicas_with_noise_keep_the_even_split() -> None:
 def test_balancer_refuses_a_batch_smaller_than_the_replicas() -> None:
     with pytest.raises(ValueError, match="batch_size=1, replicas=2"):
         Balancer(global_batch=1, replicas=2)
+
+
+def test_chunks_start_at_one_step_and_double_to_the_configured_length() -> None:
+    """The unmeasured warm-up chunk is one step and the first measured one two, so the split
+    can move after three steps instead of after two full chunks (40 steps at 20 a chunk)."""
+    b = Balancer(global_batch=96, replicas=2)
+    caps = []
+    for step in range(8):
+        caps.append(b.chunk_cap(20))
+        b.observe(step, [0.5, 0.5], [48, 48])
+    assert caps == [1, 2, 4, 8, 16, 20, 20, 20]
+    assert Balancer(global_batch=96, replicas=2).chunk_cap(1) == 1
