@@ -41,6 +41,37 @@ def column_dtypes(feature_spec: Any) -> dict[str, str]:
     return cols
 
 
+def _chunk_parser(feature_spec: Any) -> Any:
+    """`record -> (features, label)`: one stored chunk of rows, decoded column by column."""
+    import tensorflow as tf
+
+    dtypes = column_dtypes(feature_spec)
+    label = feature_spec.label.name
+    tf_dtypes = {k: tf.as_dtype(_NUMPY_TO_TF[v]) for k, v in dtypes.items()}
+    spec = {k: tf.io.FixedLenFeature([], tf.string) for k in dtypes}
+    shapes = {f.name: tuple(f.shape) for f in feature_spec.features if getattr(f, "shape", ())}
+
+    def parse(record):  # noqa: ANN001, ANN202
+        raw = tf.io.parse_single_example(record, spec)
+        cols = {k: tf.io.decode_raw(raw[k], tf_dtypes[k], little_endian=True) for k in dtypes}
+        for k, shape in shapes.items():  # a tensor feature's chunk: n * prod(shape) values
+            cols[k] = tf.reshape(cols[k], [-1, *shape])
+        return {k: v for k, v in cols.items() if k != label}, cols[label]
+
+    return parse
+
+
+def read_chunks(transformed_dir: str | Path, split: str, feature_spec: Any) -> Any:
+    """The split's rows once, in file order, as the chunks were stored (no rebatch, no
+    prefetch): what `graphs.row_table` loads. Re-batching to a fixed size would copy every row
+    once more, and on a 1 GB split of images each fresh copy cost ~1.4 s on one core here (the
+    kernel's first touch of the new pages), which a slowed worker pays before its first step."""
+    import tensorflow as tf
+
+    ds = tf.data.TFRecordDataset(_files(transformed_dir, split), buffer_size=4 << 20)
+    return ds.map(_chunk_parser(feature_spec))
+
+
 def make_dataset(
     transformed_dir: str | Path,
     split: str,
@@ -76,18 +107,7 @@ def make_dataset(
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1. Received: batch_size={batch_size}")
     files = _files(transformed_dir, split)
-    dtypes = column_dtypes(feature_spec)
-    label = feature_spec.label.name
-    tf_dtypes = {k: tf.as_dtype(_NUMPY_TO_TF[v]) for k, v in dtypes.items()}
-    spec = {k: tf.io.FixedLenFeature([], tf.string) for k in dtypes}
-    shapes = {f.name: tuple(f.shape) for f in feature_spec.features if getattr(f, "shape", ())}
-
-    def parse(record):  # noqa: ANN001, ANN202
-        raw = tf.io.parse_single_example(record, spec)
-        cols = {k: tf.io.decode_raw(raw[k], tf_dtypes[k], little_endian=True) for k in dtypes}
-        for k, shape in shapes.items():  # a tensor feature's chunk: n * prod(shape) values
-            cols[k] = tf.reshape(cols[k], [-1, *shape])
-        return {k: v for k, v in cols.items() if k != label}, cols[label]
+    parse = _chunk_parser(feature_spec)
 
     # Rows held at once by the shuffle window (and the row-sharding batch) are bounded in
     # values, so a window of images stays tens of MB instead of 16384 images.

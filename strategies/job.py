@@ -239,6 +239,10 @@ def row_table(job: TrainJob) -> Any:
     rows = job.num_train_examples if job.transformed_dir else job.synthetic_examples
     if job.balance != "auto" or not rt.fits(rows, job.spec()):
         return None
+    if job.transformed_dir:
+        from baton.graphs.input_pipeline import read_chunks
+
+        return rt.RowTable(lambda: read_chunks(job.transformed_dir, "train", job.spec()))
     return rt.RowTable(lambda: _make_dataset(job, "train", 4096, shuffle=False,
                                              input_context=None, cache=False))
 

@@ -68,3 +68,18 @@ def test_missing_split_names_the_directory(data):
     path, spec, _ = data
     with pytest.raises(FileNotFoundError, match="split 'test'"):
         make_dataset(path, "test", spec, 8)
+
+
+def test_read_chunks_is_the_split_once_in_order_as_stored(data):
+    """What the balance table loads: every row once, in the same order on every read (every
+    task's table must agree), in the stored chunks (no rebatch: chunk_rows 256 here)."""
+    from baton.graphs.input_pipeline import read_chunks
+
+    path, spec, metrics = data
+    chunks = list(read_chunks(path, "train", spec))
+    sizes = [int(lb.shape[0]) for _, lb in chunks]
+    assert max(sizes) == 256 and sum(sizes) == metrics["rows_train"], sizes  # a file's last is short
+    rows = _ids(chunks)  # file after file (make_dataset interleaves the files' chunks)
+    np.testing.assert_array_equal(np.sort(rows), np.sort(_ids(make_dataset(path, "train", spec, 100))))
+    np.testing.assert_array_equal(rows, _ids(read_chunks(path, "train", spec)))  # stable
+    assert set(chunks[0][0]) == {"x0", "x1", "x2", "c0"} and chunks[0][1].dtype == tf.int64
