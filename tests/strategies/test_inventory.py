@@ -75,3 +75,20 @@ def test_train_check_refuses_a_batch_the_local_gpus_cannot_split(monkeypatch) ->
                                stage, None) == []
     # one_device uses one GPU: any batch
     assert train.check_options(train.Config(batch_size=32), RunOptions(), stage, None) == []
+
+
+def test_the_node_says_whether_tensorflow_runs_onednn_kernels_and_why() -> None:
+    """TensorFlow turns oneDNN on by itself only on CPUs with neural-network features; the
+    variable decides where it is set. The node's description carries it."""
+    avx2 = "model name\t: AMD EPYC\nflags\t\t: fpu sse avx avx2 fma\n"
+    vnni = "model name\t: Intel Xeon\nflags\t\t: avx2 avx512f avx512_vnni\n"
+    off = inventory.cpu_kernels(avx2, {})
+    assert off["cpu_model"] == "AMD EPYC" and off["onednn"]["on"] is False
+    assert "TF_ENABLE_ONEDNN_OPTS=1 turns it on" in off["onednn"]["why"]
+    on = inventory.cpu_kernels(vnni, {})
+    assert on["onednn"] == {"on": True, "why": "TensorFlow's default on this CPU (avx512_vnni)"}
+    assert inventory.cpu_kernels(avx2, {"TF_ENABLE_ONEDNN_OPTS": "1"})["onednn"]["on"] is True
+    assert inventory.cpu_kernels(vnni, {"TF_ENABLE_ONEDNN_OPTS": "0"})["onednn"]["on"] is False
+    node = {"host": "h", "cpu_cores": 2, "cpu_usable": 2, "cpu_quota": None, "gpus": 0,
+            "memory_bytes": 2**30, **off}
+    assert "; oneDNN off (TensorFlow's default on a CPU without" in inventory.describe(node)
