@@ -57,3 +57,14 @@ def test_everything_else_is_the_wrapped_grids():
     grid = QuickGrid(inner)
     assert grid.run.run_id == 7 and list(grid.get_node_ids()) == [1, 2, 3]
     assert grid.delays == []  # an attribute QuickGrid does not define
+
+
+def test_the_daemons_superexec_polls_for_apps_every_tenth_of_a_second(tmp_path, monkeypatch):
+    """Flower's SuperExec asks for an app to launch every 1 s by default; the federation's
+    daemons ask every 0.1 s, unless the user's environment says otherwise."""
+    from baton.pipeline.federated.processes import SUPEREXEC_POLL_ENV, flower_env
+
+    monkeypatch.delenv(SUPEREXEC_POLL_ENV, raising=False)
+    assert flower_env(tmp_path / "a")[SUPEREXEC_POLL_ENV] == "0.1"
+    monkeypatch.setenv(SUPEREXEC_POLL_ENV, "2")
+    assert flower_env(tmp_path / "b")[SUPEREXEC_POLL_ENV] == "2"
