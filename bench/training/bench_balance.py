@@ -30,6 +30,7 @@ exclusive hold of the machine to minutes).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -256,7 +257,7 @@ def main() -> None:
         "invocations": [*previous.get("invocations", []), {
             "started": time.strftime("%Y-%m-%d %H:%M", time.localtime(started)),
             "load_at_start": [round(x, 2) for x in load], "batches": args.batches,
-            "emulations": emulations}],
+            "emulations": emulations, "cpu": cpu_host()}],
         "load_at_start": previous.get("load_at_start") or [round(x, 2) for x in load],
         "cpu_count": os.cpu_count(),
         "model": described,
@@ -270,6 +271,24 @@ def main() -> None:
     out_file.parent.mkdir(parents=True, exist_ok=True)
     out_file.write_text(json.dumps(out, indent=2) + "\n")
     print(json.dumps(out["summary"], indent=2))
+
+
+def cpu_host() -> dict:
+    """The host's CPU model and whether TensorFlow's oneDNN kernels were on: TensorFlow turns
+    them on by itself only on CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX, and without
+    them this CNN's convolutions ran ~3.5x slower (an AVX2-only AMD EPYC host against the
+    Intel host of the earlier rounds), so rates from different hosts are not comparable."""
+    flags, model = set(), ""
+    with contextlib.suppress(OSError):
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name") and not model:
+                model = line.split(":", 1)[1].strip()
+            if line.startswith("flags") and not flags:
+                flags = set(line.split(":", 1)[1].split())
+    nn = sorted(f for f in flags if f in ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile"))
+    asked = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
+    return {"model": model, "nn_features": nn,
+            "onednn": {"1": True, "0": False}.get(asked or "", bool(nn))}
 
 
 def summarise(rows: list[dict]) -> dict:
