@@ -31,6 +31,7 @@ import json
 import math
 import os
 import socket
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -71,7 +72,8 @@ def node_inventory() -> dict[str, Any]:
 ONEDNN_BY_DEFAULT = ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile")
 
 
-def cpu_kernels(cpuinfo: str | None = None, env: dict[str, str] | None = None) -> dict[str, Any]:
+def cpu_kernels(cpuinfo: str | None = None,
+                env: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The CPU model and whether TensorFlow on this node runs its oneDNN kernels, and why.
 
     Not applied, reported: on an AVX2-only CPU TensorFlow leaves oneDNN off, and there Baton's
@@ -82,13 +84,13 @@ def cpu_kernels(cpuinfo: str | None = None, env: dict[str, str] | None = None) -
     user sets the variable for the tasks; two nodes that differ also differ in speed, which
     `balance: auto` measures.
     """
-    env = os.environ if env is None else env
+    environ: Mapping[str, str] = os.environ if env is None else env
     if cpuinfo is None:
         try:
             cpuinfo = Path("/proc/cpuinfo").read_text()
         except OSError:  # not Linux
             cpuinfo = ""
-    model, flags = "", set()
+    model, flags = "", set[str]()
     for line in cpuinfo.splitlines():
         key, _, value = line.partition(":")
         if key.strip() == "model name" and not model:
@@ -96,7 +98,7 @@ def cpu_kernels(cpuinfo: str | None = None, env: dict[str, str] | None = None) -
         elif key.strip() == "flags" and not flags:
             flags = set(value.split())
     nn = [f for f in ONEDNN_BY_DEFAULT if f in flags]
-    asked = env.get("TF_ENABLE_ONEDNN_OPTS", "").strip().lower()
+    asked = environ.get("TF_ENABLE_ONEDNN_OPTS", "").strip().lower()
     if asked in ("1", "true"):
         on, why = True, "TF_ENABLE_ONEDNN_OPTS=1"
     elif asked in ("0", "false"):
