@@ -52,6 +52,16 @@ def _wait_for(path: Path, timeout: float = 20.0) -> None:
         time.sleep(0.01)
 
 
+def _read_pid(path: Path, timeout: float = 20.0) -> int:
+    """The pid a child wrote to `path`, once written: `write_text` creates the file before it
+    writes, and a reader that only waited for the file once read '' (a full suite, 2026-12-03)."""
+    deadline = time.monotonic() + timeout
+    while not (path.exists() and path.read_text().strip()):
+        assert time.monotonic() < deadline, f"{path} never got a pid"
+        time.sleep(0.01)
+    return int(path.read_text())
+
+
 def _alive(pid: int) -> bool:
     """Running (a zombie waiting for a parent that is not ours to reap it counts as gone)."""
     try:
@@ -197,8 +207,8 @@ def test_leftover_children_die_with_their_member(pids, tmp_path) -> None:
         group.start("stopped", Command([PY, "-c", spawn + "import time; time.sleep(60)", "stopped"]))
         assert [e.name for e in group.wait(20)] == ["exits"]
         _wait_for(tmp_path / "stopped")
-        orphan = int((tmp_path / "exits").read_text())
-        grandchild = int((tmp_path / "stopped").read_text())
+        orphan = _read_pid(tmp_path / "exits")
+        grandchild = _read_pid(tmp_path / "stopped")
         pids += [orphan, grandchild]  # checked (and cleaned up) by the fixture too
         _wait_gone(orphan)
         assert _alive(grandchild)
@@ -219,7 +229,7 @@ def test_a_stopped_member_s_descendants_in_sessions_of_their_own_go_too(pids, tm
     with ProcessGroup(grace=0.3, on_start=pids.on_start) as group:
         group.start("m", Command([PY, "-c", spawn]))
         _wait_for(tmp_path / "child")
-        child = int((tmp_path / "child").read_text())
+        child = _read_pid(tmp_path / "child")
         pids.append(child)
         assert os.getpgid(child) != group.pid("m")  # its own session: the group signal misses it
         group.stop()
