@@ -30,7 +30,6 @@ exclusive hold of the machine to minutes).
 from __future__ import annotations
 
 import argparse
-import contextlib
 import io
 import json
 import os
@@ -274,21 +273,12 @@ def main() -> None:
 
 
 def cpu_host() -> dict:
-    """The host's CPU model and whether TensorFlow's oneDNN kernels were on: TensorFlow turns
-    them on by itself only on CPUs with AVX512_VNNI, AVX512_BF16, AVX_VNNI or AMX, and without
-    them this CNN's convolutions ran ~3.5x slower (an AVX2-only AMD EPYC host against the
-    Intel host of the earlier rounds), so rates from different hosts are not comparable."""
-    flags, model = set(), ""
-    with contextlib.suppress(OSError):
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name") and not model:
-                model = line.split(":", 1)[1].strip()
-            if line.startswith("flags") and not flags:
-                flags = set(line.split(":", 1)[1].split())
-    nn = sorted(f for f in flags if f in ("avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile"))
-    asked = os.environ.get("TF_ENABLE_ONEDNN_OPTS")
-    return {"model": model, "nn_features": nn,
-            "onednn": {"1": True, "0": False}.get(asked or "", bool(nn))}
+    """The host's CPU model and whether TensorFlow's oneDNN kernels ran (the node inventory's
+    own report): without them this CNN's convolutions ran ~3.5x slower on one core, so rates
+    from different hosts are not comparable."""
+    from baton.strategies.inventory import cpu_kernels
+
+    return cpu_kernels()
 
 
 def summarise(rows: list[dict]) -> dict:
