@@ -108,6 +108,7 @@ class Emulator:
         self.conditions: list[dict[str, str]] = []
         self.history: list[str] = []  # every condition type set, in order (for reports and tests)
         self.pods: dict[str, _Pod] = {}
+        self.local_addresses: dict[str, str] = {}  # pod -> the 127.0.0.1:port it serves on
         # The processes: one member per pod (its init containers, then `tensorflow`), deleted
         # together at the end; the operator's restartPolicy per replica decides on each exit.
         self.group = ProcessGroup(grace=options.grace_seconds, on_start=self._started,
@@ -160,6 +161,7 @@ class Emulator:
                 plan = plan_pod(self.job, rtype, i, op, lo, self.opts.volume_dir, self.opts.work_dir,
                                 configmaps, self.opts.command, env)
                 self.pods[plan.name] = _Pod(plan)
+                self.local_addresses[plan.name] = local[rtype.lower()][i]
                 mapping[plan.name] = {
                     "operator_address": cluster[rtype.lower()][i],
                     "local_address": local[rtype.lower()][i],
@@ -277,6 +279,7 @@ class Emulator:
             return None
         self._event("exited", pod.plan.name, code=code)
         self._say(f"{pod.plan.name}: {verdict.reason}")
+        self._say_port_holders(pod)
         if verdict.action is Action.RESTART:
             pod.restarts += 1
             self.set_condition(
@@ -303,6 +306,16 @@ class Emulator:
                 f"failed (exit code {code}).",
             )
         return "Failed"
+
+    def _say_port_holders(self, pod: _Pod) -> None:
+        """A replica that failed while another process holds its port cannot come back on it
+        (a pod here keeps its port across restarts): say who holds it."""
+        from baton.strategies.cluster import port_holders
+
+        address = self.local_addresses.get(pod.plan.name)
+        holders = port_holders(int(address.rsplit(":", 1)[1])) if address else []
+        if holders:
+            self._say(f"{pod.plan.name}: its port {address} is held by " + "; ".join(holders))
 
     def _tail(self, pod: _Pod, lines: int = 15) -> None:
         path = self.opts.work_dir / "logs" / f"{pod.plan.name}.log"

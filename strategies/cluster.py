@@ -241,6 +241,9 @@ class TFConfig:
         return cls.from_json(text) if text else None
 
 
+PORT_RANGE_ENV = "BATON_PORT_RANGE"  # "LOW-HIGH": where free_ports picks (inclusive)
+
+
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     """`n` distinct ports free on `host` now, for tasks that bind them seconds later.
 
@@ -250,26 +253,41 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     task's own bind (TensorFlow's import alone takes seconds). Seen in a full suite: a TFJob
     emulator worker's server failed "Could not start gRPC server" on all four attempts because
     its port had become another connection's. A port below the range is only handed out by an
-    explicit bind. All sockets are held open until every port is chosen; with too small a range
-    below the ephemeral one, the port-0 scheme is the fallback.
+    explicit bind. All sockets are held open until every port is chosen, so the ports differ; with
+    too small a range below the ephemeral one, the port-0 scheme is the fallback. A loopback
+    port is checked on the wildcard address, as TensorFlow's server binds it, and without
+    SO_REUSEADDR (with it, Linux lets a second unlistened socket bind a port already bound).
+
+    A port is only free when chosen: a cluster keeps its ports for its life, and a restarted
+    task binds its port again. Two launchers or emulators on one machine can pick the same port
+    (one's task is down, restarting, when the other checks it), and then the restarted task
+    cannot bind it: the likely cause of a CI failure where a TFJob worker failed three restarts
+    on "Could not start gRPC server" while a federation emulated beside it had a pod restart.
+    Such neighbours get ranges of their own with BATON_PORT_RANGE=LOW-HIGH (inclusive, the test
+    suite gives each pytest-xdist worker one); within it there is no fallback, so the choice
+    never leaves the range it was given.
     """
     import random
 
-    low = _ephemeral_low()
+    given = _given_range()
+    low, high = given or (_PRIVATE_FROM, _ephemeral_low() - 1)
     pick = random.SystemRandom()
     socks: list[socket.socket] = []
     try:
-        tries = 0
-        while len(socks) < n and low - _PRIVATE_FROM >= 64 * n and tries < 200 * n:
+        tries, limit = 0, max(200 * n, 4 * (high + 1 - low)) if given else 200 * n
+        while len(socks) < n and (given or high + 1 - low >= 64 * n) and tries < limit:
             tries += 1
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            try:
-                s.bind((host, pick.randrange(_PRIVATE_FROM, low)))
+            try:  # no SO_REUSEADDR: a port in any use, lingering connections included, is refused
+                s.bind(("" if host in _LOOPBACK else host, pick.randint(low, high)))
             except OSError:
                 s.close()
                 continue
             socks.append(s)
+        if given and len(socks) < n:
+            raise ClusterSpecError(
+                f"{PORT_RANGE_ENV}={os.environ[PORT_RANGE_ENV]!r} has fewer than {n} free "
+                f"port(s) on {host}: found {len(socks)}")
         while len(socks) < n:  # fallback: the kernel's choice
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -281,7 +299,49 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
             s.close()
 
 
+def port_holders(port: int) -> list[str]:
+    """The live processes with `port` bound on this machine, as "pid N (command) STATE": what
+    a message says when a task that exited could not have bound its port again. Connections
+    without a process (TIME_WAIT, which SO_REUSEADDR binds over) are left out; empty when
+    nothing is found or the system does not let us look."""
+    import psutil
+
+    try:
+        connections = psutil.net_connections(kind="tcp")
+    except (psutil.Error, OSError):
+        return []
+    found = set()
+    for c in connections:
+        if c.laddr and c.laddr.port == port and c.pid:
+            try:
+                command = " ".join(psutil.Process(c.pid).cmdline())[:160]
+            except psutil.Error:
+                command = "?"
+            found.add(f"pid {c.pid} ({command}) {c.status}")
+    return sorted(found)
+
+
 _PRIVATE_FROM = 20000  # above the ports services usually listen on (8080, 8500, 9000...)
+# A loopback port is checked on every address: TensorFlow's server binds the wildcard
+_LOOPBACK = ("127.0.0.1", "localhost")
+
+
+def _given_range() -> tuple[int, int] | None:
+    """BATON_PORT_RANGE as (low, high), inclusive; None when unset. A malformed value is a
+    usage error naming the variable and what it held."""
+    text = os.environ.get(PORT_RANGE_ENV, "").strip()
+    if not text:
+        return None
+    low_s, sep, high_s = text.partition("-")
+    try:
+        low, high = int(low_s), int(high_s)
+    except ValueError:
+        low = high = -1
+    if not sep or not 1024 <= low <= high <= 65535:
+        raise ClusterSpecError(
+            f"{PORT_RANGE_ENV} must be LOW-HIGH, two ports with 1024 <= LOW <= HIGH <= 65535. "
+            f"Received: {text!r}")
+    return low, high
 
 
 def _ephemeral_low() -> int:

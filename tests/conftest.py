@@ -7,6 +7,7 @@ a module named like one of the folders is imported fails.
 
 from __future__ import annotations
 
+import os
 import sys
 
 import pytest
@@ -25,6 +26,22 @@ def _no_top_level_folder_imports():
             del sys.modules[name]
         pytest.fail(f"imported as top-level packages (use baton.*): {leaked[:10]}")
 
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Each pytest-xdist worker picks ports in a range of its own (BATON_PORT_RANGE, inherited
+    by every process it starts): a cluster or emulator keeps its ports for its life, and a task
+    restarting in one worker must not find its port taken by a cluster another worker chose it
+    for meanwhile (strategies.cluster.free_ports)."""
+    worker, count = os.environ.get("PYTEST_XDIST_WORKER"), os.environ.get("PYTEST_XDIST_WORKER_COUNT")
+    if not worker or not count or "BATON_PORT_RANGE" in os.environ:
+        return
+    from baton.strategies.cluster import _PRIVATE_FROM, _ephemeral_low
+
+    index, workers = int(worker.removeprefix("gw")), int(count)
+    size = (_ephemeral_low() - _PRIVATE_FROM) // workers
+    low = _PRIVATE_FROM + index * size
+    os.environ["BATON_PORT_RANGE"] = f"{low}-{low + size - 1}"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -114,6 +114,41 @@ def test_pods_left_running_are_deleted_together_and_their_exit_reported(tmp_path
     assert _pids_gone(events)
 
 
+def test_a_failed_replica_whose_port_another_process_holds_names_that_process(tmp_path):
+    """A pod keeps its port across restarts here: when a replica fails while a live process
+    holds its port (the restart would fail to bind it), the emulator says which process."""
+    import io
+    import socket
+
+    held: list[socket.socket] = []
+    stream = io.StringIO()
+
+    def on_event(kind: str, pod: str, details: dict) -> None:
+        if kind == "started" and pod.endswith("-worker-0"):
+            port = int(em.local_addresses[pod].rsplit(":", 1)[1])
+            s = socket.socket()
+            s.bind(("127.0.0.1", port))
+            s.listen()
+            held.append(s)
+
+    opts = EmulatorOptions(volume_dir=tmp_path / "vol", work_dir=tmp_path / "work",
+                           command=[sys.executable, "-c", REPLICA, "/artifacts/out", "x"],
+                           env={"CODES_worker_0": "1", "CODES_chief_0": "-1"},
+                           on_event=on_event, stream=stream, grace_seconds=5)
+    em = Emulator(_job(), opts)
+    try:
+        assert em.run() == 1
+    finally:
+        for s in held:
+            s.close()
+    worker = next(name for name in em.local_addresses if name.endswith("-worker-0"))
+    said = stream.getvalue()
+    assert (f"{worker}: its port {em.local_addresses[worker]} is held by pid {os.getpid()} ("
+            in said and "LISTEN" in said), said
+    chief = next(name for name in em.local_addresses if name.endswith("-chief-0"))
+    assert f"{chief}: its port" not in said  # the chief was deleted, not failed
+
+
 def test_permanent_exit_code_fails_the_job(tmp_path):
     job = _job()
     rc, em, events = _run(tmp_path, job, {"worker_0": "1", "chief_0": "-1"})

@@ -47,7 +47,10 @@ def test_baton_k8s_emulate_runs_the_generated_federation(tmp_path, capsys):
     assert set(status["pods"]) == {"fedpen-r1-superlink-0", "fedpen-r1-node-client-0-0",
                                    "fedpen-r1-node-client-1-0", "fedpen-r1-data-0",
                                    "fedpen-r1-flwr-run-0"}  # the serving Deployment is not run
-    assert status["problems"] == [] and all(p["restarts"] == 0 for p in status["pods"].values())
+    restarted = {name: (pod["exitCodes"], (work / "logs" / f"{name}.log").read_text(
+        errors="replace")[-2000:]) for name, pod in status["pods"].items() if pod["restarts"]}
+    assert status["problems"] == [] and not restarted, (status["problems"], restarted,
+                                                         said[-3000:])
     link = json.loads((work / "addresses.json").read_text())["services"][
         "fedpen-r1-superlink.ml.svc:9091"]
 

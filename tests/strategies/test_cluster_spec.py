@@ -75,6 +75,7 @@ def test_free_ports_are_below_the_ephemeral_range_and_fall_back_to_port_0(monkey
     """An ephemeral port can become an outgoing connection's before the task binds it."""
     from baton.strategies import cluster
 
+    monkeypatch.delenv(cluster.PORT_RANGE_ENV, raising=False)
     low = cluster._ephemeral_low()
     ports = free_ports(8)
     assert len(set(ports)) == 8 and all(cluster._PRIVATE_FROM <= p < low for p in ports)
@@ -84,13 +85,61 @@ def test_free_ports_are_below_the_ephemeral_range_and_fall_back_to_port_0(monkey
         taken = held.getsockname()[1]
         held.listen()
         picks = iter([taken, taken, low - 1])
-        monkeypatch.setattr("random.SystemRandom.randrange", lambda self, a, b: next(picks))
+        monkeypatch.setattr("random.SystemRandom.randint", lambda self, a, b: next(picks))
         monkeypatch.setattr(cluster, "_ephemeral_low", lambda: 65000)
         assert free_ports(1) == [low - 1]
     # no room below the range: the kernel's port-0 choice
     monkeypatch.setattr(cluster, "_ephemeral_low", lambda: cluster._PRIVATE_FROM + 10)
     (port,) = free_ports(1)
     assert 0 < port < 65536
+
+
+def _bound(reuse: bool) -> socket.socket:
+    """A socket holding a kernel-chosen port, bound but not listening."""
+    s = socket.socket()
+    if reuse:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    return s
+
+
+def test_a_port_bound_without_listening_is_not_free_and_two_picks_never_share_one(monkeypatch):
+    """Checked without SO_REUSEADDR: with it, Linux lets a second socket that does not listen
+    bind a port already bound, so a port held that way (or picked twice) passed as free."""
+    from baton.strategies import cluster
+
+    with _bound(reuse=True) as held:
+        taken = held.getsockname()[1]
+        monkeypatch.setenv(cluster.PORT_RANGE_ENV, f"{taken}-{taken}")
+        with pytest.raises(ClusterSpecError, match=f"BATON_PORT_RANGE='{taken}-{taken}' has "
+                                                   "fewer than 1 free port"):
+            free_ports(1)
+    with _bound(reuse=False) as a, _bound(reuse=False) as b:
+        first, second = a.getsockname()[1], b.getsockname()[1]
+    lo, hi = sorted((first, second))
+    if hi - lo < 50:  # two ports, nearly all free: both are returned, each once
+        monkeypatch.setenv(cluster.PORT_RANGE_ENV, f"{lo}-{hi}")
+        ports = free_ports(2)
+        assert len(set(ports)) == 2 and all(lo <= p <= hi for p in ports)
+
+
+def test_baton_port_range_bounds_the_choice_and_a_bad_value_names_the_variable(monkeypatch):
+    """Two launchers or emulators on one machine each get their own range (the suite gives
+    each pytest-xdist worker one), so one cannot take a port the other's restarting task
+    will bind again."""
+    from baton.strategies import cluster
+
+    monkeypatch.setenv(cluster.PORT_RANGE_ENV, "40100-40163")
+    ports = free_ports(8)
+    assert len(set(ports)) == 8 and all(40100 <= p <= 40163 for p in ports)
+    assert all(40100 <= int(spec.rsplit(":", 1)[1]) <= 40163
+               for spec in ClusterSpec.local(workers=2).worker)
+    for bad in ("40100", "40100-", "x-40200", "40200-40100", "80-90", "40000-70000"):
+        monkeypatch.setenv(cluster.PORT_RANGE_ENV, bad)
+        with pytest.raises(ClusterSpecError, match=rf"BATON_PORT_RANGE must be LOW-HIGH.*"
+                                                   rf"Received: '{bad}'") as err:
+            free_ports(1)
+        assert err.value.exit_code == 2
 
 
 def test_local_cluster_needs_a_worker():
