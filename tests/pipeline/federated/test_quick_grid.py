@@ -59,12 +59,14 @@ def test_everything_else_is_the_wrapped_grids():
     assert grid.delays == []  # an attribute QuickGrid does not define
 
 
-def test_the_daemons_superexec_polls_for_apps_every_tenth_of_a_second(tmp_path, monkeypatch):
-    """Flower's SuperExec asks for an app to launch every 1 s by default; the federation's
-    daemons ask every 0.1 s, unless the user's environment says otherwise."""
-    from baton.pipeline.federated.processes import SUPEREXEC_POLL_ENV, flower_env
+def test_the_supernodes_superexec_polls_for_apps_every_fifth_of_a_second(tmp_path, monkeypatch):
+    """Flower's SuperExec asks for an app to launch every 1 s by default; the SuperNodes' ask
+    every 0.2 s, unless the user's environment says otherwise; the SuperLink's keeps Flower's
+    default (each ask costs the SuperLink an HTTP call, and it launches one ServerApp a run)."""
+    from baton.pipeline.federated.processes import NODE_TASK_POLL_S, SUPEREXEC_POLL_ENV, flower_env
 
     monkeypatch.delenv(SUPEREXEC_POLL_ENV, raising=False)
-    assert flower_env(tmp_path / "a")[SUPEREXEC_POLL_ENV] == "0.1"
+    assert flower_env(tmp_path / "a", task_poll_s=NODE_TASK_POLL_S)[SUPEREXEC_POLL_ENV] == "0.2"
+    assert SUPEREXEC_POLL_ENV not in flower_env(tmp_path / "link")
     monkeypatch.setenv(SUPEREXEC_POLL_ENV, "2")
-    assert flower_env(tmp_path / "b")[SUPEREXEC_POLL_ENV] == "2"
+    assert flower_env(tmp_path / "b", task_poll_s=NODE_TASK_POLL_S)[SUPEREXEC_POLL_ENV] == "2"
