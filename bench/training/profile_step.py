@@ -2,7 +2,8 @@
 
 `balance: auto` can only shorten the part of a step that a split shortens: the replicas'
 forward and backward passes. This measures the rest too, on the bench's job
-(bench_balance.py: mlp 512x512, columnar rows through Baton's input pipeline), each part in
+(bench_balance.py: mlp 512x512 or, with `--model cnn`, the CNN on 32x32x3 images; columnar
+rows through Baton's input pipeline), each part in
 its own in-graph loop of `--steps` iterations, both workers running it at the same time
 (a scalar all-reduce lines them up first), so each part sees the same contention as in a step:
 
@@ -271,6 +272,8 @@ def _op_type(name: str) -> str:
 
 def main() -> None:
     p = argparse.ArgumentParser()
+    p.add_argument("--model", choices=("mlp", "cnn"), default="mlp",
+                   help="bench_balance.py's workload (cnn: 32x32x3 images; use --batch 2048)")
     p.add_argument("--batch", type=int, default=8192)
     p.add_argument("--steps", type=int, default=10, help="iterations per timed call")
     p.add_argument("--repeats", type=int, default=5)
@@ -294,7 +297,7 @@ def main() -> None:
         _worker(args)
         return
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_balance import write_transformed
+    from bench_balance import MODELS, image_spec, write_transformed
 
     from baton.graphs.synthetic import synthetic_spec
     from baton.strategies import launcher
@@ -302,12 +305,14 @@ def main() -> None:
     from baton.strategies.slowdown import parse_slowdown
 
     load = os.getloadavg()
-    spec = synthetic_spec(32, (16, 8), 4)
+    _, model, model_config = MODELS[args.model]
+    spec = image_spec() if args.model == "cnn" else synthetic_spec(32, (16, 8), 4)
+    rows = args.batch * (16 if args.model == "cnn" else 40)  # 16 x 2048 images: 400 MB
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
-        data = write_transformed(root / "data", spec, args.batch * 40, 16_384)
+        data = write_transformed(root / "data", spec, rows, 16_384)
         job = TrainJob(feature_spec=spec.to_dict(), transformed_dir=str(data),
-                       num_train_examples=args.batch * 40, model_config={"hidden_units": [512, 512]},
+                       num_train_examples=rows, model=model, model_config=model_config,
                        batch_size=args.batch, strategy="multi_worker_mirrored",
                        communication=json.loads(args.communication))
         (root / "job.json").write_text(job.to_json())
@@ -331,7 +336,7 @@ def main() -> None:
         if not res.ok:
             raise SystemExit(f"failed: {res.error}\n{log.getvalue()[-4000:]}")
         workers = [json.loads((root / f"worker:{i}.json").read_text()) for i in range(2)]
-    result = {"started_load": [round(x, 2) for x in load], "batch": args.batch,
+    result = {"started_load": [round(x, 2) for x in load], "model": args.model, "batch": args.batch,
               "slowdown": args.slowdown, "applied": res.slowdown, "env": extra,
               "communication": args.communication, "workers": workers,
               "summary": summarise(workers, args.split)}
