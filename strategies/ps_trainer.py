@@ -126,7 +126,7 @@ def train(
     # waits only for these (not for a whole epoch's worth) before the checkpoint.
     window = 2 * max(job_workers(strategy), 1)
     model.stop_training = False
-    stopped = False
+    stopped = preempted = False
     callbacks.on_train_begin()
     while step < total and not stopped:
         epoch_end = (step // spe + 1) * spe
@@ -154,8 +154,16 @@ def train(
             if role.stop.is_set():
                 coordinator.join()  # every scheduled closure has run once it returns
                 step = state.step = scheduled
-                backups.save()
-                raise Preempted(step=step)
+                if step < epoch_end:
+                    backups.save()
+                    raise Preempted(step=step)
+                # The epoch is complete: its record and the epoch-end backup holding it first
+                # (below); a backup at its last step without the record lost it from history.
+                preempted = True
+                while pending:  # their chunks ran (join): their totals belong to the epoch
+                    more = pending.popleft().fetch()
+                    epoch_totals = [a + float(b) for a, b in zip(epoch_totals, more, strict=True)]
+                break
             callbacks.on_train_batch_end((state.step - 1) % spe, totals_to_metrics(totals, task))
             stopped = stopped or bool(getattr(model, "stop_training", False))
         coordinator.join()
@@ -171,7 +179,9 @@ def train(
         ev.update({m.name: m.result() for m in metrics})
         record.update({f"eval_{k}": v for k, v in ev.items()})
         history.append(record)
-        callbacks.on_epoch_end(record["epoch"] - 1, cbs.epoch_logs(record))
+        callbacks.on_epoch_end(record["epoch"] - 1, cbs.epoch_logs(record))  # saves the backup
+        if preempted:
+            raise Preempted(step=step)
         stopped = stopped or bool(getattr(model, "stop_training", False))
     callbacks.on_train_end(cbs.epoch_logs(history[-1]) if history else None)
     seconds = time.perf_counter() - start

@@ -213,7 +213,7 @@ def train(
     shards = sharded_eval(strategy, metrics) if eval_ds is not None else None
     eval_batches = count_batches(eval_ds) if shards is not None else 0
     model.stop_training = False
-    stopped = False
+    stopped = preempted = False
     window = _Window()
     # The first chunk carries one-off work (tracing the step, filling the input's cache); a
     # short run's examples/s is mostly that. `steady_examples_per_sec` starts after it.
@@ -249,9 +249,15 @@ def train(
                 epoch_totals = [a + float(b) for a, b in zip(epoch_totals, totals, strict=True)]
                 epoch_totals[3] = 0.0
                 if totals[3] > 0:  # some task got SIGTERM: everyone saves at this same step, then stops
-                    backups.save()
-                    backups.flush()
-                    raise Preempted(step=step)
+                    if in_epoch < spe:
+                        backups.save()
+                        backups.flush()
+                        raise Preempted(step=step)
+                    # The chunk ended the epoch: its record (and the epoch-end backup holding
+                    # it) first, below. A backup at the epoch's last step without its record
+                    # resumed into the next epoch, and history.json lacked this one.
+                    preempted = True
+                    break
                 callbacks.on_train_batch_end(in_epoch - 1, totals_to_metrics(totals, task))
                 if stop_requested():
                     stopped = True
@@ -274,7 +280,10 @@ def train(
                 record.update({f"eval_{k}": v for k, v in ev.items()})
             history.append(record)
             epoch_totals = [0.0, 0.0, 0.0, 0.0]
-            callbacks.on_epoch_end(epoch, cbs.epoch_logs(record))
+            callbacks.on_epoch_end(epoch, cbs.epoch_logs(record))  # saves the backup
+            if preempted:
+                backups.flush()
+                raise Preempted(step=step)
             stopped = stopped or stop_requested()
     except BaseException:
         if backup is not None:  # a background write in flight is a whole backup: let it land

@@ -164,3 +164,46 @@ def test_a_run_resumed_from_a_background_backup_ends_where_the_whole_run_does(tm
     assert resumed.resumed_from == 30 and resumed.steps == 48
     for a, b in zip(whole.model.get_weights(), resumed.model.get_weights(), strict=True):
         np.testing.assert_array_equal(a, b)
+
+
+@pytest.mark.slow
+def test_a_sigterm_landing_on_an_epochs_last_step_keeps_that_epochs_record(tmp_path) -> None:
+    """Seen in the suite: SIGTERM landed on the chunk that ended epoch 2, the backup was saved
+    at that step before the epoch's record, and the resumed run's history.json went 1, 3, 4..."""
+    import keras
+
+    from baton.errors import Preempted
+    from baton.graphs import models
+    from baton.graphs.synthetic import synthetic_dataset, synthetic_spec
+    from baton.strategies.factory import make_strategy
+    from baton.strategies.trainer import Objectives, TaskRole, TrainPlan, train
+
+    spec = synthetic_spec(numeric=4, categorical=(5,), classes=3)
+    strategy = make_strategy("one_device")
+    plan = TrainPlan(epochs=3, steps_per_epoch=8, global_batch_size=32, steps_per_execution=4)
+
+    def build():
+        return (models.build_model("mlp", spec, models.MLPConfig(hidden_units=(8,)), seed=1),
+                keras.optimizers.Adam(0.01))
+
+    def data(skip, ctx):
+        ds = synthetic_dataset(spec, 256, 32, seed=1, shuffle=True, repeat=True,
+                               drop_remainder=True)
+        return ds.skip(skip) if skip else ds
+
+    role = TaskRole(backup_dir=tmp_path, fingerprint="job")
+
+    class SigtermAfterStep4(keras.callbacks.Callback):  # the next chunk (steps 5-8) sees it
+        def on_train_batch_end(self, batch, logs=None):
+            if batch == 3 and not role.stop.is_set():
+                role.stop.set()
+
+    with pytest.raises(Preempted) as stop:
+        train(strategy, build, spec, data, None, plan, role,
+              objectives=Objectives(callbacks=lambda: [SigtermAfterStep4()]))
+    assert stop.value.step == 8  # the last step of epoch 1
+    resumed = train(strategy, build, spec, data, None, plan,
+                    TaskRole(backup_dir=tmp_path, fingerprint="job"))
+    assert resumed.resumed_from == 8 and resumed.steps == 24
+    assert [h["epoch"] for h in resumed.history] == [1, 2, 3]
+    assert [h["step"] for h in resumed.history] == [8, 16, 24]
