@@ -6,6 +6,9 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 PIP    := $(BIN)/python -m pip install --quiet --no-compile --disable-pip-version-check
+# uv installs the project: on a clean machine 23 s (uv itself 3 s) against 116 s for pip, the
+# same packages (pip freeze equal), the same PyPI. It compiles no bytecode (like --no-compile).
+UV     := $(BIN)/uv pip install --quiet --python $(BIN)/python
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 # Bytecode is compiled lazily (pip --no-compile below) and must then be written: with
 # PYTHONDONTWRITEBYTECODE set (as on this machine) every process of the suite compiled
@@ -30,17 +33,20 @@ PYTEST_ARGS := -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder --durat
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 
+$(BIN)/uv: | $(BIN)/python
+	$(PIP) 'uv>=0.5'
+
 # Reinstall only when the declared dependencies change. The demo needs the runtime only;
-# test and lint add the dev tools. --no-compile: bytecode is compiled lazily on import instead
-# of for every file of TensorFlow at install time (about a minute saved on 2 cores).
-$(VENV)/.runtime: pyproject.toml | $(BIN)/python
-	$(PIP) -e .
+# test and lint add the dev tools. Bytecode is compiled lazily on import instead of for every
+# file of TensorFlow at install time (about a minute saved on 2 cores).
+$(VENV)/.runtime: pyproject.toml | $(BIN)/uv
+	$(UV) -e .
 	touch $@
 
-# One pip run for the runtime and the dev tools: on a clean checkout a second run resolved
+# One install for the runtime and the dev tools: on a clean checkout a second run resolved
 # everything again after the first.
-$(VENV)/.dev: pyproject.toml | $(BIN)/python
-	$(PIP) -e '.[dev,federated]'
+$(VENV)/.dev: pyproject.toml | $(BIN)/uv
+	$(UV) -e '.[dev,federated]'
 	touch $(VENV)/.runtime $@
 
 venv: $(VENV)/.dev
@@ -68,7 +74,7 @@ test-fast: $(VENV)/.dev
 # The serving benchmark drives load with wrk (Debian's package); the data benchmark's peer,
 # tensorflow-transform, pins its own versions and so lives in its own venv.
 bench: $(VENV)/.dev
-	$(PIP) -e '.[bench]'
+	$(UV) -e '.[bench]'
 	command -v wrk >/dev/null || (apt-get update -qq && apt-get install -y -qq wrk)
 	test -x .venv-tft/bin/python || ($(PYTHON) -m venv .venv-tft && \
 	  .venv-tft/bin/python -m pip install --quiet 'tensorflow-transform==1.21.*')

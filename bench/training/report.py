@@ -63,7 +63,7 @@ def load(results: Path) -> dict[str, Any]:
     """The result files that exist in `results`, parsed."""
     out: dict[str, Any] = {}
     for name in ("single", "cluster", "meta", "own_model", "elastic", "balance",
-                 "balance_emulations", "balance_cnn", "auto_workers"):
+                 "balance_emulations", "balance_cnn", "balance_cnn_emulations", "auto_workers"):
         f = results / f"{name}.json"
         if f.exists():
             out[name] = json.loads(f.read_text())
@@ -668,7 +668,8 @@ def render(results: dict[str, Any]) -> str:
     if results.get("balance"):
         lines += balance_section(results["balance"], results.get("balance_emulations"))
     if results.get("balance_cnn"):
-        lines += balance_section(results["balance_cnn"], workload="an image model")
+        lines += balance_section(results["balance_cnn"], results.get("balance_cnn_emulations"),
+                                 workload="an image model")
     if results.get("auto_workers"):
         lines += auto_workers_section(results["auto_workers"])
     earlier = EARLIER_RUNS if meta else EARLIER_RUNS + CONDITIONS_BY_HAND

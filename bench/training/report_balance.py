@@ -164,8 +164,8 @@ def balance_section(bal: dict, emulations: dict | None = None, workload: str = "
     if emulations:
         lines += [
             "The emulations, calibrated (bench/training/profile_step.py: worker:1's pass rate "
-            "over worker:0's on the same 4,096 rows, and at the best of the fixed splits tried "
-            "the step's time beyond its longer pass):",
+            "over worker:0's on the same rows, half the global batch each, and at the best of "
+            "the fixed splits tried the step's time beyond its longer pass):",
             "",
             *_calibration_rows(emulations),
             "",

@@ -85,16 +85,17 @@ def test_dry_run_shows_the_stages_error_and_bad_usage_exits_2(tmp_path):
     assert ("pre:preprocessing_fn: building the transform: output 'v' holds ids from -1"
             in res.stderr) and "line" not in res.stderr.split("holds ids")[1]
     # an output that drops or adds rows is the stage's applying error, whatever --show says
-    for body, rows in (('inputs["year"][:5]', 5), ('tf.concat([inputs["year"]] * 2, 0)', 200)):
+    # (one process per case: each imports TensorFlow, and the suite is CPU-bound)
+    for body, rows, show in (('inputs["year"][:5]', 5, "0"),
+                             ('tf.concat([inputs["year"]] * 2, 0)', 200, "8")):
         _write(tmp_path, f"import tensorflow as tf\n\ndef preprocessing_fn(inputs):\n"
                          f"    return {{'x': tf.cast({body}, tf.float32)}}\n")
-        for show in ("0", "8"):
-            res = baton(tmp_path, "transform", "spec.yaml", "--dry-run", "--rows", "100",
-                        "--show", show)
-            assert res.returncode == 1, (body, show, res.stdout[-2000:], res.stderr[-2000:])
-            assert (f"pre:preprocessing_fn: applying: output 'x' has {rows} rows for a batch "
-                    "of 100: outputs keep the batch dimension") in res.stderr, res.stderr[-2000:]
-            assert "Traceback" not in res.stderr
+        res = baton(tmp_path, "transform", "spec.yaml", "--dry-run", "--rows", "100",
+                    "--show", show)
+        assert res.returncode == 1, (body, show, res.stdout[-2000:], res.stderr[-2000:])
+        assert (f"pre:preprocessing_fn: applying: output 'x' has {rows} rows for a batch "
+                "of 100: outputs keep the batch dimension") in res.stderr, res.stderr[-2000:]
+        assert "Traceback" not in res.stderr
     res = baton(tmp_path, "transform", "spec.yaml", "--dry-run", "--rows", "0")
     assert res.returncode == 2 and "--rows must be >= 1" in res.stderr
 
