@@ -240,9 +240,11 @@ def balance_mode(config: TopologySettings, topo: Topology) -> str:
     """The resolved `balance`: as written, else off.
 
     Issue 14 asked for `auto` by default under multi-worker mirrored; measured here
-    (bench/training/bench_balance.py, docs/training.md; medians of 3-4 rounds) it wins 1.20x
-    with a worker at half speed (signals; 1.23x under a CPU quota calibrated to half speed) and
-    runs at 0.98x at equal speeds, short of the 1.4x asked, so it stays opt-in.
+    (bench/training/bench_balance.py, docs/training.md; medians of 3-4 rounds) it wins
+    1.46-1.51x on an image model with a worker at half speed but 1.20x on the MLP (signals;
+    1.23x under a CPU quota calibrated to half speed), runs at 0.98x at equal speeds, and its
+    timing-driven split cannot keep the bitwise resume that the default `deterministic: true`
+    promises, so it stays opt-in.
     """
     del topo  # the default does not depend on the topology (yet)
     return config.balance or "off"
