@@ -132,24 +132,9 @@ def test_one_process_strategies_write_in_the_background_multi_worker_ones_do_not
 
 @pytest.mark.slow
 def test_a_run_resumed_from_a_background_backup_ends_where_the_whole_run_does(tmp_path) -> None:
-    import keras
-
-    from baton.graphs import models
-    from baton.graphs.synthetic import synthetic_dataset, synthetic_spec
-    from baton.strategies.factory import make_strategy
     from baton.strategies.trainer import TaskRole, TrainPlan, train
 
-    spec = synthetic_spec(numeric=4, categorical=(5,), classes=3)
-    strategy = make_strategy("one_device")
-
-    def build():
-        return (models.build_model("mlp", spec, models.MLPConfig(hidden_units=(8,)), seed=1),
-                keras.optimizers.Adam(0.01))
-
-    def data(skip, ctx):
-        ds = synthetic_dataset(spec, 512, 32, seed=1, shuffle=True, repeat=True,
-                               drop_remainder=True)
-        return ds.skip(skip) if skip else ds
+    spec, strategy, build, data = _small_mlp_job(512)
 
     def run(directory, max_steps=0):
         plan = TrainPlan(epochs=3, steps_per_epoch=16, global_batch_size=32,
@@ -173,24 +158,10 @@ def test_a_sigterm_landing_on_an_epochs_last_step_keeps_that_epochs_record(tmp_p
     import keras
 
     from baton.errors import Preempted
-    from baton.graphs import models
-    from baton.graphs.synthetic import synthetic_dataset, synthetic_spec
-    from baton.strategies.factory import make_strategy
     from baton.strategies.trainer import Objectives, TaskRole, TrainPlan, train
 
-    spec = synthetic_spec(numeric=4, categorical=(5,), classes=3)
-    strategy = make_strategy("one_device")
+    spec, strategy, build, data = _small_mlp_job(256)
     plan = TrainPlan(epochs=3, steps_per_epoch=8, global_batch_size=32, steps_per_execution=4)
-
-    def build():
-        return (models.build_model("mlp", spec, models.MLPConfig(hidden_units=(8,)), seed=1),
-                keras.optimizers.Adam(0.01))
-
-    def data(skip, ctx):
-        ds = synthetic_dataset(spec, 256, 32, seed=1, shuffle=True, repeat=True,
-                               drop_remainder=True)
-        return ds.skip(skip) if skip else ds
-
     role = TaskRole(backup_dir=tmp_path, fingerprint="job")
 
     class SigtermAfterStep4(keras.callbacks.Callback):  # the next chunk (steps 5-8) sees it
@@ -207,3 +178,25 @@ def test_a_sigterm_landing_on_an_epochs_last_step_keeps_that_epochs_record(tmp_p
     assert resumed.resumed_from == 8 and resumed.steps == 24
     assert [h["epoch"] for h in resumed.history] == [1, 2, 3]
     assert [h["step"] for h in resumed.history] == [8, 16, 24]
+
+
+def _small_mlp_job(rows: int):
+    """A one-device job small enough to train in a second: (spec, strategy, build, data)."""
+    import keras
+
+    from baton.graphs import models
+    from baton.graphs.synthetic import synthetic_dataset, synthetic_spec
+    from baton.strategies.factory import make_strategy
+
+    spec = synthetic_spec(numeric=4, categorical=(5,), classes=3)
+
+    def build():
+        return (models.build_model("mlp", spec, models.MLPConfig(hidden_units=(8,)), seed=1),
+                keras.optimizers.Adam(0.01))
+
+    def data(skip, ctx):
+        ds = synthetic_dataset(spec, rows, 32, seed=1, shuffle=True, repeat=True,
+                               drop_remainder=True)
+        return ds.skip(skip) if skip else ds
+
+    return spec, make_strategy("one_device"), build, data
