@@ -134,6 +134,8 @@ def test_sigterm_to_the_parameter_server_coordinator_saves_and_the_group_resumes
     info = json.loads((model_dir / "train_info.json").read_text())
     assert info["resumed_from_step"] == stops[0]
     assert info["steps"] >= job.epochs * job.steps_per_epoch()
+    history = json.loads((model_dir / "history.json").read_text())  # no epoch lost to the stop
+    assert [h["epoch"] for h in history] == list(range(1, job.epochs + 1)), history
 
 
 def test_dead_parameter_server_restarts_the_group_from_the_checkpoint(tmp_path) -> None:
