@@ -10,7 +10,7 @@ PIP    := $(BIN)/python -m pip install --quiet --no-compile --disable-pip-versio
 # same packages (pip freeze equal), the same PyPI. It compiles no bytecode (like --no-compile).
 UV     := $(BIN)/uv pip install --quiet --python $(BIN)/python
 export TF_CPP_MIN_LOG_LEVEL ?= 2
-# Bytecode is compiled lazily (pip --no-compile below) and must then be written: with
+# Bytecode is compiled lazily (uv compiles none at install) and must then be written: with
 # PYTHONDONTWRITEBYTECODE set (as on this machine) every process of the suite compiled
 # TensorFlow's and Keras' sources again on import (fresh-venv pytest: 11 min 06 s, 7 min 37 s once written).
 export PYTHONDONTWRITEBYTECODE =
