@@ -52,7 +52,7 @@ def main(grid: Grid, context: Context) -> None:
 
 class FederatedRun:
     def __init__(self, plan: Plan, grid: Grid, context: Context | None = None) -> None:
-        # Flower's deployment Grid polls replies every 3 s; QuickGrid every 0.25 s
+        # Flower's deployment Grid polls replies every 3 s; QuickGrid every 1 s
         self.plan, self.grid, self.context = plan, QuickGrid(grid), context
         self.out = Path(plan.out_dir)
         self.log = RoundLog(self.out / "rounds.jsonl")
