@@ -246,6 +246,14 @@ def train(
                 first = first or (time.perf_counter(), step)
                 if plan.measure_after:
                     window.mark(step, step - start_step >= plan.measure_after)
+                    if plan.max_steps and window.start is not None:
+                        # a probe times `max_steps - measure_after` steps from the chunk
+                        # boundary its window opened at; under balance the warm-up runs in
+                        # chunks of 1, 2, 4, ... that end past `measure_after` (every worker
+                        # runs the same chunks, so every worker ends at the same step)
+                        total = min(plan.epochs * spe, window.start[3] + plan.max_steps
+                                    - plan.measure_after)
+                        state.total = total
                 epoch_totals = [a + float(b) for a, b in zip(epoch_totals, totals, strict=True)]
                 epoch_totals[3] = 0.0
                 if totals[3] > 0:  # some task got SIGTERM: everyone saves at this same step, then stops

@@ -119,8 +119,8 @@ class Config:
     # elastic multi-worker mirrored: go on with the workers left while this many remain
     min_workers: int | None = None
     max_restarts: int = 3
-    # per-replica batches follow measured speed (strategies.balance); None: off (opt-in,
-    # see balance_mode)
+    # per-replica batches follow measured speed (strategies.balance); None: auto under
+    # multi-worker mirrored with 2+ workers, else off (balance_mode says why)
     balance: Literal["auto", "off"] | None = None
     communication: CommunicationConfig = dataclasses.field(default_factory=CommunicationConfig)
     partition: PartitionConfig = dataclasses.field(default_factory=PartitionConfig)

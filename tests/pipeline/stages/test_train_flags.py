@@ -146,12 +146,17 @@ def test_balance_auto_with_a_strategy_that_cannot_use_it_exits_2(tmp_path) -> No
         res.stderr), res.stderr
 
 
-def test_balance_is_opt_in_and_checked_against_the_topology() -> None:
+def test_balance_is_auto_under_multi_worker_mirrored_and_checked_against_the_topology() -> None:
     spec = spec_from_dict({"pipeline": "p", "stages": [{"name": "train", "type": "train"}]})
     stage = spec.stage("train")
     two = train.topology(train.Config(), RunOptions(workers=2), spec.cluster)
-    assert train.balance_mode(train.Config(), two) == "off"  # measured: not a win yet
-    assert train.balance_mode(train.Config(balance="auto"), two) == "auto"
+    assert train.balance_mode(train.Config(), two) == "auto"  # issue 14's default
+    assert train.balance_mode(train.Config(balance="off"), two) == "off"
+    one = train.topology(train.Config(), RunOptions(), spec.cluster)
+    ps = train.topology(train.Config(), RunOptions(workers=2, ps=1), spec.cluster)
+    gpus = train.topology(train.Config(strategy="mirrored"), RunOptions(), spec.cluster)
+    for other in (one, ps, gpus):  # nothing to balance, own pace, or asked for explicitly
+        assert train.balance_mode(train.Config(), other) == "off", other
     assert train.check_options(train.Config(balance="auto"), RunOptions(strategy="mirrored"),
                                stage, spec) == []
     problems = train.check_options(train.Config(), RunOptions(
