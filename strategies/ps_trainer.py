@@ -112,8 +112,12 @@ def train(
     task = spec.label.task
     writer = tf.summary.create_file_writer(str(role.logs_dir)) if role.logs_dir else None
     eval_data = eval_ds()
+    # The epoch's training totals so far travel with a backup (as the mirrored loop's do): a
+    # resume in the middle of an epoch goes on adding to them, so the epoch's train_* metrics
+    # cover all of its steps, not only those after the resume.
+    epoch_totals = list(restored.get("epoch_totals", [0.0, 0.0, 0.0, 0.0]))
     state = cbs.LoopState(step, total, spe, job.batch_size, history,
-                          extra=lambda: {"step": state.step})
+                          extra=lambda: {"step": state.step, "epoch_totals": epoch_totals})
     backups = cbs.Backups(backup, state)
     # the coordinator is the chief: it alone writes summaries, per epoch
     callbacks = cbs.loop_callbacks(
@@ -132,7 +136,6 @@ def train(
         epoch_end = (step // spe + 1) * spe
         scheduled = step
         pending: collections.deque[Any] = collections.deque()
-        epoch_totals = [0.0, 0.0, 0.0, 0.0]
         callbacks.on_epoch_begin(step // spe)
         i = -1
         while scheduled < epoch_end or pending:
@@ -153,6 +156,9 @@ def train(
             state.step = min(done, epoch_end)
             if role.stop.is_set():
                 coordinator.join()  # every scheduled closure has run once it returns
+                while pending:  # their chunks ran (join): their totals belong to the epoch
+                    more = pending.popleft().fetch()
+                    epoch_totals = [a + float(b) for a, b in zip(epoch_totals, more, strict=True)]
                 step = state.step = scheduled
                 if step < epoch_end:
                     backups.save()
@@ -160,9 +166,6 @@ def train(
                 # The epoch is complete: its record and the epoch-end backup holding it first
                 # (below); a backup at its last step without the record lost it from history.
                 preempted = True
-                while pending:  # their chunks ran (join): their totals belong to the epoch
-                    more = pending.popleft().fetch()
-                    epoch_totals = [a + float(b) for a, b in zip(epoch_totals, more, strict=True)]
                 break
             callbacks.on_train_batch_end((state.step - 1) % spe, totals_to_metrics(totals, task))
             stopped = stopped or bool(getattr(model, "stop_training", False))
@@ -179,6 +182,7 @@ def train(
         ev.update({m.name: m.result() for m in metrics})
         record.update({f"eval_{k}": v for k, v in ev.items()})
         history.append(record)
+        epoch_totals = [0.0, 0.0, 0.0, 0.0]  # before the epoch-end backup: the next epoch's
         callbacks.on_epoch_end(record["epoch"] - 1, cbs.epoch_logs(record))  # saves the backup
         if preempted:
             raise Preempted(step=step)

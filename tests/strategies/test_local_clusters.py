@@ -53,7 +53,7 @@ def _command(d: Path):
 
 def _launch(
     root: Path, name: str, job: TrainJob, workers: int = 2, ps: int = 0, fault: str | None = None,
-    **kw: Any,
+    max_restarts: int = 2, **kw: Any,
 ):
     d = root / name
     d.mkdir()
@@ -63,7 +63,7 @@ def _launch(
         workers=workers,
         ps=ps,
         strategy=job.strategy,
-        max_restarts=2,
+        max_restarts=max_restarts,
         fault=parse_fault(fault),
         state_dir=d / "state",
         **kw,
@@ -136,6 +136,29 @@ def test_sigterm_to_the_parameter_server_coordinator_saves_and_the_group_resumes
     assert info["steps"] >= job.epochs * job.steps_per_epoch()
     history = json.loads((model_dir / "history.json").read_text())  # no epoch lost to the stop
     assert [h["epoch"] for h in history] == list(range(1, job.epochs + 1)), history
+
+
+def test_a_mid_epoch_parameter_server_backup_carries_the_epochs_training_totals(tmp_path):
+    """The coordinator's SIGTERM backup in the middle of an epoch holds the epoch's training
+    totals so far (every closure that ran, those not yet fetched included), which a resume goes
+    on adding to: the epoch's train_* metrics then cover all of its steps."""
+    import tensorflow as tf
+
+    # 16 steps an epoch; 2-step closures, two in flight: the stop lands inside epoch 1
+    job = _job(strategy="parameter_server", epochs=2, backup_every=0, steps_per_execution=2)
+    result, _, log = _launch(tmp_path, "pstotals", job, workers=1, ps=1,
+                             fault="chief@step:6:term", max_restarts=0)
+    assert not result.ok and "chief:0 exited with code 143" in " ".join(result.events), log[-3000:]
+    stop = int(log.split("preempted at step ")[1].split(";")[0])
+    spe = job.steps_per_epoch()
+    assert stop % spe, (stop, spe)  # in the middle of the epoch
+    reader = tf.train.load_checkpoint(str(tmp_path / "pstotals" / "backup"))
+    key = next(k for k in reader.get_variable_to_shape_map() if k.startswith("state/"))
+    state = json.loads(reader.get_tensor(key).decode())
+    assert state["step"] == stop
+    loss_sum, correct, count = state["epoch_totals"][:3]
+    assert count == (stop % spe) * job.batch_size, (state, stop)
+    assert loss_sum > 0 and 0 <= correct <= count
 
 
 def test_dead_parameter_server_restarts_the_group_from_the_checkpoint(tmp_path) -> None:
