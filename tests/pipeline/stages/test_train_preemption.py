@@ -103,7 +103,7 @@ def _preempt_then_rerun(tmp_path: Path, epochs: int, *args: str, same_run_id: bo
 
 def test_sigterm_in_process_training_saves_exits_143_and_same_run_id_resumes(tmp_path) -> None:
     info = _preempt_then_rerun(tmp_path, EPOCHS["in_process"], same_run_id=True)
-    assert info["strategy"] == "one_device"
+    assert info["strategy"] == "one_device" and "balance" not in info  # nothing to balance
 
 
 @pytest.mark.multi_worker
@@ -113,3 +113,4 @@ def test_sigterm_local_cluster_saves_exits_143_and_next_run_resumes(tmp_path) ->
     the launcher (tests/strategies/test_local_clusters.py), without the data stages around it."""
     info = _preempt_then_rerun(tmp_path, EPOCHS["cluster"], "--workers", "2", same_run_id=False)
     assert info["strategy"] == "multi_worker_mirrored" and info["num_replicas"] == 2
+    assert info["balance"]["mode"] == "auto"  # multi-worker mirrored's default, resumed too
