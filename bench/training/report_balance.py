@@ -109,6 +109,26 @@ def headline(summary: dict, emulations: dict) -> tuple[str | None, str]:
     return name, "not calibrated: the balancer's rates nearest to half speed"
 
 
+def _bound(name: str, ratio: float, emulations: dict) -> list[str]:
+    """What any split could give under the headline emulation, from its calibration: the
+    chunk's time per step with `balance: off` over its time at the best fixed split tried
+    (profile_step.py, in-graph, both workers at once). The loop's ratio can come near it but
+    not past it (moving the split does not shorten the stall), so a miss below it is the
+    emulation's and the workload's, not the balancer's; [] when not calibrated so."""
+    c = next((c for spec, c in emulations.items() if emulation_name(spec) == name), {})
+    best = (c.get("best_split") or {}).get("step_ms")
+    offs = [w["step_off"] for w in c.get("ms_per_step", []) if w.get("step_off")]
+    if not best or not offs:
+        return []
+    bound = max(offs) / best
+    return [f"- the most any split gives under {name} on this workload (profile_step.py, "
+            f"the chunk in-graph, {c.get('measured', '-')}): `off` {max(offs):.1f} ms a step "
+            f"over {best:.1f} ms at the best fixed split tried (w0 on {c['best_split']['x']:g} "
+            f"of the rows) = **{bound:.2f}x**, against the loop's {ratio:.2f}x in its own "
+            "runs: under this emulation no split reaches the goal on this workload"
+            if bound < BALANCE_GOAL else f"of the rows) = **{bound:.2f}x**"]
+
+
 def _step_parts(bal: dict, batch: int) -> list[str]:
     """From the auto runs: each worker's pass (its final rows over the balancer's rate), the
     longer of the two, and the steady step (the global batch over steady examples/s); the
@@ -217,6 +237,7 @@ def balance_section(bal: dict, emulations: dict | None = None, workload: str = "
             f"- {'met' if gap <= BALANCE_ACCURACY_NOISE else '**missed**'}: accuracy equal "
             f"within noise (1 point): {acc['auto']:.4f} vs {acc['off']:.4f}",
         ]
+        lines += _bound(name, ratio, emulations)
     even = summary.get("even", {}).get("examples_per_sec", {})
     lines += _step_parts(bal, int(head_batch))
     lines += [

@@ -205,6 +205,31 @@ def test_the_balance_verdict_rests_on_the_least_favourable_emulation_at_half_spe
     assert "- met: examples/s with `balance: auto` >= 1.4x `off`" in text
 
 
+def test_the_balance_verdict_states_the_most_any_split_gives_under_its_emulation(
+        report, results, bench_balance):
+    """From the calibration's in-graph chunk: `off` over the best fixed split. Below the goal
+    it says no split reaches it; without `step_off` in the calibration it says nothing."""
+    runs, q, sig = _balance_runs(bench_balance)
+    (results / "balance.json").write_text(json.dumps(_balance_file(bench_balance, runs)))
+    calib = {sig: {"speed": 0.49, "measured": "2026-12-03 10:10",
+                   "best_split": {"x": 0.7, "step_ms": 94.0, "passes_ms": [80.0, 64.0],
+                                  "stall_ms": 14.0},
+                   "ms_per_step": [{"step_off": 117.5}, {"step_off": 118.0}]}}
+    (results / "balance_emulations.json").write_text(json.dumps(calib))
+    text = report.render(report.load(results))
+    assert ("- the most any split gives under signals@0.5:10ms on this workload (profile_step.py, "
+            "the chunk in-graph, 2026-12-03 10:10): `off` 118.0 ms a step over 94.0 ms at the "
+            "best fixed split tried (w0 on 0.7 of the rows) = **1.26x**, against the loop's "
+            "1.24x in its own runs: under this emulation no split reaches the goal") in text
+    calib[sig]["ms_per_step"] = [{"step_off": 150.0}, {"step_off": 140.0}]  # 1.60x: no claim
+    (results / "balance_emulations.json").write_text(json.dumps(calib))
+    text = report.render(report.load(results))
+    assert "= **1.60x**\n" in text
+    del calib[sig]["ms_per_step"]
+    (results / "balance_emulations.json").write_text(json.dumps(calib))
+    assert "the most any split gives" not in report.render(report.load(results))
+
+
 def test_the_balance_verdict_takes_the_lower_of_the_two_readings_of_the_rounds(
         report, results, bench_balance):
     """The ratio of the medians and the median of the rounds' own ratios differ when one
