@@ -1,6 +1,6 @@
 """Elastic size on the real local launcher: 2 multi-worker-mirrored workers, one lost for good.
 
-Case `lost`: `worker:1@step:<N/2>:lost` with `min_workers 1`: the job goes on with one worker from
+Case `lost`: `worker:1@step:<L>:lost` (`--lost-at`, 40 as issue 14 words the run) with `min_workers 1`: the job goes on with one worker from
 the last backup, keeping the global batch. Case `lost+replacement` (optional, `--replacement S`):
 the same loss, and a replacement node available S seconds later, admitted at the next backup
 boundary. Each case checks that the final step count equals the planned steps, and reports the
@@ -76,6 +76,8 @@ def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--steps", type=int, default=400)
     p.add_argument("--batch", type=int, default=256)
+    p.add_argument("--lost-at", type=int, default=40,
+                   help="the step worker:1's node is lost at (issue 14: step 40)")
     p.add_argument("--replacement", type=float, default=None,
                    help="also run the case with a replacement available S seconds after the loss")
     p.add_argument("--json", default=str(HERE / "results" / "elastic.json"))
@@ -94,9 +96,12 @@ def main() -> int:
         strategy="multi_worker_mirrored",
         learning_rate=1e-3,
     )
-    lost_at = args.steps // 2
-    cases = [("lost", f"worker:1@step:{lost_at}:lost", None)]
+    if not 0 < args.lost_at < args.steps:
+        p.error(f"--lost-at must be inside the run's 1..{args.steps - 1} steps. "
+                f"Received: --lost-at={args.lost_at}")
+    cases = [("lost", f"worker:1@step:{args.lost_at}:lost", None)]
     if args.replacement is not None:
+        # lost a quarter in, so the one-worker group still runs when the replacement comes
         cases.append(("lost+replacement", f"worker:1@step:{args.steps // 4}:lost",
                       args.replacement))
     rows = []

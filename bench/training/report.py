@@ -540,18 +540,24 @@ def elastic_section(rows: list[dict]) -> list[str]:
     exact = all(r["exact"] for r in rows)
     lines += ["", f"Reading: the step count is {'exact in every case' if exact else 'NOT exact'}; "
               "`steps_recomputed` counts the steps between the backup resumed from and the step "
-              "reached (0 when the loss falls on a backup step or the group stopped to save)."]
+              "reached (0 when the loss falls on a backup step or the group stopped to save). An "
+              "event's step is the last one the chief had reported when the launcher saw it: "
+              "a node lost inside a chunk stops the group at that chunk's start (its steps "
+              "never complete without the lost worker's gradients), and an admission asks the "
+              "group to save at its next chunk end and restarts from there (`resumed`)."]
     first = rows[0]["segments"]
     if len(first) >= 2 and first[0]["examples_per_sec"] and first[1]["examples_per_sec"]:
         ratio = first[1]["examples_per_sec"] / first[0]["examples_per_sec"]
+        lines[-1] += f" After the loss one worker ran at {ratio:.2f}x the two workers' examples/s."
+        if ratio >= 1:
+            lines[-1] += (
+                " On this machine two processes sharing 2 cores pay an all-reduce that costs "
+                "more than the second core brings (the Local clusters table: 2 workers vs 1 "
+                "process), so losing one is no slowdown here; across real nodes with a model "
+                "worth distributing the ratio is expected below 1 (not measured here).")
         lines[-1] += (
-            f" After the loss one worker ran at {ratio:.2f}x the two workers' examples/s. On "
-            "this machine two processes sharing 2 cores pay an all-reduce that costs more than "
-            "the second core brings (the Local clusters table: 2 workers vs 1 process), so "
-            "losing one is no slowdown here; across real nodes with a model worth distributing "
-            "the ratio is expected below 1 (not measured here). Most of the wall time is group starts (TensorFlow's "
-            "import and the collective setup), on a machine shared with other jobs (load "
-            "average in the table).")
+            " Most of the wall time is group starts (TensorFlow's import and the collective "
+            "setup), on a machine shared with other jobs (load average in the table).")
     lines.append("")
     return lines
 
