@@ -112,9 +112,16 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
             raise errors[0]  # is wrong inside the mapping, not only that it is not a Settings
         if len(inside) == 1 and isinstance(value, Mapping):  # `bool | Settings`: the same
             raise inside[0]
+        choices = [a for a in args if a is not type(None)]
+        if len(choices) == 1 and typing.get_origin(choices[0]) is typing.Literal:
+            raise errors[0]  # `Literal[...] | None`: the choices and a did-you-mean
         raise ConfigError(path, f"expected {_name(tp)}. Received: {_show(value)}")
     if origin is typing.Literal:
-        if value in args:
+        if isinstance(value, bool):  # YAML 1.1 reads an unquoted off/on, no/yes as a bool
+            spelled = [a for a in args if isinstance(a, str) and a in _YAML_BOOLS[value]]
+            if len(spelled) == 1:
+                return spelled[0]
+        if value in args and not isinstance(value, bool):
             return value
         hint = did_you_mean(str(value), [str(a) for a in args])
         raise ConfigError(
@@ -154,6 +161,10 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
             return Path(value)
         raise ConfigError(path, f"expected a path string. Received: {_show(value)}")
     return value
+
+
+# The words YAML 1.1 (PyYAML) turns into a bool; a Literal choice spelled so gets it back.
+_YAML_BOOLS = {False: ("off", "no", "false"), True: ("on", "yes", "true")}
 
 
 def _name(tp: Any) -> str:

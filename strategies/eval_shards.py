@@ -43,6 +43,8 @@ def worker_position(strategy: Any) -> tuple[int, int]:
     spec = resolver.cluster_spec().as_dict()
     chiefs = len(spec.get("chief", []))
     workers = chiefs + len(spec.get("worker", []))
+    if resolver.task_type is None:  # no TF_CONFIG: one local worker (`--workers 1`)
+        return 1, 0
     if resolver.task_type == "chief":
         return workers, 0
     return workers, chiefs + int(resolver.task_id)

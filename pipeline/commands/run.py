@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import signal
 import threading
 from typing import Any
@@ -147,7 +148,8 @@ def _check_options(the_plan: Any, options: Any, only: list[str] | None, inject_s
             problems.append(str(exc))
     if problems:
         # The fault spec may come from the environment: say so rather than blame a flag.
-        problems = [p.replace("inject-failure", inject_src, 1) if "inject-failure" in p else p
+        # (a message may name it as `inject-failure` or as the flag, `--inject-failure`)
+        problems = [re.sub(r"(?<![\w-])(--)?inject-failure", inject_src, p)
                     for p in problems]
         if len(problems) == 1:
             raise UsageError(problems[0])

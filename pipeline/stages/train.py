@@ -24,6 +24,7 @@ from baton.pipeline.context import StageContext
 from baton.pipeline.training.execution import (
     backup_dir,
     content_hash,
+    examples_trained,
     run_cluster,
     run_in_process,
     spec_cluster,
@@ -418,6 +419,7 @@ def make_job(
     data_hash: str = "",
     code_dir: Path | None = None,
     balance: str = "off",
+    elastic: bool = False,
 ) -> Any:
     """The plain TrainJob every task runs (counts the training rows once, here).
 
@@ -465,6 +467,7 @@ def make_job(
         cache=config.cache,
         strategy=strategy,
         balance=balance,
+        elastic=elastic,
         communication=dataclasses.asdict(config.communication),
         partition=dataclasses.asdict(config.partition),
         data_hash=data_hash,
@@ -486,7 +489,8 @@ def run(ctx: StageContext, config: Config) -> None:
     topo = topology(config, ctx.options, spec_cluster(ctx))
     data_hash = content_hash(Path(ctx.inputs["transformed"]))
     job = make_job(config, dict(ctx.inputs), topo.strategy, data_hash=data_hash,
-                   code_dir=ctx.spec_dir, balance=balance_mode(config, topo))
+                   code_dir=ctx.spec_dir, balance=balance_mode(config, topo),
+                   elastic=topo.elastic)
     node = inventory.node_inventory()
     probe_info: dict[str, Any] | None = None
     if topo.auto is not None:
@@ -530,9 +534,8 @@ def run(ctx: StageContext, config: Config) -> None:
         strategy=info["strategy"],
         replicas=info.get("num_replicas", defaults["replicas"]),
         per_replica_batch_size=defaults["per_replica_batch_size"],
-        # this run's examples (a resumed run counts from its backup): the runner divides the
-        # stage's energy by it (usage.j_per_example)
-        examples_trained=(info["steps"] - info.get("resumed_from_step", 0)) * job.batch_size,
+        # the runner divides the stage's energy by it (usage.j_per_example)
+        examples_trained=examples_trained(info, job.batch_size),
         **{k: round(v, 4) for k, v in last.items() if k.startswith(("eval_", "train_"))},
     )
 

@@ -23,6 +23,30 @@ def test_one_process_strategies_evaluate_the_whole_split() -> None:
     assert sharded_eval(strategy, []) is None
 
 
+def test_a_multi_worker_strategy_without_tf_config_is_one_worker() -> None:
+    """`--workers 1` under multi_worker_mirrored runs in process, with no TF_CONFIG: its
+    resolver has no task type (a TypeError on `int(None)` once ended such a run)."""
+    import tensorflow as tf
+    from tensorflow.python.distribute.cluster_resolver import SimpleClusterResolver
+
+    def strategy_with(resolver):  # noqa: ANN001, ANN202 - no collectives are started
+        class Resolved(tf.distribute.MultiWorkerMirroredStrategy):
+            def __init__(self) -> None:  # noqa: D107
+                pass
+
+            cluster_resolver = property(lambda self: resolver)
+
+        return Resolved()
+
+    alone = SimpleClusterResolver(tf.train.ClusterSpec({}))
+    assert worker_position(strategy_with(alone)) == (1, 0)
+    two = tf.train.ClusterSpec({"chief": ["a:1"], "worker": ["b:1"]})
+    assert worker_position(strategy_with(
+        SimpleClusterResolver(two, task_type="worker", task_id=0))) == (2, 1)
+    assert worker_position(strategy_with(
+        SimpleClusterResolver(two, task_type="chief", task_id=0))) == (2, 0)
+
+
 def test_metrics_whose_state_sums_are_shardable_the_others_are_not() -> None:
     assert shardable([_metric(keras.metrics.AUC()), _metric(keras.metrics.Mean())])
     assert shardable([])

@@ -79,11 +79,24 @@ def test_topology_flags_beat_config_which_beats_the_spec() -> None:
         ({"strategy": "horovod"}, "Received: 'horovod'"),
         ({"epoch": 3}, "did you mean 'epochs'"),
         ({"communication": {"implementation": "mpi"}}, "Received: 'mpi'"),
+        # `balance: Literal | None`: the choices and a did-you-mean, not "expected Literal"
+        ({"balance": "Auto"}, r"balance: must be one of 'auto', 'off' \(did you mean 'auto'\?\)"),
+        ({"balance": True}, "must be one of 'auto', 'off'.*Received: True"),
     ],
 )
 def test_bad_config_names_the_field_and_value(config, message) -> None:
     with pytest.raises(ConfigError, match=message):
         build_config(train.Config, config)
+
+
+def test_an_unquoted_yaml_off_is_the_choice_off() -> None:
+    """YAML 1.1 reads `balance: off` as false; the docs write it unquoted."""
+    import yaml
+
+    config = yaml.safe_load("balance: off\nmixed_precision: off\n")
+    assert config == {"balance": False, "mixed_precision": False}
+    built = build_config(train.Config, config)
+    assert built.balance == "off" and built.mixed_precision == "off"
 
 
 def test_batch_larger_than_the_data_is_a_stage_error(art, tmp_path) -> None:

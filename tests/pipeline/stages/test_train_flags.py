@@ -76,6 +76,13 @@ def baton(tmp_path: Path, *args: str, env: dict[str, str] | None = None, extra: 
          "--workers auto probes one process (one_device) and multi-worker mirrored clusters, "
          "so it cannot be combined with strategy parameter_server: drop the strategy or give a "
          "number of workers. Received: --strategy parameter_server"),
+        # the flag named once, not `----inject-failure`; the environment named when it was so
+        (["--workers", "auto", "--inject-failure", "worker:1@step:40"], {},
+         "--inject-failure rehearses a fixed topology; --workers auto picks one at run time: "
+         "give --workers N. Received: --inject-failure worker:1@step:40"),
+        (["--workers", "auto"], {"BATON_INJECT_FAILURE": "worker:1@step:40"},
+         "BATON_INJECT_FAILURE rehearses a fixed topology; --workers auto picks one at run "
+         "time: give --workers N. Received: BATON_INJECT_FAILURE worker:1@step:40"),
         (["--workers", "2", "--inject-failure", "worker:2@step:3"], {},
          "--inject-failure names task worker:2, which the multi_worker_mirrored topology does "
          "not have (its tasks: worker:0, worker:1)"),
