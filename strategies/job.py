@@ -58,6 +58,11 @@ class TrainJob:
     strategy: str = ONE_DEVICE
     # "auto": per-replica batches follow measured speed (strategies.balance); "off": equal
     balance: str = "off"
+    # The group may shrink or grow mid-run (`min_workers`, strategies.elastic). With balance
+    # off, every worker then reads the global batches of one stream and keeps its replicas'
+    # equal slices, so a step's examples do not depend on how many workers there are (sharded
+    # per worker, a resize changed them).
+    elastic: bool = False
     communication: dict[str, Any] = dataclasses.field(default_factory=dict)
     partition: dict[str, Any] = dataclasses.field(default_factory=dict)
     # Content hash of the inputs (set by the train stage). When set, the backup fingerprint uses
@@ -252,7 +257,9 @@ def dataset_fns(job: TrainJob, table: Any = None) -> tuple[Any, Any]:
 
     Training reads one endless, seeded stream; with op determinism on (which also makes tf.data
     deterministic) a resumed task that skips `skip` batches sees exactly what it would have seen.
-    With `balance: auto` no task shards it: every task reads the whole stream in global batches
+    With `balance: off` each task reads its own shard of it, except in an elastic job
+    (`elastic`: the slices of the global batches, `sliced_ds`). With `balance: auto` no task
+    shards it: every task reads the whole stream in global batches
     (each local replica gets its own copy of each batch) and the step takes each replica's
     rows out of it (graphs.steps.make_train_chunk(balance=True)). With a `table` (`row_table`)
     the stream is of row indices and the step gathers its rows from the table; otherwise the
@@ -288,10 +295,41 @@ def dataset_fns(job: TrainJob, table: Any = None) -> tuple[Any, Any]:
         )
         return ds.skip(skip) if skip else ds
 
+    def sliced_ds(skip: int, ctx: Any) -> Any:
+        """The global batches of one stream (as `balanced_ds` reads it), each cut into equal
+        per-replica slices of which this task keeps its replicas' (in their order: a task's
+        local replicas take consecutive elements)."""
+        ds = _make_dataset(job, "train", job.batch_size, shuffle=True, input_context=None,
+                           seed=job.seed, repeat=True)
+        ds = ds.skip(skip) if skip else ds
+        if ctx is None:
+            return ds
+        per = ctx.get_per_replica_batch_size(job.batch_size)
+        local = ctx.num_replicas_in_sync // ctx.num_input_pipelines
+        first = ctx.input_pipeline_id * local
+
+        def cut(features: Any, labels: Any, r: int) -> Any:
+            lo, hi = r * per, (r + 1) * per
+            return {k: v[lo:hi] for k, v in features.items()}, labels[lo:hi]
+
+        def mine(features: Any, labels: Any) -> Any:
+            out = tf.data.Dataset.from_tensors(cut(features, labels, first))
+            for r in range(first + 1, first + local):
+                out = out.concatenate(tf.data.Dataset.from_tensors(cut(features, labels, r)))
+            return out
+
+        ds = ds.map(lambda f, y: cut(f, y, first)) if local == 1 else ds.flat_map(mine)
+        options = tf.data.Options()
+        options.experimental_distribute.auto_shard_policy = (
+            tf.data.experimental.AutoShardPolicy.OFF)
+        return ds.with_options(options)
+
     def eval_ds() -> Any:
         return _make_dataset(job, "eval", job.eval_batch_size, shuffle=False, input_context=None)
 
-    return (balanced_ds if job.balance == "auto" else train_ds), eval_ds
+    if job.balance == "auto":
+        return balanced_ds, eval_ds
+    return (sliced_ds if job.elastic else train_ds), eval_ds
 
 
 def _make_dataset(
