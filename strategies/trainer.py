@@ -190,8 +190,11 @@ def train(
     spe, total = plan.steps_per_epoch, plan.total_steps
     start, start_step = time.perf_counter(), step
     task = spec.label.task
+    if balancer is not None:  # the split's record over the whole run, not this attempt's
+        balancer.history = list(restored.get("balance_history", []))
     state = cbs.LoopState(step, total, spe, plan.global_batch_size, history,
-                          extra=lambda: {"epoch_totals": epoch_totals})
+                          extra=lambda: {"epoch_totals": epoch_totals, **(
+                              {"balance_history": balancer.history} if balancer else {})})
     backups = cbs.Backups(backup, state, plan.backup_every)
     chief = role.is_chief
     callbacks = cbs.loop_callbacks(

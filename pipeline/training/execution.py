@@ -141,6 +141,11 @@ def run_cluster(
     info = json.loads((out / TRAIN_INFO_FILE).read_text())
     info["restarts"] = result.restarts
     info["launcher"] = result.summary()
+    # where this stage's first group started (a backup of an earlier, interrupted run, or 0):
+    # the examples it trained count from there, over every restart and resize
+    first = result.segments[0].get("resumed_from") if result.segments else None
+    if first is not None:
+        info["started_from_step"] = first
     if topo.elastic or result.elastic:
         # strategies/elastic.py: each resize and the speed of each group size
         info["min_workers"] = topo.min_workers
@@ -148,6 +153,16 @@ def run_cluster(
         info["segments"] = result.segments
     (out / TRAIN_INFO_FILE).write_text(json.dumps(info, indent=2, default=str) + "\n")
     shutil.rmtree(backups, ignore_errors=True)
+
+
+def examples_trained(info: dict[str, Any], batch_size: int) -> int:
+    """The examples this stage run trained on, from its train_info: the steps from where its
+    first group started (a backup of an earlier, interrupted run, or 0) to the last, over every
+    restart and resize of the group in between. The stage's energy, the steps a restart
+    recomputes included, is divided by it (joules per example). A parameter-server run has no
+    segments: it counts from its last group's start."""
+    start = info.get("started_from_step", info.get("resumed_from_step", 0))
+    return (int(info["steps"]) - int(start)) * batch_size
 
 
 def spec_cluster(ctx: StageContext) -> Any:

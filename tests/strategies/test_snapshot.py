@@ -152,6 +152,31 @@ def test_a_run_resumed_from_a_background_backup_ends_where_the_whole_run_does(tm
 
 
 @pytest.mark.slow
+def test_a_resumed_balanced_run_keeps_the_splits_record_of_the_steps_before(tmp_path) -> None:
+    """train_info's `balance.history` covers the whole run: the backup carries it (it held
+    only the last attempt's samples, so a restart or a resize lost the record before it)."""
+    from baton.strategies.trainer import TaskRole, TrainPlan, train
+
+    spec, strategy, build, data = _small_mlp_job(512)
+
+    def run(max_steps=0):
+        plan = TrainPlan(epochs=3, steps_per_epoch=16, global_batch_size=32,
+                         steps_per_execution=4, backup_every=8, balance=True,
+                         max_steps=max_steps)
+        return train(strategy, build, spec, data, None, plan,
+                     TaskRole(backup_dir=tmp_path, fingerprint="job"))
+
+    first = run(max_steps=24)  # a backup step
+    before = [h["step"] for h in first.info["balance"]["history"]]
+    assert before and max(before) <= 24, before
+    resumed = run()
+    assert resumed.resumed_from == 24 and resumed.steps == 48
+    steps = [h["step"] for h in resumed.info["balance"]["history"]]
+    assert steps[:len(before) - 1] == before[:-1], (before, steps)  # the first's "end" is not
+    assert max(steps) == 48 and steps == sorted(steps), steps  # saved: it came after the backup
+
+
+@pytest.mark.slow
 def test_a_sigterm_landing_on_an_epochs_last_step_keeps_that_epochs_record(tmp_path) -> None:
     """Seen in the suite: SIGTERM landed on the chunk that ended epoch 2, the backup was saved
     at that step before the epoch's record, and the resumed run's history.json went 1, 3, 4..."""
