@@ -17,9 +17,12 @@ No TensorFlow, Beam or psutil here: the serving process and `baton inspect` impo
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 from pathlib import Path
 from typing import Literal
+
+from baton.errors import ConfigError
 
 CARBON_INTENSITY = 475.0  # gCO2e/kWh, CodeCarbon's world average
 WATTS_PER_CORE = 12.0  # Green Algorithms' per-core power for an unknown CPU model
@@ -45,12 +48,33 @@ class EnergyConfig:
     pue: float = 1.0
 
     def __post_init__(self) -> None:
-        if not self.carbon_intensity >= 0:
-            raise ValueError("carbon_intensity must be >= 0 (gCO2e per kWh). "
-                             f"Received: carbon_intensity={self.carbon_intensity}")
-        if not self.pue >= 1.0:
-            raise ValueError(f"pue must be >= 1.0 (facility power / IT power). "
-                             f"Received: pue={self.pue}")
+        problems = [p for p in (
+            _finite_at_least("carbon_intensity", self.carbon_intensity, 0.0, "gCO2e per kWh"),
+            _finite_at_least("pue", self.pue, 1.0, "facility power / IT power"),
+        ) if p is not None]
+        if problems:
+            raise problems[0] if len(problems) == 1 else EnergySettingsError(problems)
+
+
+class EnergySettingsError(ConfigError):
+    """Every bad `energy:` value at once, so one edit of the spec fixes them all. `errors` lists
+    them as pipeline.configs.ConfigErrors does (a layer this module sits below), and the spec
+    loader reports each with its own line."""
+
+    def __init__(self, errors: list[ConfigError]) -> None:
+        self.errors = errors
+        super().__init__("; ".join(str(e) for e in errors))
+
+
+def _finite_at_least(name: str, value: float, low: float, unit: str) -> ConfigError | None:
+    """`energy.<name>` must be a finite number >= `low`: YAML's `.inf` is a float that passes a
+    bare `>=`, and it would make every stage's joules (pue) or gCO2e (carbon_intensity) inf,
+    which run.json could only hold as the non-standard JSON `Infinity`."""
+    if math.isfinite(value) and value >= low:
+        return None
+    why = "" if math.isfinite(value) else " (not a finite number)"
+    return ConfigError(f"energy.{name}",
+                       f"must be a finite number >= {low:g} ({unit}). Received: {value}{why}")
 
 
 class RaplCounter:

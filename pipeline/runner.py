@@ -27,6 +27,7 @@ from baton.pipeline.accounting import Meter, Usage, totals
 from baton.pipeline.configs import config_to_dict
 from baton.pipeline.context import RunOptions, StageContext
 from baton.pipeline.plan import Plan
+from baton.pipeline.spec import PipelineSpec
 
 _LOG = logs.get("pipeline.runner")
 
@@ -86,10 +87,7 @@ def run_pipeline(
         if unknown:
             raise UsageError(f"--only names unknown stage(s) {unknown}; stages: {list(plan.order)}")
     needed = plan.upstream_closure(only) if only else set()
-    try:  # before anything is written: `energy.method: rapl` on a node without readable RAPL
-        rapl = energy.open_counter(spec.energy)
-    except ValueError as exc:
-        raise UsageError(f"{spec.where('energy')}: {exc}") from None
+    rapl = open_rapl(spec)  # before anything is written
     run_dir.mkdir(parents=True, exist_ok=True)
     store.clean_stale_tmp(run_dir)
     (run_dir / "spec.yaml").write_text(spec.to_yaml())
@@ -133,6 +131,16 @@ def run_pipeline(
         else:
             stream.write(summary_table(results) + "\n")
     return result
+
+
+def open_rapl(spec: PipelineSpec) -> energy.RaplCounter | None:
+    """The RAPL counter the spec's `energy.method` asks for on this node, or UsageError (exit 2)
+    when `method: rapl` finds none readable. `baton run --check` calls it too: whether this node
+    can meter the spec as asked is a check before any stage, so the check and the run agree."""
+    try:
+        return energy.open_counter(spec.energy)
+    except ValueError as exc:
+        raise UsageError(f"{spec.where('energy')}: {exc}") from None
 
 
 def _early_checks(plan: Plan, run_dir: Path, pending: Collection[str], done: set[str]) -> list[str]:

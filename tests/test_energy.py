@@ -4,6 +4,7 @@ settings, and what a run records and `baton inspect` shows."""
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +13,7 @@ import pytest
 
 from baton import energy
 from baton.pipeline.accounting import Meter
+from baton.pipeline.registry import stage
 
 
 def _zone(root: Path, name: str, label: str, uj: int, span: int = 10_000_000) -> Path:
@@ -54,13 +56,24 @@ def test_method_choice_and_rapl_required_without_counters(tmp_path) -> None:
         energy.open_counter(energy.EnergyConfig(method="rapl"), tmp_path / "none")
 
 
-@pytest.mark.parametrize("field,value,message", [
-    ("carbon_intensity", -1.0, "carbon_intensity must be >= 0"),
-    ("pue", 0.9, "pue must be >= 1.0"),
+@pytest.mark.parametrize("field,value,received", [
+    ("carbon_intensity", -1.0, "-1.0"),
+    ("pue", 0.9, "0.9"),
+    ("carbon_intensity", float("inf"), "inf (not a finite number)"),
+    ("carbon_intensity", float("nan"), "nan (not a finite number)"),
+    ("pue", float("inf"), "inf (not a finite number)"),
+    ("pue", float("nan"), "nan (not a finite number)"),
 ])
-def test_bad_settings_name_the_field_and_value(field, value, message) -> None:
-    with pytest.raises(ValueError, match=rf"{message}.*Received: {field}={value}"):
+def test_bad_settings_name_the_field_and_value(field, value, received) -> None:
+    with pytest.raises(ValueError, match=rf"^energy\.{field}: must be a finite number >= .*"
+                                         rf"Received: {re.escape(received)}$"):
         energy.EnergyConfig(**{field: value})
+
+
+def test_every_bad_setting_is_reported_at_once() -> None:
+    with pytest.raises(ValueError) as caught:
+        energy.EnergyConfig(carbon_intensity=float("inf"), pue=0.5)
+    assert [e.path for e in caught.value.errors] == ["energy.carbon_intensity", "energy.pue"]
 
 
 def test_meter_records_rapl_or_estimate_times_pue_and_carbon(tmp_path) -> None:
@@ -99,9 +112,17 @@ def _baton(cwd: Path, *args: str) -> subprocess.CompletedProcess:
 
 
 @pytest.mark.parametrize("settings,error", [
-    ("{carbon_intensity: -5}", "energy: carbon_intensity must be >= 0 (gCO2e per kWh). "
-                               "Received: carbon_intensity=-5.0"),
-    ("{pue: 0.5}", "energy: pue must be >= 1.0"),
+    ("{carbon_intensity: -5}", "energy.carbon_intensity: must be a finite number >= 0 "
+                               "(gCO2e per kWh). Received: -5.0"),
+    ("{pue: 0.5}", "energy.pue: must be a finite number >= 1 (facility power / IT power). "
+                   "Received: 0.5"),
+    # YAML's infinities and NaN are floats: refused, not carried into every gCO2e figure
+    ("{carbon_intensity: .inf}", "energy.carbon_intensity: must be a finite number >= 0 "
+                                 "(gCO2e per kWh). Received: inf (not a finite number)"),
+    ("{carbon_intensity: .nan}", "energy.carbon_intensity: must be a finite number >= 0 "
+                                 "(gCO2e per kWh). Received: nan (not a finite number)"),
+    ("{pue: .inf}", "energy.pue: must be a finite number >= 1 (facility power / IT power). "
+                    "Received: inf (not a finite number)"),
     ("{method: watts}", "energy.method: must be one of"),
 ])
 def test_bad_energy_settings_exit_2_before_any_stage(tmp_path, settings, error) -> None:
@@ -113,13 +134,17 @@ def test_bad_energy_settings_exit_2_before_any_stage(tmp_path, settings, error) 
     assert not (tmp_path / "runs").exists()
 
 
-def test_rapl_required_where_unreadable_exits_2_before_any_stage(tmp_path) -> None:
+@pytest.mark.parametrize("check", [False, True], ids=["run", "check"])
+def test_rapl_required_where_unreadable_exits_2_before_any_stage(tmp_path, check) -> None:
+    """`--check` answers as the run would: both exit 2 with the same message."""
     if energy.RaplCounter.open() is not None:
         pytest.skip("this machine has readable RAPL counters")
     (tmp_path / "data.txt").write_text("a\nb\n")
     (tmp_path / "spec.yaml").write_text(SPEC.format(energy="{method: rapl}"))
-    res = _baton(tmp_path, "run", "spec.yaml")
-    assert res.returncode == 2 and "energy.method: rapl, but no readable RAPL" in res.stderr
+    res = _baton(tmp_path, "run", "spec.yaml", *(["--check"] if check else []))
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert "spec.yaml:2: energy.method: rapl, but no readable RAPL" in res.stderr
+    assert "spec ok" not in res.stdout
     assert not (tmp_path / "runs").exists()
 
 
@@ -139,3 +164,50 @@ def test_a_run_records_carbon_at_the_spec_intensity_and_inspect_shows_the_cost(t
     assert "cost (carbon intensity 100 gCO2e/kWh, PUE 1.2; cached stages cost nothing):" in shown
     assert any(line.split()[:2] == ["run", "green-algorithms"] for line in shown.splitlines())
     assert "gCO2e" in shown.split("cost (")[0]  # and a column in the summary table
+
+
+def _cost_rows(shown: str) -> dict[str, list[str]]:
+    """The cost table's rows by stage label: 'run' and e.g. 'bad (failed)'."""
+    table = shown.split("cost (", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    rows = {}
+    for line in table:
+        cells = re.split(r"\s{2,}", line.strip())
+        rows[cells[0]] = cells[1:]
+    return rows
+
+
+@stage(inputs={"lines": True}, outputs=("never",))
+def burn_then_fail(ctx, config: dict) -> None:
+    """Spends about 0.4 CPU seconds (some 5 J estimated) before failing, as a training stage
+    that loses a worker does: joules a failed stage must still account for."""
+    import time
+
+    from baton.errors import StageError
+
+    start = time.process_time()
+    while time.process_time() - start < 0.4:
+        sum(i * i for i in range(10_000))
+    raise StageError("a worker was lost")
+
+
+def test_a_failed_stage_has_a_cost_row_and_the_rows_add_up_to_the_run(tmp_path) -> None:
+    (tmp_path / "data.txt").write_text("a\nb\n")
+    spec = SPEC.format(energy="{carbon_intensity: 100}") + (
+        "  - name: bad\n    type: tests.test_energy:burn_then_fail\n"
+        "    inputs: {lines: source.lines}\n")
+    (tmp_path / "spec.yaml").write_text(spec)
+    res = _baton(tmp_path, "run", "spec.yaml", "-q")
+    assert res.returncode == 1 and "a worker was lost" in res.stderr, res.stderr
+    (run_dir,) = [d for d in (tmp_path / "runs" / "cost").iterdir() if (d / "run.json").is_file()]
+    record = json.loads((run_dir / "run.json").read_text())
+    failed = record["stages"][-1]
+    assert failed["status"] == "failed" and failed["usage"]["energy_j"] >= 2
+    assert json.loads((run_dir / "bad.failed.json").read_text())["usage"] == failed["usage"]
+    shown = _baton(tmp_path, "inspect", str(run_dir)).stdout
+    rows = _cost_rows(shown)
+    assert list(rows) == ["source", "count", "bad (failed)", "run"]
+    assert rows["bad (failed)"][1] == f"{failed['usage']['energy_j']:.1f}"
+    # each row and the total are rounded to 0.1 J from unrounded figures: 4 roundings apart
+    stages = sum(float(r[1]) for label, r in rows.items() if label != "run")
+    assert stages == pytest.approx(float(rows["run"][1]), abs=0.21)
+    assert f"bad: failed; its record (inputs, config, usage): {run_dir}/bad.failed.json" in shown

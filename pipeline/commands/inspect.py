@@ -64,6 +64,7 @@ def render_run(run_dir: Path, run: dict[str, Any]) -> str:
     for s in run["stages"]:
         rec = lineage.read(run_dir / s["name"])
         if rec is None:
+            out += _failed_lineage(run_dir, s)
             continue
         ins = ", ".join(f"{k}<-{v['ref']} {v['hash'][7:19]}" for k, v in rec.get("inputs", {}).items())
         outs = ", ".join(f"{k} {v['hash'][7:19]}" for k, v in rec.get("outputs", {}).items())
@@ -78,6 +79,15 @@ def render_run(run_dir: Path, run: dict[str, Any]) -> str:
             out.append(f"    data: {k} {v[7:19]}")
     out.extend(_extras(run_dir, run))
     return "\n".join(out)
+
+
+def _failed_lineage(run_dir: Path, stage: dict[str, Any]) -> list[str]:
+    """A failed stage has no lineage.json (no reader may take it for finished); point at the
+    record the runner wrote beside it instead, which holds its inputs, config and usage."""
+    record = run_dir / f"{stage['name']}.failed.json"
+    if stage["status"] != "failed" or not record.is_file():
+        return []
+    return [f"  {stage['name']}: failed; its record (inputs, config, usage): {record}"]
 
 
 def _usage(recorded: dict[str, Any], energy_config: dict[str, Any]) -> Any:
@@ -96,19 +106,16 @@ def _usage(recorded: dict[str, Any], energy_config: dict[str, Any]) -> Any:
 
 
 def cost_table(run: dict[str, Any]) -> list[str]:
-    """Energy and carbon per stage and for the run, as recorded (method, J, gCO2e, J/example)."""
+    """Energy and carbon per stage and for the run, as recorded (method, J, gCO2e, J/example).
+
+    Every stage that spent energy in this run has a row, a failed one too (marked), so the rows
+    add up to the run's total, which counts the failed stage's joules; cached and skipped
+    stages spent none here."""
     from baton.energy import CARBON_INTENSITY
 
     cfg = run.get("energy", {})
-    rows = [("stage", "method", "energy J", "gCO2e", "J/example")]
-    for s in run["stages"]:
-        u = s.get("usage", {})
-        if s["status"] != "succeeded" or not u.get("wall_s"):
-            continue
-        per = u.get("j_per_example")
-        rows.append((s["name"], str(u.get("energy_method", "green-algorithms")),
-                     f"{u.get('energy_j', 0):.1f}", f"{u.get('co2e_g', 0):.4f}",
-                     f"{per:.3g}" if per is not None else ""))
+    rows: list[tuple[str, ...]] = [("stage", "method", "energy J", "gCO2e", "J/example")]
+    rows += [_cost_row(s) for s in run["stages"] if _spent(s)]
     t = run.get("totals", {})
     rows.append(("run", str(t.get("energy_method", "green-algorithms")),
                  f"{t.get('energy_j', 0):.1f}", f"{t.get('co2e_g', 0):.4f}", ""))
@@ -118,6 +125,21 @@ def cost_table(run: dict[str, Any]) -> list[str]:
     lines += ["  " + "  ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip()
               for r in rows]
     return lines
+
+
+def _spent(stage: dict[str, Any]) -> bool:
+    """Whether a stage ran in this run, succeeded or failed: the run's totals sum every stage's
+    usage, and a cached or skipped stage's is zero, so a row for each other stage adds up."""
+    u = stage.get("usage", {})
+    return bool(u.get("wall_s") or u.get("energy_j"))
+
+
+def _cost_row(stage: dict[str, Any]) -> tuple[str, ...]:
+    u = stage.get("usage", {})
+    per = u.get("j_per_example")
+    name = stage["name"] + (" (failed)" if stage["status"] == "failed" else "")
+    return (name, str(u.get("energy_method", "green-algorithms")), f"{u.get('energy_j', 0):.1f}",
+            f"{u.get('co2e_g', 0):.4f}", f"{per:.3g}" if per is not None else "")
 
 
 def _extras(run_dir: Path, run: dict[str, Any]) -> list[str]:

@@ -81,7 +81,7 @@ def main(argv: list[str]) -> int:
         _check_address(args.superlink)
     from baton.pipeline.context import RunOptions
     from baton.pipeline.plan import plan
-    from baton.pipeline.runner import run_pipeline
+    from baton.pipeline.runner import open_rapl, run_pipeline
     from baton.pipeline.spec import load_spec
 
     the_plan = plan(load_spec(args.spec))
@@ -100,6 +100,7 @@ def main(argv: list[str]) -> int:
         raise UsageError("--superlink is for a federated stage, and none of the stages that "
                          f"would run is one. Received: --superlink {args.superlink}"
                          + (f" with --only {args.only}" if only else ""))
+    open_rapl(the_plan.spec)  # `energy.method: rapl` on a node without readable counters
     if args.check:
         print(f"spec ok: pipeline {the_plan.spec.name!r}, stages: {' -> '.join(the_plan.order)}")
         return EXIT_OK
