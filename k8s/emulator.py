@@ -42,6 +42,7 @@ from baton.strategies.restart_policies import Action, ReplicaRestart, Verdict
 from baton.strategies.supervisor import Command, Exit, ProcessGroup, exit_code
 
 ORDER = ("Chief", "Master", "Worker", "PS", "Evaluator")
+ATTEMPT_ENV = "BATON_ATTEMPT"  # read by `baton task`: a fault is injected on attempt 0 only
 
 
 @dataclasses.dataclass
@@ -227,11 +228,18 @@ class Emulator:
 
     # ------------------------------------------------------------------ processes
     def _start_pod(self, pod: _Pod) -> None:
-        """Start the pod's containers (init containers first, each after the last exits 0)."""
+        """Start the pod's containers (init containers first, each after the last exits 0).
+
+        Each gets BATON_ATTEMPT, the pod's restart count (0 first), as the local launcher gives
+        its tasks their attempt: `baton task` injects BATON_INJECT_FAILURE on attempt 0 only,
+        so a rehearsed fault fires once and the restarted replica resumes from the backup
+        instead of failing the same way until backoffLimit.
+        """
         pod.step = 0
         log = self.opts.work_dir / "logs" / f"{pod.plan.name}.log"
         commands = [
-            Command(step.argv, step.env, step.cwd, log=log, label=step.name,
+            Command(step.argv, {**step.env, ATTEMPT_ENV: str(pod.restarts)}, step.cwd, log=log,
+                    label=step.name,
                     header=f"===== {pod.plan.name} container {step.name} (attempt {pod.restarts}) =====\n")
             for step in pod.plan.steps
         ]

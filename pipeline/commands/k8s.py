@@ -210,6 +210,44 @@ def job_options(spec, args: argparse.Namespace):
     return opts
 
 
+# what the train stage's batch check (against this machine's inventory) prefixes its problem with
+_LOCAL_BATCH_CHECK = "config.batch_size:"
+
+
+def check_train(spec, args: argparse.Namespace, opts) -> None:
+    """The train stage's own `check_options`, as `baton run` runs it with the same flags: a
+    spec the stage refuses (`balance: auto` or `jit_compile: true` under parameter_server, a
+    topology that contradicts itself) exits 2 here, with `baton run`'s message, instead of
+    failing in every replica of the TFJob after the pods started.
+
+    The config is the one a replica checks (commands.task): a TFJob has a fixed replica count,
+    so `workers: auto`, `min_workers` and `max_workers` (the local launcher's) are dropped.
+    The batch is left to `placement.check_batch`, which checked it against the pods' resources:
+    the stage's own batch check reads the inventory of this machine, which says nothing about
+    the cluster's nodes.
+    """
+    import dataclasses
+
+    from baton.pipeline.configs import build_config
+    from baton.pipeline.context import RunOptions
+    from baton.pipeline.stages import train as train_stage
+
+    if not opts.tfjob:
+        return  # a federated stage only: no TFJob
+    stage = spec.stage(opts.train_stage)
+    config = build_config(train_stage.Config, stage.config)
+    config = dataclasses.replace(config, min_workers=None, max_workers=None,
+                                 workers=None if config.workers == "auto" else config.workers)
+    options = RunOptions(strategy=args.strategy, workers=args.workers, ps=args.ps)
+    problems = [f"stage {stage.name!r}: {p}" for p in
+                train_stage.check_options(config, options, stage, spec)
+                if not p.startswith(_LOCAL_BATCH_CHECK)]
+    if len(problems) == 1:
+        raise UsageError(problems[0])
+    if problems:
+        raise UsageError("\n  - ".join([f"{len(problems)} problems:", *problems]))
+
+
 def _check_out(out: str) -> None:
     """--out must be a directory or not exist yet (nor any file stand where a directory goes)."""
     path = Path(out)
@@ -236,6 +274,7 @@ def generate(argv: list[str]) -> int:
     try:
         opts = job_options(spec, args)
         fed = federation(spec)
+        check_train(spec, args, opts)
     except ManifestError as exc:
         flag = _FLAG_FOR_FIELD.get(exc.field)
         value = getattr(args, flag.lstrip("-").replace("-", "_"), None) if flag else None

@@ -235,9 +235,10 @@ def _job(args: argparse.Namespace, tf_config: Any) -> tuple[Any, Path]:
             else (MULTI_WORKER_MIRRORED if cluster.num_workers() > 1 else ONE_DEVICE)
         )
         # ps and workers too: the spec's `cluster:` section (ps: 0 by default) must not veto
-        # the PS tasks the operator actually started.
+        # the PS tasks the operator actually started. config.strategy beats TF_CONFIG's (as it
+        # beats a flag): left to the config, the problems name it as their source.
         options = RunOptions(
-            strategy=config.strategy or strategy,
+            strategy=None if config.strategy else strategy,
             workers=len(cluster.worker) if ps else cluster.num_workers(),
             ps=ps,
         )
@@ -250,16 +251,38 @@ def _job(args: argparse.Namespace, tf_config: Any) -> tuple[Any, Path]:
     spec = dataclasses.replace(spec, cluster=dataclasses.replace(
         cluster, min_workers=None, max_workers=None,
         workers=1 if cluster.workers == "auto" else cluster.workers))
-    topo = train_stage.topology(config, options, spec.cluster)
     problems = train_stage.check_options(config, options, stage, spec)  # e.g. XLA on PS
     if problems:
-        raise ValueError("; ".join(problems))
+        raise ValueError("; ".join(_from_tf_config(p, options, tf_config) for p in problems))
+    topo = train_stage.topology(config, options, spec.cluster)
     # No row count here: that would run TF ops before the strategy exists (see make_job).
     # The user's modules (model, loss, ...) are imported from the spec's directory on this
     # replica too: on a TFJob pod, the ConfigMap mounted beside the spec (docs/kubernetes.md).
     job = train_stage.make_job(config, inputs, topo.strategy, count=False, code_dir=spec.spec_dir,
                                balance=train_stage.balance_mode(config, topo))
     return job, Path(args.out) if args.out else run_dir / args.stage
+
+
+def _from_tf_config(problem: str, options: Any, tf_config: Any) -> str:
+    """`problem` with the topology's sources named as this replica received them.
+
+    check_options names a value that came in RunOptions as the `baton run` flag that passes it
+    (`--strategy parameter_server`); a replica received no flag: its strategy, workers and ps
+    are TF_CONFIG's, the TFJob's replicas, so a flag there would send the reader looking for one
+    in the manifest.
+    """
+    import re
+
+    if tf_config is None:
+        return problem  # no TF_CONFIG: the options are RunOptions() and name no flag
+    tasks = ", ".join(f"{kind} x{len(addrs)}" for kind, addrs in
+                      tf_config.cluster.as_dict().items() if addrs)
+    sources = {f"--strategy {options.strategy}": f"implied by TF_CONFIG's {tasks}",
+               f"--workers {options.workers}": f"TF_CONFIG workers={options.workers}",
+               f"--ps {options.ps}": f"TF_CONFIG ps={options.ps}"}
+    for flag, source in sources.items():
+        problem = re.sub(re.escape(flag) + r"\b", source, problem)
+    return problem
 
 
 def _is_transient(exc: BaseException) -> bool:

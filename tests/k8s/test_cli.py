@@ -99,3 +99,55 @@ def test_shipped_spec_pushes_to_the_shared_volume(tmp_path):
     assert push and all(s.config["serving_base"] == "/artifacts/models/penguins" for s in push)
     deploy = yaml.safe_load((tmp_path / "serving-deployment.yaml").read_text())
     assert "--model_base_path=/artifacts/models/penguins" in deploy["spec"]["template"]["spec"]["containers"][0]["args"]
+
+
+def _train_spec(path, cluster: str, config: str):
+    """ingest (penguins) -> transform -> train, with the given cluster section and train config."""
+    path.write_text(
+        f"pipeline: p\ncluster: {cluster}\nstages:\n"
+        "  - {name: ingest, type: ingest, config: {source: penguins}}\n"
+        "  - {name: transform, type: transform, inputs: {examples: ingest.examples}}\n"
+        "  - name: train\n    type: train\n"
+        "    inputs: {transformed: transform.transformed, transform_graph: transform.transform_graph}\n"
+        f"    config: {config}\n")
+    return path
+
+
+@pytest.mark.parametrize("cluster,config,flags,source", [
+    ("{strategy: parameter_server, workers: 2, ps: 1}", "{balance: auto}", [],
+     "(cluster.strategy=parameter_server)"),
+    ("{strategy: parameter_server, workers: 2, ps: 1}", "{jit_compile: true}", [],
+     "(cluster.strategy=parameter_server)"),
+    ("{strategy: multi_worker_mirrored, workers: 2}", "{balance: auto}",
+     ["--strategy", "parameter_server", "--ps", "1"], "(--strategy parameter_server)"),
+])
+def test_train_config_the_strategy_refuses_exits_2_as_baton_run_does(
+        tmp_path, capsys, cluster, config, flags, source):
+    """The train stage's check_options runs for the TFJob's topology: `baton k8s` exits 2 with
+    `baton run`'s message (same spec, same flags) and writes nothing, instead of manifests
+    whose every replica fails."""
+    spec = _train_spec(tmp_path / "spec.yaml", cluster, config)
+    assert baton(["run", str(spec), "--check", *flags]) == 2
+    expected = capsys.readouterr().err.split("baton run: error: ", 1)[1]
+    assert source in expected
+    assert baton(["k8s", str(spec), "--out", str(tmp_path / "o"), *flags]) == 2
+    assert capsys.readouterr().err.split("baton k8s: error: ", 1)[1] == expected
+    assert not (tmp_path / "o").exists()
+
+
+def test_train_checks_follow_the_flags_and_not_this_machine(tmp_path, monkeypatch):
+    """Flags that give a strategy `balance: auto` fits pass; and the batch is checked against
+    the pods' resources only: two GPUs here (4 replicas, over which 34 does not divide) say
+    nothing about the CPU pods (2 replicas)."""
+    from baton.strategies import inventory
+
+    ps = _train_spec(tmp_path / "ps.yaml", "{strategy: parameter_server, workers: 2, ps: 1}",
+                     "{balance: auto}")
+    assert baton(["k8s", str(ps), "--out", str(tmp_path / "a"), "--strategy",
+                  "multi_worker_mirrored", "--ps", "0"]) == 0
+    node = inventory.node_inventory()
+    monkeypatch.setattr(inventory, "node_inventory", lambda: {**node, "gpus": 2})
+    mwm = _train_spec(tmp_path / "mwm.yaml", "{strategy: multi_worker_mirrored, workers: 2}",
+                      "{batch_size: 34}")
+    assert baton(["run", str(mwm), "--check"]) == 2  # this machine's check would refuse it
+    assert baton(["k8s", str(mwm), "--out", str(tmp_path / "b")]) == 0

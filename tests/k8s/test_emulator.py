@@ -220,6 +220,33 @@ def test_replica_environment_is_the_operators(tmp_path):
     assert env["BATON_RUN_ID"] == opts.run_id
 
 
+# A replica that does what `baton task` does with a fault: inject it on attempt 0 only (here:
+# exit 137 at once when the fault names this task). It records `<task>.<attempt>` per start.
+FAULTY_REPLICA = r"""
+import json, os, pathlib, sys
+out = pathlib.Path(sys.argv[1]); out.mkdir(parents=True, exist_ok=True)
+task = json.loads(os.environ["TF_CONFIG"])["task"]
+attempt = int(os.environ.get("BATON_ATTEMPT", "0"))
+(out / f"{task['type']}-{task['index']}.{attempt}").touch()
+fault = os.environ.get("BATON_INJECT_FAILURE", "") if attempt == 0 else ""
+sys.exit(137 if fault.startswith(f"{task['type']}:{task['index']}@") else 0)
+"""
+
+
+def test_an_injected_fault_fires_on_the_first_attempt_only(tmp_path, monkeypatch):
+    """Each pod gets BATON_ATTEMPT, its restart count (never this machine's): the SIGKILLed
+    worker's restart trains on instead of crash-looping into BackoffLimitExceeded."""
+    monkeypatch.setenv("BATON_ATTEMPT", "7")  # a leftover on this machine must not reach a pod
+    opts = EmulatorOptions(volume_dir=tmp_path / "vol", work_dir=tmp_path / "work",
+                           command=[sys.executable, "-c", FAULTY_REPLICA, "/artifacts/out"],
+                           env={"BATON_INJECT_FAILURE": "worker:0@step:45"})
+    em = Emulator(_job(workers=2, chief=0), opts)  # worker 0 decides success
+    assert em.run() == 0, em.conditions
+    assert sorted(p.name for p in (tmp_path / "vol" / "out").iterdir()) == [
+        "worker-0.0", "worker-0.1", "worker-1.0"]
+    assert em.status()["pods"][f"{em.name}-worker-0"]["exitCodes"] == [137, 0]
+
+
 def test_exit_code_maps_signals_like_the_kubelet():
     assert exit_code(-9) == 137 and exit_code(-15) == 143 and exit_code(1) == 1
 
