@@ -171,9 +171,8 @@ def run(
         return OK
     nodes = inventory.gather(inventory_dir) if inventory_dir else [node]
     cluster = tf_config.cluster.as_dict() if tf_config else {}
-    compute = ("worker",) if job.strategy == PARAMETER_SERVER else ("worker", "chief")
     defaults = inventory.derive_defaults(
-        [n for n in nodes if str(n.get("task", "worker")).split(":")[0] in compute] or nodes,
+        training_nodes(nodes, cluster, job.strategy, gathered=bool(inventory_dir)),
         job.batch_size,
         job.strategy,
     )
@@ -193,6 +192,22 @@ def run(
     shutil.rmtree(out / ".logs", ignore_errors=True)
     _say(f"{task_name} wrote {final} (steps {result.steps}, resumed from {result.resumed_from})")
     return OK
+
+
+def training_nodes(nodes: list[dict[str, Any]], cluster: dict[str, list[str]], strategy: str,
+                   gathered: bool) -> list[dict[str, Any]]:
+    """The inventories the derived defaults (replicas, per-replica batch) are counted over:
+    the tasks that compute (workers, and the chief unless under parameter servers).
+
+    `gathered`: every task's inventory is at hand (the local launcher's shared directory).
+    Otherwise, on a TFJob pod, only this one is: the replicas of a type run one pod template,
+    so each compute task of TF_CONFIG is counted as a node like this one (counted from this
+    pod alone, a 2-replica job recorded 1 replica beside num_replicas 2).
+    """
+    compute = ("worker",) if strategy == PARAMETER_SERVER else ("worker", "chief")
+    if not gathered and cluster:
+        return nodes[:1] * max(1, sum(len(cluster.get(kind, [])) for kind in compute))
+    return [n for n in nodes if str(n.get("task", "worker")).split(":")[0] in compute] or nodes
 
 
 def _job(args: argparse.Namespace, tf_config: Any) -> tuple[Any, Path]:

@@ -43,3 +43,22 @@ def test_a_replica_names_tf_config_not_a_flag_it_never_received(tmp_path, config
         task._job(args, _tf_config(**tf_config))
     assert expected in str(refused.value)
     assert "--strategy" not in str(refused.value) and "--workers" not in str(refused.value)
+
+
+def test_a_tfjob_replica_counts_the_defaults_over_every_compute_task_of_tf_config() -> None:
+    """On a pod only its own inventory is at hand: TF_CONFIG's compute tasks run the same pod
+    template, so each counts as a node like it (the record said 1 replica beside 2)."""
+    from baton.pipeline.commands.task import training_nodes
+    from baton.strategies import inventory
+
+    me = {"host": "chief-0", "cpu_usable": 2, "gpus": 0, "task": "chief:0"}
+    cluster = {"chief": ["c:1"], "worker": ["w:1"], "evaluator": ["e:1"]}
+    nodes = training_nodes([me], cluster, "multi_worker_mirrored", gathered=False)
+    assert len(nodes) == 2  # the evaluator does not compute the steps
+    assert inventory.derive_defaults(nodes, 64, "multi_worker_mirrored")["replicas"] == 2
+    ps = {"chief": ["c:1"], "worker": ["w:1", "w:2", "w:3"], "ps": ["p:1"]}
+    assert len(training_nodes([me], ps, "parameter_server", gathered=False)) == 3
+    # the local launcher gathers every task's inventory: those are counted as they are
+    gathered = [me, {**me, "task": "worker:0"}, {**me, "task": "ps:0"}]
+    assert training_nodes(gathered, ps, "parameter_server", gathered=True) == [gathered[1]]
+    assert training_nodes([me], {}, "one_device", gathered=False) == [me]
