@@ -162,6 +162,7 @@ def test_two_worker_tfjob_survives_a_sigkilled_replica(tmp_path, data):
     assert conditions[0] == "Created" and "Restarting" in conditions and conditions[-1] == "Succeeded"
     info = _assert_model_written_atomically(train_dir)
     assert info["strategy"] == "multi_worker_mirrored" and info["num_replicas"] == 2
+    assert info["defaults"]["replicas"] == 2  # counted over TF_CONFIG's tasks, not this pod
     assert info["balance"]["mode"] == "auto"  # the pods resolve the stage's default too
     assert info["steps"] == info["planned_steps"] == 80
     assert info["resumed_from_step"] > 0  # the restarted job resumed from the last backup
