@@ -184,15 +184,21 @@ def job_options(spec, args: argparse.Namespace):
     probe = JobOptions(pipeline=spec.name, run_id="probe")
     spec_text = cluster_spec_text(spec, probe.models_dir)
     stage = next((s for s in spec.stages if s.name == train), None)  # None: federated only
+    # the replicas the pods will resolve (commands.task): flags, then the train config, then
+    # the spec's cluster section; from `cluster:` and the flags alone, a spec giving its
+    # topology in the train config got a TFJob shaped otherwise than its replicas ran
+    shape = (train_stage.topology(_replica_config(stage), _flag_options(args), cluster)
+             if stage else None)
     opts = JobOptions(
         pipeline=spec.name,
         run_id=args.run_id or new_run_id(),
         image=args.image or cluster.image,
         namespace=args.namespace or cluster.namespace,
         topology=Topology(
-            strategy=args.strategy or cluster.strategy,
-            workers=args.workers if args.workers is not None else cluster.workers,
-            ps=args.ps if args.ps is not None else cluster.ps,
+            strategy=args.strategy or (shape.strategy if shape else cluster.strategy),
+            workers=args.workers if args.workers is not None else (
+                shape.workers if shape else cluster.workers),
+            ps=args.ps if args.ps is not None else (shape.ps if shape else cluster.ps),
             chief=0 if args.no_chief else 1,
             evaluator=args.evaluator,
         ),
@@ -214,7 +220,26 @@ def job_options(spec, args: argparse.Namespace):
 _LOCAL_BATCH_CHECK = "config.batch_size:"
 
 
-def check_train(spec, args: argparse.Namespace, opts) -> None:
+def _replica_config(stage):  # noqa: ANN001, ANN202 - a StageSpec -> train.Config
+    """The train config a replica checks and runs (commands.task): a TFJob has a fixed replica
+    count, so `workers: auto`, `min_workers` and `max_workers` (the local launcher's) go."""
+    import dataclasses
+
+    from baton.pipeline.configs import build_config
+    from baton.pipeline.stages import train as train_stage
+
+    config = build_config(train_stage.Config, stage.config)
+    return dataclasses.replace(config, min_workers=None, max_workers=None,
+                               workers=None if config.workers == "auto" else config.workers)
+
+
+def _flag_options(args: argparse.Namespace):  # noqa: ANN202 - a RunOptions
+    from baton.pipeline.context import RunOptions
+
+    return RunOptions(strategy=args.strategy, workers=args.workers, ps=args.ps)
+
+
+def check_train(spec, args: argparse.Namespace) -> None:
     """The train stage's own `check_options`, as `baton run` runs it with the same flags: a
     spec the stage refuses (`balance: auto` or `jit_compile: true` under parameter_server, a
     topology that contradicts itself) exits 2 here, with `baton run`'s message, instead of
@@ -226,21 +251,15 @@ def check_train(spec, args: argparse.Namespace, opts) -> None:
     the stage's own batch check reads the inventory of this machine, which says nothing about
     the cluster's nodes.
     """
-    import dataclasses
-
-    from baton.pipeline.configs import build_config
-    from baton.pipeline.context import RunOptions
     from baton.pipeline.stages import train as train_stage
 
-    if not opts.tfjob:
+    train = _split_stages(spec)[1]
+    if train is None:
         return  # a federated stage only: no TFJob
-    stage = spec.stage(opts.train_stage)
-    config = build_config(train_stage.Config, stage.config)
-    config = dataclasses.replace(config, min_workers=None, max_workers=None,
-                                 workers=None if config.workers == "auto" else config.workers)
-    options = RunOptions(strategy=args.strategy, workers=args.workers, ps=args.ps)
+    stage = spec.stage(train)
     problems = [f"stage {stage.name!r}: {p}" for p in
-                train_stage.check_options(config, options, stage, spec)
+                train_stage.check_options(_replica_config(stage), _flag_options(args), stage,
+                                          spec)
                 if not p.startswith(_LOCAL_BATCH_CHECK)]
     if len(problems) == 1:
         raise UsageError(problems[0])
@@ -272,9 +291,9 @@ def generate(argv: list[str]) -> int:
     _check_out(args.out)
     spec = load_spec(args.spec)
     try:
+        check_train(spec, args)
         opts = job_options(spec, args)
         fed = federation(spec)
-        check_train(spec, args, opts)
     except ManifestError as exc:
         flag = _FLAG_FOR_FIELD.get(exc.field)
         value = getattr(args, flag.lstrip("-").replace("-", "_"), None) if flag else None

@@ -151,3 +151,17 @@ def test_train_checks_follow_the_flags_and_not_this_machine(tmp_path, monkeypatc
                       "{batch_size: 34}")
     assert baton(["run", str(mwm), "--check"]) == 2  # this machine's check would refuse it
     assert baton(["k8s", str(mwm), "--out", str(tmp_path / "b")]) == 0
+
+
+def test_a_topology_given_in_the_train_config_shapes_the_tfjob(tmp_path):
+    """The replicas resolve flags, then the train config, then `cluster:` (commands.task);
+    the TFJob is shaped the same way (it was shaped by `cluster:` and the flags alone)."""
+    spec = _train_spec(tmp_path / "spec.yaml", "{}",
+                       "{strategy: parameter_server, workers: 3, ps: 1, batch_size: 48}")
+    assert baton(["k8s", str(spec), "--out", str(tmp_path / "a")]) == 0
+    replicas = yaml.safe_load((tmp_path / "a" / "tfjob.yaml").read_text())["spec"]["tfReplicaSpecs"]
+    assert {k: v["replicas"] for k, v in replicas.items()} == {"Chief": 1, "Worker": 3, "PS": 1}
+    # a flag still beats the config
+    assert baton(["k8s", str(spec), "--out", str(tmp_path / "b"), "--workers", "2"]) == 0
+    replicas = yaml.safe_load((tmp_path / "b" / "tfjob.yaml").read_text())["spec"]["tfReplicaSpecs"]
+    assert replicas["Worker"]["replicas"] == 2
