@@ -32,11 +32,16 @@ from baton.pipeline.spec import PipelineSpec
 _LOG = logs.get("pipeline.runner")
 
 
+# The attribute of a KeyboardInterrupt (or Preempted) that carries the StageResult of the stage
+# it stopped, from `_run_stage` up to `run_pipeline`'s run record.
+INTERRUPTED_STAGE = "baton_interrupted_stage"
+
+
 @dataclasses.dataclass
 class StageResult:
     name: str
     type: str
-    status: str  # succeeded | cached | failed | skipped
+    status: str  # succeeded | cached | failed | skipped | interrupted
     usage: Usage = dataclasses.field(default_factory=Usage)
     metrics: dict[str, Any] = dataclasses.field(default_factory=dict)
     error: str = ""
@@ -116,8 +121,11 @@ def run_pipeline(
             results.append(res)
             if res.status == "failed":
                 break
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         store.clean_stale_tmp(run_dir)
+        stopped = getattr(exc, INTERRUPTED_STAGE, None)
+        if stopped is not None:  # its energy is in the run's totals and its row
+            results.append(stopped)
         _write_run_record(run_dir, spec.name, run_id, started, "interrupted", results,
                           options, spec.energy)
         raise
@@ -234,8 +242,12 @@ def _run_stage(
             raise StageError(f"stage wrote no output {missing} (declared outputs: {list(st.outputs)})")
     except BatonError as exc:
         error = str(exc)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:  # Ctrl-C, or SIGTERM (Preempted): the run unwinds
         shutil.rmtree(work, ignore_errors=True)
+        # what the stage spent so far still counts: the run record lists it as interrupted
+        setattr(exc, INTERRUPTED_STAGE, StageResult(  # noqa: B010 - a name, not an attribute
+            name, stage_spec.type, "interrupted", meter.usage, dict(ctx.metrics),
+            f"interrupted after {meter.usage.wall_s:.1f}s"))
         raise
     except Exception as exc:  # a bug in a stage: keep the traceback for the user, next to the run
         error = f"{type(exc).__name__}: {exc}"

@@ -211,3 +211,38 @@ def test_a_failed_stage_has_a_cost_row_and_the_rows_add_up_to_the_run(tmp_path) 
     stages = sum(float(r[1]) for label, r in rows.items() if label != "run")
     assert stages == pytest.approx(float(rows["run"][1]), abs=0.21)
     assert f"bad: failed; its record (inputs, config, usage): {run_dir}/bad.failed.json" in shown
+
+
+@stage(inputs={"lines": True}, outputs=("never",))
+def burn_then_interrupted(ctx, config: dict) -> None:
+    """Spends about 0.4 CPU seconds, then is stopped as Ctrl-C (or SIGTERM's Preempted, a
+    KeyboardInterrupt) stops a stage."""
+    import time
+
+    start = time.process_time()
+    while time.process_time() - start < 0.4:
+        sum(i * i for i in range(10_000))
+    raise KeyboardInterrupt
+
+
+def test_an_interrupted_stage_keeps_its_energy_in_the_run_record(tmp_path) -> None:
+    """A run stopped mid-stage (Ctrl-C, a preempted node's SIGTERM) records the stage as
+    interrupted with what it spent: the run's totals had left it out."""
+    (tmp_path / "data.txt").write_text("a\nb\n")
+    spec = SPEC.format(energy="{carbon_intensity: 100}") + (
+        "  - name: stopped\n    type: tests.test_energy:burn_then_interrupted\n"
+        "    inputs: {lines: source.lines}\n")
+    (tmp_path / "spec.yaml").write_text(spec)
+    res = _baton(tmp_path, "run", "spec.yaml", "-q")
+    assert res.returncode == 130, res.stderr  # as Ctrl-C ends a run
+    (run_dir,) = [d for d in (tmp_path / "runs" / "cost").iterdir() if (d / "run.json").is_file()]
+    record = json.loads((run_dir / "run.json").read_text())
+    assert record["status"] == "interrupted"
+    stopped = record["stages"][-1]
+    assert stopped["name"] == "stopped" and stopped["status"] == "interrupted"
+    assert stopped["usage"]["energy_j"] >= 2 and stopped["usage"]["cpu_s"] >= 0.4
+    assert record["totals"]["energy_j"] == pytest.approx(
+        sum(s["usage"]["energy_j"] for s in record["stages"]), abs=0.2)
+    assert not list(run_dir.glob(".tmp*"))  # its partial outputs are gone
+    rows = _cost_rows(_baton(tmp_path, "inspect", str(run_dir)).stdout)
+    assert list(rows) == ["source", "count", "stopped (interrupted)", "run"]

@@ -137,7 +137,8 @@ def _spent(stage: dict[str, Any]) -> bool:
 def _cost_row(stage: dict[str, Any]) -> tuple[str, ...]:
     u = stage.get("usage", {})
     per = u.get("j_per_example")
-    name = stage["name"] + (" (failed)" if stage["status"] == "failed" else "")
+    name = stage["name"] + (f" ({stage['status']})"
+                            if stage["status"] in ("failed", "interrupted") else "")
     return (name, str(u.get("energy_method", "green-algorithms")), f"{u.get('energy_j', 0):.1f}",
             f"{u.get('co2e_g', 0):.4f}", f"{per:.3g}" if per is not None else "")
 
