@@ -38,6 +38,10 @@ SMALL_WORK = 4_000_000  # parameters x per-replica batch (6.5k x 256 won 1.1x, 2
 _CONTROL_FLOW = {"Switch", "RefSwitch", "Merge", "RefMerge", "Enter", "RefEnter", "Exit",
                  "RefExit", "NextIteration", "RefNextIteration", "LoopCond"}
 _PARTITIONED = {"_Send", "_Recv", "_HostSend", "_HostRecv", "Send", "Recv"}
+# Functional conditionals: the executor accepts them, but a step holding one (Keras'
+# LossScaleOptimizer under mixed_float16 applies its update in a tf.cond) never returned:
+# the calling thread waited for ever, idle. TensorFlow's own tf.data runs no such graphs on it.
+_BRANCHES = {"If", "StatelessIf", "Case", "StatelessCase"}
 _HEAVY = ("Conv", "DepthwiseConv", "MaxPool", "AvgPool")  # oneDNN's, which the body would lose
 
 
@@ -103,7 +107,7 @@ def refused_nodes(concrete: Any) -> list[str]:
     for node in _nodes(concrete):
         op_def = op_def_registry.get(node.op)
         ref = op_def is not None and any(a.is_ref for a in op_def.output_arg)
-        if ref or node.op in _CONTROL_FLOW or node.op in _PARTITIONED \
+        if ref or node.op in _CONTROL_FLOW or node.op in _PARTITIONED or node.op in _BRANCHES \
                 or node.op.startswith("Collective") or not _local_cpu(node.device):
             out.append(f"{node.op} ({node.name} on {node.device or 'any device'})")
     for tensor in concrete.captured_inputs:

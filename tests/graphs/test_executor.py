@@ -75,6 +75,49 @@ def test_what_the_executor_refuses_falls_back_to_the_default_one() -> None:
     assert float(wrapped(tf.constant(1.0), tf.constant(True))) == 3.0
 
 
+def test_a_conditional_falls_back_to_the_default_executor() -> None:
+    """A step holding a functional `If` (Keras' LossScaleOptimizer under mixed_float16 applies
+    its update in a tf.cond) never returned on the single-threaded executor: the calling
+    thread waited idle for ever. Such graphs run on the default one."""
+    import tensorflow as tf
+
+    v = tf.Variable(1.0)
+
+    @tf.function
+    def step(x):
+        return tf.cond(x > 0, lambda: v.assign_add(x), lambda: v.assign_sub(x))
+
+    wrapped = executor.SingleThreaded(step, auto=False)
+    assert float(wrapped(tf.constant(2.0))) == 3.0  # would hang on the single-threaded one
+    assert not wrapped.active and any(r.startswith("If ") or r.startswith("StatelessIf ")
+                                      for r in wrapped.refused), wrapped.refused
+
+
+def test_mixed_float16_trains_on_the_default_executor(tmp_path) -> None:
+    """The own-model example's case (audit of issue 11): mixed_float16 with `executor: auto`
+    hung in the first chunk. In a subprocess: the dtype policy is process-wide."""
+    code = (
+        "import keras, tensorflow as tf\n"
+        "keras.mixed_precision.set_global_policy('mixed_float16')\n"
+        "from baton.graphs import executor, models\n"
+        "from baton.graphs.steps import StepOptions, make_train_chunk\n"
+        "from baton.graphs.synthetic import synthetic_dataset, synthetic_spec\n"
+        "spec = synthetic_spec(4, (3,), classes=3)\n"
+        "model = models.build_model('mlp', spec, models.MLPConfig(hidden_units=(8,)), seed=2)\n"
+        "opt = keras.optimizers.LossScaleOptimizer(keras.optimizers.Adam(0.01))\n"
+        "opt.build(model.trainable_variables)\n"
+        "chunk = make_train_chunk(model, opt, spec, 32, options=StepOptions())\n"
+        "it = iter(synthetic_dataset(spec, 256, 32, shuffle=True, repeat=True, seed=1))\n"
+        "print(chunk(it, tf.constant(4), tf.constant(0.0)).numpy()[2],"
+        " executor.executor_of(chunk))\n"
+    )
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         timeout=120, env=env, cwd=tmp_path)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split()[-2:] == ["128.0", "default"], res.stdout
+
+
 def test_auto_leaves_convolutions_to_the_default_executor() -> None:
     """oneDNN's convolutions are lost inside the unlowered loop: `auto` falls back on the
     traced graph (here a raw conv the layer check cannot see); `single_threaded` keeps it."""
