@@ -9,7 +9,9 @@ group the way the operator's restart policy would:
   the group restarts from the chief's last backup, with fresh ports, up to `max_restarts` times;
 - parameter-server strategy: a dead worker is restarted alone at the same address (the
   coordinator reschedules its closures meanwhile); a dead PS or coordinator restarts the group;
-- exit code 1 (bad config) is permanent: no retry, like `restartPolicy: ExitCode`;
+- exit code 1 (bad config) is permanent: no retry, like `restartPolicy: ExitCode`; the error is
+  then the task's own message, which it leaves in the file BATON_ERROR_FILE names
+  (`worker:0: train.config.model: ...`), not just its exit code;
 - elastic multi-worker mirrored (`min_workers` < `workers`, strategies/elastic.py): a worker
   that is lost (a `:lost` fault, or its restarts exhausted) is left out and the group restarts
   with the workers left, renumbered so the chief stays worker:0, as long as `min_workers`
@@ -55,10 +57,11 @@ from baton.strategies.inventory import TASKS_ON_NODE_ENV
 from baton.strategies.preemption import stop_on_sigterm
 from baton.strategies.restart_policies import Action, GroupRestart, Verdict
 from baton.strategies.slowdown import Slowdown
-from baton.strategies.supervisor import Command, ProcessGroup, describe
+from baton.strategies.supervisor import Command, Exit, ProcessGroup, describe
 
 PERMANENT_EXIT = EXIT_FAILED
 PREEMPTED_EXIT = EXIT_PREEMPTED
+ERROR_FILE_ENV = "BATON_ERROR_FILE"  # where a task leaves its one-line error (baton task)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -258,9 +261,9 @@ def launch(
                     t.name: _env(config, cluster, t, attempt, status_file, pinned=bool(cores))
                     for t in cluster.tasks()
                 }
-                starter = local_tasks.Starter(
+                starter = _with_error_file(local_tasks.Starter(
                     command, envs, cores or {}, quota.procs if quota else None,
-                    config.slowdown.task.name if config.slowdown else "")
+                    config.slowdown.task.name if config.slowdown else ""), state)
                 for t in cluster.tasks():
                     group.start(t.name, starter(t, _log(state, t, attempt)))
                 sink.say(
@@ -351,6 +354,33 @@ def _release_quota(quota: Any, result: LaunchResult) -> None:
     quota.remove()
 
 
+def _error_file(state: Path, task: TaskId) -> Path:
+    """Where `task` leaves its error (one per task: the supervisor removes it before each
+    start, so a restarted task's message is never its predecessor's)."""
+    return state / "errors" / f"{task.name.replace(':', '-')}.txt"
+
+
+def _with_error_file(
+    starter: Callable[[TaskId, Path], Command], state: Path
+) -> Callable[[TaskId, Path], Command]:
+    """`starter` with each command's `message_file` set to its task's error file, so the
+    group reads the task's own account of a failure into its `Exit`."""
+
+    def start(task: TaskId, log: Path) -> Command:
+        return dataclasses.replace(starter(task, log), message_file=_error_file(state, task))
+
+    return start
+
+
+def _explained(verdict: Verdict, ended: Exit) -> Verdict:
+    """A permanent failure told in the task's own words (`worker:0: train.config.model: ...`)
+    when it left them: the exit code alone says only that something was wrong, and the reason
+    would otherwise sit in the task's output, possibly among other tasks' lines."""
+    if verdict.action is Action.FAIL and ended.returncode == PERMANENT_EXIT and ended.message:
+        return dataclasses.replace(verdict, reason=f"{ended.name}: {ended.message}")
+    return verdict
+
+
 def _log(state: Path, task: TaskId, attempt: int, restart: int | None = None) -> Path:
     suffix = "" if restart is None else f".r{restart}"
     return state / "logs" / f"{task.name.replace(':', '-')}.attempt{attempt}{suffix}.log"
@@ -407,7 +437,7 @@ def _supervise(
             policy.gone.add(lost)
             exits = sorted(exits, key=lambda e: e.name != lost)
         for ended in exits:
-            verdict = policy.decide(group, ended)
+            verdict = _explained(policy.decide(group, ended), ended)
             if verdict.action is Action.CONTINUE:
                 continue
             if verdict.action is not Action.RESTART:
@@ -470,6 +500,7 @@ def _env(
     env.update(TFConfig(cluster, task).to_env())
     env["BATON_ATTEMPT"] = str(attempt)
     env["BATON_STATUS_FILE"] = str(status_file)
+    env[ERROR_FILE_ENV] = str(_error_file(config.state_dir, task))
     env["BATON_INVENTORY_DIR"] = str(config.state_dir / "inventory")
     # every task of the group runs on this machine: each gets its share of the cores, the share
     # of one node of the full-size cluster (an elastic job that lost a node lost its cores too);

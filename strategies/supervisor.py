@@ -10,7 +10,8 @@ member has exited when a command fails or the last one ends. The group:
 
 - `start(name, commands)` starts (or, once it has exited, restarts) a member;
 - `wait(timeout)` blocks until some member exits, or the timeout passes, and returns the new
-  `Exit`s in member order;
+  `Exit`s in member order (each with the message its command left in its `message_file`, as a
+  container's termination message);
 - `signal(name, signum)` signals a member's process group;
 - `stop(names, grace)` deletes members the way the kubelet does, all at once: SIGTERM to every
   running member's group, one shared grace period (each member may cap it lower), then SIGKILL
@@ -42,6 +43,7 @@ from pathlib import Path
 from typing import IO
 
 KILL_WAIT_SECONDS = 5.0  # after SIGKILL: how long to wait for the kernel to end a process
+MESSAGE_LIMIT = 4096  # characters of a termination message kept (the kubelet keeps 4096 bytes)
 
 
 def descendants(pid: int) -> list[tuple[int, str]]:
@@ -103,6 +105,17 @@ def kill_leftovers(seen: Sequence[tuple[int, str]], wait: float = 2.0) -> list[i
     return killed
 
 
+def read_message(path: Path | None) -> str:
+    """A command's termination message, stripped and capped at MESSAGE_LIMIT; "" if it left
+    none (or it cannot be read: the exit code still tells what happened)."""
+    if path is None:
+        return ""
+    try:
+        return path.read_text(errors="replace").strip()[:MESSAGE_LIMIT]
+    except OSError:
+        return ""
+
+
 def exit_code(returncode: int) -> int:
     """Popen's -N for "killed by signal N" becomes the kubelet's 128+N (SIGKILL -> 137)."""
     return 128 - returncode if returncode < 0 else returncode
@@ -136,6 +149,10 @@ class Command:
             set before it executes (None: the supervisor's own).
         cgroup: a cgroup's `cgroup.procs` file the process joins before it executes (a CPU
             quota, strategies.throttle), so all it starts stays in that cgroup.
+        message_file: where the process may leave a line on why it ended, like a container's
+            `terminationMessagePath`: removed before the process starts (a message is never
+            an earlier run's), read into `Exit.message` when it ends. The supervisor's caller
+            thus learns why without parsing the output, where a traceback may bury it.
     """
 
     argv: Sequence[str]
@@ -146,6 +163,7 @@ class Command:
     label: str = ""
     cpus: tuple[int, ...] | None = None
     cgroup: Path | None = None
+    message_file: Path | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,6 +173,7 @@ class Exit:
     name: str
     returncode: int
     command: int = 0  # index of the command that ended the member
+    message: str = ""  # what the command left in its `message_file` ("": nothing)
 
     @property
     def code(self) -> int:
@@ -251,6 +270,8 @@ class ProcessGroup:
     def _spawn(self, m: _Member) -> bool:
         cmd = m.commands[m.index]
         m.proc, m.pidfd, m.returncode = None, None, None
+        if cmd.message_file is not None:  # an earlier run's message must not explain this one
+            cmd.message_file.unlink(missing_ok=True)
         log: IO[bytes] | None = None
         if cmd.log is not None:
             cmd.log.parent.mkdir(parents=True, exist_ok=True)
@@ -339,7 +360,8 @@ class ProcessGroup:
                 self._spawn(m)
                 continue
             m.reported = True
-            return Exit(m.name, int(m.returncode), m.index)
+            message = read_message(m.commands[m.index].message_file)
+            return Exit(m.name, int(m.returncode), m.index, message)
         return None
 
     def poll(self) -> list[Exit]:

@@ -4,18 +4,25 @@
     baton task --job JOB.json --out DIR [--backup-dir DIR]      explicit form (the local launcher)
 
 This is the edge: TF_CONFIG (which task am I), BATON_INJECT_FAILURE / BATON_ATTEMPT (fault
-rehearsal), BATON_STATUS_FILE and BATON_INVENTORY_DIR (local launcher plumbing) are read here once
-and passed down as values. The chief alone writes outputs, atomically (temporary directory, then
-rename into `<out>/model`), plus backups and summaries.
+rehearsal), BATON_STATUS_FILE, BATON_INVENTORY_DIR and BATON_ERROR_FILE (local launcher plumbing)
+are read here once and passed down as values. The chief alone writes outputs, atomically
+(temporary directory, then rename into `<out>/model`), plus backups and summaries.
 
 Exit codes follow the TFJob `restartPolicy: ExitCode` contract: 0 success; 1 permanent failure
 (bad config: not retried); 143 preempted by SIGTERM after saving a backup (retried); 129 a
 transient failure such as a dead peer or a lost connection (retried).
+
+A permanent failure Baton understands (a BatonError: a StageError naming the user's model
+function, a RefError, a ConfigError...) is one line, its message, as in a one-process run; a
+bug (any other exception) keeps its traceback. Either way the line is also written, atomically,
+to BATON_ERROR_FILE when it is set, so the launcher reports the task's own words rather than
+"exited with 1".
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import dataclasses
 import os
 import shutil
@@ -56,16 +63,14 @@ def main(argv: list[str]) -> int:
     from baton.strategies.cluster import ClusterSpecError, TFConfig
     from baton.strategies.faults import FaultSpecError, parse_fault
 
+    error_file = _env_path("BATON_ERROR_FILE")
     try:
         tf_config = TFConfig.from_env()
         attempt = int(os.environ.get("BATON_ATTEMPT", "0") or 0)
         fault = parse_fault(os.environ.get("BATON_INJECT_FAILURE")) if attempt == 0 else None
         job, out = _job(args, tf_config)
     except (BatonError, ClusterSpecError, FaultSpecError, ValueError, KeyError, OSError) as exc:
-        _say(f"error: {exc}")
-        return PERMANENT
-    status = os.environ.get("BATON_STATUS_FILE")
-    inventory_dir = os.environ.get("BATON_INVENTORY_DIR")
+        return _permanent("", str(exc), error_file)
     backup_dir = Path(args.backup_dir) if args.backup_dir else out / "backup"
     return run(
         job,
@@ -73,9 +78,15 @@ def main(argv: list[str]) -> int:
         out,
         backup_dir,
         fault,
-        Path(status) if status else None,
-        Path(inventory_dir) if inventory_dir else None,
+        _env_path("BATON_STATUS_FILE"),
+        _env_path("BATON_INVENTORY_DIR"),
+        error_file,
     )
+
+
+def _env_path(name: str) -> Path | None:
+    value = os.environ.get(name)
+    return Path(value) if value else None
 
 
 def run(
@@ -86,8 +97,10 @@ def run(
     fault: Any = None,
     status_file: Path | None = None,
     inventory_dir: Path | None = None,
+    error_file: Path | None = None,
 ) -> int:
-    """Run one task of `job` and map the outcome to an exit code."""
+    """Run one task of `job` and map the outcome to an exit code (a permanent failure's line
+    also into `error_file`, for the launcher)."""
     import threading
 
     from baton.errors import BatonError, Preempted
@@ -114,8 +127,7 @@ def run(
         try:
             inventory.derive_defaults([node] * max(workers, 1), job.batch_size, job.strategy)
         except BatonError as exc:  # strategies.inventory: the field and the replicas named
-            _say(f"{task_name}: error: {exc}")
-            return PERMANENT
+            return _permanent(task_name, str(exc), error_file)
     _say(f"{task_name} starting ({job.strategy}); {inventory.describe(node)}")
 
     last = [0.0]
@@ -145,19 +157,7 @@ def run(
         _say(f"{task_name}: {exc}; exiting with {PREEMPTED}")
         return PREEMPTED
     except Exception as exc:  # noqa: BLE001 - classify, log, and turn into an exit code
-        import traceback
-
-        first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-        if _is_transient(exc):  # a dead peer is expected news: one line, no traceback
-            _say(f"{task_name}: transient error ({type(exc).__name__}): {first}")
-            return TRANSIENT
-        message = f"{task_name}: permanent error ({type(exc).__name__}): {first}"
-        if logs.json_output():  # one record, the traceback as its `exception` field
-            logs.get("task").error(message, exc_info=exc)
-            return PERMANENT
-        sys.stdout.write(traceback.format_exc())
-        _say(message)
-        return PERMANENT
+        return _failed(exc, task_name, error_file)
     if result is not None and job.probe_steps:  # a topology probe: its window, no model
         import json
 
@@ -298,6 +298,57 @@ def _from_tf_config(problem: str, options: Any, tf_config: Any) -> str:
     for flag, source in sources.items():
         problem = re.sub(re.escape(flag) + r"\b", source, problem)
     return problem
+
+
+def _failed(exc: Exception, task_name: str, error_file: Path | None) -> int:
+    """The exit code for `exc`, said the way a person can act on it.
+
+    A BatonError is a failure Baton understands (the user's model function rejected its
+    params, a bad reference, a bad config value): its message names the cause, so it is the one
+    line, as the one-process run reports it, and a traceback would only bury it. A dead peer is
+    expected news: one line, retried. Anything else is a bug: its traceback stays.
+    """
+    from baton.errors import BatonError
+
+    if isinstance(exc, BatonError):
+        return _permanent(task_name, str(exc), error_file)
+    first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
+    if _is_transient(exc):
+        _say(f"{task_name}: transient error ({type(exc).__name__}): {first}")
+        return TRANSIENT
+    message = f"permanent error ({type(exc).__name__}): {first}"
+    if logs.json_output():  # one record, the traceback as its `exception` field
+        logs.get("task").error(f"{task_name}: {message}", exc_info=exc)
+    else:
+        import traceback
+
+        sys.stdout.write(traceback.format_exc())
+        _say(f"{task_name}: {message}")
+    _leave_error(error_file, f"{message} (a bug: the traceback is in this task's output)")
+    return PERMANENT
+
+
+def _permanent(task_name: str, message: str, error_file: Path | None) -> int:
+    """Say `message` as this task's one error line, leave it for the launcher; exit 1."""
+    logs.get("task").error(f"{task_name}: error: {message}" if task_name else f"error: {message}")
+    _leave_error(error_file, message)
+    return PERMANENT
+
+
+def _leave_error(error_file: Path | None, message: str) -> None:
+    """Write `message` to `error_file` atomically (a temporary file, then a rename), so the
+    launcher, which reads it once this process has exited, never sees half of it. Best effort:
+    a message that cannot be written must not change the exit code, which still tells."""
+    if error_file is None:
+        return
+    tmp = error_file.with_name(f".{error_file.name}.{os.getpid()}.tmp")
+    try:
+        error_file.parent.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(message.strip() + "\n")
+        tmp.replace(error_file)
+    except OSError:
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
 
 
 def _is_transient(exc: BaseException) -> bool:

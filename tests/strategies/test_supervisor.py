@@ -270,6 +270,19 @@ def test_echo_passes_lines_on_and_writes_the_log(pids, tmp_path) -> None:
     assert (tmp_path / "l").read_text() == "one\ntwo\n"
 
 
+def test_a_command_s_termination_message_is_its_own(pids, tmp_path) -> None:
+    """The message file is read into the Exit; one left by an earlier run is removed before
+    the command starts, so a member that writes none has no message."""
+    note = tmp_path / "w.txt"
+    write = f"import pathlib, sys; pathlib.Path({str(note)!r}).write_text(' bad config \\n'); sys.exit(1)"
+    with ProcessGroup(on_start=pids.on_start) as group:
+        group.start("w", _py(write, message_file=note))
+        assert group.wait(20) == [Exit("w", 1, 0, "bad config")]
+        group.start("w", _py("import sys; sys.exit(1)", message_file=note))  # stale file
+        assert group.wait(20) == [Exit("w", 1, 0, "")]
+        assert not note.exists()
+
+
 # ---------------------------------------------------------------------------------- policies
 def _ended(group: ProcessGroup, name: str, code: int) -> Exit:
     """Run member `name` to its exit with `code` (negative: killed by that signal)."""
@@ -406,9 +419,44 @@ def test_launcher_restarts_the_group_then_succeeds(tmp_path, no_children) -> Non
 def test_launcher_permanent_failure_and_budget(tmp_path, no_children) -> None:
     result, _ = _launch(tmp_path / "a", {"worker_0": "1", "worker_1": "-1"})
     assert not result.ok and result.restarts == 0 and result.error.startswith("permanent failure")
+    assert result.error.endswith("(bad config or a bug; not retried)")  # the task left no words
     result, _ = _launch(tmp_path / "b", {"worker_0": "129", "worker_1": "-1"}, max_restarts=1)
     assert not result.ok and result.restarts == 1
     assert result.error == "worker:0 exited with code 129; retry budget of 1 restarts used up"
+
+
+# A stand-in `baton task` that fails the way the real one reports a BatonError: its message in
+# the file BATON_ERROR_FILE names (written on the attempt listed in WRITE_<task>), then an exit.
+FAILING_TASK = TASK.replace("sys.exit(code)", """
+import pathlib
+if str(attempt) in os.environ.get("WRITE_" + name.replace(":", "_"), "").split(","):
+    pathlib.Path(os.environ["BATON_ERROR_FILE"]).parent.mkdir(parents=True, exist_ok=True)
+    pathlib.Path(os.environ["BATON_ERROR_FILE"]).write_text(f"model function rejected {name}\\n")
+sys.exit(code)
+""")
+
+
+def test_launcher_permanent_failure_is_told_in_the_task_s_words(tmp_path, no_children) -> None:
+    """A task that exits 1 and left its error: that is the launcher's error, named by task."""
+    cfg = launcher.LaunchConfig(
+        workers=2, state_dir=tmp_path / "state", grace_seconds=1.0,
+        extra_env={"CODES_worker_0": "1", "CODES_worker_1": "-1", "WRITE_worker_0": "0"})
+    result = launcher.launch(cfg, lambda t: [PY, "-c", FAILING_TASK], stream=io.StringIO())
+    assert not result.ok and result.restarts == 0
+    assert result.error == "worker:0: model function rejected worker:0"
+    assert result.events == ["attempt 0: worker:0: model function rejected worker:0"]
+
+
+def test_launcher_never_reports_an_earlier_attempt_s_error(tmp_path, no_children) -> None:
+    """Attempt 0 leaves an error but is retried (143); attempt 1 exits 1 without one: the
+    error is the exit code's, not the stale message."""
+    cfg = launcher.LaunchConfig(
+        workers=2, state_dir=tmp_path / "state", grace_seconds=1.0,
+        extra_env={"CODES_worker_0": "143,1", "CODES_worker_1": "-1", "WRITE_worker_0": "0"})
+    result = launcher.launch(cfg, lambda t: [PY, "-c", FAILING_TASK], stream=io.StringIO())
+    assert not result.ok and result.restarts == 1
+    assert result.error == (
+        "permanent failure: worker:0 exited with 1 (bad config or a bug; not retried)")
 
 
 PS_TASK = r"""
