@@ -17,6 +17,7 @@ user callback changed, and an injected fault fires after the backup of its step.
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -26,6 +27,7 @@ from typing import Any
 import keras
 
 from baton.graphs import summaries
+from baton.graphs.objectives import check_arguments
 from baton.graphs.user_refs import RefError, import_ref, is_ref
 from baton.strategies import faults
 
@@ -265,15 +267,40 @@ def _callback_class(name: str, search_dir: Path | str | None) -> Any:
     )
 
 
-def check_callbacks(specs: Sequence[Any], search_dir: Path | str | None = None) -> list[str]:
-    """Problems the spec shows: malformed entries, unknown classes, unimportable modules."""
+def check_callbacks(
+    specs: Sequence[Any], search_dir: Path | str | None = None, field: str = "config.callbacks"
+) -> list[str]:
+    """Problems the spec shows: malformed entries, unknown classes, unimportable modules, and
+    the arguments a class (Keras' or `module:Class`) or a factory would refuse, read from its
+    signature without calling it. `field` is where the list sits, to name the exact key."""
     problems = []
     for i, spec in enumerate(specs):
         try:
-            _parse(spec, search_dir)
+            target, config = _parse(spec, search_dir)
         except RefError as exc:
             problems.append(f"[{i}]: {exc}")
+            continue
+        problems += [f"[{i}]: {p}" for p in _call_problems(target, config, f"{field}[{i}]", spec)]
     return problems
+
+
+def _call_problems(target: Any, config: dict[str, Any] | None, where: str, spec: Any) -> list[str]:
+    """What calling `target(**config)` (a factory: `target()`) at training time would refuse."""
+    if config is None:
+        return check_arguments(target, {}, where)
+    if issubclass(target, keras.callbacks.TensorBoard) and not _has_tensorboard():
+        return [
+            "keras.callbacks.TensorBoard needs the `tensorboard` package, which is not installed "
+            "(Baton does not install it; it would fail after the first epoch). Baton writes the "
+            "TensorBoard scalars itself, to the model's logs/ (train/*, eval/*): drop this "
+            f"callback. Received: {where}={spec!r}"
+        ]
+    return check_arguments(target, config, f"{where}.config")
+
+
+def _has_tensorboard() -> bool:
+    """Whether the `tensorboard` package is importable (found without importing it)."""
+    return importlib.util.find_spec("tensorboard") is not None
 
 
 def _parse(spec: Any, search_dir: Path | str | None) -> tuple[Any, dict[str, Any] | None]:
