@@ -191,6 +191,17 @@ class InjectFault(keras.callbacks.Callback):
             faults.fire(fault)
 
 
+def lend_optimizer(model: Any, optimizer: Any) -> None:
+    """Give `model` its optimizer as `model.optimizer` for the loop (None: take it back).
+
+    `model.compile` sets it in `fit`, and Keras callbacks that read or set the learning rate
+    through it (ReduceLROnPlateau, LearningRateScheduler) failed without it: Baton's loop does
+    not compile. The learning rate they set is the optimizer's variable, which the traced step
+    reads and the backup keeps. Taken back before the model is exported, so the SavedModel and
+    `model.keras` are as they were."""
+    model.optimizer = optimizer
+
+
 def loop_callbacks(
     model: Any,
     state: LoopState,

@@ -131,6 +131,7 @@ def train(
     window = 2 * max(job_workers(strategy), 1)
     model.stop_training = False
     stopped = preempted = False
+    cbs.lend_optimizer(model, optimizer)  # for callbacks that read or set the learning rate
     callbacks.on_train_begin()
     while step < total and not stopped:
         epoch_end = (step // spe + 1) * spe
@@ -188,6 +189,7 @@ def train(
             raise Preempted(step=step)
         stopped = stopped or bool(getattr(model, "stop_training", False))
     callbacks.on_train_end(cbs.epoch_logs(history[-1]) if history else None)
+    cbs.lend_optimizer(model, None)  # not into the export
     seconds = time.perf_counter() - start
     done_steps = step - start_step
     return TrainResult(

@@ -221,6 +221,7 @@ def train(
     # The first chunk carries one-off work (tracing the step, filling the input's cache); a
     # short run's examples/s is mostly that. `steady_examples_per_sec` starts after it.
     first: tuple[float, int] | None = None
+    cbs.lend_optimizer(model, optimizer)  # for callbacks that read or set the learning rate
     callbacks.on_train_begin()
     try:
         while step < total and not stopped:
@@ -301,6 +302,7 @@ def train(
             backup.close(quiet=True)
         raise
     callbacks.on_train_end(cbs.epoch_logs(history[-1]) if history else None)
+    cbs.lend_optimizer(model, None)  # not into the export
     if balancer is not None:
         balancer.record(step, "end")
     seconds = time.perf_counter() - start

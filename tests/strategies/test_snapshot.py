@@ -225,3 +225,33 @@ def _small_mlp_job(rows: int):
         return ds.skip(skip) if skip else ds
 
     return spec, make_strategy("one_device"), build, data
+
+
+@pytest.mark.parametrize("lr_callback", ["scheduler", "plateau"])
+def test_keras_callbacks_that_set_the_learning_rate_reach_the_optimizer(lr_callback) -> None:
+    """LearningRateScheduler and ReduceLROnPlateau read and set `model.optimizer.learning_rate`
+    (which `compile` sets in `fit`): the loop lends the model its optimizer, and takes it back
+    before the model is exported. Both failed with "no attribute 'optimizer'" (issue 11 audit)."""
+    import keras
+
+    from baton.strategies.trainer import Objectives, TaskRole, TrainPlan, train
+
+    spec, strategy, build, data = _small_mlp_job(256)
+    seen: list[float] = []
+
+    class Record(keras.callbacks.Callback):
+        def on_epoch_begin(self, epoch, logs=None):
+            seen.append(float(self.model.optimizer.learning_rate))
+
+    made = {"scheduler": lambda: keras.callbacks.LearningRateScheduler(lambda e, lr: lr * 0.5),
+            "plateau": lambda: keras.callbacks.ReduceLROnPlateau(
+                monitor="train_loss", mode="min", factor=0.5, patience=0, min_delta=1e9)}
+    plan = TrainPlan(epochs=3, steps_per_epoch=4, global_batch_size=32, steps_per_execution=4)
+    result = train(strategy, build, spec, data, None, plan, TaskRole(),
+                   objectives=Objectives(callbacks=lambda: [made[lr_callback](), Record()]))
+    # the scheduler halves at each epoch's start; the plateau one at the end of the second
+    # epoch (the first sets its best; no loss improves on it by 1e9)
+    expected = ([0.005, 0.0025, 0.00125] if lr_callback == "scheduler"
+                else [0.01, 0.01, 0.005])
+    assert seen == pytest.approx(expected, rel=1e-5), seen
+    assert result.model.optimizer is None  # not carried into the export
