@@ -24,13 +24,16 @@ def code_version(files: list[Path]) -> str:
 
 
 def cache_key(
-    stage_type: str, code: str, config: Any, inputs: dict[str, str], external: dict[str, str]
+    stage_type: str, code: str, config: Any, inputs: dict[str, str], external: dict[str, str],
+    settings: Any = None,
 ) -> str:
-    blob = json.dumps(
-        {"type": stage_type, "code": code, "config": config, "inputs": inputs,
-         "external": external},
-        sort_keys=True, default=str,
-    )
+    """`settings`: the stage's `run_settings` (None: it has none, and the key is the one it
+    always was)."""
+    parts = {"type": stage_type, "code": code, "config": config, "inputs": inputs,
+             "external": external}
+    if settings is not None:
+        parts["settings"] = settings
+    blob = json.dumps(parts, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()
 
 

@@ -22,6 +22,9 @@ When each hook runs:
   are spec errors that only the data could settle (exit 2).
 - `external_inputs(config, spec_dir)`: before the stage runs: files outside the run it reads
   (a CSV, a curated schema); their content hashes join the cache key.
+- `run_settings(config, options, spec)`: before the stage runs: the run's settings beyond
+  its config that shape its outputs (the train stage's resolved topology: a `--workers 2` run
+  after a one-process one is not a cache hit); a JSON-able mapping that joins the cache key.
 - `cache_valid(outputs)`: on a cache hit, with the cached outputs' paths: a reason string
   vetoes the hit (push: the serving directory lost its version), None keeps it.
 
@@ -48,6 +51,7 @@ HOOKS: dict[str, str] = {
     "check_options": "check the run's flags before any stage runs",
     "check_inputs": "check the config against early_inputs once they are written",
     "external_inputs": "files outside the run whose content joins the cache key",
+    "run_settings": "the run's settings beyond the config that join the cache key",
     "cache_valid": "veto a cache hit whose effect outside the run is gone",
 }
 
@@ -70,6 +74,10 @@ class StageHooks(Protocol):
 
     def external_inputs(self, config: Any, spec_dir: Path | None) -> Iterable[Path]:
         """Files outside the run that the stage reads; hashed into its cache key."""
+
+    def run_settings(self, config: Any, options: RunOptions, spec: Any) -> Mapping[str, Any]:
+        """The run's settings (flags, the spec's cluster section) that shape the outputs;
+        joined to the cache key."""
 
     def cache_valid(self, outputs: Mapping[str, Path]) -> str | None:
         """None to accept a cache hit, or the reason to run the stage again."""

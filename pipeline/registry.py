@@ -180,6 +180,7 @@ def stage(
     check_inputs: Callable[..., Any] | None = None,
     external_inputs: Callable[..., Any] | None = None,
     cache_valid: Callable[..., Any] | None = None,
+    run_settings: Callable[..., Any] | None = None,
 ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
     """Declare a user stage function's interface, for specs that name it as `module:fn`.
 
@@ -196,7 +197,7 @@ def stage(
     hooks = {name: fn for name, fn in (
         ("check_spec", check_spec), ("check_options", check_options),
         ("check_inputs", check_inputs), ("external_inputs", external_inputs),
-        ("cache_valid", cache_valid)) if fn is not None}
+        ("cache_valid", cache_valid), ("run_settings", run_settings)) if fn is not None}
     declaration = StageDeclaration(
         inputs=normalize_inputs(inputs), outputs=tuple(outputs), config=config,
         cacheable=cacheable, code_deps=tuple(code_deps), early_inputs=tuple(early_inputs),

@@ -205,13 +205,17 @@ def _run_stage(
             external[str(p)] = store.hash_path(p) if Path(p).exists() else "missing"
     code = cache_mod.code_version(st.code_files())
     cfg_dict = config_to_dict(config)
+    hook = st.hook("run_settings")
+    settings = config_to_dict(dict(hook(config, options, spec))) if hook is not None else None
     key = cache_mod.cache_key(
-        st.name, code, cfg_dict, {k: v["hash"] for k, v in input_records.items()}, external
+        st.name, code, cfg_dict, {k: v["hash"] for k, v in input_records.items()}, external,
+        settings,
     )
     record: dict[str, Any] = {
         "pipeline": spec.name, "run_id": run_dir.name, "stage": name, "type": stage_spec.type,
         "config": cfg_dict, "code_version": code, "inputs": input_records,
-        "external_inputs": external, "started": _now(),
+        "external_inputs": external, **({"run_settings": settings} if hook is not None else {}),
+        "started": _now(),
     }
     final = run_dir / name
     if final.exists():

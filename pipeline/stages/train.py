@@ -188,6 +188,25 @@ class Config:
         return [r for r in refs if isinstance(r, str) and ":" in r]
 
 
+def run_settings(config: Config, options: Any, spec: Any) -> dict[str, Any]:
+    """What shapes the trained model beyond the config, for the cache key: the topology the
+    flags, the config and the spec's `cluster:` section resolve to, the balance mode, and a
+    rehearsed fault or slowdown (a run asked to rehearse one runs it). Without it a
+    `--workers 2` run after a one-process run was a cache hit of the one-process model."""
+    cluster = spec.cluster if spec is not None else None
+    topo = topology(config, options, cluster)
+    if topo.auto is not None:  # the probe picks the topology at run time
+        settings: dict[str, Any] = {"workers": "auto", "max_workers": topo.auto.max_workers,
+                                    "objective": topo.auto.objective}
+    else:
+        settings = {"strategy": topo.strategy, "workers": topo.workers, "ps": topo.ps,
+                    "min_workers": topo.min_workers, "balance": balance_mode(config, topo)}
+    for flag in ("inject_failure", "inject_slowdown"):
+        if getattr(options, flag, None):
+            settings[flag] = getattr(options, flag)
+    return settings
+
+
 def check_options(config: Config, options: Any, stage: Any, spec: Any) -> list[str]:
     """Problems of this stage under the run's flags (`baton run` calls it before any stage runs).
 

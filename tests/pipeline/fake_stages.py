@@ -108,3 +108,14 @@ def _judge_check(config: JudgeConfig, inputs: dict[str, Path]) -> list[str]:
 def judge(ctx, config: JudgeConfig) -> None:
     CALLS.append(ctx.stage)
     (ctx.output("verdict") / "ok.txt").write_text("yes")
+
+
+def _rehearsal(config: dict, options, spec) -> dict:
+    return {"fault": options.inject_failure}
+
+
+@stage(inputs={"lines": True}, outputs=("seen",), run_settings=_rehearsal)
+def rehearsed(ctx, config: dict) -> None:
+    """Its output depends on a run setting (a flag), which its run_settings hook names."""
+    CALLS.append("rehearsed")
+    (ctx.output("seen") / "fault.txt").write_text(str(ctx.options.inject_failure))

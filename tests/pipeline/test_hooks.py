@@ -45,9 +45,13 @@ def test_decorator_keeps_every_hook_and_declaration():
     def copts(config, options, stage, spec):
         return []
 
+    def settings(config, options, spec):
+        return {}
+
     @baton.stage(inputs={"a": True, "b": False}, outputs=("o",), cacheable=False,
                  code_deps=("baton.errors",), early_inputs=("a",), check_inputs=check,
-                 external_inputs=ext, cache_valid=valid, check_spec=cspec, check_options=copts)
+                 external_inputs=ext, cache_valid=valid, check_spec=cspec, check_options=copts,
+                 run_settings=settings)
     def fn(ctx, config):
         return None
 
@@ -55,7 +59,8 @@ def test_decorator_keeps_every_hook_and_declaration():
     assert st.inputs == {"a": True, "b": False} and st.outputs == ("o",)
     assert not st.cacheable and st.early_inputs == ("a",)
     for name, f in [("check_inputs", check), ("external_inputs", ext), ("cache_valid", valid),
-                    ("check_spec", cspec), ("check_options", copts)]:
+                    ("check_spec", cspec), ("check_options", copts),
+                    ("run_settings", settings)]:
         assert st.declaration.hooks[name] is f and st.hook(name).__wrapped__ is f
     assert any(p.name == "errors.py" for p in st.code_files())
     with pytest.raises(KeyError, match="unknown stage hook 'chek_spec'"):

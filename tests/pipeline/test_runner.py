@@ -227,3 +227,21 @@ def test_only_requires_upstream_outputs(tmp_path):
         run(make(tmp_path), tmp_path, run_id="r1", only=["upper"])
     with pytest.raises(UsageError, match="unknown stage"):
         run(make(tmp_path), tmp_path, run_id="r1", only=["nope"])
+
+
+def test_a_stages_run_settings_join_its_cache_key(tmp_path):
+    """A stage whose outputs depend on the run's flags names them (`run_settings`): other
+    flags run it again, the same ones reuse it; its record keeps them."""
+    spec = make(tmp_path)
+    spec.write_text(spec.read_text() + f"  - name: rehearsed\n    type: {F}:rehearsed\n"
+                    "    inputs: {lines: source.lines}\n")
+    first = run(spec, tmp_path)
+    assert "rehearsed" in fake_stages.CALLS
+    again = run(spec, tmp_path)
+    assert fake_stages.CALLS == [] and again.ok  # same flags: every stage a cache hit
+    other = run(spec, tmp_path, options=RunOptions(quiet=True, inject_failure="worker:1@step:3"))
+    assert fake_stages.CALLS == ["rehearsed"]  # only the stage whose settings changed
+    assert (other.run_dir / "rehearsed" / "seen" / "fault.txt").read_text() == "worker:1@step:3"
+    assert lineage.read(other.run_dir / "rehearsed")["run_settings"] == {
+        "fault": "worker:1@step:3"}
+    assert first.run_dir != other.run_dir

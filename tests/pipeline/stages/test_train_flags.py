@@ -233,3 +233,21 @@ def test_baton_k8s_says_min_workers_is_not_in_the_tfjob(capsys) -> None:
     assert err.startswith("note: min_workers=1 is not in the TFJob") and "PyTorchJob only" in err
     _note_min_workers(spec_from_dict({"pipeline": "p", "stages": [{"name": "t", "type": "train"}]}))
     assert capsys.readouterr().err == ""
+
+
+def test_the_resolved_topology_and_a_rehearsal_join_the_train_cache_key() -> None:
+    """`run_settings`: a `--workers 2` run after a one-process run is not the cached model
+    (issue 11 audit: every stage was a cache hit and the summary said one_device)."""
+    spec = spec_from_dict({"pipeline": "p", "stages": [{"name": "train", "type": "train"}]})
+    cfg = train.Config()
+    one = train.run_settings(cfg, RunOptions(), spec)
+    assert one == {"strategy": "one_device", "workers": 1, "ps": 0, "min_workers": None,
+                   "balance": "off"}
+    two = train.run_settings(cfg, RunOptions(workers=2), spec)
+    assert two["strategy"] == "multi_worker_mirrored" and two["workers"] == 2
+    assert two["balance"] == "auto"
+    fault = train.run_settings(cfg, RunOptions(workers=2, inject_failure="worker:1@step:3"), spec)
+    assert fault == {**two, "inject_failure": "worker:1@step:3"}
+    clustered = spec_from_dict({"pipeline": "p", "cluster": {"workers": 2},
+                                "stages": [{"name": "train", "type": "train"}]})
+    assert train.run_settings(cfg, RunOptions(), clustered) == two  # the spec's section counts
