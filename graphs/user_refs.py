@@ -58,11 +58,26 @@ def import_module(name: str, search_dir: Path | str | None = None, what: str = "
     try:
         return importlib.import_module(name)
     except ImportError as exc:
-        raise RefError(f"cannot import {what} {name!r}: {exc}{_where_searched(search_dir)}") from None
-    except Exception as exc:  # noqa: BLE001 - user code: any error at import is the user's to fix
+        if _is_the_module_itself(exc, name):
+            raise RefError(
+                f"cannot import {what} {name!r}: {exc}{_where_searched(search_dir)}") from None
+        # the module was found, and an import in it failed: say where, not "not found"
         raise RefError(
-            f"cannot import {what} {name!r}: {type(exc).__name__}: {exc}{user_line(exc)}"
+            f"cannot import {what} {name!r}: an import in it failed: {exc}{user_line(exc)}"
         ) from None
+    except Exception as exc:  # noqa: BLE001 - user code: any error at import is the user's to fix
+        # a SyntaxError's str() holds its own "(file, line N)": the message alone, then ours
+        text = exc.msg if isinstance(exc, SyntaxError) and exc.msg else str(exc)
+        raise RefError(
+            f"cannot import {what} {name!r}: {type(exc).__name__}: {text}{user_line(exc)}"
+        ) from None
+
+
+def _is_the_module_itself(exc: ImportError, name: str) -> bool:
+    """Whether `exc` says `name` (or a package above it) is not there, rather than that a
+    module it imports is missing."""
+    missing = getattr(exc, "name", None)
+    return not missing or name == missing or name.startswith(missing + ".")
 
 
 def import_ref(ref: str, search_dir: Path | str | None = None, what: str = "function") -> Any:

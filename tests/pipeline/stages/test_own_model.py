@@ -179,6 +179,14 @@ def _spec(d: Path, train: dict, name: str = "own") -> Path:
          r"'biuld'. Received: 'penguin_model:biuld'; it defines: .*build"),
         ({"model": "no_such_module:build"}, r"cannot import module 'no_such_module'"),
         ({"model": "broken:build"}, r"cannot import module 'broken': NameError: .*broken.py, line 2\)"),
+        # found, but an import in it fails: its line, not "looked on sys.path"
+        ({"model": "needs_missing:build"},
+         r"cannot import module 'needs_missing': an import in it failed: No module named "
+         r"'not_a_real_package_xyz' \(.*needs_missing.py, line 2\)$"),
+        # the location once (a SyntaxError's own text holds it too)
+        ({"model": "unclosed:build"},
+         r"cannot import module 'unclosed': SyntaxError: '\(' was never closed "
+         r"\([^()]*unclosed.py, line 2\)$"),
         ({"model": "mpl"}, r"did you mean 'mlp'\?"),
         ({"model": "mlp", "model_params": {"hiden_units": [3]}},
          r"model mlp has no parameter 'hiden_units' \(did you mean 'hidden_units'\?\)"),
@@ -195,6 +203,8 @@ def _spec(d: Path, train: dict, name: str = "own") -> Path:
 )
 def test_bad_references_are_spec_errors_naming_field_and_value(code, train, message):
     (code / "broken.py").write_text("import keras\nundefined_name\n")
+    (code / "needs_missing.py").write_text("import keras\nimport not_a_real_package_xyz\n")
+    (code / "unclosed.py").write_text("x = 1\ny = (\n")
     with pytest.raises(SpecError, match=message):
         plan(load_spec(_spec(code, train)))
 
