@@ -265,8 +265,11 @@ def _run_stage(
         # name that no reader mistakes for a finished artifact: it has no lineage record.
         failed_dir = run_dir / f"{name}.failed"
         shutil.rmtree(failed_dir, ignore_errors=True)
-        os.replace(work, failed_dir)
-        error += f" (partial outputs kept in {failed_dir})"
+        if any(p.is_file() for p in work.rglob("*")):
+            os.replace(work, failed_dir)
+            error += f" (partial outputs kept in {failed_dir})"
+        else:  # only the empty output directories ctx.output made: nothing worth keeping
+            shutil.rmtree(work, ignore_errors=True)
         _say(stream, options, f"x {label} failed after {usage.wall_s:.1f}s: {error}")
         store.write_json_atomic(run_dir / f"{name}.failed.json",
                                 {**record, "status": "failed", "error": error, "usage": usage.as_dict()})

@@ -119,3 +119,12 @@ def rehearsed(ctx, config: dict) -> None:
     """Its output depends on a run setting (a flag), which its run_settings hook names."""
     CALLS.append("rehearsed")
     (ctx.output("seen") / "fault.txt").write_text(str(ctx.options.inject_failure))
+
+
+@stage(inputs={"lines": True}, outputs=("never",))
+def failing_early(ctx, config: dict) -> None:
+    """Fails after asking for its output directory, before writing anything into it."""
+    from baton.errors import StageError
+
+    ctx.output("never")
+    raise StageError("the model function returned a string")

@@ -191,6 +191,20 @@ def test_failed_stage_leaves_no_artifact_and_stops(tmp_path):
     assert json.loads((res.run_dir / "bad.failed.json").read_text())["status"] == "failed"
 
 
+def test_a_stage_that_failed_before_writing_leaves_no_empty_directories(tmp_path):
+    """Nothing half-written: only its empty output directory existed, so nothing is kept
+    (the train stage failing on a model function left an empty `train.failed/model/`)."""
+    p = make(tmp_path)
+    p.write_text(p.read_text() + f"  - name: bad\n    type: {F}:failing_early\n"
+                 "    inputs: {lines: source.lines}\n")
+    res = run(p, tmp_path)
+    assert not res.ok and "returned a string" in res.error
+    assert "partial outputs kept" not in res.error
+    assert not (res.run_dir / "bad.failed").exists() and not (res.run_dir / "bad").exists()
+    assert not list(res.run_dir.glob(".tmp-*"))
+    assert json.loads((res.run_dir / "bad.failed.json").read_text())["status"] == "failed"
+
+
 def test_killed_mid_write_leaves_nothing_that_looks_complete(tmp_path):
     p = make(tmp_path)
     ready = tmp_path / "ready"
