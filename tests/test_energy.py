@@ -190,16 +190,21 @@ def burn_then_fail(ctx, config: dict) -> None:
     raise StageError("a worker was lost")
 
 
-def test_a_failed_stage_has_a_cost_row_and_the_rows_add_up_to_the_run(tmp_path) -> None:
+def _run_after_source(tmp_path, name: str, stage_fn: str):  # noqa: ANN001, ANN202
+    """`baton run` of SPEC plus a stage `name` of this module's `stage_fn`: (the process, the
+    run directory, its run.json)."""
     (tmp_path / "data.txt").write_text("a\nb\n")
-    spec = SPEC.format(energy="{carbon_intensity: 100}") + (
-        "  - name: bad\n    type: tests.test_energy:burn_then_fail\n"
-        "    inputs: {lines: source.lines}\n")
-    (tmp_path / "spec.yaml").write_text(spec)
+    (tmp_path / "spec.yaml").write_text(SPEC.format(energy="{carbon_intensity: 100}") + (
+        f"  - name: {name}\n    type: tests.test_energy:{stage_fn}\n"
+        "    inputs: {lines: source.lines}\n"))
     res = _baton(tmp_path, "run", "spec.yaml", "-q")
-    assert res.returncode == 1 and "a worker was lost" in res.stderr, res.stderr
     (run_dir,) = [d for d in (tmp_path / "runs" / "cost").iterdir() if (d / "run.json").is_file()]
-    record = json.loads((run_dir / "run.json").read_text())
+    return res, run_dir, json.loads((run_dir / "run.json").read_text())
+
+
+def test_a_failed_stage_has_a_cost_row_and_the_rows_add_up_to_the_run(tmp_path) -> None:
+    res, run_dir, record = _run_after_source(tmp_path, "bad", "burn_then_fail")
+    assert res.returncode == 1 and "a worker was lost" in res.stderr, res.stderr
     failed = record["stages"][-1]
     assert failed["status"] == "failed" and failed["usage"]["energy_j"] >= 2
     assert json.loads((run_dir / "bad.failed.json").read_text())["usage"] == failed["usage"]
@@ -228,15 +233,8 @@ def burn_then_interrupted(ctx, config: dict) -> None:
 def test_an_interrupted_stage_keeps_its_energy_in_the_run_record(tmp_path) -> None:
     """A run stopped mid-stage (Ctrl-C, a preempted node's SIGTERM) records the stage as
     interrupted with what it spent: the run's totals had left it out."""
-    (tmp_path / "data.txt").write_text("a\nb\n")
-    spec = SPEC.format(energy="{carbon_intensity: 100}") + (
-        "  - name: stopped\n    type: tests.test_energy:burn_then_interrupted\n"
-        "    inputs: {lines: source.lines}\n")
-    (tmp_path / "spec.yaml").write_text(spec)
-    res = _baton(tmp_path, "run", "spec.yaml", "-q")
+    res, run_dir, record = _run_after_source(tmp_path, "stopped", "burn_then_interrupted")
     assert res.returncode == 130, res.stderr  # as Ctrl-C ends a run
-    (run_dir,) = [d for d in (tmp_path / "runs" / "cost").iterdir() if (d / "run.json").is_file()]
-    record = json.loads((run_dir / "run.json").read_text())
     assert record["status"] == "interrupted"
     stopped = record["stages"][-1]
     assert stopped["name"] == "stopped" and stopped["status"] == "interrupted"
