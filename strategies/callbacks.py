@@ -174,7 +174,8 @@ class InjectFault(keras.callbacks.Callback):
 
     It fires once the backup of that step (if any) is on disk (`before`: Backups.flush), so a
     rehearsal resumes where it always did; a real crash during a background write resumes
-    from the backup before it.
+    from the backup before it. At an epoch's last step it fires at the chunk's end, before
+    the epoch's evaluation and its backup: the run resumes from the backup before.
     """
 
     def __init__(self, fault: faults.Fault, state: LoopState,
