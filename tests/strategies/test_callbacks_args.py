@@ -29,7 +29,7 @@ class Flexible(keras.callbacks.Callback):
         self.options = kwargs
 
 class Patient(keras.callbacks.EarlyStopping):
-    pass
+    """A user's subclass: EarlyStopping's arguments, through its __init__."""
 
 def make():
     return [Logger("/tmp/x")]
