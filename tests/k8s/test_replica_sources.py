@@ -10,6 +10,8 @@ import pytest
 from baton.pipeline.commands import task
 from baton.strategies.cluster import TFConfig
 
+from .test_cli import _train_spec
+
 
 def _tf_config(**tasks: int) -> TFConfig:
     """A chief's TF_CONFIG with `tasks` of each kind (never dialled: the job is refused first)."""
@@ -27,14 +29,7 @@ def _tf_config(**tasks: int) -> TFConfig:
 ])
 def test_a_replica_names_tf_config_not_a_flag_it_never_received(tmp_path, config, tf_config,
                                                                  expected):
-    spec = tmp_path / "spec.yaml"
-    spec.write_text(
-        "pipeline: p\nstages:\n"
-        "  - {name: ingest, type: ingest, config: {source: penguins}}\n"
-        "  - {name: transform, type: transform, inputs: {examples: ingest.examples}}\n"
-        "  - name: train\n    type: train\n"
-        "    inputs: {transformed: transform.transformed, transform_graph: transform.transform_graph}\n"
-        f"    config: {config}\n")
+    spec = _train_spec(tmp_path / "spec.yaml", "{}", config)
     run_dir = tmp_path / "run"
     for output in ("transformed", "transform_graph"):  # refused before anything reads them
         (run_dir / "transform" / output).mkdir(parents=True)
