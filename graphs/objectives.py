@@ -376,6 +376,9 @@ def make_loss(
         return out
 
     per_example.__name__ = f"loss_{_snake(label.split(':')[-1])}"
+    # what the function itself receives from (labels, logits): check_objectives names it
+    per_example.targets = (  # type: ignore[attr-defined]
+        lambda labels, logits: targets(labels, logits, task, num_classes, one_hot))
     return per_example
 
 
@@ -550,7 +553,8 @@ def check_objectives(
         except Exception as exc:  # noqa: BLE001 - user code: name it and what it got
             raise StageError(
                 f"train.config.loss {loss_name!r} failed on labels {_shape(labels)} and model "
-                f"output {_shape(logits)}: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+                f"output {_shape(logits)}{_as_received(loss_fn, labels, logits)}: "
+                f"{type(exc).__name__}: {str(exc).splitlines()[0]}"
             ) from None
         if tuple(out.shape) != (rows,):
             raise StageError(
@@ -567,6 +571,18 @@ def check_objectives(
             ) from None
         finally:
             m.reset()
+
+
+def _as_received(loss_fn: Any, labels: Any, logits: Any) -> str:
+    """` (given to it as y_true ..., y_pred ...)` where the loss function is handed other
+    shapes than the raw labels and logits (a regression target as [B, 1], one-hot labels)."""
+    convert = getattr(loss_fn, "targets", None)
+    if convert is None:
+        return ""
+    y_true, y_pred = convert(labels, logits)
+    if (_shape(y_true), _shape(y_pred)) == (_shape(labels), _shape(logits)):
+        return ""
+    return f" (given to it as y_true {_shape(y_true)}, y_pred {_shape(y_pred)})"
 
 
 def _shape(x: Any) -> str:

@@ -153,3 +153,20 @@ def test_baton_run_check_exits_2_naming_the_argument(tmp_path):
             ". Received: config.optimizer.config.learnin_rate=0.01") in proc.stderr
     assert ("config.callbacks[0]: EarlyStopping has no argument 'patiense' (did you mean "
             "'patience'?). Received: config.callbacks[0].config.patiense=2") in proc.stderr
+
+
+def test_a_failing_loss_is_told_the_shapes_it_was_given(tmp_path) -> None:
+    """A regression loss receives y_true and y_pred as [B, 1]: the error says so beside the raw
+    labels [B] (it named only those, which the function never saw)."""
+    import tensorflow as tf
+
+    from baton.graphs.objectives import _as_received, make_loss
+
+    (tmp_path / "my_losses.py").write_text(
+        "def total(y_true, y_pred):\n    return ((y_true - y_pred) ** 2).sum()\n")
+    fn = make_loss("my_losses:total", "regression", 0, tmp_path)
+    labels, logits = tf.zeros([2]), tf.zeros([2, 1])
+    assert _as_received(fn, labels, logits) == (
+        " (given to it as y_true float32[2, 1], y_pred float32[2, 1])")
+    classify = make_loss("my_losses:total", "classification", 3, tmp_path)
+    assert _as_received(classify, tf.zeros([2], tf.int64), tf.zeros([2, 3])) == ""  # as given
