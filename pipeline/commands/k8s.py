@@ -221,16 +221,11 @@ _LOCAL_BATCH_CHECK = "config.batch_size:"
 
 
 def _replica_config(stage):  # noqa: ANN001, ANN202 - a StageSpec -> train.Config
-    """The train config a replica checks and runs (commands.task): a TFJob has a fixed replica
-    count, so `workers: auto`, `min_workers` and `max_workers` (the local launcher's) go."""
-    import dataclasses
-
+    """The train config a replica checks and runs (train.replica_config)."""
     from baton.pipeline.configs import build_config
     from baton.pipeline.stages import train as train_stage
 
-    config = build_config(train_stage.Config, stage.config)
-    return dataclasses.replace(config, min_workers=None, max_workers=None,
-                               workers=None if config.workers == "auto" else config.workers)
+    return train_stage.replica_config(build_config(train_stage.Config, stage.config))
 
 
 def _flag_options(args: argparse.Namespace):  # noqa: ANN202 - a RunOptions

@@ -257,11 +257,7 @@ def _job(args: argparse.Namespace, tf_config: Any) -> tuple[Any, Path]:
             workers=len(cluster.worker) if ps else cluster.num_workers(),
             ps=ps,
         )
-    # min_workers is the local launcher's (a TFJob's replica count is fixed; the operator's
-    # restartPolicy handles a lost pod): a replica ignores it
-    # workers: auto is the local launcher's too: a replica runs the topology it was given
-    config = dataclasses.replace(config, min_workers=None, max_workers=None,
-                                 workers=None if config.workers == "auto" else config.workers)
+    config = train_stage.replica_config(config)  # the local launcher's settings go
     cluster = spec.cluster
     spec = dataclasses.replace(spec, cluster=dataclasses.replace(
         cluster, min_workers=None, max_workers=None,

@@ -188,6 +188,14 @@ class Config:
         return [r for r in refs if isinstance(r, str) and ":" in r]
 
 
+def replica_config(config: Config) -> Config:
+    """The config a TFJob replica checks and runs (commands.task, and commands.k8s checking
+    for it): a TFJob's replica count is fixed and the operator's restartPolicy handles a lost
+    pod, so the local launcher's `workers: auto`, `min_workers` and `max_workers` go."""
+    return dataclasses.replace(config, min_workers=None, max_workers=None,
+                               workers=None if config.workers == "auto" else config.workers)
+
+
 def run_settings(config: Config, options: Any, spec: Any) -> dict[str, Any]:
     """What shapes the trained model beyond the config, for the cache key: the topology the
     flags, the config and the spec's `cluster:` section resolve to, the balance mode, and a
