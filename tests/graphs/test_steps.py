@@ -80,7 +80,7 @@ def test_repeated_evals_of_one_dataset_read_the_same_batches() -> None:
         evaluate(ds.repeat())
 
 
-@pytest.mark.parametrize("scope", ["step", "gradients"])
+@pytest.mark.parametrize("scope", ["chunk", "step", "gradients"])
 def test_jit_compiled_step_is_compiled_and_matches_the_plain_step(scope) -> None:
     """XLA really compiles (the traced graph marks the function must-compile), same weights."""
     import tensorflow as tf
@@ -96,10 +96,55 @@ def test_jit_compiled_step_is_compiled_and_matches_the_plain_step(scope) -> None
         results.append(model.get_weights())
         compiled.append(xla_compiled_functions(chunk))
     assert compiled[0] == []
-    wanted = "replica_step" if scope == "step" else "forward_backward"
+    wanted = {"chunk": "replica_steps", "step": "replica_step",
+              "gradients": "forward_backward"}[scope]
     assert len(compiled[1]) == 1 and wanted in compiled[1][0], compiled
     for a, b in zip(*results, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_xla_chunk_ends_bitwise_where_any_other_split_into_chunks_does() -> None:
+    """`jit_scope: chunk` compiles one program per chunk length; a run cut into other chunks
+    (a resumed run's first chunk, an epoch's tail) computes every step the same way."""
+    import tensorflow as tf
+
+    from baton.graphs.steps import StepOptions
+
+    weights = []
+    for chunks in ((12,), (5, 7)):
+        spec, model, opt = _setup(seed=4)
+        chunk = make_train_chunk(model, opt, spec, 32, options=StepOptions(jit_compile=True))
+        it = iter(synthetic_dataset(spec, 256, 32, repeat=True, seed=2))
+        for n in chunks:
+            chunk(it, tf.constant(n), tf.constant(0.0))
+        assert int(opt.iterations.numpy()) == 12
+        weights.append(model.get_weights())
+    for a, b in zip(*weights, strict=True):
+        np.testing.assert_array_equal(a, b)
+    # the one-device strategy (what `one_device` is on a GPU machine) with its distributed
+    # dataset: `strategy.run` inside the XLA program, the same steps
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    with strategy.scope():
+        spec, model, opt = _setup(seed=4)
+    chunk = make_train_chunk(model, opt, spec, 32, strategy, StepOptions(jit_compile=True))
+    it = iter(strategy.distribute_datasets_from_function(
+        lambda ctx: synthetic_dataset(spec, 256, 32, repeat=True, seed=2)))
+    totals = chunk(it, tf.constant(12), tf.constant(0.0)).numpy()
+    assert totals[TOTALS.index("examples")] == 12 * 32
+    for a, b in zip(weights[0], model.get_weights(), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_chunk_scope_needs_one_replica_without_reduction() -> None:
+    import tensorflow as tf
+
+    from baton.graphs.steps import StepOptions
+
+    spec, model, opt = _setup()
+    mirrored = tf.distribute.MirroredStrategy(["/cpu:0"])
+    with pytest.raises(ValueError, match="Received: jit_scope='chunk' under MirroredStrategy"):
+        make_train_chunk(model, opt, spec, 32, mirrored,
+                         StepOptions(jit_compile=True, jit_scope="chunk"))
 
 
 def test_auto_jit_scope_compiles_gradients_only_under_multi_worker_strategies() -> None:
@@ -109,7 +154,9 @@ def test_auto_jit_scope_compiles_gradients_only_under_multi_worker_strategies() 
 
     on = StepOptions(jit_compile=True)
     assert resolve_jit_scope(StepOptions(), tf.distribute.get_strategy()) is None
-    assert resolve_jit_scope(on, tf.distribute.OneDeviceStrategy("/cpu:0")) == "step"
+    assert resolve_jit_scope(on, tf.distribute.OneDeviceStrategy("/cpu:0")) == "chunk"
+    assert resolve_jit_scope(on, tf.distribute.get_strategy()) == "chunk"  # the default one
+    assert resolve_jit_scope(on, tf.distribute.MirroredStrategy(["/cpu:0"])) == "step"
     mwm = tf.distribute.MultiWorkerMirroredStrategy.__new__(tf.distribute.MultiWorkerMirroredStrategy)
     assert resolve_jit_scope(on, mwm) == "gradients"
     with pytest.raises(ValueError, match="Received: jit_scope='all'"):
