@@ -303,3 +303,50 @@ def test_own_model_section_names_fits_fastest_path_and_the_load(report, results)
     (results / "own_model.json").write_text(json.dumps(own))
     text = report.render(report.load(results))
     assert "load average at the start of each: callbacks 1.0, 1.0, 1.0; rows 8.0, 4.0, 3.0." in text
+
+
+def test_own_model_goal_rests_on_each_sides_fastest_path_chosen_by_median(report, results):
+    """A run that recorded both of Baton's paths is judged on the one with the higher median
+    against `fit`'s fastest, the lower of its best-of and median ratios; the other path is
+    shown beside it."""
+    om = {"case": "examples/own_model", "epochs": 6, "examples_per_epoch": 16384, "batch": 256,
+          "repeats": 5, "baton_examples_per_sec": 5_200, "keras_fit_examples_per_sec": 4_000,
+          "keras_fit_fastest_path": "steps_per_execution", "speedup": 1.3,
+          "speedup_per_repeat": [1.3, 1.2, 1.25], "speedup_median_of_repeats": 1.25,
+          "baton_xla_examples_per_sec": 8_000, "speedup_xla": 2.0,
+          "speedup_xla_per_repeat": [2.0, 1.9, 1.8], "speedup_xla_median_of_repeats": 1.9,
+          "baton_fastest_path": "xla"}
+    own = {"callbacks": {"case": "default MLP (64, 32)", "epochs": 6, "examples_per_epoch": 16384,
+                         "before_examples_per_sec": 10_000, "callbacks_examples_per_sec": 9_900,
+                         "cost": 0.01},
+           "own_model": [om]}
+
+    def render():
+        (results / "own_model.json").write_text(json.dumps(own))
+        return report.render(report.load(results))
+
+    text = render()
+    assert ("batch 256: **met** (Baton's fastest path, XLA on (`jit_compile: true`): 2.00x "
+            "`fit`'s fastest (steps_per_execution), median of the repeats' own ratios 1.90x "
+            "(the verdict takes the lower); Baton's other path, XLA off, the default: 1.30x, "
+            "median 1.25x; both validate") in text
+    assert "1.30, 1.20, 1.25 (median 1.25x), with XLA 2.00, 1.90, 1.80 (median 1.90x)" in text
+    assert "higher median over the 5 repeats" in text
+    om["speedup_xla_median_of_repeats"] = 1.45  # the lower of the two readings decides
+    assert "batch 256: **missed** (Baton's fastest path, XLA on" in render()
+    om.update(baton_fastest_path="default", speedup=1.6, speedup_median_of_repeats=1.55)
+    assert ("batch 256: **met** (Baton's fastest path, XLA off, the default: 1.60x `fit`'s "
+            "fastest (steps_per_execution), median of the repeats' own ratios 1.55x") in render()
+
+
+def test_the_steps_alone_section_comes_from_its_result_file(report, results):
+    rows = [{"batch": b, "ms_per_step_median": {"baton": base, "baton_xla": base / 2,
+                                                "fit": base * 1.1, "fit_xla": base * 1.2},
+             "speedup": 1.1, "speedup_xla": 2.2} for b, base in ((32, 0.3), (256, 0.6))]
+    (results / "step_vs_fit.json").write_text(json.dumps({"load_average_start": [0.1, 0.2, 0.3],
+                                                          "steps": rows}))
+    text = report.render(report.load(results))
+    assert "### The steps alone" in text
+    assert "| 256 | 0.600 ms | 0.300 ms | 0.660 ms | 0.720 ms | 1.10x | 2.20x |" in text
+    assert "(batch 32: 1.10x, batch 256: 1.10x)" in text
+    assert "Load average at the start: 0.1, 0.2, 0.3." in text
