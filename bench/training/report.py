@@ -323,9 +323,15 @@ def _fit_verdict(om: dict) -> float:
 
 def _fit_goal_text(om: dict, side: bool) -> str:
     """The figures behind one own-model goal's verdict, in words."""
+    bound = (f"; bounded by its input: the dataset drawn alone ran "
+             f"{om['input_ceiling_vs_fit']:.2f}x `fit`'s fastest, the most any loop reading it "
+             "could reach with a model that cost nothing"
+             if "input_ceiling_vs_fit" in om and _fit_verdict(om) < FIT_SPEEDUP_GOAL
+             and "baton_fastest_path" in om else "")
     tail = ((f"; {om['speedup_vs_fit_side_work']:.2f}x `fit` doing the same side work"
              + (" (XLA off)" if "baton_fastest_path" in om else "") if side else "")
-            + "; both validate every epoch, compiled with the same loss and optimizer)")
+            + "; both validate every epoch, compiled with the same loss and optimizer" + bound
+            + ")")
     if "baton_fastest_path" not in om:  # runs before both loops' paths were chosen by median
         return (f"({om['speedup']:.2f}x the bare `fit` fast path"
                 + (f", median of the repeats' own ratios {om['speedup_median_of_repeats']:.2f}x "

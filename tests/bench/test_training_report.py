@@ -334,6 +334,9 @@ def test_own_model_goal_rests_on_each_sides_fastest_path_chosen_by_median(report
     assert "higher median over the 5 repeats" in text
     om["speedup_xla_median_of_repeats"] = 1.45  # the lower of the two readings decides
     assert "batch 256: **missed** (Baton's fastest path, XLA on" in render()
+    om["input_ceiling_vs_fit"] = 1.51  # a missed goal names the input's own ceiling
+    assert ("optimizer; bounded by its input: the dataset drawn alone ran 1.51x `fit`'s "
+            "fastest, the most any loop reading it could reach") in render()
     om.update(baton_fastest_path="default", speedup=1.6, speedup_median_of_repeats=1.55)
     assert ("batch 256: **met** (Baton's fastest path, XLA off, the default: 1.60x `fit`'s "
             "fastest (steps_per_execution), median of the repeats' own ratios 1.55x") in render()
