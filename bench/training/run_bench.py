@@ -60,6 +60,8 @@ def main() -> int:
         ("cluster", "bench_cluster.py", ["--json", str(RESULTS / "cluster.json")], None),
         ("sweep", "sweep_faults.py", ["--trials", "10"], RESULTS / "sweep.jsonl"),
         ("own_model", "bench_own_model.py", ["--json", str(RESULTS / "own_model.json")], None),
+        ("step_vs_fit", "bench_step_vs_fit.py", ["--json", str(RESULTS / "step_vs_fit.json")],
+         None),
         ("balance", "bench_balance.py", ["--json", str(RESULTS / "balance.json")], None),
         ("auto_workers", "bench_auto_workers.py", ["--json", str(RESULTS / "auto_workers.json")],
          None),
