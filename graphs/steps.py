@@ -49,14 +49,17 @@ class StepOptions:
     XLA. `auto` picks `gradients` under multi-worker mirrored and parameter-server strategies,
     whose updates run collectives or remote variable writes that XLA cannot compile (on CPU the
     multi-worker all-reduce is a CollectiveGatherV2/CollectiveReduceV2 with no XLA kernel),
-    `chunk` under a one-replica strategy (one device, or the default strategy), and `step`
-    otherwise (mirrored over several local devices). `executor` picks TensorFlow's executor for the chunk (graphs.executor):
+    `chunk` under a one-replica strategy (one device, or the default strategy) for a small
+    model (graphs.executor.small: no convolution or pooling, few parameters), and `step`
+    otherwise: a convolution model ran its steps 16x slower as one XLA chunk than per step
+    (XLA's CPU convolutions inside its own loop), and the chunk reads its batches before its
+    steps instead of beside them. `executor` picks TensorFlow's executor for the chunk (graphs.executor):
     `auto` runs it single-threaded where that fits (one replica on a CPU-only machine).
     """
 
     jit_compile: bool = False  # XLA for the per-replica computation
     fp16_allreduce: bool = False  # cast gradients to float16 for the cross-replica sum
-    jit_scope: str = "auto"  # auto | step | gradients
+    jit_scope: str = "auto"  # auto | chunk | step | gradients (Python API; specs use auto)
     executor: str = "auto"  # auto | single_threaded | default (graphs.executor)
 
     def __post_init__(self) -> None:
@@ -70,8 +73,15 @@ class StepOptions:
         check_choice(self.executor)
 
 
-def resolve_jit_scope(options: StepOptions, strategy: Any) -> str | None:
-    """What XLA compiles under `strategy`: "step", "gradients", or None (XLA off)."""
+def resolve_jit_scope(options: StepOptions, strategy: Any, model: Any = None,
+                      batch: int = 1) -> str | None:
+    """What XLA compiles under `strategy`: "chunk", "step", "gradients", or None (XLA off).
+
+    `model` and its per-replica `batch`, when given, refine `auto` on one replica: `chunk`
+    only for a small model (graphs.executor.small), `step` for the others.
+    """
+    from baton.graphs.executor import small
+
     if not options.jit_compile:
         return None
     if options.jit_scope != "auto":
@@ -84,7 +94,9 @@ def resolve_jit_scope(options: StepOptions, strategy: Any) -> str | None:
     )
     if isinstance(strategy, multi_worker):
         return "gradients"
-    return "chunk" if one_replica(strategy) else "step"
+    if one_replica(strategy) and (model is None or small(model, batch)):
+        return "chunk"
+    return "step"
 
 
 def one_replica(strategy: Any) -> bool:
@@ -127,6 +139,7 @@ def make_train_chunk(
     loss_fn: Any = None,
     balance: bool = False,
     take_rows: Any = None,
+    max_steps: int | None = None,
 ) -> Any:
     """A `tf.function(iterator, n_steps, stop_flag) -> totals[4]` running `n_steps` steps in-graph.
 
@@ -149,6 +162,9 @@ def make_train_chunk(
             rows of one iterator element (graphs.row_table: the element is a global batch of
             row indices and only the replica's rows are gathered). None: the element is the
             global batch itself and the rows are sliced out of it.
+        max_steps: the most steps a call runs (the plan's `steps_per_execution`). Under XLA's
+            `chunk` scope a shorter chunk's batches are padded to it, so that every call runs
+            the one compiled program; None compiles once per chunk length.
     """
     import tensorflow as tf
 
@@ -166,7 +182,8 @@ def make_train_chunk(
         install_fp16_allreduce(optimizer)
     scales_loss = hasattr(optimizer, "scale_loss") and "LossScale" in type(optimizer).__name__
 
-    scope = resolve_jit_scope(options, strategy)
+    replicas = strategy.num_replicas_in_sync
+    scope = resolve_jit_scope(options, strategy, model, global_batch_size // replicas)
     if balance and scope in ("chunk", "step"):
         scope = "gradients"  # the timestamps around the gradients need the host clock
     if scope == "chunk" and not one_replica(strategy):
@@ -175,7 +192,6 @@ def make_train_chunk(
             f"default strategy. Received: jit_scope='chunk' under {type(strategy).__name__} "
             f"with {strategy.num_replicas_in_sync} replicas"
         )
-    replicas = strategy.num_replicas_in_sync
     executor = decide(options.executor, strategy, model, global_batch_size // replicas)
     per_example = loss_fn or (lambda labels, logits: loss_per_example(task, labels, logits))
 
@@ -254,7 +270,7 @@ def make_train_chunk(
     replica_step = tf.autograph.experimental.do_not_convert(replica_step)
     step = tf.function(replica_step, jit_compile=True) if scope == "step" else replica_step
     if scope == "chunk":
-        return on_executor(_xla_chunk(strategy, replica_step, collect), executor)
+        return on_executor(_xla_chunk(strategy, replica_step, collect, max_steps), executor)
 
     @tf.function
     def train_chunk(iterator: Any, n_steps: Any, stop_flag: Any) -> Any:
@@ -277,28 +293,43 @@ def make_train_chunk(
     return on_executor(balanced_chunk, executor)
 
 
-def _xla_chunk(strategy: Any, replica_step: Any, collect: Any) -> Any:
+def _xla_chunk(strategy: Any, replica_step: Any, collect: Any,
+               max_steps: int | None = None) -> Any:
     """The chunk with every step inside one XLA program (`jit_scope: chunk`, one replica).
 
     Per-step XLA (`step`) leaves the loop in TensorFlow's executor: every step enters and leaves
     an XLA cluster, and on a small model that crossing costs about what XLA's fusion saves (the
     own-model example, batch 256: 7.8-9.0 ms a 20-step chunk against 8.0-9.3 ms without XLA).
-    Here the chunk first reads its `n_steps` batches from the iterator into TensorArrays (a
-    copy of the batches: 20 x 256 rows of the example is ~0.2 MB) and hands them, stacked, to
-    one XLA function whose loop runs the steps: XLA fuses the forward, backward and update
-    across the whole step and the loop never returns to the executor. A chunk length XLA has
-    not seen compiles once more (the loop's trip count is part of the program): a run has at
-    most three (the chunk, an epoch's tail, a resumed run's first chunk).
+    Here the chunk first reads its `n_steps` batches from the iterator into TensorArrays and
+    hands them, stacked, to one XLA function whose loop runs the steps: XLA fuses the forward,
+    backward and update across the whole step and the loop never returns to the executor.
+
+    The stack is padded to `max_steps` batches (zeros past `n_steps`, never read) and the loop
+    runs `n_steps` of them, so every chunk of a run (an epoch's tail, a chunk cut short by
+    `backup_every`, a resumed run's first) runs the one program compiled at the first call;
+    without `max_steps` each new chunk length compiles once more (~1 s on 2 cores). The
+    batches are held at once: `max_steps` x the per-replica batch, two or three times over
+    while they are stacked and handed to XLA (20 x 256 rows of the own-model example are
+    ~0.2 MB; 20 x 256 images of 64x64x3, ~250 MB).
     """
     import tensorflow as tf
 
-    @tf.function(jit_compile=True)
-    def replica_steps(batches: Any, stop_flag: Any) -> Any:
-        totals = tf.zeros([len(TOTALS)], tf.float32)
-        for i in tf.range(tf.shape(tf.nest.flatten(batches)[0])[0]):
-            batch = tf.nest.map_structure(lambda t, i=i: t[i], batches)
-            totals += collect(strategy.run(replica_step, args=(batch, stop_flag)))
-        return totals
+    @tf.function(jit_compile=True, autograph=False)
+    def replica_steps(batches: Any, n_steps: Any, stop_flag: Any) -> Any:
+        # A while loop on `n_steps`, not `tf.range(n_steps)`: XLA needs a range's bounds at
+        # compile time, which would make every chunk length a program of its own again.
+        def step(i: Any, totals: Any) -> tuple[Any, Any]:
+            batch = tf.nest.map_structure(lambda t: t[i], batches)
+            return i + 1, totals + collect(strategy.run(replica_step, args=(batch, stop_flag)))
+
+        return tf.while_loop(lambda i, _: i < n_steps, step,
+                             (tf.constant(0), tf.zeros([len(TOTALS)], tf.float32)))[1]
+
+    def padded(stacked: Any, n_steps: Any) -> Any:
+        if max_steps is None:
+            return stacked
+        pad = [[0, max_steps - n_steps]] + [[0, 0]] * (stacked.shape.rank - 1)
+        return tf.pad(stacked, pad)
 
     @tf.function
     def train_chunk(iterator: Any, n_steps: Any, stop_flag: Any) -> Any:
@@ -308,7 +339,8 @@ def _xla_chunk(strategy: Any, replica_step: Any, collect: Any) -> Any:
         for i in tf.range(n_steps):
             arrays = tf.nest.map_structure(lambda a, t, i=i: a.write(i, t), arrays,
                                            next(iterator))
-        return replica_steps(tf.nest.map_structure(lambda a: a.stack(), arrays), stop_flag)
+        batches = tf.nest.map_structure(lambda a: padded(a.stack(), n_steps), arrays)
+        return replica_steps(batches, n_steps, stop_flag)
 
     return train_chunk
 
@@ -341,6 +373,31 @@ def xla_compiled_functions(fn: Any) -> list[str]:
             if attr is not None and attr.b:
                 names.add(f.signature.name)
     return sorted(names)
+
+
+def xla_failure(exc: BaseException) -> str | None:
+    """What XLA could not compile, in one line, when `exc` is XLA refusing the step; else None.
+
+    TensorFlow's own message is dozens of lines (the node, twice, then the graph's name and
+    every function around it); the cause is one op: one with no XLA kernel on this device (a
+    string op, a `tf.py_function`), or one whose XLA kernel is not deterministic while
+    TensorFlow's op determinism is on (max-pooling's gradient).
+    """
+    import re
+
+    msg = str(getattr(exc, "message", "") or exc)
+    node = re.search(r"\{\{node ([^}]+)\}\}", msg)
+    where = f" (node {node.group(1)})" if node else ""
+    missing = re.search(r"on (XLA_\w+_JIT): (\w+) \(", msg)
+    if missing:
+        return (f"XLA has no kernel for the op {missing.group(2)} on {missing.group(1)}{where}: "
+                "set jit_compile: false to train this model without XLA")
+    nondeterministic = re.search(r"([^\n:]*do not yet have a deterministic XLA implementation)",
+                                 msg)
+    if nondeterministic:
+        return (f"{nondeterministic.group(1).strip()}{where}, and op determinism is on "
+                "(deterministic: true): set deterministic: false, or jit_compile: false")
+    return None
 
 
 def _gradient_sources(variables: list[Any]) -> tuple[list[Any], list[int]]:

@@ -31,6 +31,7 @@ from baton.graphs.steps import (
     make_train_chunk,
     totals_to_metrics,
     xla_compiled_functions,
+    xla_failure,
 )
 from baton.strategies import faults
 from baton.strategies.backup import Backup
@@ -168,7 +169,7 @@ def train(
         backup.planned_saves = planned_saves(plan, step)
     chunk = make_train_chunk(
         model, optimizer, spec, plan.global_batch_size, strategy, step_options, objectives.loss,
-        balance=plan.balance, take_rows=take_rows,
+        balance=plan.balance, take_rows=take_rows, max_steps=plan.steps_per_execution,
     )
     balancer = (
         Balancer(plan.global_batch_size, strategy.num_replicas_in_sync,
@@ -237,10 +238,10 @@ def train(
                 flag = tf.constant(1.0 if role.stop.is_set() else 0.0)
                 callbacks.on_train_batch_begin(in_epoch)
                 if balancer is None:
-                    totals = chunk(iterator, tf.constant(n, tf.int32), flag).numpy()
+                    totals = _run_chunk(chunk, iterator, tf.constant(n, tf.int32), flag)
                 else:
                     bounds = tf.constant(balancer.bounds(), tf.int32)
-                    out = chunk(iterator, tf.constant(n, tf.int32), flag, bounds).numpy()
+                    out = _run_chunk(chunk, iterator, tf.constant(n, tf.int32), flag, bounds)
                     totals, r = out[: len(TOTALS)], balancer.replicas
                     balancer.observe(step + n, out[len(TOTALS):len(TOTALS) + r],
                                      out[len(TOTALS) + r:])
@@ -334,6 +335,23 @@ def train(
               **({"stopped_early_at_step": step} if stopped and step < total else {}),
               **({"window": window.as_dict()} if window.steps else {})},
     )
+
+
+def _run_chunk(chunk: Any, *args: Any) -> Any:
+    """One chunk call, its totals as numpy. XLA refusing to compile the step (at the first
+    call) is a StageError naming the op and the setting, where TensorFlow's own message is
+    dozens of lines that never mention `jit_compile`."""
+    import tensorflow as tf
+
+    from baton.errors import StageError
+
+    try:
+        return chunk(*args).numpy()
+    except (tf.errors.InvalidArgumentError, tf.errors.UnimplementedError) as exc:
+        why = xla_failure(exc)
+        if why is None:
+            raise
+        raise StageError(f"train.config.jit_compile: true: {why}") from None
 
 
 def _one_process(strategy: Any) -> bool:

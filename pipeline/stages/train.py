@@ -280,6 +280,15 @@ def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
     problems = _code_problems(config, getattr(spec, "spec_dir", None))
     if config.jit_compile and config.strategy == PARAMETER_SERVER:
         problems.append(_jit_problem(stage.name, PARAMETER_SERVER))
+    if config.jit_compile and config.deterministic and config.model == "cnn":
+        # XLA's max-pooling gradient is not deterministic, and TensorFlow's op determinism
+        # refuses it at the first step; a user model with pooling gets that as a stage error
+        problems.append(
+            f"{stage.name}.config.jit_compile: true with deterministic: true cannot train the "
+            "built-in cnn: XLA has no deterministic max-pooling gradient. Set deterministic: "
+            "false (runs are then not bitwise repeatable) or jit_compile: false. Received: "
+            "jit_compile=True, deterministic=True, model='cnn'"
+        )
     if (config.balance == "auto" and config.strategy is not None
             and config.strategy not in BALANCED_STRATEGIES):
         problems.append(_balance_problem(stage.name, config.strategy))

@@ -111,16 +111,20 @@ def test_xla_chunk_ends_bitwise_where_any_other_split_into_chunks_does() -> None
     from baton.graphs.steps import StepOptions
 
     weights = []
-    for chunks in ((12,), (5, 7)):
+    # without max_steps each length is a program of its own; with it, shorter chunks are
+    # padded to it and run the one program (the padding is never read)
+    for chunks, most in (((12,), None), ((5, 7), None), ((5, 7), 12), ((3, 3, 6), 6)):
         spec, model, opt = _setup(seed=4)
-        chunk = make_train_chunk(model, opt, spec, 32, options=StepOptions(jit_compile=True))
+        chunk = make_train_chunk(model, opt, spec, 32, options=StepOptions(jit_compile=True),
+                                 max_steps=most)
         it = iter(synthetic_dataset(spec, 256, 32, repeat=True, seed=2))
         for n in chunks:
             chunk(it, tf.constant(n), tf.constant(0.0))
         assert int(opt.iterations.numpy()) == 12
         weights.append(model.get_weights())
-    for a, b in zip(*weights, strict=True):
-        np.testing.assert_array_equal(a, b)
+    for other in weights[1:]:
+        for a, b in zip(weights[0], other, strict=True):
+            np.testing.assert_array_equal(a, b)
     # the one-device strategy (what `one_device` is on a GPU machine) with its distributed
     # dataset: `strategy.run` inside the XLA program, the same steps
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
@@ -147,6 +151,26 @@ def test_chunk_scope_needs_one_replica_without_reduction() -> None:
                          StepOptions(jit_compile=True, jit_scope="chunk"))
 
 
+def test_xla_failure_names_the_op_and_the_setting() -> None:
+    from baton.graphs.steps import xla_failure
+
+    missing = ("Detected unsupported operations when trying to compile graph while_body_1[] on "
+               "XLA_CPU_JIT: AsString (No registered 'AsString' OpKernel for XLA_CPU_JIT devices "
+               "compatible with node {{node while/model/round_trip/AsString}}){{node "
+               "while/model/round_trip/AsString}}")
+    assert xla_failure(ValueError(missing)) == (
+        "XLA has no kernel for the op AsString on XLA_CPU_JIT (node "
+        "while/model/round_trip/AsString): set jit_compile: false to train this model without XLA")
+    pooling = ("Graph execution error:\n\nDetected at node grad/MaxPoolGrad defined at ...\n"
+               "GPU MaxPool gradient ops do not yet have a deterministic XLA implementation.\n"
+               "\t [[{{node grad/MaxPoolGrad}}]]")
+    assert xla_failure(ValueError(pooling)) == (
+        "GPU MaxPool gradient ops do not yet have a deterministic XLA implementation (node "
+        "grad/MaxPoolGrad), and op determinism is on (deterministic: true): set deterministic: "
+        "false, or jit_compile: false")
+    assert xla_failure(ValueError("Incompatible shapes: [3] vs. [4]")) is None
+
+
 def test_auto_jit_scope_compiles_gradients_only_under_multi_worker_strategies() -> None:
     import tensorflow as tf
 
@@ -157,6 +181,14 @@ def test_auto_jit_scope_compiles_gradients_only_under_multi_worker_strategies() 
     assert resolve_jit_scope(on, tf.distribute.OneDeviceStrategy("/cpu:0")) == "chunk"
     assert resolve_jit_scope(on, tf.distribute.get_strategy()) == "chunk"  # the default one
     assert resolve_jit_scope(on, tf.distribute.MirroredStrategy(["/cpu:0"])) == "step"
+    # one replica, but a convolution model: its steps ran 16x slower as one XLA chunk
+    import keras
+
+    conv = keras.Sequential([keras.Input((8, 8, 1)), keras.layers.Conv2D(2, 3),
+                             keras.layers.Flatten(), keras.layers.Dense(3)])
+    assert resolve_jit_scope(on, tf.distribute.get_strategy(), conv, 32) == "step"
+    _, mlp, _ = _setup()
+    assert resolve_jit_scope(on, tf.distribute.get_strategy(), mlp, 32) == "chunk"
     mwm = tf.distribute.MultiWorkerMirroredStrategy.__new__(tf.distribute.MultiWorkerMirroredStrategy)
     assert resolve_jit_scope(on, mwm) == "gradients"
     with pytest.raises(ValueError, match="Received: jit_scope='all'"):

@@ -176,3 +176,33 @@ def test_planned_saves_count_epoch_ends_and_backup_steps_left() -> None:
     assert planned_saves(every, 0) == 2 + 4  # 40, 80, 120, 160 (200 is an epoch end)
     probe = TrainPlan(epochs=5, steps_per_epoch=100, global_batch_size=8, max_steps=50)
     assert planned_saves(probe, 0) == 1  # the partial epoch ends too
+
+
+def test_a_step_xla_cannot_compile_is_a_stage_error_naming_the_op_and_setting() -> None:
+    """TensorFlow's message is dozens of lines without `jit_compile`; the loop's is one."""
+    import keras
+    import tensorflow as tf
+
+    from baton.errors import StageError
+    from baton.graphs.steps import StepOptions
+    from baton.graphs.synthetic import synthetic_dataset, synthetic_spec
+    from baton.strategies.trainer import TaskRole, TrainPlan, train
+
+    spec = synthetic_spec(2, (), 3)
+
+    class StringRoundTrip(keras.layers.Layer):  # string ops have no XLA kernel
+        def call(self, x):
+            return tf.strings.to_number(tf.strings.as_string(x))
+
+    def build():
+        inputs = {f.name: keras.Input((), name=f.name) for f in spec.features}
+        x = keras.layers.Concatenate()([keras.layers.Reshape((1,))(v) for v in inputs.values()])
+        model = keras.Model(inputs, keras.layers.Dense(3)(StringRoundTrip()(x)))
+        return model, keras.optimizers.SGD(0.1)
+
+    plan = TrainPlan(epochs=1, steps_per_epoch=4, global_batch_size=16, steps_per_execution=4)
+    with pytest.raises(StageError, match=r"^train.config.jit_compile: true: XLA has no kernel "
+                                         r"for the op AsString on XLA_CPU_JIT \(node .*AsString\)"):
+        train(tf.distribute.get_strategy(), build, spec,
+              lambda skip, ctx: synthetic_dataset(spec, 64, 16, repeat=True), None, plan,
+              TaskRole(), StepOptions(jit_compile=True))

@@ -114,6 +114,14 @@ def test_check_refuses_xla_with_parameter_server_naming_field_and_strategy(tmp_p
     # XLA under multi-worker mirrored is supported (forward and backward compiled).
     res = baton(tmp_path, "--check", "--workers", "2", extra=", jit_compile: true")
     assert res.returncode == 0, res.stderr
+    # The built-in cnn's max-pooling gradient has no deterministic XLA kernel.
+    res = baton(tmp_path, "--check", extra=", jit_compile: true, model: cnn")
+    assert res.returncode == 2, res.stdout + res.stderr
+    assert ("fit.config.jit_compile: true with deterministic: true cannot train the built-in "
+            "cnn" in res.stderr)
+    assert "Traceback" not in res.stderr
+    res = baton(tmp_path, "--check", extra=", jit_compile: true, model: cnn, deterministic: false")
+    assert res.returncode == 0, res.stderr
 
 
 def test_consistent_flags_pass_the_check(tmp_path) -> None:
