@@ -445,9 +445,10 @@ def own_model_section(own: dict) -> list[str]:
            f"{rows[0].get('repeats', 'several')} repeats, held for every ratio (taking the "
            "faster of two paths in each repeat would pair one side's luckiest runs with the "
            "other's single run), and every other repeat ran the cases in the reverse order. "
-           "XLA's compile (~2-4 s: once per chunk length, the 20-step chunk and the epoch's "
-           "4-step tail) falls in epoch 1 for both loops, as `fit`'s does; it is why XLA is "
-           "not Baton's default: a short run spends more compiling than it saves."]
+           "XLA's compile (~1-3 s, once a run: a shorter chunk, as the epoch's 4-step tail, is "
+           "padded to the 20 steps and runs the same program) falls in epoch 1 for both "
+           "loops, as `fit`'s does; it is why XLA is not Baton's default: a short run spends "
+           "more compiling than it saves."]
           if all("baton_fastest_path" in om for om in rows) else []),
         *(["- Each repeat's own ratio (Baton over that repeat's fastest `fit`; a repeat's runs "
            "are neighbours in time), beside the best-of figure above: "
@@ -562,7 +563,7 @@ WHERE_THE_TIME_GOES = [
     "replica (graphs.steps, `jit_scope: chunk`: the chunk's batches read first, then XLA's own "
     "loop runs every step), which is the `XLA` column above and the steps alone below. It stays "
     "a switch (`jit_compile: true`), as Keras leaves XLA off on a CPU-only machine: its compile "
-    "(~2-4 s on 2 cores, once per chunk length) is more than a short run saves.",
+    "(~1-3 s on 2 cores, once a run) is more than a short run saves.",
     "- With XLA off, batch 256 is at the 1.5x line, not past it. Runs of the bench's batch-256 "
     "cases before this one, each best of 3 with `fit`'s faster path taken per repeat "
     "(2026-12-02/03): columnar 1.38x, 1.52x, 1.72x, 1.43x, 1.44x, 1.38x; per-row 1.21x, 1.48x, "
