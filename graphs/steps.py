@@ -53,8 +53,9 @@ class StepOptions:
     model (graphs.executor.small: no convolution or pooling, few parameters), and `step`
     otherwise: a convolution model ran its steps 16x slower as one XLA chunk than per step
     (XLA's CPU convolutions inside its own loop), and the chunk reads its batches before its
-    steps instead of beside them. `executor` picks TensorFlow's executor for the chunk (graphs.executor):
-    `auto` runs it single-threaded where that fits (one replica on a CPU-only machine).
+    steps instead of beside them. `executor` picks TensorFlow's executor for the chunk
+    (graphs.executor): `auto` runs it single-threaded where that fits (one replica on a
+    CPU-only machine).
     """
 
     jit_compile: bool = False  # XLA for the per-replica computation
@@ -328,7 +329,8 @@ def _xla_chunk(strategy: Any, replica_step: Any, collect: Any,
     def padded(stacked: Any, n_steps: Any) -> Any:
         if max_steps is None:
             return stacked
-        pad = [[0, max_steps - n_steps]] + [[0, 0]] * (stacked.shape.rank - 1)
+        # a longer chunk than promised is not padded (it compiles a program of its own)
+        pad = [[0, tf.maximum(max_steps - n_steps, 0)]] + [[0, 0]] * (stacked.shape.rank - 1)
         return tf.pad(stacked, pad)
 
     @tf.function
