@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import orjson
 
+from baton.serving.conventions import examples_hint
 from baton.serving.servable import Signature, TensorSpec
 from baton.serving.status import invalid
 
@@ -230,6 +231,8 @@ def feeds_from_json(body, sig: Signature) -> tuple[dict[str, np.ndarray], bool]:
         if all(type(r) is dict for r in rows):
             feeds = {}
             for name, spec in specs.items():
+                if name in sig.defaults and not any(name in r for r in rows):
+                    continue  # optional: the signature's default stands in
                 try:
                     col = [r[name] for r in rows]
                 except KeyError:
@@ -239,7 +242,7 @@ def feeds_from_json(body, sig: Signature) -> tuple[dict[str, np.ndarray], bool]:
             extra = set().union(*rows) - specs.keys()
             if extra:
                 raise invalid(f"instances: unknown inputs {sorted(extra)}. "
-                              f"Signature inputs: {sorted(specs)}")
+                              f"Signature inputs: {sorted(specs)}{examples_hint(extra)}")
             return feeds, True
         if len(specs) != 1:
             raise invalid("instances must be objects naming each input when the signature "
@@ -250,10 +253,10 @@ def feeds_from_json(body, sig: Signature) -> tuple[dict[str, np.ndarray], bool]:
     if type(cols) is dict and not (len(cols) == 1 and "b64" in cols and len(specs) == 1
                                    and "b64" not in specs):
         unknown = cols.keys() - specs.keys()
-        missing = specs.keys() - cols.keys()
+        missing = specs.keys() - cols.keys() - sig.defaults.keys()
         if unknown or missing:
             raise invalid(f"inputs: unknown {sorted(unknown)}, missing {sorted(missing)}. "
-                          f"Signature inputs: {sorted(specs)}")
+                          f"Signature inputs: {sorted(specs)}{examples_hint(unknown)}")
         return {k: to_array(v, specs[k], f"input {k!r}")
                 for k, v in cols.items()}, False
     if len(specs) != 1:

@@ -51,6 +51,9 @@ class Signature:
     outputs: dict[str, TensorSpec]
     fn: Callable[..., Any]
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    # inputs a request may leave out, with the value that then stands in: the SignatureDef's
+    # `defaults`, as TF Serving fills them in (tensorflow/cc/saved_model/util.cc GetInputValues)
+    defaults: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     # what front ends derive from the specs once (e.g. rest_json's row plan)
     cache: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
 
@@ -61,6 +64,8 @@ class Signature:
         """Runs the signature on numpy arrays; TF errors become INVALID_ARGUMENT."""
         import tensorflow as tf
 
+        if self.defaults and feeds.keys() != self.inputs.keys():
+            feeds = {**{k: v for k, v in self.defaults.items() if k not in feeds}, **feeds}
         try:
             fast = self._fast
             if fast is not None and fast.fn is self.fn and feeds.keys() == self.inputs.keys() \
@@ -253,6 +258,7 @@ class Servable:
                 inputs={k: _spec(k, v) for k, v in sd.inputs.items()},
                 outputs={k: _spec(k, v) for k, v in sd.outputs.items()},
                 fn=loaded.signatures[name],
+                defaults={k: to_ndarray(v) for k, v in sd.defaults.items()},
             )
 
     def signature(self, name: str | None) -> Signature:

@@ -13,6 +13,11 @@ Spec form (the `gate:` mapping of an evaluate stage)::
                                                        # the baseline (absolute units)
 
 A bare number avoids the classic mistake of writing `loss: 0.4` and meaning "at least 0.4".
+
+A metric is Baton's own (pipeline.release.metrics), a Keras metric the model was trained with
+(its `metrics:` or its compile()'s, by Keras name: `sparse_categorical_accuracy`), or any Keras
+metric identifier. Whatever the gate says, a model whose outputs or metrics are not finite is
+not blessed: NaN passes no threshold, and a NaN answer is no answer.
 """
 
 from __future__ import annotations
@@ -59,14 +64,19 @@ def slice_feature(key: str) -> tuple[str, str | None]:
     return feature.strip(), (value.strip() if sep else None)
 
 
-def spec_problems(gate: Gate, slices: Iterable[str], where: str = "gate") -> list[str]:
-    """Problems visible before anything runs: unknown metric names, slices not computed."""
+def spec_problems(gate: Gate, slices: Iterable[str], where: str = "gate",
+                  reported: Iterable[str] = (), any_name: bool = False) -> list[str]:
+    """Problems visible before anything runs: unknown metric names, slices not computed.
+
+    `reported`: metric names the spec's train stages declare; `any_name`: a train stage's own
+    model may compile() metrics of any name, so names are checked once it has trained."""
     problems = []
     slices = list(slices)
     known = sorted(set(M.CLASSIFICATION + M.REGRESSION))
+    fine = _known_names(gate, set(reported), any_name)
     for section, names in (("thresholds", gate.thresholds), ("change", gate.change)):
         for name in names:
-            if not M.is_known(name):
+            if name not in fine:
                 problems.append(_unknown_metric(f"{where}.{section}.{name}", name, known))
     for key, thresholds in gate.slices.items():
         feature, _ = slice_feature(key)
@@ -78,16 +88,30 @@ def spec_problems(gate: Gate, slices: Iterable[str], where: str = "gate") -> lis
                 f"the stage slices by {slices or 'nothing'} (add it to `slices:`)"
             )
         for name in thresholds:
-            if not M.is_known(name):
+            if name not in fine:
                 problems.append(_unknown_metric(f"{where}.slices.{key}.{name}", name, known))
     return problems
 
 
+def _known_names(gate: Gate, reported: set[str], any_name: bool) -> set[str]:
+    """The gate's metric names that may be gated: Baton's, the declared ones, Keras'."""
+    names = {*gate.thresholds, *gate.change, *(m for ths in gate.slices.values() for m in ths)}
+    fine = {n for n in names if M.is_known(n) or n in reported or any_name}
+    if names - fine:  # only then: Keras' names cost an import
+        from baton.graphs.objectives import metric_names
+
+        fine |= names & set(metric_names())
+    return fine
+
+
 def _unknown_metric(path: str, name: str, known: list[str]) -> str:
+    from baton.graphs.objectives import metric_names
     from baton.pipeline.configs import did_you_mean
 
-    return (f"{path}: unknown metric {name!r}{did_you_mean(name, known)}; known metrics: "
-            f"{', '.join(known)}, precision/<class>, recall/<class>")
+    return (f"{path}: unknown metric {name!r}{did_you_mean(name, [*known, *metric_names()])}; "
+            f"known metrics: {', '.join(known)}, precision/<class>, recall/<class>, a Keras "
+            "metric identifier (sparse_categorical_accuracy, AUC, ...) or a metric the model "
+            "is trained with (the train stage's metrics:)")
 
 
 def decide(
@@ -95,14 +119,27 @@ def decide(
     overall: Mapping[str, float],
     by_slice: Mapping[str, Mapping[str, Mapping[str, float]]],
     baseline: Mapping[str, float] | None,
+    nonfinite_rows: int = 0,
 ) -> dict[str, Any]:
     """The blessing: every check with its value, threshold and baseline, and the verdict.
 
     A metric the gate names but the evaluation did not produce (e.g. AUC when the eval split
     has one class) fails its check: a gate that silently passes on missing data is worse than
-    a loud one.
+    a loud one. So do outputs that are not finite (`nonfinite_rows` of the eval rows) and any
+    overall metric that is not finite, gate or no gate.
     """
+    import math
+
     checks: list[dict[str, Any]] = []
+    if nonfinite_rows:
+        checks.append({"kind": "finite", "metric": "outputs", "slice": None,
+                       "value": nonfinite_rows, "threshold": 0, "passed": False,
+                       "note": f"the model's outputs are NaN or infinite for {nonfinite_rows} "
+                               f"of {int(overall.get('example_count', 0))} eval rows"})
+    checks += [{"kind": "finite", "metric": name, "slice": None, "value": value,
+                "threshold": None, "passed": False, "note": f"{name} is {value}: not finite"}
+               for name, value in sorted(overall.items())
+               if isinstance(value, float) and not math.isfinite(value)]
     for name, th in gate.thresholds.items():
         checks.append(_absolute(name, th, overall.get(name), None))
     for key, ths in gate.slices.items():
@@ -144,6 +181,8 @@ def describe(check: Mapping[str, Any]) -> str:
     """One line a person reads in the failure message: what, where, value vs threshold."""
     where = f" on slice {check['slice']}" if check.get("slice") else ""
     value = check.get("value")
+    if check["kind"] == "finite":
+        return str(check["note"])
     if check.get("note") == "metric not computed":
         return f"{check['metric']}{where}: not computed"
     if check["kind"] == "change":

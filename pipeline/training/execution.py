@@ -55,7 +55,7 @@ def run_in_process(
     from baton.strategies.job import run_task, write_model_artifact
     from baton.strategies.preemption import stop_on_sigterm
 
-    bar = ctx.progress(job.epochs * job.steps_per_epoch(), "steps", label=ctx.stage)
+    bar = ctx.progress(job.total_steps(), "steps", label=ctx.stage)
 
     def on_progress(step: int, total: int, metrics: dict[str, float]) -> None:
         bar.set(step)
@@ -110,7 +110,7 @@ def run_cluster(
     def command(task: Any) -> list[str]:
         return task_argv(job_file, cluster_out, backups)
 
-    bar = ctx.progress(job.epochs * job.steps_per_epoch(), "steps", label=ctx.stage)
+    bar = ctx.progress(job.total_steps(), "steps", label=ctx.stage)
     result = launcher.launch(
         launcher.LaunchConfig(
             workers=topo.workers,
