@@ -55,5 +55,6 @@ def examples_hint(unknown) -> str:  # noqa: ANN001 - any collection of input nam
         return ""
     return (f"; serialized tf.Examples (TFX's {TFX_EXAMPLES_INPUT!r} input) go to a signature "
             f"that parses them: 'classify' (or 'regress') under input {CLASSIFY_INPUTS!r}, "
-            "e.g. {\"signature_name\": \"classify\", \"instances\": [{\"b64\": \"...\"}]}, or "
+            "e.g. {\"signature_name\": \"classify\", \"instances\": [{\"inputs\": {\"b64\": "
+            "\"...\"}}]}, or "
             "the :classify / :regress API")

@@ -237,7 +237,8 @@ def feeds_from_json(body, sig: Signature) -> tuple[dict[str, np.ndarray], bool]:
                     col = [r[name] for r in rows]
                 except KeyError:
                     raise invalid(f"instances: every instance must have input {name!r}. "
-                                  f"Signature inputs: {sorted(specs)}") from None
+                                  f"Signature inputs: {sorted(specs)}"
+                                  f"{examples_hint(set().union(*rows))}") from None
                 feeds[name] = to_array(col, spec, f"input {name!r}")
             extra = set().union(*rows) - specs.keys()
             if extra:

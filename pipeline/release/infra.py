@@ -187,10 +187,9 @@ def compare(got: Sequence[Mapping[str, Any]], want: Sequence[Mapping[str, Any]],
                 a, b = a.astype(float), b.astype(float)
                 bad_a, bad_b = ~np.isfinite(a), ~np.isfinite(b)
                 if bad_a.any() or bad_b.any():
-                    same = bool((bad_a == bad_b).all()) and np.array_equal(a[bad_a], b[bad_b],
-                                                                           equal_nan=True)
-                    nonfinite.setdefault(key, {}).setdefault("same" if same else "differ",
-                                                             []).append(i)
+                    side = ("both" if bad_a.any() and bad_b.any() else
+                            "fresh" if bad_a.any() else "in-process")
+                    nonfinite.setdefault(key, {}).setdefault(side, []).append(i)
                 ok = ~(bad_a | bad_b)
                 diff = float(np.max(np.abs(a[ok] - b[ok]))) if ok.any() else 0.0
                 worst = max(worst, diff)
@@ -200,13 +199,14 @@ def compare(got: Sequence[Mapping[str, Any]], want: Sequence[Mapping[str, Any]],
             elif a.tolist() != b.tolist():
                 problems.append(f"warmup request {i}: output {key!r} is {a.tolist()}, the "
                                 f"in-process model gives {b.tolist()}")
+    sides = {"both": "in the fresh process as in the in-process model",
+             "in-process": "in the in-process model, not in the fresh process (whose fused "
+                           "kernels may turn NaN into numbers)",
+             "fresh": "in the fresh process, not in the in-process model"}
     for key, where in nonfinite.items():
-        if where.get("same"):
-            problems.append(f"output {key!r} is NaN (or infinite) for warmup requests "
-                            f"{where['same']}, in the fresh process as in the in-process model: "
-                            "the model cannot answer those rows (missing values the transform "
-                            "hands on?)")
-        if where.get("differ"):
-            problems.append(f"output {key!r} is NaN (or infinite) for warmup requests "
-                            f"{where['differ']} on one side only (fresh process vs in-process)")
+        for side, text in sides.items():
+            if where.get(side):
+                problems.append(f"output {key!r} is NaN (or infinite) for warmup requests "
+                                f"{where[side]}, {text}: the model cannot answer those rows "
+                                "(missing values the transform hands on?)")
     return worst, problems

@@ -1,0 +1,93 @@
+"""graphs.model_outputs: a classifier that already outputs probabilities is found before training.
+
+Issue 35, finding 1: TFX's penguin model ends in `Dense(3, activation='softmax')` and Baton
+trained it as logits. Each way Keras writes a softmax at the end is found from the model, a
+subclassed model's from its rows on a batch, a sigmoid over several classes is refused with the
+fix, and the losses and metrics are built for what the model outputs.
+"""
+
+from __future__ import annotations
+
+import keras
+import numpy as np
+import pytest
+
+from baton.errors import StageError
+from baton.graphs import model_outputs as mo
+from baton.graphs.objectives import make_loss, make_metrics
+
+
+def _model(last) -> keras.Model:
+    x = keras.Input((4,))
+    return keras.Model(x, last(keras.layers.Dense(3)(x)))
+
+
+@pytest.mark.parametrize("last", [
+    lambda h: keras.layers.Softmax()(h),
+    lambda h: keras.layers.Activation("softmax")(h),
+    lambda h: keras.ops.softmax(h),
+    lambda h: keras.layers.Dense(3, activation="softmax")(h),
+], ids=["Softmax", "Activation", "ops.softmax", "Dense(softmax)"])
+def test_a_softmax_at_the_end_is_probabilities(last):
+    out = mo.decide(_model(last), "classification", 3)
+    assert out.probabilities and "softmax" in out.reason
+
+
+def test_logits_and_log_softmax_are_logits():
+    assert mo.decide(_model(lambda h: h), "classification", 3).kind == mo.LOGITS
+    log_probs = _model(lambda h: keras.layers.Activation("log_softmax")(h))
+    assert mo.decide(log_probs, "classification", 3).kind == mo.LOGITS  # softmax(log p) = p
+
+
+def test_a_sigmoid_over_several_classes_is_refused_with_the_fix():
+    model = _model(lambda h: keras.layers.Dense(3, activation="sigmoid")(h))
+    with pytest.raises(StageError, match=r"applies a sigmoid to 3 classes.*"
+                                         r"Dense\(3, activation='softmax'\).*Dense\(3\) with no "
+                                         r"activation \(logits\)"):
+        mo.decide(model, "classification", 3, name="'m:build'")
+
+
+def test_a_subclassed_softmax_is_found_from_its_rows():
+    class Sub(keras.Model):
+        def __init__(self):
+            super().__init__()
+            self.d = keras.layers.Dense(3)
+
+        def call(self, x):
+            return keras.ops.softmax(self.d(x))
+
+    model = Sub()
+    sample = np.asarray(model(np.random.default_rng(0).normal(size=(8, 4)).astype("float32")))
+    assert mo.last_activation(model) is None
+    out = mo.decide(model, "classification", 3, sample)
+    assert out.probabilities and "sum to 1" in out.reason
+    logits = np.random.default_rng(1).normal(size=(8, 3))
+    assert not mo.rows_are_distributions(logits)
+    assert not mo.rows_are_distributions(np.full((8, 3), np.nan))
+
+
+def test_regression_is_never_probabilities():
+    model = _model(lambda h: keras.layers.Dense(1, activation="sigmoid")(h))
+    assert mo.decide(model, "regression", 1).kind == mo.LOGITS
+
+
+def test_probabilities_are_served_as_they_are():
+    p = np.array([[0.7, 0.2, 0.1]], "float32")
+    np.testing.assert_array_equal(mo.to_probabilities(p, mo.PROBABILITIES), p)
+    # as logits they would be squeezed towards uniform: what TFX's model served before
+    assert mo.to_probabilities(p, mo.LOGITS).max() < 0.47
+
+
+def test_losses_and_metrics_are_built_for_probabilities():
+    labels = np.array([0, 1], "int64")
+    probs = np.array([[0.9, 0.05, 0.05], [0.1, 0.8, 0.1]], "float32")
+    want = -np.log([0.9, 0.8])
+    builtin = make_loss("", "classification", 3, from_logits=False)
+    np.testing.assert_allclose(builtin(labels, probs), want, rtol=1e-5)
+    keras_id = make_loss("sparse_categorical_crossentropy", "classification", 3, from_logits=False)
+    np.testing.assert_allclose(keras_id(labels, probs), want, rtol=1e-5)
+    assert make_loss("", "classification", 3) is None  # logits: the built-in softmax CE
+    [metric] = make_metrics(["sparse_categorical_crossentropy"], "classification", 3,
+                            from_logits=False)
+    metric.update(labels, probs)
+    assert metric.result() == pytest.approx(want.mean(), rel=1e-5)
