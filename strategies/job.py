@@ -281,8 +281,12 @@ def objectives(job: TrainJob) -> Any:
             info=info,
         )
 
-    return Objectives(callbacks=callbacks, loss_name=job.loss or "the built-in loss",
-                      for_model=for_model, model_name=describe(job.model))
+    # as made for a model of logits with no compile(): what `for_model` refines
+    return Objectives(
+        loss=field("loss", lambda: make_loss(job.loss, task, k, search_dir)),
+        metrics=lambda: field("metrics", lambda: make_metrics(job.metrics, task, k, search_dir)),
+        callbacks=callbacks, loss_name=job.loss or "the built-in loss", for_model=for_model,
+        model_name=describe(job.model))
 
 
 def setup_runtime(job: TrainJob) -> None:

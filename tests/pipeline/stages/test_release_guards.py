@@ -22,6 +22,7 @@ import pytest
 from baton.errors import StageError
 from baton.pipeline.testing import run_stage
 from tests.pipeline.dataplane.helpers import penguins
+from tests.pipeline.stages.user_code import code_dir, train
 
 MODELS = '''
 import keras
@@ -86,14 +87,11 @@ def art(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def code(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("code")
-    (d / "guard_models.py").write_text(MODELS)
-    return d
+    return code_dir(tmp_path_factory, {"guard_models.py": MODELS})
 
 
 def _train(art, code, root, **config):
-    inputs = {"transformed": art["transformed"], "transform_graph": art["transform_graph"]}
-    return run_stage("train", {"epochs": 3, **config}, inputs, root, spec_dir=code)
+    return train(art, code, root, **{"epochs": 3, **config})
 
 
 def _transformed_eval(art, model_dir):

@@ -22,6 +22,7 @@ import pytest
 from baton.errors import StageError
 from baton.pipeline.testing import run_stage
 from tests.pipeline.dataplane.helpers import penguins
+from tests.pipeline.stages.user_code import code_dir, train
 
 CODE = '''
 import json
@@ -99,14 +100,11 @@ def art(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def code(tmp_path_factory) -> Path:
-    d = tmp_path_factory.mktemp("code")
-    (d / "tfx_like.py").write_text(CODE)
-    return d
+    return code_dir(tmp_path_factory, {"tfx_like.py": CODE})
 
 
 def _train(art, code, root, **config):
-    inputs = {"transformed": art["transformed"], "transform_graph": art["transform_graph"]}
-    return run_stage("train", {"epochs": 2, **config}, inputs, root, spec_dir=code)
+    return train(art, code, root, **{"epochs": 2, **config})
 
 
 def _info(out) -> dict:
