@@ -8,17 +8,17 @@ version: nothing here is visible to clients until `load_version` returns.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from baton.serving.conventions import DEFAULT_SERVING_SIGNATURE_DEF_KEY, SERVING, WARMUP_FILE
+from baton.serving.conventions import DEFAULT_SERVING_SIGNATURE_DEF_KEY, WARMUP_FILE
 from baton.serving.status import Code, ServingError, invalid
 from baton.serving.tensor_proto import examples_from_input_proto, to_ndarray
 
@@ -61,7 +61,7 @@ class Signature:
         """Runs the signature on numpy arrays; TF errors become INVALID_ARGUMENT."""
         import tensorflow as tf
 
-        try:
+        with run_errors():
             fast = self._fast
             if fast is not None and fast.fn is self.fn and feeds.keys() == self.inputs.keys() \
                     and all(_fits(feeds[k], self.inputs[k]) for k in fast.order):
@@ -69,10 +69,6 @@ class Signature:
             else:
                 out = self.fn(**{k: tf.constant(v) for k, v in feeds.items()})
             return {k: v.numpy() for k, v in out.items()}
-        except (tf.errors.InvalidArgumentError, ValueError, TypeError) as e:
-            raise invalid(_short(getattr(e, "message", None) or str(e)) or repr(e)) from None
-        except tf.errors.OpError as e:
-            raise ServingError(Code(e.error_code), _short(e.message)) from None
 
     def _verify(self, fast: _FastCall, feeds: dict[str, np.ndarray]) -> dict:
         """First call: the keyword call's result is returned; the fast call is kept for
@@ -93,6 +89,20 @@ class Signature:
                         "using the keyword call", self.name)
             self._fast = None
         return out
+
+
+@contextlib.contextmanager
+def run_errors():
+    """Turns what a signature run raises into a ServingError with TensorFlow's code:
+    INVALID_ARGUMENT for bad inputs (TF's, or a ValueError/TypeError converting them)."""
+    import tensorflow as tf
+
+    try:
+        yield
+    except (tf.errors.InvalidArgumentError, ValueError, TypeError) as e:
+        raise invalid(_short(getattr(e, "message", None) or str(e)) or repr(e)) from None
+    except tf.errors.OpError as e:
+        raise ServingError(Code(e.error_code), _short(e.message)) from None
 
 
 class _FastCall:
@@ -203,7 +213,8 @@ def _short(message: str) -> str:
     return lines[0][:500]
 
 
-def _spec(name: str, info) -> TensorSpec:
+def spec_of(name: str, info) -> TensorSpec:
+    """The TensorSpec of a SignatureDef's TensorInfo."""
     from tensorflow import as_dtype
     from tensorflow.core.framework import types_pb2
 
@@ -237,23 +248,37 @@ class Servable:
 
     load_seconds: float  # set by load_servable once loaded and warmed up
 
-    def __init__(self, model_name: str, version: int, export_dir: str, signature_defs, loaded):
+    def __init__(self, model_name: str, version: int, export_dir: str, signature_defs, loaded,
+                 signatures: dict[str, Signature] | None = None, kind: str = "saved_model"):
+        """`loaded` keeps what the signatures run in alive (a restored object, a
+        Session, an interpreter pool); `signatures` defaults to those of a restored
+        object (`loaded.signatures`); `kind` names the loader that built them."""
         self.model_name = model_name
         self.version = version
         self.export_dir = export_dir
         self.signature_defs = signature_defs  # tensorflow SignatureDef map (for metadata)
-        self._loaded = loaded  # keep the restored object (and its variables) alive
-        self.signatures: dict[str, Signature] = {}
-        for name, sd in signature_defs.items():
-            if name not in loaded.signatures:
-                continue
-            self.signatures[name] = Signature(
-                name=name,
-                method_name=sd.method_name,
-                inputs={k: _spec(k, v) for k, v in sd.inputs.items()},
-                outputs={k: _spec(k, v) for k, v in sd.outputs.items()},
-                fn=loaded.signatures[name],
-            )
+        self._loaded = loaded
+        self.kind = kind
+        if signatures is None:
+            signatures = {}
+            for name, sd in signature_defs.items():
+                if name not in loaded.signatures:
+                    continue
+                signatures[name] = Signature(
+                    name=name,
+                    method_name=sd.method_name,
+                    inputs={k: spec_of(k, v) for k, v in sd.inputs.items()},
+                    outputs={k: spec_of(k, v) for k, v in sd.outputs.items()},
+                    fn=loaded.signatures[name],
+                )
+        self.signatures: dict[str, Signature] = signatures
+
+    def close(self) -> None:
+        """Frees what the version holds now (a Session's graph and buffers) instead of
+        whenever the collector gets to it; in-flight calls keep their own references."""
+        close = getattr(self._loaded, "close", None)
+        if close is not None:
+            close()
 
     def signature(self, name: str | None) -> Signature:
         name = name or DEFAULT_SERVING_SIGNATURE_DEF_KEY
@@ -316,34 +341,3 @@ def meta_graph_for(sm, tags: tuple[str, ...], export_dir: str):
     raise ServingError(Code.DATA_LOSS, f"Could not find meta graph def matching supplied tags: "
                                        f"{{ {' '.join(sorted(tags))} }} in {export_dir}. "
                                        f"Tag sets in the SavedModel: {found}")
-
-
-def load_servable(model_name: str, version: int, export_dir: str, warmup: bool = True,
-                  tags: tuple[str, ...] = (SERVING,), warmup_iterations: int = 0) -> Servable:
-    """Loads (and warms up) one version; raises ServingError on any failure.
-
-    `tags` is `--saved_model_tags` (the meta graph to load); `warmup_iterations` is
-    `--num_request_iterations_for_warmup` (each warmup record replayed that many times;
-    0: the default, once).
-    """
-    import tensorflow as tf
-
-    t0 = time.monotonic()
-    sm = read_saved_model_proto(export_dir)
-    sig_defs = dict(meta_graph_for(sm, tags, export_dir).signature_def)
-    try:
-        loaded = tf.saved_model.load(export_dir, tags=list(tags))
-    except Exception as e:  # noqa: BLE001 - TF raises many types for a corrupt model
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
-        raise ServingError(Code.DATA_LOSS, f"failed to load {export_dir}: {msg}") from None
-    servable = Servable(model_name, version, export_dir, sig_defs, loaded)
-    if warmup:
-        try:
-            servable.warmup(warmup_iterations or WARMUP_ITERATIONS)
-        except ServingError as e:
-            raise ServingError(e.code, f"warmup of {export_dir} failed: {e.message}") from None
-        except Exception as e:  # noqa: BLE001
-            raise ServingError(Code.INVALID_ARGUMENT,
-                               f"warmup of {export_dir} failed: {e}") from None
-    servable.load_seconds = time.monotonic() - t0
-    return servable

@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from baton.serving.batcher import Task
+from baton.serving.loader import load_servable
 from baton.serving.metrics import Histogram
 from baton.serving.rest_json import (
     _row_plan,
@@ -22,7 +23,6 @@ from baton.serving.rest_json import (
     parse_predict,
     predict_response,
 )
-from baton.serving.servable import load_servable
 from baton.serving.status import ServingError
 
 
