@@ -15,6 +15,10 @@ from another thread crashes the process). That includes requests split into seve
 batches (`enable_large_batch_splitting`): the parts complete on the workers, the whole
 on the request's loop.
 
+A batch that TensorFlow fails with INVALID_ARGUMENT (one request's data that passed
+conversion but not the graph: a string that is not a number) is run again in halves, so
+that only the requests whose data fails get the error (`_isolated`).
+
 REST requests carry `--rest_api_timeout_in_ms` as in TF Serving's BatchingSession: a
 task's deadline is its enqueue time plus the timeout; a batch whose tasks have all
 passed their deadline when a worker takes it is not run, and its tasks fail with
@@ -75,7 +79,7 @@ class Task:
                 self.size = shape[0]
                 self.key = (id(signature), (k, shape[1:], a.dtype.str))
             else:
-                self._alone(f"Received shapes: {{{k!r}: []}}")
+                self._alone(f"Received shapes: {{{k!r}: []}}", scalar=True)
         else:
             sizes = {a.shape[0] if a.ndim else -1 for a in feeds.values()}
             if len(sizes) == 1 and -1 not in sizes:
@@ -84,15 +88,18 @@ class Task:
                     (k, a.shape[1:], a.dtype.str) for k, a in sorted(feeds.items()))
             else:
                 self._alone("Received shapes: "
-                            f"{ {k: list(v.shape) for k, v in feeds.items()} }")
+                            f"{ {k: list(v.shape) for k, v in feeds.items()} }",
+                            scalar=-1 in sizes)
         self.enqueued = 0.0
 
-    def _alone(self, shapes: str) -> None:
+    def _alone(self, shapes: str, scalar: bool = False) -> None:
         self.size = 1
         self.key = ("alone", id(self))  # a queue of its own: never merged
-        if self.feeds:
-            self.unbatchable = ("all inputs must have the same size in the 0th (batch) "
-                                f"dimension. {shapes}")
+        if self.feeds:  # batching_util.h ComputeTensorBatchSize's words
+            self.unbatchable = ("Batching Run() input tensors must have at least one "
+                                f"dimension. {shapes}" if scalar else
+                                "Batching Run() input tensors must have equal 0th-dimension "
+                                f"size. {shapes}")
 
 
 class _Queue:
@@ -333,13 +340,42 @@ class BatchScheduler:
                     err = ServingError(Code.RESOURCE_EXHAUSTED, QUEUE_TIMEOUT_MESSAGE)
                     results: list = [(t, None, err) for t in batch]
                 else:
-                    results = self._execute(batch, dequeued)
+                    results = self._isolated(batch, dequeued)
             except Exception as e:  # noqa: BLE001
                 err = e if isinstance(e, ServingError) else ServingError(Code.INTERNAL, str(e))
                 results = [(t, None, err) for t in batch]
             with self._cv:
                 self._busy -= 1
             deliver(results)
+
+    def _isolated(self, batch: list[Task], dequeued: float) -> list:
+        """Runs the batch; if it fails, runs its halves, and so on: a request whose data
+        fails inside TensorFlow (a string that is not a number, an index out of range)
+        fails alone, and the requests it was batched with are answered. TF Serving fails
+        the whole batch. A stateful signature's batch is not re-run (each request's update
+        must happen once), nor one whose error is not the inputs' (INVALID_ARGUMENT)."""
+        try:
+            return self._execute(batch, dequeued)
+        except ServingError as e:
+            err = e
+        except Exception as e:  # noqa: BLE001
+            err = ServingError(Code.INTERNAL, str(e))
+        if (len(batch) == 1 or err.code != Code.INVALID_ARGUMENT
+                or getattr(batch[0].signature, "stateful", True)):
+            return [(t, None, err) for t in batch]
+        results: list = []
+        todo = [batch[len(batch) // 2:], batch[:len(batch) // 2]]
+        while todo:
+            part = todo.pop()
+            try:
+                results.extend(self._execute(part, dequeued))
+            except Exception as e:  # noqa: BLE001
+                if len(part) > 1:
+                    todo += [part[len(part) // 2:], part[:len(part) // 2]]
+                else:
+                    results.append((part[0], None, e if isinstance(e, ServingError)
+                                    else ServingError(Code.INTERNAL, str(e))))
+        return results
 
     def _execute(self, batch: list[Task], dequeued: float = 0.0) -> list:
         sig = batch[0].signature
@@ -357,13 +393,19 @@ class BatchScheduler:
         t0 = time.monotonic()
         out = sig(feeds)
         t1 = time.monotonic()
-        if len(batch) == 1 and padded == size:
+        if not self.batching or batch[0].key[0] == "alone":
             results = [(batch[0], out, None)]
         else:
-            for k, v in out.items():
-                if v.ndim == 0 or v.shape[0] != padded:
-                    raise invalid(f"output {k!r} has shape {list(v.shape)}: batching needs "
-                                  f"a leading batch dimension of {padded}")
+            for k, v in out.items():  # BatchingSession::SplitOutputTensors' checks
+                if v.ndim == 0:
+                    raise ServingError(Code.FAILED_PRECONDITION,
+                                       f"Batched output tensor has 0 dimensions ({k!r})")
+                if v.shape[0] != padded:
+                    raise ServingError(
+                        Code.FAILED_PRECONDITION,
+                        "Batched output tensor's 0th dimension does not equal the sum of the "
+                        f"0th dimension sizes of the input tensors ({k!r}: {list(v.shape)}, "
+                        f"{padded} rows)")
             results, start = [], 0
             for t in batch:
                 end = start + t.size

@@ -81,10 +81,10 @@ def _example_bytes(obj) -> bytes:
     return ex.SerializeToString()
 
 
-def examples_from_json(body: dict) -> np.ndarray:
-    """`{"examples": [...], "context": {...}}` -> serialized tf.Examples (object array),
+def example_list_from_json(body: dict) -> tuple[bytes | None, list[bytes]]:
+    """(serialized context or None, serialized examples) of a classify/regress body,
     checked as FillClassifyRegressRequestFromJson checks them, in its words."""
-    prefix = _example_bytes(body["context"]) if "context" in body else b""
+    context = _example_bytes(body["context"]) if "context" in body else None
     if "examples" not in body:
         raise invalid(f"JSON Value: {debug_string(body)} When method is classify, key "
                       "'examples' is expected and was not found")
@@ -94,9 +94,15 @@ def examples_from_json(body: dict) -> np.ndarray:
                       "list/array")
     if not exs:
         raise invalid(f"JSON Value: {debug_string(body)} 'examples' value is an empty array")
-    arr = np.empty(len(exs), dtype=object)
-    for i, e in enumerate(exs):
-        arr[i] = prefix + _example_bytes(e)
+    return context, [_example_bytes(e) for e in exs]
+
+
+def examples_from_json(body: dict) -> np.ndarray:
+    """`{"examples": [...], "context": {...}}` -> serialized tf.Examples (object array),
+    the context merged into each (ExampleListWithContext's meaning)."""
+    context, examples = example_list_from_json(body)
+    arr = np.empty(len(examples), dtype=object)
+    arr[:] = [(context or b"") + e for e in examples]
     return arr
 
 

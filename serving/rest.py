@@ -25,9 +25,8 @@ from urllib.parse import unquote
 from baton.serving import examples as ex
 from baton.serving.conventions import CLASSIFY_METHOD_NAME, REGRESS_METHOD_NAME
 from baton.serving.http import HttpProtocol, error_body
-from baton.serving.json_parse import debug_string
 from baton.serving.json_write import classify_json, predict_json, regress_json
-from baton.serving.rest_json import loads, parse_predict
+from baton.serving.rest_json import loads, parse_predict, request_signature_name
 from baton.serving.service import ModelService
 from baton.serving.status import Code, ServingError, invalid
 
@@ -156,12 +155,7 @@ class RestApi:
         tensors converted, or (classify/regress) the examples converted and then the model
         and signature resolved; the answer is written when the batch completes."""
         req = loads(body)
-        if type(req) is not dict:
-            raise invalid(f"JSON Value: {debug_string(req)} Is not object")
-        sig_name = req.get("signature_name", "")
-        if type(sig_name) is not str:
-            raise invalid(f"JSON Value: {debug_string(req)} not formatted correctly. "
-                          "'signature_name' key must be a string value.")
+        sig_name = request_signature_name(req)
         key = None
         if verb == "predict":
             servable = self.manager.resolve(name, version, label)

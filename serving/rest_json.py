@@ -43,7 +43,7 @@ from baton.serving.json_parse import (
 from baton.serving.servable import Signature, TensorSpec
 from baton.serving.status import Code, ServingError, invalid
 
-__all__ = ["loads", "parse_predict", "feeds_from_json", "to_array"]
+__all__ = ["loads", "parse_predict", "feeds_from_json", "request_signature_name", "to_array"]
 
 MAX_RANK = 64  # numpy's limit (TensorFlow's is 254): a deeper value is refused by name
 
@@ -259,6 +259,17 @@ def _columns(value: Any, specs: dict[str, TensorSpec]) -> dict[str, np.ndarray]:
             raise invalid(f"Missing named input: {name} in 'inputs' object.")
         feeds[name] = to_array(value[name], spec)
     return feeds
+
+
+def request_signature_name(body: Any) -> str:
+    """ParseJson's object check and FillSignature: the body's signature_name ("" if none)."""
+    if type(body) is not dict:
+        raise invalid(f"JSON Value: {debug_string(body)} Is not object")
+    name = body.get("signature_name", "")
+    if type(name) is not str:
+        raise invalid(f"JSON Value: {debug_string(body)} not formatted correctly. "
+                      "'signature_name' key must be a string value.")
+    return name
 
 
 def feeds_from_json(body: Any, sig: Signature) -> tuple[dict[str, np.ndarray], bool]:

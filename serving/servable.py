@@ -53,9 +53,16 @@ class Signature:
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
     # what front ends derive from the specs once (e.g. rest_json's row plan)
     cache: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    # whether a call updates state (a variable, a table): such a call must run exactly
+    # once per request, so a failed batch of it is not re-run piecewise (batcher)
+    stateful: bool = True
 
     def __post_init__(self) -> None:
-        self._fast = _FastCall.build(self.fn, self.inputs)
+        try:
+            self.stateful = _writes_state(self.fn)
+        except (AttributeError, TypeError, ValueError):
+            self.stateful = True  # unknown: assume it does
+        self._fast = None if self.stateful else _FastCall.build(self.fn, self.inputs)
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Runs the signature on numpy arrays; TF errors become INVALID_ARGUMENT."""
@@ -68,7 +75,7 @@ class Signature:
                 out = fast(feeds) if fast.verified else self._verify(fast, feeds)
             else:
                 out = self.fn(**{k: tf.constant(v) for k, v in feeds.items()})
-            return {k: v.numpy() for k, v in out.items()}
+            return {k: as_array(v.numpy()) for k, v in out.items()}
 
     def _verify(self, fast: _FastCall, feeds: dict[str, np.ndarray]) -> dict:
         """First call: the keyword call's result is returned; the fast call is kept for
@@ -89,6 +96,14 @@ class Signature:
                         "using the keyword call", self.name)
             self._fast = None
         return out
+
+
+def as_array(value) -> np.ndarray:
+    """A tensor's value as an ndarray: `.numpy()` of a 0-d string tensor is bare bytes
+    (and of a 0-d number a numpy scalar); TF strings are object arrays of bytes."""
+    if isinstance(value, np.ndarray):
+        return value
+    return np.array(value, dtype=object if isinstance(value, bytes) else None)
 
 
 @contextlib.contextmanager
@@ -126,9 +141,9 @@ class _FastCall:
 
     @classmethod
     def build(cls, fn, inputs: dict[str, TensorSpec]) -> _FastCall | None:
+        """None when the internals are not there (and, by the caller, for a stateful
+        signature: verifying its fast call would run the update twice)."""
         try:
-            if _writes_state(fn):
-                return None  # verifying it would run the update twice
             return cls(fn, inputs)
         except (AttributeError, TypeError, ValueError, ImportError):
             return None
@@ -171,7 +186,12 @@ def _writes_state(fn) -> bool:
     ops = {n.op for n in graph_def.node}
     for f in graph_def.library.function:
         ops.update(n.op for n in f.node_def)
-    return any(op.startswith(_STATE_WRITES) for op in ops)
+    return writes_state(ops)
+
+
+def writes_state(op_types) -> bool:
+    """True when any of these op types updates state."""
+    return any(op.startswith(_STATE_WRITES) for op in op_types)
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from baton.serving.servable import Signature, run_errors, spec_of
+from baton.serving.servable import Signature, as_array, run_errors, spec_of, writes_state
 
 
 class SessionSignature(Signature):
@@ -32,6 +32,7 @@ class SessionSignature(Signature):
 
     def __post_init__(self) -> None:
         self._fast = None  # no restored function: the session call is the only path
+        self.stateful = self.fn.stateful
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         with run_errors():
@@ -41,10 +42,12 @@ class SessionSignature(Signature):
 class _Runner:
     """One signature's bound Session callable: numpy in, numpy out, by signature keys."""
 
-    def __init__(self, session, sig_def):
+    def __init__(self, session, sig_def, graph_def):
         self.session = session
         self.input_keys = sorted(sig_def.inputs)
         self.output_keys = sorted(sig_def.outputs)
+        self.stateful = writes_state(reachable_ops(
+            graph_def, [sig_def.outputs[k].name for k in self.output_keys]))
         self.call = _bind(session, [sig_def.inputs[k].name for k in self.input_keys],
                           [sig_def.outputs[k].name for k in self.output_keys])
 
@@ -55,8 +58,30 @@ class _Runner:
             raise ValueError(f"signature inputs are {self.input_keys}: missing {missing}, "
                              f"unexpected {extra}")
         values = self.call(*[feeds[k] for k in self.input_keys])
-        return {k: np.asarray(v) if not isinstance(v, np.ndarray) else v
-                for k, v in zip(self.output_keys, values, strict=True)}
+        return {k: as_array(v) for k, v in zip(self.output_keys, values, strict=True)}
+
+
+def reachable_ops(graph_def, fetches: list[str]) -> set[str]:
+    """Op types the fetched tensors depend on (data and control inputs, and the bodies
+    of library functions those ops call)."""
+    nodes = {n.name: n for n in graph_def.node}
+    functions = {f.signature.name: f for f in graph_def.library.function}
+    seen: set[str] = set()
+    todo = [name.split(":")[0] for name in fetches]
+    ops: set[str] = set()
+    while todo:
+        name = todo.pop().lstrip("^").split(":")[0]
+        node = nodes.get(name)
+        if node is None or name in seen:
+            continue
+        seen.add(name)
+        ops.add(node.op)
+        todo.extend(node.input)
+    for op in list(ops):  # a function called by a reached op: its ops count too
+        f = functions.get(op)
+        if f is not None:
+            ops.update(n.op for n in f.node_def)
+    return ops
 
 
 def _bind(session, feeds: list[str], fetches: list[str]):
@@ -124,10 +149,11 @@ def load_session_signatures(export_dir: str, tags: tuple[str, ...], signature_de
         with graph.as_default():
             tf.compat.v1.saved_model.loader.load(session, list(tags), export_dir)
         sigs: dict[str, Signature] = {}
+        graph_def = graph.as_graph_def()
         for name, sd in signature_defs.items():
             inputs = {k: spec_of(k, v) for k, v in sd.inputs.items()}
             outputs = {k: spec_of(k, v) for k, v in sd.outputs.items()}
-            runner: Any = _Runner(session, sd)
+            runner: Any = _Runner(session, sd, graph_def)
             sigs[name] = SessionSignature(name=name, method_name=sd.method_name,
                                           inputs=inputs, outputs=outputs, fn=runner)
         graph.finalize()  # nothing is added per request: a finalized graph says so

@@ -175,10 +175,12 @@ class _Runner:
 
 
 class TfLiteSignature(Signature):
-    """A signature run by a pooled LiteRT interpreter."""
+    """A signature run by a pooled LiteRT interpreter (TFLite models hold no state that a
+    call updates: variables are frozen at conversion)."""
 
     def __post_init__(self) -> None:
         self._fast = None
+        self.stateful = False
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         with run_errors():

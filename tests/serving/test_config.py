@@ -76,8 +76,8 @@ def test_model_names_with_reserved_characters_are_accepted(tmp_path):
     reach the REST API percent-encoded (test_http_rest_api_util.py)."""
     name = "modelname!#$%&'()*+,/:;=?@[]"
     p = tmp_path / "models.config"
-    p.write_text('model_config_list { config { name: "%s" base_path: "/x" } }'
-                 % name.replace("'", "\\'"))
+    quoted = name.replace("'", "\\'")
+    p.write_text(f'model_config_list {{ config {{ name: "{quoted}" base_path: "/x" }} }}')
     assert [c.name for c in load_model_config_file(str(p))] == [name]
 
 

@@ -6,17 +6,16 @@ recorded in bulk: each is checked here against the slower path it stands in for,
 valid input and, for the row plan, on input that must fall back and fail the same way.
 """
 
-import json
 
 import fixture_models as fm
 import numpy as np
 import pytest
 
 from baton.serving.batcher import Task
-from baton.serving.loader import load_servable
-from baton.serving.metrics import Histogram
 from baton.serving.json_parse import parse
 from baton.serving.json_write import predict_json
+from baton.serving.loader import load_servable
+from baton.serving.metrics import Histogram
 from baton.serving.rest_json import _row_plan, _rows_fast, feeds_from_json, parse_predict
 from baton.serving.status import ServingError
 
