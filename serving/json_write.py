@@ -12,14 +12,18 @@ value for tensor type: complex64" (INVALID_ARGUMENT).
 
 Row format (`predictions`) needs a batch dimension on every output, the same on all
 ("has no shape information", "has inconsistent batch size"); columnar (`outputs`) writes
-each tensor whole. Tensors are rendered to JSON text once, by numpy and orjson where the
-values allow, and assembled as text.
+each tensor whole. Tensors are rendered to JSON text once and assembled as text: integer
+and boolean tensors by orjson; a float tensor of 48 values or more by rounding its values
+to the digits TF Serving writes with numpy (orjson's shortest form of such a double is
+that decimal), the values that need another form (exponents, NaN, a possible rounding
+tie) as orjson Fragments of the per-value text; smaller ones value by value.
 """
 
 from __future__ import annotations
 
 import base64
 import json
+import struct
 
 import numpy as np
 import orjson
@@ -34,7 +38,7 @@ _WRITABLE = {np.dtype(np.float32): "float", np.dtype(np.float64): "double",
              np.dtype(np.uint32): "uint32", np.dtype(np.uint64): "uint64"}
 _OTHER_NAMES = {np.dtype(np.float16): "half", np.dtype(np.uint16): "uint16",
                 np.dtype(np.complex64): "complex64", np.dtype(np.complex128): "complex128"}
-_FULL = {np.dtype(np.float32): ".9g", np.dtype(np.float64): ".17g"}  # max_digits10
+_FLOATS = (np.dtype(np.float32), np.dtype(np.float64))
 
 
 def dtype_name(dtype: np.dtype) -> str:
@@ -44,28 +48,68 @@ def dtype_name(dtype: np.dtype) -> str:
     return _WRITABLE.get(dtype) or _OTHER_NAMES.get(dtype) or str(dtype)
 
 
+_F32 = struct.Struct("<f")
+_SMALL = 48  # below this many values the per-value loop beats numpy's fixed costs
+
+
+def _decimal(v: float, f32: bool) -> str:
+    """WriteDecimal of one value (a float32's or a double's exact value, as a Python float)."""
+    if v - v != 0.0:  # NaN or an infinity
+        return "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
+    text = f"{v:.6g}"  # absl::StrCat: six significant digits
+    back = float(text)
+    if (_F32.unpack(_F32.pack(back))[0] if f32 else back) != v:
+        text = format(v, ".9g" if f32 else ".17g")  # max_digits10
+    if "." not in text and "e" not in text:
+        text += ".0"
+    return text
+
+
 def decimals(values: np.ndarray) -> list[str]:
     """WriteDecimal's text of every value of a float32/float64 array, flattened."""
-    flat = values.reshape(-1)
-    if not flat.size:
-        return []
-    out = [f"{v:.6g}" for v in flat.tolist()]
+    f32 = values.dtype == np.float32
+    return [_decimal(v, f32) for v in values.reshape(-1).tolist()]
+
+
+def _rounded(mag: np.ndarray, e: np.ndarray, digits: int) -> tuple[np.ndarray, np.ndarray]:
+    """(mag rounded to `digits` significant digits as the nearest double, exact?) for
+    magnitudes whose decimal exponent is e; not exact where a tie could be misjudged."""
+    scale = 10.0 ** (digits - 1 - e)  # powers of ten up to 1e12: exact doubles
+    prod = mag * scale
+    m = np.rint(prod)
+    sure = np.abs(prod - np.floor(prod) - 0.5) > 1e-6
+    return m / scale, sure
+
+
+def _float_values(arr: np.ndarray) -> list:
+    """The tensor as nested lists orjson writes with WriteDecimal's digits: floats for the
+    values in [1e-4, 1e6) (and zeros), rounded to the six (else nine) significant digits
+    TF Serving writes, so orjson's shortest form of each is that decimal; every other value
+    (exponent form, NaN/Infinity, a possible rounding tie, a double needing 17 digits) as
+    an orjson.Fragment of `_decimal`'s text."""
+    flat = arr.reshape(-1)
+    f32 = flat.dtype == np.float32
+    a64 = flat.astype(np.float64)
+    mag = np.abs(a64)
     with np.errstate(all="ignore"):
-        back = np.array(out, dtype=np.float64).astype(flat.dtype)
-    finite = np.isfinite(flat)
-    redo = np.flatnonzero(finite & (back != flat))
-    if redo.size:
-        full = _FULL[flat.dtype]
-        for i in redo.tolist():
-            out[i] = format(float(flat[i]), full)
-    if not finite.all():
-        for i in np.flatnonzero(~finite).tolist():
-            v = float(flat[i])
-            out[i] = "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
-    for i, s in enumerate(out):
-        if "." not in s and "e" not in s and s[-1].isdigit():
-            out[i] = s + ".0"
-    return out
+        fast = ((mag >= 1e-4) & (mag < 1e6)) | (mag == 0)
+        e = np.where(mag > 0, np.floor(np.log10(np.where(mag > 0, mag, 1.0))), 0.0)
+        r6, sure = _rounded(mag, e, 6)
+        low = r6 * 10.0 ** (5 - e) < 99999.5  # log10 rounded up across a power of ten
+        e = np.where(low, e - 1, e)
+        r6, sure = _rounded(mag, e, 6)
+        ok6 = (r6.astype(flat.dtype) if f32 else r6) == mag
+        if f32:
+            r9, sure9 = _rounded(mag, e, 9)
+            value = np.where(ok6, r6, r9)
+            sure &= ok6 | sure9
+        else:  # a double that needs 17 digits is written by Python
+            value, sure = r6, sure & ok6
+        fast &= sure & (value < 1e6)
+    out = np.copysign(value, a64).astype(object)
+    for i in np.flatnonzero(~fast).tolist():
+        out[i] = orjson.Fragment(_decimal(float(a64[i]), f32))
+    return out.reshape(arr.shape).tolist()
 
 
 def _nest(texts: list[str], shape: tuple[int, ...]) -> str:
@@ -89,33 +133,42 @@ def _string(v: bytes, as_bytes: bool):
 
 
 def _leaf_texts(name: str, arr: np.ndarray) -> list[str]:
-    """The JSON text of each value of `arr`, flattened; refuses unwritable dtypes."""
-    dt = arr.dtype
-    if dt.kind == "f" and dt in _FULL:
+    """The JSON text of each value of a string or (small) float tensor, flattened."""
+    if arr.dtype in _FLOATS:
         return decimals(arr)
+    as_bytes = name.endswith("_bytes")
+    vals = [_string(v, as_bytes) if isinstance(v, bytes) else str(v)
+            for v in arr.reshape(-1).tolist()]
+    return [json.dumps(v) for v in vals]
+
+
+def _values(name: str, arr: np.ndarray):
+    """The tensor as nested lists orjson writes as WriteDecimal/Int/Bool would; None for
+    strings and small float tensors (written value by value by `_leaf_texts`); refuses
+    dtypes JSON cannot carry."""
+    dt = arr.dtype
+    if dt in _FLOATS:
+        return _float_values(arr) if arr.size >= _SMALL else None
     if dt.kind == "O":
-        as_bytes = name.endswith("_bytes")
-        vals = [_string(v, as_bytes) if isinstance(v, bytes) else str(v)
-                for v in arr.reshape(-1).tolist()]
-        return [json.dumps(v) for v in vals]
+        return None
     if dt not in _WRITABLE:
         raise invalid(f"Failed to write JSON value for tensor type: {dtype_name(dt)}")
-    if dt == np.bool_:
-        return ["true" if v else "false" for v in arr.reshape(-1).tolist()]
-    return [str(v) for v in arr.reshape(-1).tolist()]
+    return arr.tolist()
 
 
 def tensor_json(name: str, arr: np.ndarray) -> str:
     """The JSON text of a whole tensor (AddTensorValues from dimension 0)."""
-    if arr.dtype.kind in "iub" and arr.dtype in _WRITABLE and arr.ndim:
-        return orjson.dumps(arr.tolist()).decode()  # the same text, at C speed
+    values = _values(name, arr)
+    if values is not None:
+        return orjson.dumps(values).decode()
     return _nest(_leaf_texts(name, arr), arr.shape)
 
 
 def item_jsons(name: str, arr: np.ndarray) -> list[str]:
     """The JSON text of each item along the batch dimension (AddTensorValues from 1)."""
-    if arr.dtype.kind in "iub" and arr.dtype in _WRITABLE:
-        return [orjson.dumps(x).decode() for x in arr.tolist()]
+    values = _values(name, arr)
+    if values is not None:
+        return [orjson.dumps(x).decode() for x in values]
     leaves = _leaf_texts(name, arr)
     per = int(np.prod(arr.shape[1:], dtype=np.int64))
     return [_nest(leaves[i * per:(i + 1) * per], arr.shape[1:]) for i in range(arr.shape[0])]

@@ -7,6 +7,8 @@ valid input and, for the row plan, on input that must fall back and fail the sam
 """
 
 
+import json
+
 import fixture_models as fm
 import numpy as np
 import pytest
@@ -182,3 +184,24 @@ def test_observe_many_equals_observe():
     one.render(a)
     many.render(b)
     assert a == b
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_large_float_tensors_are_written_as_value_by_value(dtype):
+    """json_write's numpy path (>= 48 values) writes the same text as the per-value
+    WriteDecimal: six significant digits where they read back, else full precision,
+    exponents, NaN/Infinity, powers of ten and ties."""
+    import orjson
+
+    from baton.serving.json_write import _float_values, decimals
+
+    rng = np.random.default_rng(7)
+    special = [9000000, 999999, 0.5, .0003, .00003, 555557.5, 0.2, 1 / 3, np.nan, np.inf,
+               -np.inf, 0, -0.0, 1e-45, 999999.5, 99999.95, 0.1, 1000, 100000, 0.0001,
+               0.00009999999, 1e-300 if dtype == np.float64 else 1e-38]
+    values = np.concatenate([
+        rng.random(500), rng.random(500) * 1e6, rng.standard_normal(500) * 1e-3,
+        np.round(rng.random(500) * 100, 2), rng.random(500) * 10.0 ** rng.integers(-6, 7, 500),
+        np.array(special * 3)]).astype(dtype)
+    raw = {"parse_float": str, "parse_int": str, "parse_constant": str}
+    assert json.loads(orjson.dumps(_float_values(values)), **raw) == decimals(values)
