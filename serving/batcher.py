@@ -15,9 +15,7 @@ from another thread crashes the process). That includes requests split into seve
 batches (`enable_large_batch_splitting`): the parts complete on the workers, the whole
 on the request's loop.
 
-A batch that TensorFlow fails with INVALID_ARGUMENT (one request's data that passed
-conversion but not the graph: a string that is not a number) is run again in halves, so
-that only the requests whose data fails get the error (`_isolated`).
+A batch failing on one request's data is re-run in halves (`_isolated`).
 
 REST requests carry `--rest_api_timeout_in_ms` as in TF Serving's BatchingSession: a
 task's deadline is its enqueue time plus the timeout; a batch whose tasks have all
@@ -349,11 +347,9 @@ class BatchScheduler:
             deliver(results)
 
     def _isolated(self, batch: list[Task], dequeued: float) -> list:
-        """Runs the batch; if it fails, runs its halves, and so on: a request whose data
-        fails inside TensorFlow (a string that is not a number, an index out of range)
-        fails alone, and the requests it was batched with are answered. TF Serving fails
-        the whole batch. A stateful signature's batch is not re-run (each request's update
-        must happen once), nor one whose error is not the inputs' (INVALID_ARGUMENT)."""
+        """Runs the batch, then its halves if it fails with INVALID_ARGUMENT, and so on:
+        only the requests whose data TensorFlow fails get the error (TF Serving fails
+        the batch). Not for a stateful signature: each request's update must run once."""
         try:
             return self._execute(batch, dequeued)
         except ServingError as e:

@@ -1,9 +1,10 @@
 """One loaded SavedModel version: its signatures, metadata, warmup and the call itself.
 
-Loading parses saved_model.pb ourselves first (cheap, and it is what TF Serving's
-metadata API returns verbatim), then restores with tf.saved_model.load. A directory
-that is half-copied fails one of these steps, and the manager keeps serving the old
-version: nothing here is visible to clients until `load_version` returns.
+saved_model.pb is parsed here (cheap, and it is what TF Serving's metadata API returns
+verbatim); loader.py then restores the version with tf.saved_model.load (the signatures
+here), or in a TF1 Session or LiteRT (session_servable.py, tflite_servable.py, which
+subclass Signature). A directory that is half-copied fails a step, and the manager keeps
+serving the old version: nothing is visible to clients until the load returns.
 """
 
 from __future__ import annotations

@@ -73,5 +73,16 @@ def export(base: str) -> str:
     return base
 
 
+def export_in_subprocess(out: str) -> str:
+    """Exports to `out` from a fresh process (the test process' TensorFlow untouched)."""
+    import subprocess
+
+    done = subprocess.run([sys.executable, __file__, out], capture_output=True, text=True,
+                          timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    if done.returncode:
+        raise RuntimeError(done.stderr[-3000:])
+    return out
+
+
 if __name__ == "__main__":
     print(export(sys.argv[1]))

@@ -14,14 +14,12 @@ from __future__ import annotations
 
 import http.client
 import json
-import os
-import subprocess
-import sys
 import threading
 import time
 
 import numpy as np
 import pytest
+import rest_test_models
 
 from baton.serving.config import ModelConfig
 from baton.serving.server import ModelServer, ServerOptions
@@ -40,11 +38,7 @@ BAD = [  # (body, status TF Serving answers)
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    out = tmp_path_factory.mktemp("rest_models")
-    script = os.path.join(os.path.dirname(__file__), "rest_test_models.py")
-    done = subprocess.run([sys.executable, script, str(out)], capture_output=True, text=True,
-                          timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-    assert done.returncode == 0, done.stderr[-3000:]
+    out = rest_test_models.export_in_subprocess(str(tmp_path_factory.mktemp("rest_models")))
     s = ModelServer(ServerOptions(bind_free_ports=True, enable_batching=True,
                                   rest_api_timeout_in_ms=5000,
                                   file_system_poll_wait_seconds=0),

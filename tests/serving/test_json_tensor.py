@@ -137,24 +137,19 @@ def test_DeeplyNestedMalformed():
     assert e.code == Code.INVALID_ARGUMENT and "key must be a string value" in e.message
 
 
-def test_MixedInputForFloatTensor():
-    req, fmt = fill_predict_request_from_json(
-        '{"instances": [1, 2.0, 3, 4, 5.003, 0.007, 0.0]}', {"default": "dtype: DT_FLOAT"})
+@pytest.mark.parametrize("text, dtype, expected", [
+    ('{"instances": [1, 2.0, 3, 4, 5.003, 0.007, 0.0]}', "DT_FLOAT",
+     "float_val: 1 float_val: 2.0 float_val: 3 float_val: 4 float_val: 5.003 "
+     "float_val: 0.007 float_val: 0.0"),
+    ('{"instances": [1.0, 2, 3, 4, 0.662, 0, 0.0]}', "DT_DOUBLE",
+     "double_val: 1.0 double_val: 2 double_val: 3 double_val: 4 double_val: 0.662 "
+     "double_val: 0 double_val: 0.0"),
+], ids=["MixedInputForFloatTensor", "MixedInputForDoubleTensor"])
+def test_MixedInput(text, dtype, expected):
+    req, fmt = fill_predict_request_from_json(text, {"default": f"dtype: {dtype}"})
     assert fmt == ROW
-    equals_proto(req.inputs["default"], """
-        dtype: DT_FLOAT tensor_shape { dim { size: 7 } }
-        float_val: 1 float_val: 2.0 float_val: 3 float_val: 4 float_val: 5.003
-        float_val: 0.007 float_val: 0.0""")
-
-
-def test_MixedInputForDoubleTensor():
-    req, fmt = fill_predict_request_from_json(
-        '{"instances": [1.0, 2, 3, 4, 0.662, 0, 0.0]}', {"default": "dtype: DT_DOUBLE"})
-    assert fmt == ROW
-    equals_proto(req.inputs["default"], """
-        dtype: DT_DOUBLE tensor_shape { dim { size: 7 } }
-        double_val: 1.0 double_val: 2 double_val: 3 double_val: 4 double_val: 0.662
-        double_val: 0 double_val: 0.0""")
+    equals_proto(req.inputs["default"],
+                 f"dtype: {dtype} tensor_shape {{ dim {{ size: 7 }} }} {expected}")
 
 
 def test_FloatTensorWithPrecisionLoss():
@@ -165,20 +160,15 @@ def test_FloatTensorWithPrecisionLoss():
             dtype: DT_FLOAT tensor_shape { dim { size: 1 } } float_val: 1435774380""")
 
 
-def test_FloatTensorThatExceedsMaxReturnsInf():
-    for value, expected in ((sys.float_info.max, "inf"), (-sys.float_info.max, "-inf")):
-        req, _ = fill_predict_request_from_json(f'{{ "instances": [{value!r}] }}',
-                                                {"default": "dtype: DT_FLOAT"})
-        equals_proto(req.inputs["default"], f"""
-            dtype: DT_FLOAT tensor_shape {{ dim {{ size: 1 }} }} float_val: {expected}""")
-
-
-def test_FloatTensorThatExceedsMinReturnsZero():
-    for value, expected in ((sys.float_info.min, "0"), (-sys.float_info.min, "-0")):
-        req, _ = fill_predict_request_from_json(f'{{ "instances": [{value!r}] }}',
-                                                {"default": "dtype: DT_FLOAT"})
-        equals_proto(req.inputs["default"], f"""
-            dtype: DT_FLOAT tensor_shape {{ dim {{ size: 1 }} }} float_val: {expected}""")
+@pytest.mark.parametrize("value, expected", [
+    (sys.float_info.max, "inf"), (-sys.float_info.max, "-inf"),  # ExceedsMaxReturnsInf
+    (sys.float_info.min, "0"), (-sys.float_info.min, "-0"),  # ExceedsMinReturnsZero
+])
+def test_FloatTensorThatExceedsMaxReturnsInf_and_MinReturnsZero(value, expected):
+    req, _ = fill_predict_request_from_json(f'{{ "instances": [{value!r}] }}',
+                                            {"default": "dtype: DT_FLOAT"})
+    equals_proto(req.inputs["default"], f"""
+        dtype: DT_FLOAT tensor_shape {{ dim {{ size: 1 }} }} float_val: {expected}""")
 
 
 def test_SingleUnnamedTensorWithSignature():

@@ -12,12 +12,10 @@ output is complex64.
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 import time
 
 import pytest
+import rest_test_models
 from conftest import http
 
 from baton.serving.config import ModelConfig
@@ -28,12 +26,7 @@ FAST = 3.0  # seconds: an answer "at once" on a loaded CI machine; the old hang 
 
 @pytest.fixture(scope="module")
 def model(tmp_path_factory):
-    out = tmp_path_factory.mktemp("rest_models")
-    script = os.path.join(os.path.dirname(__file__), "rest_test_models.py")
-    done = subprocess.run([sys.executable, script, str(out)], capture_output=True, text=True,
-                          timeout=600, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-    assert done.returncode == 0, done.stderr[-3000:]
-    return str(out)
+    return rest_test_models.export_in_subprocess(str(tmp_path_factory.mktemp("rest_models")))
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["batching", "no_batching"])
