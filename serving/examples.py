@@ -8,6 +8,8 @@ own feature wins), which is exactly what TF Serving does for ExampleListWithCont
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from baton.serving.conventions import (
@@ -35,6 +37,7 @@ def _feature(name: str, content):
     values = content if type(content) is list else [content]
     kind = None
     out: list = []
+    x: Any
     for v in values:
         t = type(v)
         if t is bool:

@@ -24,7 +24,6 @@ import itertools
 import json
 import math
 import re
-from json.decoder import scanstring
 from typing import Any
 
 import orjson
@@ -33,6 +32,13 @@ from baton.serving.status import invalid
 
 _WS = re.compile(r"[ \t\n\r]*")
 _OPENS = re.compile(r"\[+")
+scanstring = json.decoder.scanstring  # type: ignore[attr-defined] # the C string scanner
+
+
+def _skip(text: str, i: int, pattern: re.Pattern = _WS) -> int:
+    """The index after the run of `pattern` (whitespace) at text[i]."""
+    m = pattern.match(text, i)
+    return m.end() if m else i
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]*)?([eE][-+]?[0-9]*)?")
 _LITERALS = (("true", True), ("false", False), ("null", None), ("NaN", math.nan),
              ("Infinity", math.inf), ("-Infinity", -math.inf))
@@ -133,7 +139,7 @@ def parse(text: str) -> Any:
     tight loops; nesting deeper than MAX_DEPTH is refused instead of growing without bound.
     """
     n = len(text)
-    i = _WS.match(text, 1 if text.startswith("\ufeff") else 0).end()
+    i = _skip(text, 1 if text.startswith("\ufeff") else 0)
     if i >= n:
         raise ParseError(EMPTY, i)
     conts: list = []  # the open containers, outermost first
@@ -141,12 +147,12 @@ def parse(text: str) -> Any:
     while True:
         c = text[i] if i < n else ""
         if c == "[":
-            j = _OPENS.match(text, i).end()  # the run of "[" that starts here
+            j = _skip(text, i, _OPENS)  # the run of "[" that starts here
             if len(conts) + j - i > MAX_DEPTH:
                 raise ParseError(f"Nesting deeper than {MAX_DEPTH} levels.", i)
             conts.extend([] for _ in range(j - i))
             keys.extend(itertools.repeat(None, j - i))
-            i = _WS.match(text, j).end()
+            i = _skip(text, j)
             if i < n and text[i] == "]":
                 keys.pop()
                 value, i = conts.pop(), i + 1
@@ -155,7 +161,7 @@ def parse(text: str) -> Any:
         elif c == "{":
             if len(conts) >= MAX_DEPTH:
                 raise ParseError(f"Nesting deeper than {MAX_DEPTH} levels.", i)
-            i = _WS.match(text, i + 1).end()
+            i = _skip(text, i + 1)
             if i < n and text[i] == "}":
                 value, i = {}, i + 1
             else:
@@ -176,10 +182,10 @@ def parse(text: str) -> Any:
                 container.setdefault(key, value)  # rapidjson's FindMember finds the first
             c = text[i] if i < n else ""
             if c in " \t\n\r":
-                i = _WS.match(text, i).end()
+                i = _skip(text, i)
                 c = text[i] if i < n else ""
             if c == ",":
-                i = _WS.match(text, i + 1).end()
+                i = _skip(text, i + 1)
                 if key is not None:
                     keys[-1], i = _key(text, i)
                 break
@@ -201,10 +207,10 @@ def _key(text: str, i: int) -> tuple[str, int]:
     if i >= len(text) or text[i] != '"':
         raise ParseError(MISS_NAME, i)
     key, i = _value(text, i)
-    i = _WS.match(text, i).end()
+    i = _skip(text, i)
     if i >= len(text) or text[i] != ":":
         raise ParseError(MISS_COLON, i)
-    return key, _WS.match(text, i + 1).end()
+    return key, _skip(text, i + 1)
 
 
 MAX_DEBUG_CHARS = 256

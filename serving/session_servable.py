@@ -32,7 +32,7 @@ class SessionSignature(Signature):
 
     def __post_init__(self) -> None:
         self._fast = None  # no restored function: the session call is the only path
-        self.stateful = self.fn.stateful
+        self.stateful = getattr(self.fn, "stateful", True)
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         with run_errors():
