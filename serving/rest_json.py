@@ -192,13 +192,13 @@ def _rows(rows: list, specs: dict[str, TensorSpec]) -> dict[str, np.ndarray]:
     objects = type(first) is dict and not is_b64(first)
     if not objects:
         name, spec = next(iter(specs.items()))
-        # the whole list at once when every item has the same shape (the common case)
-        if not any(type(r) is dict and not is_b64(r) for r in rows):
-            whole = dense_shape(rows)
-            if _tf_name(spec) in _RULES:
-                arr = _dense(rows, whole, spec, _tf_name(spec))
-                if arr is not None:
-                    return {name: arr}
+        # the whole list at once when every item has the same shape and leaf types (the
+        # common case; an object among the items fails `_dense` and goes item by item)
+        tf_name = _tf_name(spec)
+        if tf_name in _RULES:
+            arr = _dense(rows, dense_shape(rows), spec, tf_name)
+            if arr is not None:
+                return {name: arr}
     sizes: dict[str, int] = {}
     shapes: dict[str, list[int]] = {}
     parts: dict[str, list[np.ndarray]] = {k: [] for k in specs}
