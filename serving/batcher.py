@@ -100,6 +100,20 @@ class Task:
                                 f"size. {shapes}")
 
 
+class BatchSlice(dict):
+    """One task's outputs (name -> its rows of the batch's output) that also know the
+    batch: `batch` is (the batch's outputs, a dict shared by its tasks), `rows` this
+    task's (start, end). A front end can then derive something once per batch (rest's
+    JSON text of every row) instead of once per request."""
+
+    __slots__ = ("batch", "rows")
+
+    def __init__(self, shared: tuple[dict, dict], start: int, end: int):
+        super().__init__((k, v[start:end]) for k, v in shared[0].items())
+        self.batch = shared
+        self.rows = (start, end)
+
+
 class _Queue:
     __slots__ = ("tasks", "rows")
 
@@ -403,9 +417,10 @@ class BatchScheduler:
                         f"0th dimension sizes of the input tensors ({k!r}: {list(v.shape)}, "
                         f"{padded} rows)")
             results, start = [], 0
+            shared = (out, {})  # the batch's outputs, and what front ends derive from them
             for t in batch:
                 end = start + t.size
-                results.append((t, {k: v[start:end] for k, v in out.items()}, None))
+                results.append((t, BatchSlice(shared, start, end), None))
                 start = end
         if self.metrics is not None:
             self.metrics.batch(batch, size, padded, dequeued or t0, t0, t1)

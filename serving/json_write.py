@@ -12,11 +12,13 @@ value for tensor type: complex64" (INVALID_ARGUMENT).
 
 Row format (`predictions`) needs a batch dimension on every output, the same on all
 ("has no shape information", "has inconsistent batch size"); columnar (`outputs`) writes
-each tensor whole. Tensors are rendered to JSON text once and assembled as text: integer
-and boolean tensors by orjson; a float tensor of 48 values or more by rounding its values
-to the digits TF Serving writes with numpy (orjson's shortest form of such a double is
-that decimal), the values that need another form (exponents, NaN, a possible rounding
-tie) as orjson Fragments of the per-value text; smaller ones value by value.
+each tensor whole. Tensors are rendered to JSON text and assembled as text: integer and
+boolean tensors by orjson; a float tensor of 48 values or more by rounding its values to
+the digits TF Serving writes with numpy (orjson's shortest form of such a double is that
+decimal) and one orjson call, rows holding a value that needs another form (exponents,
+NaN, a possible rounding tie) value by value; smaller ones value by value. With
+batching, a float output is rendered once per batch and each request takes its rows
+(batcher.BatchSlice).
 """
 
 from __future__ import annotations
@@ -52,22 +54,10 @@ _F32 = struct.Struct("<f")
 _SMALL = 48  # below this many values the per-value loop beats numpy's fixed costs
 
 
-def _decimal(v: float, f32: bool) -> str:
-    """WriteDecimal of one value (a float32's or a double's exact value, as a Python float)."""
-    if v - v != 0.0:  # NaN or an infinity
-        return "NaN" if v != v else ("Infinity" if v > 0 else "-Infinity")
-    text = f"{v:.6g}"  # absl::StrCat: six significant digits
-    back = float(text)
-    if (_F32.unpack(_F32.pack(back))[0] if f32 else back) != v:
-        text = format(v, ".9g" if f32 else ".17g")  # max_digits10
-    if "." not in text and "e" not in text:
-        text += ".0"
-    return text
-
-
 def decimals(values: np.ndarray) -> list[str]:
-    """WriteDecimal's text of every value of a float32/float64 array, flattened (the loop
-    of `_decimal`, inlined: this runs for every small float output)."""
+    """WriteDecimal's text of every value of a float32/float64 array, flattened: six
+    significant digits (absl::StrCat) when they read back as the value, else
+    max_digits10; ".0" added to whole numbers not in exponent form."""
     f32 = values.dtype == np.float32
     full = "%.9g" if f32 else "%.17g"
     pack, unpack = _F32.pack, _F32.unpack
@@ -97,12 +87,12 @@ def _rounded(mag: np.ndarray, e: np.ndarray, digits: int) -> tuple[np.ndarray, n
     return m / scale, sure
 
 
-def _float_values(arr: np.ndarray) -> list:
-    """The tensor as nested lists orjson writes with WriteDecimal's digits: floats for the
-    values in [1e-4, 1e6) (and zeros), rounded to the six (else nine) significant digits
-    TF Serving writes, so orjson's shortest form of each is that decimal; every other value
-    (exponent form, NaN/Infinity, a possible rounding tie, a double needing 17 digits) as
-    an orjson.Fragment of `_decimal`'s text."""
+def _float_rounded(arr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(values rounded to the digits TF Serving writes, as doubles; where that is exact):
+    for values in [1e-4, 1e6) (and zeros), six significant digits when they read back as
+    the value, else nine (float32), so orjson's shortest form of each double is that
+    decimal, in the fixed notation %g uses there. Not exact: other magnitudes (exponent
+    form), NaN/Infinity, a possible rounding tie, a double needing 17 digits."""
     flat = arr.reshape(-1)
     f32 = flat.dtype == np.float32
     a64 = flat.astype(np.float64)
@@ -122,10 +112,26 @@ def _float_values(arr: np.ndarray) -> list:
         else:  # a double that needs 17 digits is written by Python
             value, sure = r6, sure & ok6
         fast &= sure & (value < 1e6)
-    out = np.copysign(value, a64).astype(object)
-    for i in np.flatnonzero(~fast).tolist():
-        out[i] = orjson.Fragment(_decimal(float(a64[i]), f32))
-    return out.reshape(arr.shape).tolist()
+    return np.copysign(value, a64).reshape(arr.shape), fast.reshape(arr.shape)
+
+
+def _float_rows(name: str, arr: np.ndarray) -> list[str]:
+    """The JSON text of each item of a float tensor along its first dimension: one orjson
+    call over the rounded doubles, split into rows; rows holding a value orjson cannot
+    write as TF Serving does are written value by value."""
+    value, fast = _float_rounded(arr)
+    n = arr.shape[0]
+    if arr.ndim == 1:
+        rows = orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY)[1:-1].decode().split(",")
+    elif arr.ndim == 2 and arr.shape[1]:
+        text = orjson.dumps(value, option=orjson.OPT_SERIALIZE_NUMPY).decode()
+        rows = [f"[{r}]" for r in text[2:-2].split("],[")]
+    else:
+        rows = [orjson.dumps(v, option=orjson.OPT_SERIALIZE_NUMPY).decode() for v in value]
+    if n and not fast.all():
+        for i in np.flatnonzero(~fast.reshape(n, -1).all(axis=1)).tolist():
+            rows[i] = _nest(decimals(arr[i]), arr.shape[1:])
+    return rows
 
 
 def _nest(texts: list[str], shape: tuple[int, ...]) -> str:
@@ -159,13 +165,10 @@ def _leaf_texts(name: str, arr: np.ndarray) -> list[str]:
 
 
 def _values(name: str, arr: np.ndarray):
-    """The tensor as nested lists orjson writes as WriteDecimal/Int/Bool would; None for
-    strings and small float tensors (written value by value by `_leaf_texts`); refuses
-    dtypes JSON cannot carry."""
+    """Integer and boolean tensors as nested lists for orjson; None for strings and floats
+    (`_leaf_texts`, `_float_rows`); refuses dtypes JSON cannot carry."""
     dt = arr.dtype
-    if dt in _FLOATS:
-        return _float_values(arr) if arr.size >= _SMALL else None
-    if dt.kind == "O":
+    if dt in _FLOATS or dt.kind == "O":
         return None
     if dt not in _WRITABLE:
         raise invalid(f"Failed to write JSON value for tensor type: {dtype_name(dt)}")
@@ -177,6 +180,8 @@ def tensor_json(name: str, arr: np.ndarray) -> str:
     values = _values(name, arr)
     if values is not None:
         return orjson.dumps(values).decode()
+    if arr.dtype in _FLOATS and arr.size >= _SMALL and arr.ndim:
+        return "[" + ",".join(_float_rows(name, arr)) + "]"
     return _nest(_leaf_texts(name, arr), arr.shape)
 
 
@@ -185,9 +190,30 @@ def item_jsons(name: str, arr: np.ndarray) -> list[str]:
     values = _values(name, arr)
     if values is not None:
         return [orjson.dumps(x).decode() for x in values]
+    if arr.dtype in _FLOATS and arr.size >= _SMALL:
+        return _float_rows(name, arr)
     leaves = _leaf_texts(name, arr)
     per = int(np.prod(arr.shape[1:], dtype=np.int64))
     return [_nest(leaves[i * per:(i + 1) * per], arr.shape[1:]) for i in range(arr.shape[0])]
+
+
+def _rows_text(name: str, outputs) -> list[str] | None:
+    """This request's rows of output `name` as JSON texts, rendered once for the whole
+    batch when `outputs` is a batcher.BatchSlice of a batch large enough for the numpy
+    path (every task of the batch then takes its rows from the shared result); None
+    otherwise."""
+    batch = getattr(outputs, "batch", None)
+    if batch is None:
+        return None
+    full, shared = batch
+    arr = full[name]
+    if arr.dtype not in _FLOATS or arr.size < _SMALL or not arr.ndim:
+        return None
+    texts = shared.get(("json_rows", name))
+    if texts is None:
+        texts = shared[("json_rows", name)] = item_jsons(name, arr)
+    start, end = outputs.rows
+    return texts[start:end]
 
 
 def predict_json(outputs: dict[str, np.ndarray], row: bool) -> bytes:
@@ -196,11 +222,13 @@ def predict_json(outputs: dict[str, np.ndarray], row: bool) -> bytes:
         raise invalid("Cannot convert empty tensor map to JSON")
     names = sorted(outputs)
     if not row:
-        if len(names) == 1:
-            body = tensor_json(names[0], outputs[names[0]])
-        else:
-            body = "{" + ",".join(f"{json.dumps(k)}:{tensor_json(k, outputs[k])}"
-                                  for k in names) + "}"
+        parts = []
+        for k in names:
+            rows = _rows_text(k, outputs)
+            parts.append(tensor_json(k, outputs[k]) if rows is None
+                         else "[" + ",".join(rows) + "]")
+        body = parts[0] if len(names) == 1 else "{" + ",".join(
+            f"{json.dumps(k)}:{p}" for k, p in zip(names, parts, strict=True)) + "}"
         return f'{{"outputs":{body}}}'.encode()
     batch = -1
     for k in names:
@@ -211,12 +239,16 @@ def predict_json(outputs: dict[str, np.ndarray], row: bool) -> bytes:
             raise invalid(f"Tensor name: {k} has inconsistent batch size: {v.shape[0]} "
                           f"expecting: {batch}")
         batch = v.shape[0]
+    columns = []
+    for k in names:
+        rows = _rows_text(k, outputs)
+        columns.append(item_jsons(k, outputs[k]) if rows is None else rows)
     if len(names) == 1:
-        items = item_jsons(names[0], outputs[names[0]])
+        items = columns[0]
     else:
-        columns = [(json.dumps(k), item_jsons(k, outputs[k])) for k in names]
-        items = ["{" + ",".join(f"{k}:{col[i]}" for k, col in columns) + "}"
-                 for i in range(batch)]
+        keys = [json.dumps(k) for k in names]
+        items = ["{" + ",".join(f"{k}:{col[i]}" for k, col in zip(keys, columns, strict=True))
+                 + "}" for i in range(batch)]
     return ('{"predictions":[' + ",".join(items) + "]}").encode()
 
 

@@ -294,13 +294,6 @@ class Servable:
                 )
         self.signatures: dict[str, Signature] = signatures
 
-    def close(self) -> None:
-        """Frees what the version holds now (a Session's graph and buffers) instead of
-        whenever the collector gets to it; in-flight calls keep their own references."""
-        close = getattr(self._loaded, "close", None)
-        if close is not None:
-            close()
-
     def signature(self, name: str | None) -> Signature:
         name = name or DEFAULT_SERVING_SIGNATURE_DEF_KEY
         sig = self.signatures.get(name)

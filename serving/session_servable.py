@@ -107,8 +107,10 @@ def _bind(session, feeds: list[str], fetches: list[str]):
 
 
 class SessionModel:
-    """The Session and graph a TF1 version runs in; `close` frees them when the version
-    is unloaded (otherwise the Session's own finalizer does, whenever it runs)."""
+    """The Session and graph a TF1 version runs in. An unloaded version's Session is
+    closed by its finalizer once the last in-flight call drops it (the server collects
+    garbage after every unload; bench/serving/reload_soak.py measures the memory);
+    `close` frees it at once."""
 
     def __init__(self, session, graph):
         self.session = session

@@ -62,6 +62,10 @@ from tensorflow_serving.apis import (
 RPC_TIMEOUT = 20.0
 HTTP_REST_TIMEOUT_MS = 5000
 WAIT_FOR_SERVER_READY_INT_SECS = 60
+# Before the server can be polled it loads its models (TF Serving's binary does too, but
+# here a Python process imports TensorFlow first, and tensorflow-text for test_tf_text):
+# on a loaded CI machine that has taken over a minute.
+STARTUP_SECS = 300
 TESTDATA = os.path.join(os.path.dirname(__file__), "testdata", "tf_serving")
 # upstream's _Get*Path helpers: the models upstream's test serves, by upstream's names
 TFS = {name: os.path.join(TESTDATA, d) for name, d in (
@@ -137,7 +141,7 @@ class Servers:
 
     @staticmethod
     def _wait_for_ports(proc, ports_file, where) -> dict:
-        deadline = time.monotonic() + WAIT_FOR_SERVER_READY_INT_SECS
+        deadline = time.monotonic() + STARTUP_SECS
         while not os.path.exists(ports_file):
             if proc.poll() is not None or time.monotonic() > deadline:
                 with open(os.path.join(where, "server.log"), "rb") as f:
