@@ -199,21 +199,30 @@ def item_jsons(name: str, arr: np.ndarray) -> list[str]:
 
 def _rows_text(name: str, outputs) -> list[str] | None:
     """This request's rows of output `name` as JSON texts, rendered once for the whole
-    batch when `outputs` is a batcher.BatchSlice of a batch large enough for the numpy
-    path (every task of the batch then takes its rows from the shared result); None
-    otherwise."""
+    batch when `outputs` is a batcher.BatchSlice of a numeric output (every task of the
+    batch then takes its rows from the shared result); None otherwise."""
     batch = getattr(outputs, "batch", None)
     if batch is None:
         return None
     full, shared = batch
-    arr = full[name]
-    if arr.dtype not in _FLOATS or arr.size < _SMALL or not arr.ndim:
-        return None
-    texts = shared.get(("json_rows", name))
+    texts = shared.get(name)
     if texts is None:
-        texts = shared[("json_rows", name)] = item_jsons(name, arr)
+        arr = full[name]
+        if arr.dtype.kind == "O" or not arr.ndim or len(arr) < 2:
+            return None
+        texts = shared[name] = item_jsons(name, arr)
     start, end = outputs.rows
     return texts[start:end]
+
+
+_KEYS: dict[str, str] = {}  # output name -> its JSON text
+
+
+def _key(name: str) -> str:
+    text = _KEYS.get(name)
+    if text is None:
+        text = _KEYS[name] = json.dumps(name)
+    return text
 
 
 def predict_json(outputs: dict[str, np.ndarray], row: bool) -> bytes:
@@ -228,7 +237,7 @@ def predict_json(outputs: dict[str, np.ndarray], row: bool) -> bytes:
             parts.append(tensor_json(k, outputs[k]) if rows is None
                          else "[" + ",".join(rows) + "]")
         body = parts[0] if len(names) == 1 else "{" + ",".join(
-            f"{json.dumps(k)}:{p}" for k, p in zip(names, parts, strict=True)) + "}"
+            f"{_key(k)}:{p}" for k, p in zip(names, parts, strict=True)) + "}"
         return f'{{"outputs":{body}}}'.encode()
     batch = -1
     for k in names:
@@ -246,7 +255,7 @@ def predict_json(outputs: dict[str, np.ndarray], row: bool) -> bytes:
     if len(names) == 1:
         items = columns[0]
     else:
-        keys = [json.dumps(k) for k in names]
+        keys = [_key(k) for k in names]
         items = ["{" + ",".join(f"{k}:{col[i]}" for k, col in zip(keys, columns, strict=True))
                  + "}" for i in range(batch)]
     return ('{"predictions":[' + ",".join(items) + "]}").encode()

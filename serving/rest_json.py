@@ -60,9 +60,15 @@ _RULES: dict[str, tuple[frozenset, tuple[int, int] | None]] = {
 }
 
 
+_NAMES: dict[str, str] = {}
+
+
 def _tf_name(spec: TensorSpec) -> str:
     """DataTypeString: DT_FLOAT -> float."""
-    return spec.tf_dtype.removeprefix("DT_").lower()
+    name = _NAMES.get(spec.tf_dtype)
+    if name is None:
+        name = _NAMES[spec.tf_dtype] = spec.tf_dtype.removeprefix("DT_").lower()
+    return name
 
 
 def _type_error(v: Any, name: str) -> ServingError:
