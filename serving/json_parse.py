@@ -28,6 +28,7 @@ from typing import Any
 
 import orjson
 
+from baton.errors import BatonError
 from baton.serving.status import invalid
 
 _WS = re.compile(r"[ \t\n\r]*")
@@ -56,7 +57,9 @@ _STRING_ERRORS = (("Unterminated string", "Missing a closing quotation mark in s
 INT64_MIN, UINT64_MAX = -(2 ** 63), 2 ** 64 - 1
 
 
-class ParseError(Exception):
+class ParseError(BatonError):
+    """A body that is not JSON, with rapidjson's message and the offset it stopped at."""
+
     def __init__(self, message: str, offset: int):
         super().__init__(message)
         self.message, self.offset = message, offset
