@@ -417,7 +417,7 @@ class BatchScheduler:
                         f"0th dimension sizes of the input tensors ({k!r}: {list(v.shape)}, "
                         f"{padded} rows)")
             results, start = [], 0
-            shared = (out, {})  # the batch's outputs, and what front ends derive from them
+            shared: tuple[dict, dict] = (out, {})  # the batch's outputs, and what front ends derive from them
             for t in batch:
                 end = start + t.size
                 results.append((t, BatchSlice(shared, start, end), None))

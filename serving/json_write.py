@@ -61,7 +61,7 @@ def decimals(values: np.ndarray) -> list[str]:
     f32 = values.dtype == np.float32
     full = "%.9g" if f32 else "%.17g"
     pack, unpack = _F32.pack, _F32.unpack
-    out = []
+    out: list[str] = []
     append = out.append
     for v in values.reshape(-1).tolist():
         if v - v != 0.0:
