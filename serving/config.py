@@ -203,9 +203,12 @@ class ModelConfig:
 
 
 def _check_name(name: str, where: str) -> None:
-    if not name or "/" in name or name in (".", "..") or any(c.isspace() for c in name):
-        raise ConfigError(f"{where}: model name must be a non-empty path-free token. "
-                          f"Received: {name!r}")
+    """Any non-empty name without control characters, as TF Serving takes any string:
+    `modelname!#$%&'()*+,/:;=?@[]` is served, its REST URL carrying it percent-encoded
+    (model names never become paths here)."""
+    if not name or not name.isprintable():
+        raise ConfigError(f"{where}: model name must be non-empty, without control "
+                          f"characters. Received: {name!r}")
 
 
 def model_configs_from_proto(msg) -> list[ModelConfig]:

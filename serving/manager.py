@@ -18,7 +18,8 @@ import time
 from collections.abc import Callable
 
 from baton.serving.config import ModelConfig
-from baton.serving.servable import Servable, load_servable
+from baton.serving.loader import load_servable
+from baton.serving.servable import Servable
 from baton.serving.status import Code, ServingError, invalid, not_found
 
 log = logging.getLogger(__name__)

@@ -35,10 +35,11 @@ from baton.serving.config import (
 )
 from baton.serving.conventions import DEFAULT_GRPC_PORT, DEFAULT_REST_PORT, SERVING
 from baton.serving.http import HttpProtocol, HttpServerState
+from baton.serving.loader import load_servable
 from baton.serving.manager import ModelManager
 from baton.serving.metrics import Metrics
 from baton.serving.rest import RestApi
-from baton.serving.servable import load_servable, set_parallelism
+from baton.serving.servable import set_parallelism
 from baton.serving.service import ModelService
 
 log = logging.getLogger(__name__)
@@ -131,13 +132,15 @@ class ServerOptions:
     grpc_channel_arguments: str = ""  # "key=value,...", passed to the gRPC server
     enable_signature_method_name_check: bool = False
     enable_serialization_as_tensor_content: bool = False
-    enable_profiler: bool = True  # ProfilerService registered, refusing (profiler.py)
+    enable_profiler: bool = True  # tensorflow.ProfilerService on the gRPC port (profiler.py)
     num_request_iterations_for_warmup: int = 0
     saved_model_tags: str = SERVING
     tensorflow_session_parallelism: int = 0
     tensorflow_intra_op_parallelism: int = 0
     tensorflow_inter_op_parallelism: int = 0
     allow_version_labels_for_unavailable_models: bool = False
+    prefer_tflite_model: bool = False  # <version>/model.tflite through LiteRT (loader.py)
+    num_tflite_pools: int = 1
 
 
 class ModelServer:
@@ -181,7 +184,9 @@ class ModelServer:
                                        num_batch_threads=4)
         tags = tuple(t.strip() for t in o.saved_model_tags.split(",") if t.strip())
         loader = functools.partial(load_servable, tags=tags,
-                                   warmup_iterations=o.num_request_iterations_for_warmup)
+                                   warmup_iterations=o.num_request_iterations_for_warmup,
+                                   prefer_tflite=o.prefer_tflite_model,
+                                   tflite_pools=o.num_tflite_pools)
         self.manager = ModelManager(configs, o.file_system_poll_wait_seconds,
                                     warmup=o.enable_model_warmup, loader=loader)
         self.manager.allow_unavailable_labels = o.allow_version_labels_for_unavailable_models

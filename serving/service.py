@@ -34,8 +34,8 @@ class ModelService:
         self.method_name_check = method_name_check
         # --enable_serialization_as_tensor_content: Predict outputs as tensor_content
         self.tensor_content = tensor_content
-        # --enable_profiler: tensorflow.ProfilerService on the gRPC port (refused, see
-        # profiler.py); false leaves the service out, as TF Serving does
+        # --enable_profiler: tensorflow.ProfilerService on the gRPC port (profiler.py);
+        # false leaves the service out, as TF Serving does
         self.profiler = profiler
 
     def submit(self, servable: Servable, sig: Signature, feeds: dict[str, np.ndarray],

@@ -57,7 +57,7 @@ def test_rest_rows_and_columns_may_leave_an_optional_input_out(server):
     status, body = http(server.rest_port, "POST", path, {"inputs": {"a": [3.0]}})
     assert status == 200 and body == {"outputs": [6.0]}, body
     status, body = http(server.rest_port, "POST", path, {"inputs": {"b": ["x"]}})
-    assert status == 400 and "missing ['a']" in body["error"]
+    assert status == 400 and "Missing named input: a" in body["error"]
 
 
 def test_grpc_may_leave_an_optional_input_out(server):
