@@ -19,6 +19,8 @@ import hashlib
 import os
 import shutil
 import stat
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from baton.storage.filesystems import StorageError, errors, resolve
@@ -44,8 +46,23 @@ def fetch(loc: str, sha256: str, size: int) -> Path:
     target = object_path(sha256)
     if target.is_file():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = target.with_name(f".tmp-{sha256}.{os.getpid()}.{id(target)}")
+    got, n = _download(loc, lambda sha, size_: (sha, size_) == (sha256, size) or
+                       _mismatch(loc, sha, size_, sha256, size))
+    return object_path(got)
+
+
+def fetch_unlisted(loc: str) -> tuple[str, int]:
+    """Download an object no manifest lists yet (a shard a Beam worker wrote) into the cache;
+    returns its (sha256, size), hashed from the bytes the store returned."""
+    return _download(loc, lambda _sha, _n: True)
+
+
+def _download(loc: str, accept: Callable[[str, int], bool]) -> tuple[str, int]:
+    """Stream `loc` to a temporary file, hashing; `accept(sha, size)` (or raise) before it
+    is renamed into the cache, read-only."""
+    cache = root() / "objects"
+    cache.mkdir(parents=True, exist_ok=True)
+    tmp = cache / f".tmp-{os.getpid()}.{threading.get_ident()}"
     h = hashlib.sha256()
     n = 0
     fs, path = resolve(loc)
@@ -56,17 +73,22 @@ def fetch(loc: str, sha256: str, size: int) -> Path:
                 h.update(chunk)
                 n += len(chunk)
                 dst.write(chunk)
-        if h.hexdigest() != sha256 or n != size:
-            raise StorageError(f"cannot download {loc}: its content does not match the "
-                               f"manifest ({n} bytes, sha256 {h.hexdigest()[:12]}; expected "
-                               f"{size} bytes, sha256 {sha256[:12]}): it was changed after "
-                               "it was committed")
-        os.chmod(tmp, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
-        os.replace(tmp, target)
+        sha = h.hexdigest()
+        accept(sha, n)
+        target = object_path(sha)
+        if not target.exists():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            os.chmod(tmp, stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH)
+            os.replace(tmp, target)
     finally:
-        if tmp.exists():
-            tmp.unlink()
-    return target
+        tmp.unlink(missing_ok=True)
+    return sha, n
+
+
+def _mismatch(loc: str, sha: str, n: int, sha256: str, size: int) -> bool:
+    raise StorageError(f"cannot download {loc}: its content does not match the manifest ({n} "
+                       f"bytes, sha256 {sha[:12]}; expected {size} bytes, sha256 "
+                       f"{sha256[:12]}): it was changed after it was committed")
 
 
 def adopt(path: Path, sha256: str) -> None:

@@ -50,7 +50,7 @@ def resolve_run_dir(path: Path) -> Path:
 
 
 def render_run(run_dir: Path, run: dict[str, Any]) -> str:
-    from baton.pipeline.runner import StageResult, summary_table
+    from baton.pipeline.summary import StageResult, summary_table
 
     results = [
         StageResult(s["name"], s["type"], s["status"], _usage(s["usage"], run.get("energy", {})),
