@@ -157,6 +157,10 @@ def describe(loc: str, exc: BaseException) -> str:
         where = endpoint(url.scheme) or ("the S3 endpoint" if url.scheme == "s3"
                                          else "the GCS endpoint")
         return f"cannot reach {where}: {_cause(text)}"
+    m = re.search(r"AWS Error (INTERNAL_FAILURE|SERVICE_UNAVAILABLE|SLOW_DOWN|THROTTLING)"
+                  r"[^:]*: ([^(\n]*)", text)
+    if m:
+        return f"the store failed ({m.group(1)}: {m.group(2).strip()}); a rerun retries"
     if re.search(r"NoSuchBucket|NO_SUCH_BUCKET|[Bb]ucket .*(not found|does not exist)", text) \
             or not bucket_exists(loc):
         return f"bucket {url.bucket!r} does not exist"

@@ -31,7 +31,7 @@ import dataclasses
 import re
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -86,7 +86,12 @@ def committed(base: str) -> list[int]:
 
 
 def rolled_back(base: str) -> list[int]:
-    return sorted(int(m.group(1)) for name in scan(base)[1] if (m := _ROLLED.match(name)))
+    return rolled_back_in(scan(base)[1])
+
+
+def rolled_back_in(names: Iterable[str]) -> list[int]:
+    """The version numbers of `.rolledback-<version>[-n]` names (scan's other names)."""
+    return sorted(int(m.group(1)) for name in names if (m := _ROLLED.match(name)))
 
 
 def read_commit(base: str, name: str) -> dict[str, Any] | None:
