@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from baton import logs
-from baton.errors import BatonError
+from baton.errors import BatonError, UsageError
 from baton.pipeline import lineage
 from baton.storage import location as L
 from baton.storage import manifest as M
@@ -198,6 +198,36 @@ class BucketRun:
             BucketRun(self.root, parts[0]).hydrate(parts[1], [parts[2]])
         return path
 
+    def fetch_file(self, stage: str, rel: str) -> Path | None:
+        """One committed file of `stage` (path relative to the stage directory), staged in
+        the mirror; None when the commit does not list it."""
+        rec = self.read_commit(stage) or {}
+        entry = rec.get("manifest", {}).get(rel)
+        if entry is None:
+            return None
+        target = self.run_dir / stage / rel
+        if not target.exists():
+            node_cache.fetch(L.join(self.root, entry["key"]), entry["sha256"], entry["size"])
+            node_cache.place(entry["sha256"], target)
+        return target
+
+    def stage_record_files(self) -> None:
+        """run.json, every committed stage's record and every failed stage's record, staged in
+        the mirror (what `baton inspect` reads; outputs stay on the store)."""
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        for name in ("run.json", "spec.yaml"):
+            data = objects.read_json(L.join(self.url, name)) if name.endswith(".json") else None
+            if data is not None:
+                objects.write_json(str(self.run_dir / name), data)
+        run = objects.read_json(L.join(self.url, "run.json")) or {}
+        for s in run.get("stages", []):
+            if s.get("status") == "failed":
+                rec = objects.read_json(L.join(self.url, f"{s['name']}.failed.json"))
+                if rec is not None:
+                    objects.write_json(str(self.run_dir / f"{s['name']}.failed.json"), rec)
+            else:
+                self.hydrate(s["name"], outputs=[])
+
     # -- earlier runs ------------------------------------------------------------------------
     def records(self, stage_type: str | None = None,
                 exclude_run: str | None = None) -> Iterator[dict[str, Any]]:
@@ -222,6 +252,18 @@ class BucketRun:
                     rec.setdefault("run_id", run_id)
                     rec["stage_dir"] = str(other.run_dir / stage)
                     yield rec
+
+
+def open_run(url: str) -> BucketRun:
+    """The run at `url`: a run's URL, or a pipeline's (its newest run); UsageError if none."""
+    if objects.exists(L.join(url, "run.json")):
+        return BucketRun(L.parent(url), L.basename(url))
+    runs = sorted(n for n, d in objects.list_children(url).items()
+                  if d and not n.startswith(".") and objects.exists(L.join(url, n, "run.json")))
+    if not runs:
+        raise UsageError(f"RUN_DIR: {url} is not a run directory (no run.json). "
+                         "Expected <runs dir>/<pipeline>/<run id>")
+    return BucketRun(url, runs[-1])
 
 
 class BucketCache:
