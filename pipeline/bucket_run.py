@@ -44,10 +44,8 @@ RUN_FILES = ("run.json", "spec.yaml")
 
 
 def mirror_root(root: str) -> Path:
-    """The node-local mirror of pipeline root URL `root` (the same path for the same URL on
-    every node with the same cache directory)."""
-    url = L.parse(root)
-    return node_cache.root() / "runs" / url.scheme / url.bucket / url.key
+    """The node-local mirror of pipeline root URL `root` (node_cache.mirror_dir)."""
+    return node_cache.mirror_dir(root)
 
 
 class BucketRun:

@@ -23,6 +23,7 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from baton.storage import location as L
 from baton.storage.filesystems import StorageError, errors, resolve
 
 _CHUNK = 8 << 20
@@ -34,6 +35,25 @@ def root() -> Path:
         return Path(env).expanduser().resolve()
     xdg = os.environ.get("XDG_CACHE_HOME")
     return (Path(xdg) if xdg else Path.home() / ".cache") / "baton"
+
+
+def mirror_dir(url: str) -> Path:
+    """This node's mirror of a bucket URL: `<cache>/runs/<scheme>/<bucket>/<key>` (the same path
+    for the same URL wherever the cache directory is the same)."""
+    u = L.parse(url)
+    return root() / "runs" / u.scheme / u.bucket / u.key
+
+
+def mirrored_url(path: str | os.PathLike[str]) -> str | None:
+    """The bucket URL a local path mirrors (`mirror_dir`'s inverse), None for other paths."""
+    try:
+        rel = Path(path).resolve().relative_to(root() / "runs")
+    except ValueError:
+        return None
+    parts = rel.parts
+    if len(parts) < 2 or parts[0] not in L.SCHEMES:
+        return None
+    return str(L.Url(parts[0], parts[1], "/".join(parts[2:])))
 
 
 def object_path(sha256: str) -> Path:
