@@ -76,6 +76,21 @@ def rollback(base: str, to: int | None, error: type[Exception]) -> tuple[int, li
     cannot be done (pipeline.release.versions.VersionError)."""
     found, others = MV.scan(base)
     present = sorted(v for v, i in found.items() if i.state == MV.COMMITTED)
+    to, newer = rollback_plan(present, to, base, error)
+    taken = set(others)
+    for v in sorted(newer, reverse=True):
+        name, n = f"{RolledBack}{v}", 1
+        while name in taken:
+            name, n = f"{RolledBack}{v}-{n}", n + 1
+        taken.add(name)
+        MV.set_aside(base, found[v], name)
+    return to, newer
+
+
+def rollback_plan(present: list[int], to: int | None, base: object,
+                  error: type[Exception]) -> tuple[int, list[int]]:
+    """(the version to serve, the newer versions to set aside) for a rollback of `base`, whose
+    versions are `present` (ascending), local or on a bucket alike; `error` when impossible."""
     if not present:
         raise error(f"no versions in {base}")
     if to is None:
@@ -87,11 +102,4 @@ def rollback(base: str, to: int | None, error: type[Exception]) -> tuple[int, li
     newer = [v for v in present if v > to]
     if not newer:
         raise error(f"version {to} is already the newest in {base}")
-    taken = set(others)
-    for v in sorted(newer, reverse=True):
-        name, n = f"{RolledBack}{v}", 1
-        while name in taken:
-            name, n = f"{RolledBack}{v}-{n}", n + 1
-        taken.add(name)
-        MV.set_aside(base, found[v], name)
     return to, newer

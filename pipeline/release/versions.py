@@ -118,19 +118,7 @@ def rollback(base: Path | str, to: int | None = None) -> tuple[int, list[int]]:
         return bucket_versions.rollback(str(base), to, VersionError)
     base = Path(base)
     with locked(base):
-        present = versions(base)
-        if not present:
-            raise VersionError(f"no versions in {base}")
-        if to is None:
-            if len(present) < 2:
-                raise VersionError(f"only version {present[0]} is in {base}: nothing to roll "
-                                   "back to")
-            to = present[-2]
-        if to not in present:
-            raise VersionError(f"version {to} is not in {base}; versions present: {present}")
-        newer = [v for v in present if v > to]
-        if not newer:
-            raise VersionError(f"version {to} is already the newest in {base}")
+        to, newer = bucket_versions.rollback_plan(versions(base), to, base, VersionError)
         for v in sorted(newer, reverse=True):
             dst = base / f"{ROLLED_BACK_PREFIX}{v}"
             n = 1

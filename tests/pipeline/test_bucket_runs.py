@@ -7,11 +7,6 @@ runner puts a run on a bucket, not what the stages compute.
 from __future__ import annotations
 
 import json
-import os
-import signal
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -24,7 +19,7 @@ from baton.pipeline.spec import load_spec
 from baton.storage import location as L
 from baton.storage import objects
 from tests.pipeline import fake_stages
-from tests.pipeline.test_runner import F, QUIET, make
+from tests.pipeline.test_runner import QUIET, F, kill_in_slow_stage, make
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -114,23 +109,8 @@ def test_a_stage_rerun_in_its_run_hides_the_old_commit_first(s3, tmp_path):
 
 
 def test_a_writer_killed_mid_stage_leaves_no_visible_output(s3, tmp_path):
-    spec = make(tmp_path)
-    ready = tmp_path / "ready"
-    spec.write_text(spec.read_text() + f"  - name: slow\n    type: {F}:slow_writer\n"
-                    f"    inputs: {{lines: source.lines}}\n    config: {{ready_file: {ready}}}\n")
     runs = L.join(s3, "runs")
-    proc = subprocess.Popen([sys.executable, "-m", "baton.pipeline.cli", "run", str(spec),
-                             "--runs-dir", runs, "--run-id", "r1", "-q"], cwd=ROOT)
-    try:
-        deadline = time.time() + 120
-        while not ready.exists() and time.time() < deadline:
-            time.sleep(0.05)
-        assert ready.exists(), "the slow stage never started"
-        os.kill(proc.pid, signal.SIGKILL)
-        proc.wait(timeout=10)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    spec = kill_in_slow_stage(tmp_path, runs, "--run-id", "r1", timeout=120)
     url = L.join(runs, "demo", "r1")
     assert "slow" not in commits(url) and sorted(commits(url)) == ["count", "source", "upper"]
     assert run(spec, runs, run_id="r1", only=["source", "upper", "count"]).ok

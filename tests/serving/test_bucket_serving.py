@@ -8,10 +8,11 @@ import sys
 import time
 from pathlib import Path
 
+import fixture_models as fm
 import pytest
 from conftest import http
+from test_reliability import EXPECTED_CLASS, state_of, wait_for
 
-import fixture_models as fm
 from baton.errors import StorageError
 from baton.serving.config import ModelConfig
 from baton.serving.server import ModelServer, ServerOptions
@@ -19,7 +20,6 @@ from baton.storage import location as L
 from baton.storage import manifest as M
 from baton.storage import model_versions as MV
 from baton.storage import objects
-from test_reliability import EXPECTED_CLASS, state_of, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
