@@ -23,10 +23,12 @@ and this module moves it to and from the store, with the guarantees rename gives
 
 from __future__ import annotations
 
+import json
 import os
 import secrets
 import shutil
 from collections.abc import Iterable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -64,6 +66,9 @@ class BucketRun:
         self.run_dir = self.local_root / run_id
         self._attempts: dict[str, str] = {}
         self.cache = BucketCache(root)
+        # commits uploading in the background, in order: stage -> (future, its record)
+        self._pending: dict[str, tuple[Future[None], dict[str, Any]]] = {}
+        self._pool: ThreadPoolExecutor | None = None
 
     # -- the run -------------------------------------------------------------------------
     def start(self) -> None:
@@ -82,6 +87,11 @@ class BucketRun:
         return L.join(self.url, stage, lineage.FILENAME)
 
     def read_commit(self, stage: str) -> dict[str, Any] | None:
+        """The stage's commit (one still uploading from this process counts: its files are
+        in this node's mirror, and the store gets them before the run ends)."""
+        pending = self._pending.get(stage)
+        if pending is not None and not (pending[0].done() and pending[0].exception()):
+            return pending[1]
         rec = objects.read_json(self.commit_url(stage))
         return rec if isinstance(rec, dict) and rec.get("status") == "succeeded" else None
 
@@ -95,10 +105,13 @@ class BucketRun:
         """The URL under which other processes (Beam workers) write output `name` of `stage`."""
         return L.join(self.url, stage, self._attempts[stage], name)
 
-    def commit(self, stage: str, work: Path, record: dict[str, Any]) -> dict[str, Any]:
+    def commit(self, stage: str, work: Path, record: dict[str, Any],
+               final: Path | None = None) -> dict[str, Any]:
         """Publish a finished stage: objects written straight to the store are staged into
-        `work`, every file is hashed and uploaded, and the commit is written last. Returns
-        the record committed (also written to `work/lineage.json`)."""
+        `work`, every file is hashed, and the record with its manifest is returned (and
+        written to `lineage.json`). With `final`, `work` is renamed there and the upload and
+        the commit run in the background, in order, while later stages run (`flush` waits);
+        without, they are done when this returns."""
         attempt = self._attempts[stage]
         prefix = L.join(self.url, stage, attempt)
         written = objects.list_tree(prefix)
@@ -110,15 +123,60 @@ class BucketRun:
 
         objects.each(stage_in, missing)
         files = M.of_directory(work, skip=[lineage.FILENAME])
-        trees.upload(work, prefix, files, present=written)
         key = f"{self.run_id}/{stage}/{attempt}"
         record = {**record, "manifest": {rel: {**e, "key": f"{key}/{rel}"}
                                          for rel, e in files.items()}}
         for name, out in record.get("outputs", {}).items():
             out["url"] = L.join(prefix, name)
+            out["hash"] = M.digest(M.below(files, name))  # store.hash_path of the directory
         objects.write_json(str(work / lineage.FILENAME), record)
-        objects.write_json(self.commit_url(stage), record)
+        source = work if final is None else final
+        if final is not None:
+            os.replace(work, final)
+
+        def publish() -> None:  # the files, then the commit naming them
+            trees.upload(source, prefix, files, present=written)
+            objects.write_json(self.commit_url(stage), record)
+
+        if final is None:
+            publish()
+        else:
+            self._submit(stage, publish, record)
         return record
+
+    def _submit(self, stage: str, fn: Any, record: dict[str, Any]) -> None:
+        if self._pool is None:  # one thread: commits land in the order the stages finished
+            self._pool = ThreadPoolExecutor(1, f"baton-commit-{self.run_id}")
+        # the record as a reader will parse it (the caller may go on adding to its own)
+        snapshot = json.loads(json.dumps(record, default=str))
+        self._pending[stage] = (self._pool.submit(fn), snapshot)
+
+    def then(self, stage: str, fn: Any) -> None:
+        """Run `fn` once `stage` is committed (not at all if its commit fails): the cache index
+        names only committed outputs."""
+        pending = self._pending.get(stage)
+        if pending is None:
+            fn()
+            return
+        future = pending[0]
+        assert self._pool is not None
+        self._pool.submit(lambda: None if future.exception() is not None else fn())
+
+    def flush(self, wait: bool = True) -> dict[str, str]:
+        """Wait for the background commits (`wait=False`: drop those not started, as when a
+        run is interrupted); returns stage -> error for those that failed."""
+        if self._pool is not None and not wait:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None
+            return {}
+        failed = {}
+        for stage, (future, _) in list(self._pending.items()):
+            error = future.exception()
+            if error is not None:
+                failed[stage] = str(error) if isinstance(error, BatonError) else \
+                    f"{type(error).__name__}: {error}"
+        self._pending.clear()
+        return failed
 
     def abort(self, stage: str) -> None:
         """A failed or interrupted attempt: remove what it wrote to the store (never committed,
@@ -154,7 +212,7 @@ class BucketRun:
                    for k, v in hit["outputs"].items()}
         record = {**record, "outputs": outputs, "manifest": hit.get("manifest", {})}
         objects.delete(self.commit_url(stage))
-        objects.write_json(self.commit_url(stage), record)
+        self._submit(stage, lambda: objects.write_json(self.commit_url(stage), record), record)
         return record
 
     # -- staging inputs --------------------------------------------------------------------

@@ -134,12 +134,14 @@ class StageContext:
         """Where output `name` will live once the stage succeeds (for records that point at it)."""
         return self.run_dir / self.stage / name
 
-    def direct_output(self, name: str) -> str:
-        """Where other processes (Beam workers, on any machine) write files of output `name`:
-        on a bucket run the output's prefix on the store (the runner commits what is there
-        with the stage), else the local output directory. The stage's own files still go to
-        `output(name)`."""
-        if self.bucket is None:
+    def direct_output(self, name: str, elsewhere: bool = True) -> str:
+        """Where other processes (Beam workers) write files of output `name`: on a bucket run
+        whose writers run `elsewhere` (on other machines: a distributed Beam runner) the
+        output's prefix on the store (the runner commits what is there with the stage), else
+        the local output directory (on this node, writing locally and letting the commit
+        upload is cheaper than writing to the store and reading back for the manifest). The
+        stage's own files still go to `output(name)`."""
+        if self.bucket is None or not elsewhere:
             return str(self.output(name))
         self.output(name)
         return str(self.bucket.direct_output(self.stage, name))

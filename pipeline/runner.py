@@ -142,12 +142,18 @@ def run_pipeline(
                 break
     except KeyboardInterrupt as exc:
         store.clean_stale_tmp(run_dir)
+        if bucket is not None:  # commits not started are dropped: nothing half-visible
+            bucket.flush(wait=False)
         stopped = getattr(exc, INTERRUPTED_STAGE, None)
         if stopped is not None:  # its energy is in the run's totals and its row
             results.append(stopped)
         write_run_record(run_dir, spec.name, run_id, started, "interrupted", results,
                           options, spec.energy, bucket)
         raise
+    failed = bucket.flush() if bucket is not None else {}  # the commits still uploading
+    for r in results:
+        if r.name in failed:  # its files did not all reach the store: not committed
+            r.status, r.error = "failed", f"its commit failed: {failed[r.name]}"
     result = RunResult(run_id, run_dir, results, bucket.url if bucket else None)
     status = "succeeded" if result.ok else "failed"
     write_run_record(run_dir, spec.name, run_id, started, status, results, options,
@@ -250,7 +256,11 @@ def _run_stage(
     if final.exists():
         shutil.rmtree(final)
     if bucket is not None:
-        bucket.begin(name)
+        try:
+            bucket.begin(name)
+        except BatonError as exc:  # the store out of reach: the stage cannot start
+            _say(stream, options, f"x {label} failed: {exc}")
+            return StageResult(name, stage_spec.type, "failed", error=str(exc))
     if st.cacheable and not options.no_cache:
         hit = cache.lookup(key)
         stale = _stale_reason(st, hit, bucket)
@@ -295,15 +305,16 @@ def _run_stage(
     usage.examples = int(trained) if isinstance(trained, int | float) and trained > 0 else None
     outputs: dict[str, dict[str, Any]] = {}
     if not error:
-        for out in st.outputs:
-            outputs[out] = {"path": str(final / out), "hash": store.hash_path(work / out)}
+        for out in st.outputs:  # (a bucket's commit hashes the files once, for its manifest)
+            outputs[out] = {"path": str(final / out),
+                            "hash": "" if bucket else store.hash_path(work / out)}
         record.update(status="succeeded", finished=_now(), outputs=outputs,
                       usage=usage.as_dict(), metrics=dict(ctx.metrics),
                       cache={"key": key, "hit": False})
         store.write_json_atomic(work / lineage.FILENAME, record)
         if bucket is not None:
-            try:  # the commit: files, then the record naming them
-                record = bucket.commit(name, work, record)
+            try:  # the commit: files, then the record naming them (uploaded in the background)
+                record = bucket.commit(name, work, record, final)
                 outputs = record["outputs"]
             except BatonError as exc:
                 error = str(exc)
@@ -327,10 +338,13 @@ def _run_stage(
             bucket.save_failure(name)
         return StageResult(name, stage_spec.type, "failed", usage, dict(ctx.metrics), error)
 
-    os.replace(work, final)
+    if bucket is None:  # (a bucket's commit has placed it)
+        os.replace(work, final)
     for out in outputs.values():
         out["fingerprint"] = store.fingerprint(out["path"])
-    if st.cacheable:
+    if st.cacheable and bucket is not None:
+        bucket.then(name, lambda: cache.store(key, record))
+    elif st.cacheable:
         cache.store(key, record)
     _say(stream, options, f"+ {label} done in {usage.wall_s:.1f}s (cpu {usage.cpu_s:.1f}s, "
                           f"peak {usage.peak_rss_mb:.0f} MB, {usage.energy_j:.0f} J "

@@ -143,18 +143,19 @@ def run_all(a: argparse.Namespace) -> dict:
         res: dict = {"rows": a.rows, "machine": data_bench._machine(), "pipeline": {},
                      "input": {}, "serve": {}}
         for i in range(a.repeat):
-            for side, runs in (("local", str(work / f"runs-{i}")), ("s3", f"{bucket}/runs")):
+            sides = [("local", str(work / f"runs-{i}")), ("s3", f"{bucket}/runs")]
+            for side, runs in sides if i % 2 == 0 else sides[::-1]:
                 node = {**env, "BATON_CACHE_DIR": str(work / f"cache-{side}-{i}")}
                 r = child(["pipeline", str(spec), runs], node)
                 res["pipeline"].setdefault(side, []).append(r)
                 print(f"pipeline {side} {i}: {r['seconds']:.2f} s {r['stages']}", flush=True)
-        first_local, first_s3 = res["pipeline"]["local"][0], res["pipeline"]["s3"][-1]
-        for i in range(a.repeat):
+        first_local, first_s3 = res["pipeline"]["local"][0], res["pipeline"]["s3"][0]
+        for i in range(a.repeat):  # the order alternates: a load spike hits either side
             node = {**env, "BATON_CACHE_DIR": str(work / f"cache-input-{i}")}
-            res["input"].setdefault("local", []).append(child(
-                ["input", first_local["transformed"], first_local["graph"]], node))
-            res["input"].setdefault("s3", []).append(child(["stage-input", first_s3["run"]],
-                                                           node))
+            cases = [("local", ["input", first_local["transformed"], first_local["graph"]]),
+                     ("s3", ["stage-input", first_s3["run"]])]
+            for side, argv in cases if i % 2 == 0 else cases[::-1]:
+                res["input"].setdefault(side, []).append(child(argv, node))
             print(f"input {i}: local {res['input']['local'][-1]['input_examples_per_s']:,.0f}"
                   f"/s, s3 staged {res['input']['s3'][-1]['input_examples_per_s']:,.0f}/s "
                   f"(staging {res['input']['s3'][-1]['staging_s']:.2f} s)", flush=True)
@@ -167,7 +168,8 @@ def run_all(a: argparse.Namespace) -> dict:
             push(Path(src), Path(local_base))
             push(Path(src), s3_base)
             for i in range(a.repeat):
-                for side, base in (("local", local_base), ("s3", s3_base)):
+                sides = [("local", local_base), ("s3", s3_base)]
+                for side, base in sides if i % 2 == 0 else sides[::-1]:
                     node = {**env, "BATON_CACHE_DIR": str(work / f"cache-serve-{name}-{side}-{i}")}
                     r = child(["serve", base], node)
                     res["serve"].setdefault(name, {}).setdefault(side, []).append(r)
