@@ -159,8 +159,16 @@ class BucketRun:
             fn()
             return
         future = pending[0]
+
+        def after() -> None:
+            if future.exception() is None:
+                try:
+                    fn()
+                except BatonError as exc:  # e.g. the cache index: a later run just misses it
+                    _LOG.warning("after committing %s: %s", stage, exc)
+
         assert self._pool is not None
-        self._pool.submit(lambda: None if future.exception() is not None else fn())
+        self._pool.submit(after)
 
     def flush(self, wait: bool = True) -> dict[str, str]:
         """Wait for the background commits (`wait=False`: drop those not started, as when a
@@ -169,6 +177,9 @@ class BucketRun:
             self._pool.shutdown(wait=False, cancel_futures=True)
             self._pool = None
             return {}
+        if self._pool is not None:  # every queued task done (commits, then cache records)
+            self._pool.shutdown(wait=True)
+            self._pool = None
         failed = {}
         for stage, (future, _) in list(self._pending.items()):
             error = future.exception()

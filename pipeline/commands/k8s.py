@@ -325,6 +325,11 @@ def generate(argv: list[str]) -> int:
         check_train(spec, args)
         opts = job_options(spec, args)
         fed = federation(spec)
+        if fed is not None and opts.storage is not None:
+            raise UsageError(
+                f"--runs-dir {args.runs_dir}: the federated stage's SuperNodes read their "
+                "clients' examples from the shared volume (k8s.federated), so a spec with a "
+                "federated stage needs it; generate without --runs-dir")
     except ManifestError as exc:
         flag = _FLAG_FOR_FIELD.get(exc.field)
         value = getattr(args, flag.lstrip("-").replace("-", "_"), None) if flag else None

@@ -174,3 +174,21 @@ def test_the_server_stopped_mid_upload_fails_the_run_naming_the_url(tmp_path, mo
         assert [s.status for s in again.stages] == ["cached", "succeeded", "succeeded"]
         assert json.loads(objects.read_bytes(L.join(again.url, "run.json")))["status"] == \
             "succeeded"
+
+
+def test_missing_bucket_and_wrong_credentials_fail_baton_run_in_one_line(s3, tmp_path, capsys,
+                                                                        monkeypatch):
+    from baton.pipeline.cli import main as baton
+
+    spec = str(make(tmp_path))
+    assert baton(["run", spec, "--runs-dir", "s3://no-such-bucket-run/runs", "-q"]) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert err == [line for line in err if "--runs-dir: cannot use s3://no-such-bucket-run/runs/"
+                   "demo/" in line and line.endswith("bucket 'no-such-bucket-run' does not "
+                                                     "exist")] and len(err) == 1
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    assert baton(["run", spec, "--runs-dir", f"{s3}/runs", "-q"]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"--runs-dir: cannot use {s3}/runs/demo/" in line and "access denied" in line
+    assert baton(["run", spec, "--runs-dir", "hdfs://x/runs"]) == 2
+    assert "hdfs:// is not supported" in capsys.readouterr().err
