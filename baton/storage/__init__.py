@@ -9,6 +9,8 @@ describes the layout and the guarantees.
 Modules, one concept each: `location` (a local path or a bucket URL, parsed and joined in one
 place), `filesystems` (the URL's file system, credentials and endpoint, errors named by URL),
 `objects` (reading, writing, listing, deleting), `manifest` (content hashes of a directory),
-`node_cache` (the node-local content-addressed cache), `trees` (a directory uploaded or
-downloaded by manifest), `model_versions` (TF Serving's `<base>/<version>/` on a bucket).
+`node_cache` (the node-local content-addressed cache and mirrors), `trees` (a directory
+uploaded or downloaded by manifest), `model_versions` (TF Serving's `<base>/<version>/` on a
+bucket), `wait` (`python -m baton.storage.wait`: a pod's gate on commit objects), `testing`
+(SeaweedFS's S3 and fake-gcs-server on 127.0.0.1 for tests and benchmarks).
 """

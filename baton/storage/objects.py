@@ -133,23 +133,6 @@ def copy(src: str, dst: str) -> None:
         fs.copy_file(path, target)
 
 
-def open_input(loc: str) -> Any:
-    """A pyarrow random-access file (seekable: Arrow IPC and Parquet read it directly)."""
-    fs, path = resolve(loc)
-    with errors(loc, "cannot open"):
-        return fs.open_input_file(path)
-
-
-def open_output(loc: str) -> Any:
-    """A pyarrow output stream: the object appears when it is closed, whole, and not before
-    (a remote location; a local one is a plain file, created with its directory)."""
-    fs, path = resolve(loc)
-    if not L.is_remote(loc):
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-    with errors(loc, "cannot write"):
-        return fs.open_output_stream(path)
-
-
 def each(fn: Any, items: list[Any], threads: int = THREADS) -> list[Any]:
     """`fn(item)` for every item on a thread pool (requests to a store are latency-bound);
     the first exception is raised after all have finished."""

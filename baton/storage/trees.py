@@ -9,7 +9,6 @@ each distinct content is fetched once per node and hard-linked into place.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -59,8 +58,3 @@ def download(manifest: Mapping[str, Mapping[str, Any]], dest: Path,
 def is_under(*names: str) -> Callable[[str], bool]:
     """A group predicate: the file is `name` or lies below directory `name`."""
     return lambda rel: any(rel == n or rel.startswith(n.rstrip("/") + "/") for n in names)
-
-
-def local_files(directory: Path) -> list[str]:
-    return sorted(p.relative_to(directory).as_posix() for p in directory.rglob("*")
-                  if p.is_file() and not os.path.islink(p))

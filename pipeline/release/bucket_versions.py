@@ -33,13 +33,6 @@ def rolled_back(base: str) -> list[int]:
     return MV.rolled_back(base)
 
 
-def newest_commit(base: str) -> dict[str, Any] | None:
-    """The commit object of the newest committed version (None: none)."""
-    found, _ = MV.scan(base)
-    done = sorted(v for v, i in found.items() if i.state == MV.COMMITTED)
-    return MV.read_commit(base, found[done[-1]].name) if done else None
-
-
 def push(files: Mapping[str, Path], base: str, *, digest: str, proposed_version: int,
          keep: int, record: dict[str, Any]) -> dict[str, Any]:
     """Push `files` (relative path in the version -> local file) as a new version of `base`,
