@@ -35,6 +35,17 @@ def weed_binary() -> str | None:
     return str(here) if here.is_file() else shutil.which("weed")
 
 
+def _die_with_parent() -> None:
+    """In the server before exec: SIGKILL when the process that started it dies (Linux
+    PR_SET_PDEATHSIG), so a test run killed mid-way leaves no server behind."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)
+    except (OSError, AttributeError):
+        pass
+
+
 class _Server:
     """A server process in a process group of its own, stopped by its pid."""
 
@@ -48,7 +59,8 @@ class _Server:
     def _spawn(self, argv: list[str]) -> None:
         with open(self.log, "ab") as log:
             self.proc = subprocess.Popen(argv, cwd=self.dir, stdout=log, stderr=subprocess.STDOUT,
-                                         stdin=subprocess.DEVNULL, start_new_session=True)
+                                         stdin=subprocess.DEVNULL, start_new_session=True,
+                                         preexec_fn=_die_with_parent)
 
     def _wait_http(self, url: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout

@@ -11,7 +11,8 @@ bench/data does), local and S3 alternating, `--repeat` times each (median report
   the bucket and read back for the manifest, the lineage records) and a fresh node cache.
 - `input`: the training input pipeline (bench/data's `case_input`: examples/s of the trainer's
   own loop) on the transformed artifact of a local run, and on the one of the S3 run staged
-  onto a node with an empty cache (the staging time reported apart).
+  onto a node with an empty cache by another process first (the staging time reported apart),
+  each measured by a fresh process, the order alternating.
 - `serve`: `baton serve` started on a model base path holding one version, until it is
   AVAILABLE (loaded and warmed up): a local base, and an S3 base pushed by Baton (downloaded
   into an empty node cache first). Two models: bench/serving's MLP and the penguins model
@@ -76,8 +77,11 @@ def case_pipeline(spec: str, runs: str) -> dict:
             "peak_rss_mb": data_bench._peak_mb()}
 
 
-def case_stage_input(run_url: str) -> dict:
-    """Stage the S3 run's transform outputs on this (empty-cache) node; then the input rate."""
+def case_stage(run_url: str) -> dict:
+    """Stage the S3 run's transform outputs on this (empty-cache) node, timed; the input rate
+    is measured on the staged copy by a fresh process, as the local side's is."""
+    import pyarrow.fs  # noqa: F401
+
     from baton.pipeline.bucket_run import BucketRun
     from baton.storage import location as L
 
@@ -87,8 +91,8 @@ def case_stage_input(run_url: str) -> dict:
     staging = time.perf_counter() - start
     local = bucket.run_dir / "transform"
     size = sum(p.stat().st_size for p in local.rglob("*") if p.is_file())
-    out = data_bench.case_input(str(local / "transformed"), str(local / "transform_graph"), 256)
-    return {**out, "staging_s": staging, "staged_bytes": size}
+    return {"seconds": staging, "staged_bytes": size, "transformed": str(local / "transformed"),
+            "graph": str(local / "transform_graph")}
 
 
 def case_serve(base: str) -> dict:
@@ -152,10 +156,13 @@ def run_all(a: argparse.Namespace) -> dict:
         first_local, first_s3 = res["pipeline"]["local"][0], res["pipeline"]["s3"][0]
         for i in range(a.repeat):  # the order alternates: a load spike hits either side
             node = {**env, "BATON_CACHE_DIR": str(work / f"cache-input-{i}")}
+            staged = child(["stage", first_s3["run"]], node)
             cases = [("local", ["input", first_local["transformed"], first_local["graph"]]),
-                     ("s3", ["stage-input", first_s3["run"]])]
+                     ("s3", ["input", staged["transformed"], staged["graph"]])]
             for side, argv in cases if i % 2 == 0 else cases[::-1]:
                 res["input"].setdefault(side, []).append(child(argv, node))
+            res["input"]["s3"][-1].update(staging_s=staged["seconds"],
+                                          staged_bytes=staged["staged_bytes"])
             print(f"input {i}: local {res['input']['local'][-1]['input_examples_per_s']:,.0f}"
                   f"/s, s3 staged {res['input']['s3'][-1]['input_examples_per_s']:,.0f}/s "
                   f"(staging {res['input']['s3'][-1]['staging_s']:.2f} s)", flush=True)
@@ -190,7 +197,7 @@ def main() -> None:
     a = ap.parse_args()
     if a.case:
         kind, *args = a.case
-        fn = {"pipeline": case_pipeline, "stage-input": case_stage_input, "serve": case_serve,
+        fn = {"pipeline": case_pipeline, "stage": case_stage, "serve": case_serve,
               "input": lambda t, g: data_bench.case_input(t, g, 256)}[kind]
         print(json.dumps(fn(*args)))
         return

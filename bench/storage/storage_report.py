@@ -42,9 +42,12 @@ def write_report(res: dict, out: Path) -> None:
         f"## Ingest + transform, {res['rows']:,} rows (bench/data's `current` table)",
         "",
         "`run_pipeline` of the `ingest` (CSV) and `transform` stages, `--runs-dir` local or "
-        "`s3://bench/runs`: the S3 side uploads ingest's shards and commits them, the "
-        "transform's Beam workers write their shards straight to the bucket (read back once "
-        "for the manifest), and each stage's lineage record is written last.",
+        "`s3://bench/runs`: the S3 side hashes each stage's files once, uploads them in the "
+        "background while the next stage runs, writes each stage's lineage record (the "
+        "commit) last, and waits for every commit before the run ends (the in-process Beam "
+        "runner writes its shards locally: writing them straight to the bucket is for "
+        "runners whose workers run elsewhere). The stage columns are the stages' own wall "
+        "time; the total includes the commits.",
         "",
         "| runs dir | seconds (runs) | ingest s | transform s | rows/s |",
         "|---|---:|---:|---:|---:|",
@@ -61,7 +64,9 @@ def write_report(res: dict, out: Path) -> None:
         "",
         "The trainer's own input loop (bench/data's `case_input`: `next(iterator)` in a "
         "`tf.function` of 20 steps, batch 256) on the transformed artifact of a local run, and "
-        "on the S3 run's, staged onto a node with an empty cache (TensorFlow 2.21 has no "
+        "on the S3 run's, staged onto a node with an empty cache by a process of its own (its "
+        "time is the staging column), each rate measured by a fresh process, the order of the "
+        "two alternating (TensorFlow 2.21 has no "
         "`s3://` file system, so training reads a node-local staging copy: downloaded once per "
         "node into the content-addressed cache and hard-linked into the run's mirror).",
         "",
