@@ -129,27 +129,27 @@ class BucketRun:
         for name, out in record.get("outputs", {}).items():
             out["url"] = L.join(prefix, name)
             out["hash"] = M.digest(M.below(files, name))  # store.hash_path of the directory
-        objects.write_json(str(work / lineage.FILENAME), record)
+        payload = objects.dump_json(record)  # now: the caller may go on adding to its record
+        objects.write_bytes(str(work / lineage.FILENAME), payload)
         source = work if final is None else final
         if final is not None:
             os.replace(work, final)
 
         def publish() -> None:  # the files, then the commit naming them
             trees.upload(source, prefix, files, present=written)
-            objects.write_json(self.commit_url(stage), record)
+            objects.write_bytes(self.commit_url(stage), payload)
 
         if final is None:
             publish()
         else:
-            self._submit(stage, publish, record)
+            self._submit(stage, publish, payload)
         return record
 
-    def _submit(self, stage: str, fn: Any, record: dict[str, Any]) -> None:
+    def _submit(self, stage: str, fn: Any, payload: bytes) -> None:
         if self._pool is None:  # one thread: commits land in the order the stages finished
             self._pool = ThreadPoolExecutor(1, f"baton-commit-{self.run_id}")
-        # the record as a reader will parse it (the caller may go on adding to its own)
-        snapshot = json.loads(json.dumps(record, default=str))
-        self._pending[stage] = (self._pool.submit(fn), snapshot)
+        # the record as a reader will parse it from the commit object
+        self._pending[stage] = (self._pool.submit(fn), json.loads(payload))
 
     def then(self, stage: str, fn: Any) -> None:
         """Run `fn` once `stage` is committed (not at all if its commit fails): the cache index
@@ -223,7 +223,8 @@ class BucketRun:
                    for k, v in hit["outputs"].items()}
         record = {**record, "outputs": outputs, "manifest": hit.get("manifest", {})}
         objects.delete(self.commit_url(stage))
-        self._submit(stage, lambda: objects.write_json(self.commit_url(stage), record), record)
+        payload = objects.dump_json(record)
+        self._submit(stage, lambda: objects.write_bytes(self.commit_url(stage), payload), payload)
         return record
 
     # -- staging inputs --------------------------------------------------------------------

@@ -57,7 +57,12 @@ def write_bytes(loc: str, data: bytes) -> None:
 
 
 def write_json(loc: str, data: Any) -> None:
-    write_bytes(loc, (json.dumps(data, indent=2, default=str) + "\n").encode())
+    write_bytes(loc, dump_json(data))
+
+
+def dump_json(data: Any) -> bytes:
+    """The bytes `write_json` writes (indented; values JSON cannot hold as strings)."""
+    return (json.dumps(data, indent=2, default=str) + "\n").encode()
 
 
 def exists(loc: str) -> bool:
