@@ -80,6 +80,12 @@ def write_report(res: dict, out: Path) -> None:
         "",
         f"Staged / local: **{in_s3 / in_local:.2f}x** examples/s (goal: at least 0.9x).",
         "",
+        "Read this ratio with the load in mind: both sides read the same bytes from the same "
+        "disk (the staged copy is hard-linked from the node cache, the local one is the run's "
+        "own files), so any difference beyond a few percent is the shared machine's load "
+        "moving between the runs (listed), not the storage; the staging time is what the "
+        "bucket costs, once per node.",
+        "",
         "## `baton serve`: load a pushed version",
         "",
         "From start until the version is AVAILABLE (loaded, warmed up when it has warmup "
