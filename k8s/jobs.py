@@ -19,7 +19,7 @@ def run_command(opts: JobOptions, stages: tuple[str, ...]) -> tuple[list[str], l
     """(command, args) of `baton run` for a subset of stages of this run."""
     return ["baton"], [
         "run", *pods.spec_args(opts), "--run-id", opts.run_id, "--only", ",".join(stages),
-        "--runs-dir", f"{opts.mount_path}/runs",
+        "--runs-dir", opts.runs_dir,
     ]
 
 

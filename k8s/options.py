@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Any
 
 from baton.k8s.errors import ManifestError
 from baton.strategies.factory import (
@@ -319,6 +320,8 @@ class JobOptions:
     serving_image: str = "tensorflow/serving:2.18.0"
     serving_replicas: int = 1
     termination_grace_seconds: int = 120
+    # the run directory on a bucket (k8s.object_storage): no shared volume, credentials instead
+    storage: Any = None
 
     def __post_init__(self) -> None:
         check_dns1035("pipeline", self.pipeline)
@@ -377,14 +380,16 @@ class JobOptions:
 
     @property
     def run_dir(self) -> str:
-        return f"{self.mount_path}/runs/{self.pipeline}/{self.run_id}"
+        return f"{self.runs_dir}/{self.pipeline}/{self.run_id}"
 
     @property
     def runs_dir(self) -> str:
-        return f"{self.mount_path}/runs"
+        return self.storage.runs_url.rstrip("/") if self.storage else f"{self.mount_path}/runs"
 
     @property
     def models_dir(self) -> str:
+        if self.storage:
+            return str(self.storage.models_url(self.pipeline))
         return f"{self.mount_path}/models/{self.pipeline}"
 
     @property

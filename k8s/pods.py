@@ -29,14 +29,15 @@ def spec_args(opts: JobOptions) -> list[str]:
 
 
 def volumes(opts: JobOptions, read_only: bool = False) -> tuple[list[dict], list[dict]]:
-    """(pod volumes, container volumeMounts) for the artifacts PVC and the spec ConfigMap."""
-    vols: list[dict] = [
+    """(pod volumes, container volumeMounts) for the artifacts PVC and the spec ConfigMap (no
+    PVC when the run directory is on a bucket: k8s.object_storage)."""
+    vols: list[dict] = [] if opts.storage else [
         {
             "name": "artifacts",
             "persistentVolumeClaim": {"claimName": opts.pvc_name, **({"readOnly": True} if read_only else {})},
         }
     ]
-    mounts: list[dict] = [
+    mounts: list[dict] = [] if opts.storage else [
         {"name": "artifacts", "mountPath": opts.mount_path, **({"readOnly": True} if read_only else {})}
     ]
     if opts.spec_text is not None:
@@ -92,10 +93,15 @@ def gate_container(opts: JobOptions, inputs: tuple[str, ...], mounts: list[dict]
     paths = [f"{opts.run_dir}/{p}" for p in inputs]
     test = " && ".join(f"[ -e {shlex.quote(p)} ]" for p in paths)
     script = f"until {test}; do echo 'waiting for inputs: {' '.join(inputs)}'; sleep 10; done"
+    # on a bucket: the upstream stages' commit objects (baton.storage.wait)
+    stages = sorted({p.split("/")[0] for p in inputs})
+    command = (["python", "-m", "baton.storage.wait", "--every", "10",
+                *(f"{opts.run_dir}/{s}/lineage.json" for s in stages)]
+               if opts.storage else ["sh", "-c", script])
     return {
         "name": "wait-for-inputs",
         "image": opts.image,
-        "command": ["sh", "-c", script],
+        "command": command,
         "volumeMounts": [m for m in mounts if m["name"] == "artifacts"],
         "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
     }

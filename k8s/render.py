@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from baton.k8s import federated, jobs, pods, serving, tfjob
+from baton.k8s import federated, jobs, object_storage, pods, serving, tfjob
 from baton.k8s.options import JobOptions
 
 KUSTOMIZATION = "kustomization.yaml"
@@ -43,7 +43,10 @@ def dump(docs: list[dict]) -> str:
 def build_all(opts: JobOptions, federation: federated.Federation | None = None) -> dict[str, list[dict]]:
     """File name -> documents, in apply order. Absent pieces (no data stages, no train stage, no
     federated stage...) are omitted."""
-    files: dict[str, list[dict]] = {"pvc.yaml": [pods.pvc(opts)]}
+    files: dict[str, list[dict]] = {} if opts.storage else {"pvc.yaml": [pods.pvc(opts)]}
+    account = object_storage.service_account(opts)
+    if account:
+        files["service-account.yaml"] = [account]
     spec_cm = pods.spec_configmap(opts)
     if spec_cm:
         files["pipeline-spec.yaml"] = [spec_cm]
@@ -60,6 +63,7 @@ def build_all(opts: JobOptions, federation: federated.Federation | None = None) 
     files["serving-configmaps.yaml"] = serving.build_configmaps(opts)
     files["serving-deployment.yaml"] = [serving.build_deployment(opts)]
     files["serving-service.yaml"] = [serving.build_service(opts)]
+    object_storage.apply(files, opts)  # a bucket: no shared volume, the pods' credentials
     return files
 
 
@@ -82,6 +86,7 @@ def write_manifests(opts: JobOptions, out: str | Path, validate: bool = True,
     """
     files = build_all(opts, federation)
     alternatives = {"alternatives/inferenceservice.yaml": [serving.build_inference_service(opts)]}
+    object_storage.apply(alternatives, opts)
     if validate:
         from baton.k8s.validate import check
 

@@ -20,7 +20,7 @@ from typing import Any
 from absl import flags
 
 from baton import logs
-from baton.errors import EXIT_FAILED, EXIT_USAGE, UsageError
+from baton.errors import EXIT_FAILED, EXIT_USAGE, BatonError, UsageError
 from baton.serving.conventions import DEFAULT_GRPC_PORT, DEFAULT_REST_PORT, SERVING
 
 log = logs.get("serving.cli")
@@ -283,6 +283,10 @@ def main(argv: list[str]) -> int:
         print(f"baton serve: {e}", file=sys.stderr)
         server.stop(grace=0)
         return EXIT_USAGE
+    except BatonError as e:  # StorageError: a bucket base path missing or refusing us
+        print(f"baton serve: {e}", file=sys.stderr)
+        server.stop(grace=0)
+        return e.exit_code
     except OSError as e:
         print(f"baton serve: cannot listen on {opts.host}: {e}", file=sys.stderr)
         server.stop(grace=0)

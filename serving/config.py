@@ -66,10 +66,15 @@ def _parse_file(path: str, message, what: str):
     from google.protobuf import text_format
 
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        if path.startswith(("s3://", "gs://")):  # TF Serving reads config files there too
+            from baton.storage import objects
+
+            text = objects.read_bytes(path).decode("utf-8")
+        else:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
     except OSError as e:
-        raise ConfigError(f"cannot read {what} file {path!r}: {e.strerror}") from e
+        raise ConfigError(f"cannot read {what} file {path!r}: {e.strerror or e}") from e
     try:
         return text_format.Parse(text, message)
     except text_format.ParseError as e:
@@ -255,4 +260,13 @@ def load_model_config_file(path: str) -> list[ModelConfig]:
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from e
     # TF Serving resolves relative base paths against the working directory; so do we.
-    return [dataclasses.replace(c, base_path=os.path.abspath(c.base_path)) for c in configs]
+    return [dataclasses.replace(c, base_path=base_path(c.base_path)) for c in configs]
+
+
+def base_path(path: str) -> str:
+    """A model base path as served: a bucket URL (`s3://`, `gs://`) in canonical form, else
+    the local path made absolute against the working directory (as TF Serving does)."""
+    from baton.storage import location
+
+    return location.normalize(path, "base_path") if location.is_remote(path) \
+        else os.path.abspath(path)

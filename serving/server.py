@@ -28,6 +28,7 @@ from baton.serving.batcher import BatchScheduler
 from baton.serving.config import (
     BatchingOptions,
     ModelConfig,
+    base_path,
     grpc_channel_arguments,
     load_batching_parameters,
     load_model_config_file,
@@ -41,6 +42,7 @@ from baton.serving.metrics import Metrics
 from baton.serving.rest import RestApi
 from baton.serving.servable import set_parallelism
 from baton.serving.service import ModelService
+from baton.storage.filesystems import check_bucket
 
 log = logging.getLogger(__name__)
 
@@ -164,11 +166,13 @@ class ModelServer:
         o = self.options
         if o.model_config_file:
             return load_model_config_file(o.model_config_file)
-        return [ModelConfig(o.model_name, os.path.abspath(o.model_base_path))]
+        return [ModelConfig(o.model_name, base_path(o.model_base_path))]
 
     def start(self) -> ModelServer:
         o = self.options
         configs = self._model_configs()
+        for c in configs:  # a bucket that is missing or refuses us: one line, before serving
+            check_bucket(c.base_path, f"model {c.name!r} base path")
         metrics_path = load_monitoring_config(o.monitoring_config_file or None)
         if o.enable_batching:
             batching = load_batching_parameters(o.batching_parameters_file or None)

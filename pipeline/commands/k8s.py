@@ -24,7 +24,8 @@ SUBCOMMANDS = ("validate", "emulate", "submit")
 _FLAG_FOR_FIELD = {
     "cluster.workers": "--workers", "cluster.ps": "--ps", "cluster.strategy": "--strategy",
     "image": "--image", "namespace": "--namespace", "run_id": "--run-id", "name": "--name",
-    "cluster.chief": "--no-chief",
+    "cluster.chief": "--no-chief", "runs_dir": "--runs-dir", "secret": "--credentials-secret",
+    "service_account": "--service-account",
 }
 
 
@@ -52,7 +53,40 @@ def _generate_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-chief", action="store_true",
                    help="multi_worker_mirrored with Workers only (worker 0 decides success)")
     p.add_argument("--evaluator", action="store_true", help="add an Evaluator replica")
+    p.add_argument("--runs-dir", metavar="URL", help="keep the run directory and the models on "
+                   "a bucket (s3://BUCKET/PREFIX/runs, gs://...): no ReadWriteMany claim; models "
+                   "go to <PREFIX>/models/<pipeline> (docs/kubernetes.md)")
+    p.add_argument("--credentials-secret", metavar="NAME", help="with --runs-dir: a Secret "
+                   "whose keys become every Baton pod's environment (AWS_ACCESS_KEY_ID, ...)")
+    p.add_argument("--service-account", metavar="NAME", help="with --runs-dir: the pods' "
+                   "service account, bound to a cloud identity (IRSA, Workload Identity)")
+    p.add_argument("--service-account-annotation", action="append", default=[],
+                   metavar="KEY=VALUE", help="write the service account with this annotation "
+                   "(eks.amazonaws.com/role-arn=..., iam.gke.io/gcp-service-account=...)")
     return p
+
+
+def object_storage(args: argparse.Namespace):  # noqa: ANN201 - a k8s.ObjectStorage or None
+    """The bucket options of `baton k8s` (None: the shared volume, as before)."""
+    from baton.k8s.object_storage import ObjectStorage
+
+    if args.runs_dir is None:
+        for flag in ("credentials_secret", "service_account"):
+            if getattr(args, flag):
+                raise UsageError(f"--{flag.replace('_', '-')} is for a run directory on a "
+                                 "bucket: give --runs-dir s3://... or gs://... too")
+        if args.service_account_annotation:
+            raise UsageError("--service-account-annotation is for a run directory on a bucket: "
+                             "give --runs-dir s3://... or gs://... too")
+        return None
+    pairs = []
+    for item in args.service_account_annotation:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise UsageError(f"--service-account-annotation must be KEY=VALUE. Received: {item!r}")
+        pairs.append((key, value))
+    return ObjectStorage(args.runs_dir.rstrip("/"), args.credentials_secret, args.service_account,
+                         tuple(pairs))
 
 
 FEDERATED = "federated"  # the stage type whose training runs on Flower (k8s.federated)
@@ -147,8 +181,9 @@ def cluster_spec_text(spec, models_dir: str) -> str:
     """The spec YAML as shipped to the cluster: push stages publish to the shared volume.
 
     Relative paths in a spec resolve against the spec's directory, which in a pod is the
-    read-only ConfigMap mount; the model servers read `/artifacts/models/<pipeline>`. So a push
-    stage without an absolute `serving_base` gets that one (the YAML is re-dumped only then).
+    read-only ConfigMap mount; the model servers read `/artifacts/models/<pipeline>` (with
+    `--runs-dir` on a bucket, `<prefix>/models/<pipeline>` there). So a push stage without an
+    absolute `serving_base` gets that one (the YAML is re-dumped only then).
     """
     import yaml
 
@@ -181,7 +216,8 @@ def job_options(spec, args: argparse.Namespace):
             "Received: workers='auto'")
     data, train, release, train_inputs, release_inputs = _split_stages(spec)
     res = cluster.resources
-    probe = JobOptions(pipeline=spec.name, run_id="probe")
+    storage = object_storage(args)
+    probe = JobOptions(pipeline=spec.name, run_id="probe", storage=storage)
     spec_text = cluster_spec_text(spec, probe.models_dir)
     stage = next((s for s in spec.stages if s.name == train), None)  # None: federated only
     # the replicas the pods will resolve (commands.task): flags, then the train config, then
@@ -210,7 +246,7 @@ def job_options(spec, args: argparse.Namespace):
         code_files=spec_code_files(spec) if spec.path else (),
         data_stages=data, train_stage=train or "train", tfjob=train is not None,
         release_stages=release,
-        train_inputs=train_inputs, release_inputs=release_inputs,
+        train_inputs=train_inputs, release_inputs=release_inputs, storage=storage,
     )
     placement.check_batch(opts)  # the global batch must divide over the GPUs asked for
     return opts
@@ -289,6 +325,11 @@ def generate(argv: list[str]) -> int:
         check_train(spec, args)
         opts = job_options(spec, args)
         fed = federation(spec)
+        if fed is not None and opts.storage is not None:
+            raise UsageError(
+                f"--runs-dir {args.runs_dir}: the federated stage's SuperNodes read their "
+                "clients' examples from the shared volume (k8s.federated), so a spec with a "
+                "federated stage needs it; generate without --runs-dir")
     except ManifestError as exc:
         flag = _FLAG_FOR_FIELD.get(exc.field)
         value = getattr(args, flag.lstrip("-").replace("-", "_"), None) if flag else None

@@ -1,6 +1,8 @@
 """`baton task`: run stage `train` as ONE task of a cluster (what each TFJob replica runs).
 
     baton task SPEC --stage train --run-dir DIR [--out DIR]     inputs from DIR/<upstream>/<output>
+    baton task SPEC --stage train --run-dir s3://.../<run id>   a bucket run: inputs staged from
+                                                                its commits, the stage committed
     baton task --job JOB.json --out DIR [--backup-dir DIR]      explicit form (the local launcher)
 
 This is the edge: TF_CONFIG (which task am I), BATON_INJECT_FAILURE / BATON_ATTEMPT (fault
@@ -34,6 +36,7 @@ from typing import Any
 
 from baton import logs
 from baton.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, EXIT_TRANSIENT
+from baton.pipeline.training import bucket_task
 from baton.strategies.factory import MULTI_WORKER_MIRRORED, ONE_DEVICE, PARAMETER_SERVER
 
 OK, PERMANENT, TRANSIENT, PREEMPTED = EXIT_OK, EXIT_FAILED, EXIT_TRANSIENT, EXIT_PREEMPTED
@@ -64,24 +67,43 @@ def main(argv: list[str]) -> int:
     from baton.strategies.faults import FaultSpecError, parse_fault
 
     error_file = _env_path("BATON_ERROR_FILE")
+    started = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
     try:
         tf_config = TFConfig.from_env()
         attempt = int(os.environ.get("BATON_ATTEMPT", "0") or 0)
         fault = parse_fault(os.environ.get("BATON_INJECT_FAILURE")) if attempt == 0 else None
+        bucket = None if args.job else bucket_task.open_run(args.run_dir)
+        if bucket is not None:  # inputs staged from the bucket into this node's mirror
+            from baton.pipeline.spec import load_spec
+
+            spec = load_spec(args.spec)
+            inputs = bucket_task.stage_inputs(bucket, spec.stage(args.stage))
+            args.run_dir = str(bucket.run_dir)
         job, out = _job(args, tf_config)
     except (BatonError, ClusterSpecError, FaultSpecError, ValueError, KeyError, OSError) as exc:
         return _permanent("", str(exc), error_file)
-    backup_dir = Path(args.backup_dir) if args.backup_dir else out / "backup"
-    return run(
+    rc = run(
         job,
         tf_config,
         out,
-        backup_dir,
+        bucket_task.backup_dir(args.backup_dir, out),
         fault,
         _env_path("BATON_STATUS_FILE"),
         _env_path("BATON_INVENTORY_DIR"),
         error_file,
     )
+    if rc == OK and bucket is not None and (tf_config is None or tf_config.is_chief) \
+            and not job.probe_steps:
+        from baton.pipeline.stages import train as train_stage
+
+        try:  # the chief commits the stage to the bucket: the release Job reads it there
+            bucket_task.commit(bucket, spec, args.stage, out, tuple(train_stage.OUTPUTS),
+                               inputs, started)
+        except BatonError as exc:
+            return _permanent(tf_config.task.name if tf_config else "worker:0", str(exc),
+                              error_file)
+        _say(f"committed stage {args.stage!r} to {bucket.url}")
+    return rc
 
 
 def _env_path(name: str) -> Path | None:

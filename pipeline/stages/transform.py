@@ -223,7 +223,9 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
             apply = beam_apply.ApplyPreprocessing(
                 source, list(raw_feats), phases.resolved,
                 tft_engine.finishing(phase) if phase else {}, label_meta, label_acc, columns,
-                str(out_t), config.batch_rows, config.chunk_rows, box_key=box_key,
+                ctx.direct_output("transformed", elsewhere=beam_runner.runner_name(args)
+                                  not in beam_runner.LOCAL), config.batch_rows,
+                config.chunk_rows, box_key=box_key,
                 threads=threads)
             beam_runner.run(functools.partial(
                 beam_tft.build_last, shards=shards, dofn=analyze(phase, key), kinds=kinds,
