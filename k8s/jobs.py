@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from baton.k8s import pods
+from baton.k8s import pods, security
 from baton.k8s.options import JobOptions
 
 
@@ -42,7 +42,7 @@ def _job(opts: JobOptions, component: str, stages: tuple[str, ...], inputs: tupl
     gate = pods.gate_container(opts, inputs, mounts)
     if gate:
         pod_spec["initContainers"] = [gate]
-    return {
+    return security.harden({
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
@@ -59,7 +59,7 @@ def _job(opts: JobOptions, component: str, stages: tuple[str, ...], inputs: tupl
                 "spec": pod_spec,
             },
         },
-    }
+    })
 
 
 def build_data_job(opts: JobOptions) -> dict | None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
+from baton._version import __version__
 from baton.k8s.errors import ManifestError
 from baton.strategies.factory import (
     MULTI_WORKER_MIRRORED,
@@ -31,6 +32,55 @@ QUANTITY = re.compile(
 )
 # The longest pod name suffix the operator appends: `-evaluator-0`; pod names are DNS labels.
 _LONGEST_SUFFIX = len("-evaluator-0")
+# What `baton k8s --target` writes the training as (docs/kubernetes.md: which for which cluster)
+JOBSET, TRAINJOB, TFJOB = "jobset", "trainjob", "tfjob"
+TARGETS = (JOBSET, TRAINJOB, TFJOB)
+# A Kueue LocalQueue name: a DNS-1123 subdomain that is also a label value (Kueue's webhook,
+# jobframework.ValidateQueueName, and the API server's label rules)
+DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
+QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+DEFAULT_IMAGE = f"baton:{__version__}"
+_DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
+
+
+def check_image(field: str, value: object) -> str:
+    """A pinned image reference: a tag other than `latest`, or a digest (`@sha256:...`).
+
+    `latest` (said or implied by a missing tag) names whatever was pushed last: two nodes that
+    pulled at different times run different code in one job, and `IfNotPresent` keeps each
+    node's stale copy. A tag is the part after the last `:` of the last path component.
+    """
+    if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value):
+        raise ManifestError(field, f"must be a container image reference. Received: {value!r}")
+    if _DIGEST.search(value):
+        return value
+    if "@" in value:
+        raise ManifestError(field, "a digest must be '@sha256:' and 64 lower-case hex digits. "
+                            f"Received: {value!r}")
+    last = value.rsplit("/", 1)[-1]
+    tag = last.rpartition(":")[2] if ":" in last else ""
+    if not tag or tag == "latest":
+        raise ManifestError(field, "must be pinned: a tag other than 'latest' (e.g. "
+                            f"'{value.rsplit(':', 1)[0] if tag else value}:0.1.0') or a digest "
+                            "('@sha256:...'); 'latest' is whatever was pushed last, so nodes run "
+                            f"different images. Received: {value!r}")
+    return value
+
+
+def pull_policy(image: str) -> str:
+    """`IfNotPresent` for a digest (immutable), `Always` for a tag (a tag can be pushed again:
+    each pod start checks the registry, and only changed layers are pulled)."""
+    return "IfNotPresent" if _DIGEST.search(image) else "Always"
+
+
+def check_queue(value: object) -> str:
+    """A Kueue LocalQueue name (the `kueue.x-k8s.io/queue-name` label's value)."""
+    if not isinstance(value, str) or not DNS1123_SUBDOMAIN.match(value) or len(value) > 63:
+        raise ManifestError(
+            "queue", "must be a Kueue LocalQueue name: lower-case letters, digits, '-' and '.', "
+            "starting and ending with a letter or digit, at most 63 characters (a DNS-1123 "
+            f"subdomain that is also a label value). Received: {value!r}")
+    return value
 
 
 def check_dns1035(field: str, value: object) -> str:
@@ -286,8 +336,13 @@ class JobOptions:
             that the spec names and those they import from that directory; shipped in the
             spec's ConfigMap and mounted beside the spec, where Baton imports them from.
         data_stages / train_stage / release_stages: which stage runs where.
-        tfjob: whether there is a TFJob at all (False: a spec whose training is a federated
-            stage only, run by `k8s.federated`'s SuperLink and SuperNodes instead).
+        tfjob: whether there is a training object at all (False: a spec whose training is a
+            federated stage only, run by `k8s.federated`'s SuperLink and SuperNodes instead).
+        target: what the training (and, for a JobSet or TrainJob, the whole pipeline) is
+            written as: `jobset` (JobSet v1alpha2), `trainjob` (Kubeflow Trainer v2 TrainJob and
+            a ClusterTrainingRuntime) or `tfjob` (the training operator's kubeflow.org/v1).
+        queue: a Kueue LocalQueue; the training object carries `kueue.x-k8s.io/queue-name`.
+        image: pinned (a tag other than latest, or a digest): `check_image`.
         train_inputs / release_inputs: `<stage>/<output>` paths (relative to the run dir) that
             must exist before the TFJob / release Job starts; init containers wait for them, so
             one `kubectl apply -k` is enough.
@@ -295,8 +350,10 @@ class JobOptions:
 
     pipeline: str
     run_id: str
-    image: str = "baton:latest"
+    image: str = DEFAULT_IMAGE
     namespace: str = "default"
+    target: str = JOBSET
+    queue: str | None = None  # Kueue LocalQueue: the training object is admitted as one gang
     topology: Topology = dataclasses.field(default_factory=Topology)
     resources: Resources = dataclasses.field(default_factory=Resources)
     ps_resources: Resources | None = None  # the PS replicas' (replica_resources.ps wins)
@@ -327,7 +384,7 @@ class JobOptions:
                 "run_id", f"must be lower-case letters, digits and '-' (it names resources). Received: {self.run_id!r}"
             )
         check_dns1035("name", self.job_name)
-        if len(self.job_name) + _LONGEST_SUFFIX > 63:
+        if self.target == TFJOB and len(self.job_name) + _LONGEST_SUFFIX > 63:
             raise ManifestError(
                 "name",
                 f"pod names '<job>-<type>-<i>' must stay within 63 characters, so the job name "
@@ -337,9 +394,12 @@ class JobOptions:
         if not DNS1123_LABEL.match(self.namespace or "") or len(self.namespace) > 63:
             raise ManifestError("namespace", f"must be a DNS-1123 label. Received: {self.namespace!r}")
         for field in ("image", "serving_image"):
-            value = getattr(self, field)
-            if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value):
-                raise ManifestError(field, f"must be a container image reference. Received: {value!r}")
+            check_image(field, getattr(self, field))
+        if self.target not in TARGETS:
+            raise ManifestError("target", f"must be one of {', '.join(TARGETS)}. "
+                                f"Received: {self.target!r}")
+        if self.queue is not None:
+            check_queue(self.queue)
         if not isinstance(self.port, int) or not 0 < self.port < 65536:
             raise ManifestError("port", f"must be a TCP port 1-65535. Received: {self.port!r}")
         check_quantity("pvc_size", self.pvc_size)

@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import shlex
 
-from baton.k8s.options import JobOptions
+from baton.k8s.options import JobOptions, pull_policy
 
 SPEC_DIR = "/etc/baton"
 SPEC_KEY = "pipeline.yaml"
 SPEC_FILE = f"{SPEC_DIR}/{SPEC_KEY}"
 ISTIO_OFF = {"sidecar.istio.io/inject": "false"}
-# The project image runs as uid 1000 (see Dockerfile); fsGroup makes the PVC writable for it.
-SECURITY_CONTEXT = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000}
+# The project image runs as uid 1000 (see Dockerfile); fsGroup makes the PVC writable for it;
+# RuntimeDefault seccomp is what the restricted Pod Security Standard asks (k8s.security).
+SECURITY_CONTEXT = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000,
+                    "seccompProfile": {"type": "RuntimeDefault"}}
+FAILED_SUFFIX = ".failed.json"  # a stage that failed for good (the runner's, `baton task`'s)
 
 
 def spec_configmap_name(opts: JobOptions) -> str:
@@ -73,7 +76,7 @@ def baton_container(opts: JobOptions, command: list[str], args: list[str],
     return {
         "name": name,
         "image": opts.image,
-        "imagePullPolicy": "IfNotPresent",
+        "imagePullPolicy": pull_policy(opts.image),
         "command": command,
         "args": args,
         "env": env(opts),
@@ -91,10 +94,16 @@ def gate_container(opts: JobOptions, inputs: tuple[str, ...], mounts: list[dict]
         return None
     paths = [f"{opts.run_dir}/{p}" for p in inputs]
     test = " && ".join(f"[ -e {shlex.quote(p)} ]" for p in paths)
-    script = f"until {test}; do echo 'waiting for inputs: {' '.join(inputs)}'; sleep 10; done"
+    # an upstream stage that failed for good leaves <stage>.failed.json: end, do not wait forever
+    stages = sorted({p.split("/")[0] for p in inputs})
+    failed = " ".join(shlex.quote(f"{opts.run_dir}/{st}{FAILED_SUFFIX}") for st in stages)
+    script = (f"until {test}; do for f in {failed}; do if [ -e \"$f\" ]; then "
+              "echo \"upstream stage failed for good: $f\"; cat \"$f\"; exit 1; fi; done; "
+              f"echo 'waiting for inputs: {' '.join(inputs)}'; sleep 10; done")
     return {
         "name": "wait-for-inputs",
         "image": opts.image,
+        "imagePullPolicy": pull_policy(opts.image),
         "command": ["sh", "-c", script],
         "volumeMounts": [m for m in mounts if m["name"] == "artifacts"],
         "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},

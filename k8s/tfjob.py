@@ -9,8 +9,8 @@ restart policy is `ExitCode`, so the task's own exit code (baton.errors) decides
 
 from __future__ import annotations
 
-from baton.k8s import placement, pods
-from baton.k8s.options import JobOptions
+from baton.k8s import placement, pods, security
+from baton.k8s.options import QUEUE_LABEL, JobOptions
 
 API_VERSION = "kubeflow.org/v1"
 KIND = "TFJob"
@@ -64,17 +64,20 @@ def build_tfjob(opts: JobOptions) -> dict:
     replica_specs = {
         rtype: _replica(opts, rtype, n) for rtype, n in opts.topology.replica_counts().items()
     }
-    return {
+    labels = opts.labels("train")
+    if opts.queue:  # Kueue's kubeflow.org/tfjob integration (off by default: docs/kubernetes.md)
+        labels[QUEUE_LABEL] = opts.queue
+    return security.harden({
         "apiVersion": API_VERSION,
         "kind": KIND,
         "metadata": {
             "name": opts.job_name,
             "namespace": opts.namespace,
-            "labels": opts.labels("train"),
+            "labels": labels,
             "annotations": {"baton.dev/strategy": opts.topology.strategy},
         },
         "spec": {
             "runPolicy": opts.run_policy.to_k8s(),
             "tfReplicaSpecs": replica_specs,
         },
-    }
+    })

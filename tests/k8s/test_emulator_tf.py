@@ -73,7 +73,7 @@ def _generate(tmp_path: Path, data: Path, run_id: str, *flags: str) -> Path:
     ConfigMap."""
     spec_dir = _spec_dir(tmp_path)
     _baton("k8s", str(spec_dir / "pipeline.yaml"), "--out", str(tmp_path / "mf"),
-           "--run-id", run_id, *flags)
+           "--run-id", run_id, "--target", "tfjob", *flags)
     shutil.rmtree(spec_dir)
     shutil.copytree(data, tmp_path / "vol" / "runs" / PIPELINE / run_id)
     return tmp_path / "mf" / "tfjob.yaml"
