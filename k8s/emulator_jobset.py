@@ -285,7 +285,9 @@ class JobSetEmulator:
             except OSError:
                 return
         pod.ready = True
-        self._say(f"pod {pod.hostname}: Ready")
+        self._event("ready", pod.hostname)
+        if probe:  # a pod without a probe is Ready as it starts: nothing worth a line
+            self._say(f"pod {pod.hostname}: Ready (its port {probe.get('port')} accepts connections)")
 
     # ------------------------------------------------------------------ controller
     def _reached(self, rj: Mapping[str, Any]) -> str | None:

@@ -172,7 +172,7 @@ def check_names(name: str, steps: list[Step], field: str = "name") -> None:
     """JobSet's webhook rule, before anything is written: the longest pod name, `<jobset>-<step>
     -<last job>-<last index>-abcde` (the Job controller adds a 5-character suffix), must be a
     DNS-1035 label of at most 63 characters."""
-    for step in steps:
+    for step in sorted(steps, key=lambda s: -len(f"{s.name}-0-{s.pods - 1}")):  # longest first
         pod = f"{name}-{step.name}-0-{step.pods - 1}"
         if len(pod) + _POD_SUFFIX > 63:
             raise ManifestError(

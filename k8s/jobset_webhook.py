@@ -78,9 +78,10 @@ def _label(text: str, max_len: int = 63) -> str | None:
     return None
 
 
-def check(doc: dict[str, Any]) -> list[Violation]:
-    """Every webhook (and CEL) rule the JobSet `doc` breaks, after defaulting."""
-    js = default(doc)
+def check(doc: dict[str, Any], defaults: bool = True) -> list[Violation]:
+    """Every webhook (and CEL) rule the JobSet `doc` breaks, after defaulting as the API server
+    does (`defaults=False` checks the object as given, as upstream's ValidateCreate tests do)."""
+    js = default(doc) if defaults else {**doc, "spec": doc.get("spec") or {}}
     out: list[Violation] = []
 
     def bad(path: str, message: str) -> None:
@@ -90,7 +91,8 @@ def check(doc: dict[str, Any]) -> list[Violation]:
     spec = js["spec"]
     rjobs = [r for r in spec.get("replicatedJobs") or [] if isinstance(r, dict)]
     if not rjobs:
-        bad("spec.replicatedJobs", "a JobSet needs at least one replicated job. Received: []")
+        out.append(Violation("spec.replicatedJobs", "a JobSet without replicated jobs runs "
+                             "nothing. Received: []", "baton"))
     if rjobs and rjobs[0].get("dependsOn"):
         bad("spec.replicatedJobs[0].dependsOn", "DependsOn can't be set for the first ReplicatedJob")
     if (spec.get("startupPolicy") or {}).get("startupPolicyOrder") == "InOrder" and any(
@@ -118,7 +120,7 @@ def check(doc: dict[str, Any]) -> list[Violation]:
     out += _check_failure_policy(spec.get("failurePolicy"), seen)
     coord = spec.get("coordinator")
     if isinstance(coord, dict):
-        out += _check_coordinator(coord, rjobs)
+        out += _check_coordinator(coord, rjobs) + _check_coordinator_label(js)
     return out
 
 
@@ -217,3 +219,23 @@ def _check_coordinator(coord: dict[str, Any], rjobs: list[dict[str, Any]]) -> li
         return [Violation(f"{path}.podIndex", f"coordinator pod index {coord.get('podIndex')} "
                           f"is invalid for replicatedJob {rj.get('name')}", "webhook")]
     return []
+
+
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+
+
+def _check_coordinator_label(js: dict[str, Any]) -> list[Violation]:
+    """The coordinator endpoint `<jobset>-<rjob>-<job>-<pod>.<subdomain>` becomes a label
+    value (jobset.sigs.k8s.io/coordinator): at most 63 characters of a label value's alphabet."""
+    coord = (js.get("spec") or {}).get("coordinator")
+    if not isinstance(coord, dict):
+        return []
+    name = str((js.get("metadata") or {}).get("name") or "")
+    sub = ((js.get("spec") or {}).get("network") or {}).get("subdomain") or name
+    value = (f"{name}-{coord.get('replicatedJob')}-{coord.get('jobIndex', 0)}-"
+             f"{coord.get('podIndex', 0)}.{sub}")
+    if len(value) <= 63 and LABEL_VALUE.match(value):
+        return []
+    return [Violation("spec.coordinator", f"spec will lead to invalid label value {value!r} for "
+                      "coordinator label \"jobset.sigs.k8s.io/coordinator\" (long JobSet / "
+                      "ReplicatedJob / SubDomain name?)", "webhook")]
