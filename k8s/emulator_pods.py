@@ -38,7 +38,6 @@ from baton.errors import (
     BatonError,
 )
 
-
 LOCAL_TMP = "/tmp"  # noqa: S108 - the mount path pods write temporary files to
 
 

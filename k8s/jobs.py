@@ -9,6 +9,7 @@ options in the spec; the pod then only submits the pipeline.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
 from baton.k8s import pods, security
@@ -52,6 +53,9 @@ def _job(opts: JobOptions, component: str, stages: tuple[str, ...], inputs: tupl
         },
         "spec": {
             "backoffLimit": opts.run_policy.backoff_limit,
+            # exit 1 fails the Job at once: a TFJob's gate waiting for these outputs ends on the
+            # stage's failed record, and no retry may succeed after it gave up
+            "podFailurePolicy": copy.deepcopy(pods.POD_FAILURE_POLICY),
             "activeDeadlineSeconds": opts.run_policy.active_deadline_seconds,
             "ttlSecondsAfterFinished": opts.run_policy.ttl_seconds_after_finished,
             "template": {

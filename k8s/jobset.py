@@ -39,21 +39,13 @@ import dataclasses
 
 from baton.k8s import jobs, placement, pods, security, tfjob
 from baton.k8s.errors import ManifestError
-from baton.k8s.options import JOBSET, QUEUE_LABEL, TRAINJOB, JobOptions, Resources
+from baton.k8s.options import JOBSET, TRAINJOB, JobOptions, Resources
 from baton.strategies import jobset_cluster
 from baton.strategies.factory import PARAMETER_SERVER
 
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 KIND = "JobSet"
 PORT_NAME = "tf-grpc"
-RETRYABLE_EXIT_CODES = [129, 137, 143]  # transient (a peer died), SIGKILL, SIGTERM (preempted)
-# the Job controller's: evictions and preemptions are not the pod's fault; a permanent exit
-# code fails the Job at once; a retryable one re-creates the pod (the default, counted)
-POD_FAILURE_POLICY = {"rules": [
-    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
-    {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": RETRYABLE_EXIT_CODES}},
-    {"action": "Count", "onExitCodes": {"operator": "In", "values": RETRYABLE_EXIT_CODES}},
-]}
 FAILURE_POLICY = {"maxRestarts": 1, "rules": [
     {"name": "permanentError", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]},
     {"name": "deadlineExceeded", "action": "FailJobSet", "onJobFailureReasons": ["DeadlineExceeded"]},
@@ -229,7 +221,7 @@ def replicated_job(opts: JobOptions, step: Step, topo: jobset_cluster.Topology,
             # all-reduce group, every member of which is re-created
             "backoffLimit": opts.run_policy.backoff_limit * step.pods,
             "activeDeadlineSeconds": opts.run_policy.active_deadline_seconds,
-            "podFailurePolicy": copy.deepcopy(POD_FAILURE_POLICY),
+            "podFailurePolicy": copy.deepcopy(pods.POD_FAILURE_POLICY),
             "template": {
                 "metadata": {"labels": labels, "annotations": annotations},
                 "spec": {
@@ -261,18 +253,10 @@ def build_jobset(opts: JobOptions) -> dict:
     """The pipeline's JobSet (YAML-ready); ManifestError when a name would not fit."""
     steps = layout(opts, JOBSET)
     check_names(opts.job_name, steps)
-    labels = opts.labels("pipeline")
-    if opts.queue:
-        labels[QUEUE_LABEL] = opts.queue
     return security.harden({
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "metadata": {
-            "name": opts.job_name,
-            "namespace": opts.namespace,
-            "labels": labels,
-            "annotations": {"baton.dev/strategy": opts.topology.strategy},
-        },
+        "metadata": pods.training_metadata(opts, "pipeline"),
         "spec": jobset_spec(opts, steps),
     })
 

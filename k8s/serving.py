@@ -1,6 +1,6 @@
 """Serving manifests: the official `tensorflow/serving` image on the pushed model directory.
 
-The server runs as uid 1000 like every Baton pod (the image's own default is root), with a
+The server runs as uid 10001 like every Baton pod (the image's own default is root), with a
 read-only root file system and a `/tmp` emptyDir (k8s.security).
 
 `baton serve` speaks TensorFlow Serving's flags, JSON and protos, so on a cluster we can run the

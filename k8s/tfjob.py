@@ -10,7 +10,7 @@ restart policy is `ExitCode`, so the task's own exit code (baton.errors) decides
 from __future__ import annotations
 
 from baton.k8s import placement, pods, security
-from baton.k8s.options import QUEUE_LABEL, JobOptions
+from baton.k8s.options import JobOptions
 
 API_VERSION = "kubeflow.org/v1"
 KIND = "TFJob"
@@ -64,18 +64,10 @@ def build_tfjob(opts: JobOptions) -> dict:
     replica_specs = {
         rtype: _replica(opts, rtype, n) for rtype, n in opts.topology.replica_counts().items()
     }
-    labels = opts.labels("train")
-    if opts.queue:  # Kueue's kubeflow.org/tfjob integration (off by default: docs/kubernetes.md)
-        labels[QUEUE_LABEL] = opts.queue
     return security.harden({
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "metadata": {
-            "name": opts.job_name,
-            "namespace": opts.namespace,
-            "labels": labels,
-            "annotations": {"baton.dev/strategy": opts.topology.strategy},
-        },
+        "metadata": pods.training_metadata(opts, "train"),
         "spec": {
             "runPolicy": opts.run_policy.to_k8s(),
             "tfReplicaSpecs": replica_specs,

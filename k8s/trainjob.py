@@ -31,8 +31,8 @@ a name that makes a pod name longer than a DNS label.
 
 from __future__ import annotations
 
-from baton.k8s import jobset, security
-from baton.k8s.options import QUEUE_LABEL, TRAINJOB, JobOptions
+from baton.k8s import jobset, pods, security
+from baton.k8s.options import TRAINJOB, JobOptions
 
 API_VERSION = "trainer.kubeflow.org/v1alpha1"
 RUNTIME_KIND = "ClusterTrainingRuntime"
@@ -71,18 +71,10 @@ def build_trainjob(opts: JobOptions) -> dict:
     """The TrainJob: the runtime, the node count, the image and the resources per node."""
     steps = jobset.layout(opts, TRAINJOB)
     node = _trainer_step(steps)
-    labels = opts.labels("train")
-    if opts.queue:
-        labels[QUEUE_LABEL] = opts.queue
     return {
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "metadata": {
-            "name": opts.job_name,
-            "namespace": opts.namespace,
-            "labels": labels,
-            "annotations": {"baton.dev/strategy": opts.topology.strategy},
-        },
+        "metadata": pods.training_metadata(opts, "train"),
         "spec": {
             "runtimeRef": {"apiGroup": "trainer.kubeflow.org", "kind": RUNTIME_KIND,
                            "name": runtime_name(opts)},

@@ -28,6 +28,7 @@ _FLAG_FOR_FIELD = {
     "cluster.workers": "--workers", "cluster.ps": "--ps", "cluster.strategy": "--strategy",
     "image": "--image", "namespace": "--namespace", "run_id": "--run-id", "name": "--name",
     "cluster.chief": "--no-chief", "target": "--target", "queue": "--queue",
+    "serving_image": "--serving-image",
 }
 
 
@@ -61,6 +62,8 @@ def _generate_parser() -> argparse.ArgumentParser:
                    help="jobset (default: JobSet v1alpha2, the whole pipeline ordered by "
                    "dependsOn), trainjob (Kubeflow Trainer v2.3 TrainJob + a "
                    "ClusterTrainingRuntime), tfjob (kubeflow.org/v1, the training operator)")
+    p.add_argument("--serving-image", help="model server image (default: tensorflow/serving:"
+                   "2.18.0); pinned: a tag other than latest, or a digest")
     p.add_argument("--queue", help="Kueue LocalQueue: the training object is admitted as one gang "
                    "(label kueue.x-k8s.io/queue-name)")
     return p
@@ -219,6 +222,7 @@ def job_options(spec, args: argparse.Namespace):
         name=args.name,
         target=args.target,
         queue=args.queue,
+        **({"serving_image": args.serving_image} if args.serving_image is not None else {}),
         spec_text=spec_text,
         code_files=spec_code_files(spec) if spec.path else (),
         data_stages=data, train_stage=train or "train", tfjob=train is not None,
@@ -292,7 +296,8 @@ def generate(argv: list[str]) -> int:
     from baton.pipeline.spec import load_spec
 
     args = _generate_parser().parse_args(argv)
-    for option in ("--out", "--image", "--namespace", "--name", "--run-id", "--queue"):
+    for option in ("--out", "--image", "--namespace", "--name", "--run-id", "--queue",
+                   "--serving-image"):
         text = getattr(args, option[2:].replace("-", "_"))
         if text is not None and not text.strip():  # not "unset": an empty value is a mistake
             raise UsageError(f"{option}: must not be empty. Received: {text!r}")
@@ -382,9 +387,12 @@ def validate(argv: list[str]) -> int:
     from baton.k8s.kube_schemas import source
     from baton.k8s.validate import validate_file
 
-    p = _Parser(prog="baton k8s validate", description="Validate manifests: TFJobs against the "
-                "training operator v1.9.0 CRD schema and webhook rules, built-in kinds against "
-                "Kubernetes' schemas. Exit 0 when valid, 1 with every violation listed.")
+    p = _Parser(prog="baton k8s validate", description="Validate manifests: TFJobs, JobSets, "
+                "TrainJobs and ClusterTrainingRuntimes against their CRDs (training operator "
+                "v1.9.0, JobSet v0.12.0, Trainer v2.3.0) and their admission webhooks' rules, "
+                "built-in kinds against Kubernetes' schemas, every pod against the restricted "
+                "Pod Security Standard, a directory's NetworkPolicies and Namespace. Exit 0 when "
+                "valid, 1 with every violation listed.")
     p.add_argument("files", nargs="+", help="YAML files or directories")
     args = p.parse_args(argv)
     missing = [f for f in args.files if not Path(f).exists()]
@@ -396,8 +404,9 @@ def validate(argv: list[str]) -> int:
     if found:
         print(f"{len(found)} violation(s)", file=sys.stderr)
         return EXIT_FAILED
-    print(f"ok: {', '.join(args.files)} (TFJob: kubeflow.org_tfjobs.v1.9.0 + webhook rules; "
-          f"built-in kinds: {source()})")
+    print(f"ok: {', '.join(args.files)} (custom resources: their CRDs and webhook rules, TFJob "
+          f"v1.9.0, JobSet v0.12.0, Trainer v2.3.0; built-in kinds: {source()}; pods: the "
+          "restricted Pod Security Standard)")
     return EXIT_OK
 
 

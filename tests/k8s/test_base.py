@@ -63,3 +63,16 @@ def test_overlay_patches_apply_and_validate(overlay):
         elif kust.get("namespace"):
             d["metadata"]["namespace"] = kust["namespace"]
         assert validate_doc(d) == [], (overlay, d["kind"])
+
+
+def test_base_is_what_the_generator_writes_now(tmp_path):
+    """k8s/base is `baton k8s --out k8s/base --strategy multi_worker_mirrored --workers 2
+    --run-id base` (docs/kubernetes.md): a generator change without regenerating it fails here."""
+    from baton.pipeline.commands.k8s import main
+
+    assert main(["--out", str(tmp_path), "--strategy", "multi_worker_mirrored", "--workers", "2",
+                 "--run-id", "base"]) == 0
+    written = sorted(p.relative_to(tmp_path) for p in tmp_path.rglob("*.yaml"))
+    assert written == sorted(p.relative_to(K8S / "base") for p in (K8S / "base").rglob("*.yaml"))
+    for rel in written:
+        assert (tmp_path / rel).read_text() == (K8S / "base" / rel).read_text(), rel

@@ -129,3 +129,25 @@ def _containers(doc: dict) -> list[dict]:
     from baton.k8s.security import pod_specs
 
     return [c for _, pod in pod_specs(doc) for c in pod["containers"]]
+
+
+def test_an_input_gate_ends_when_its_stage_failed_for_good(tmp_path):
+    """The TFJob's and release Job's `wait-for-inputs` used to wait forever for a stage that had
+    failed; now `<run dir>/<stage>.failed.json` (the runner's, `baton task`'s record of a
+    permanent failure) ends it with exit 1 and the record, and a finished output passes it."""
+    import subprocess
+
+    from baton.k8s import pods
+
+    opts = make_options()
+    vols, mounts = pods.volumes(opts)
+    gate = pods.gate_container(opts, ("train/model",), mounts)
+    script = gate["command"][2].replace(opts.mount_path, str(tmp_path))
+    run_dir = tmp_path / "runs" / "penguins" / opts.run_id
+    run_dir.mkdir(parents=True)
+    (run_dir / "train.failed.json").write_text('{"status": "failed", "error": "boom"}')
+    proc = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1 and "upstream stage failed for good" in proc.stdout
+    assert "boom" in proc.stdout
+    (run_dir / "train" / "model").mkdir(parents=True)  # a later success wins over the record
+    assert subprocess.run(["sh", "-c", script], timeout=30).returncode == 0

@@ -42,7 +42,7 @@ def test_every_pod_of_every_kind_is_restricted(target, federated):
     for where, t in templates:
         pod = t["spec"]
         assert pod["automountServiceAccountToken"] is False, where
-        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 1000
+        assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 10001
         assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}, where
         assert {"name": "tmp", "emptyDir": {}} in pod["volumes"], where
         for c in [*pod.get("initContainers", []), *pod["containers"]]:
@@ -60,7 +60,7 @@ def test_the_model_server_no_longer_runs_as_root():
     [deploy] = [d for d in _docs("jobset") if d["kind"] == "Deployment"]
     pod = deploy["spec"]["template"]["spec"]
     assert pod["containers"][0]["image"].startswith("tensorflow/serving:")
-    assert pod["securityContext"]["runAsUser"] == 1000 and pod["securityContext"]["runAsNonRoot"]
+    assert pod["securityContext"]["runAsUser"] == 10001 and pod["securityContext"]["runAsNonRoot"]
     limits = pod["containers"][0]["resources"]["limits"]
     assert limits["cpu"] == "1" and limits["memory"] == "2Gi"
 
