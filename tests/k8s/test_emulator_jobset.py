@@ -193,6 +193,26 @@ def test_a_trainjob_runs_as_the_jobset_trainer_would_create(tmp_path):
     assert em.status()["pods"][f"{j}-node-0-2"]["exitCodes"] == [137, 0]
 
 
+def _trainjob_jobset(strategy: str = "multi_worker_mirrored", workers: int = 2, ps: int = 0) -> dict:
+    opts = make_options(strategy, workers, ps, target="trainjob", spec_text=None)
+    js = trainer_controller.to_jobset(build_trainjob(opts), build_runtime(opts))
+    return _stand_in(js, js["spec"]["replicatedJobs"])
+
+
+def test_a_trainjobs_permanent_failure_and_preemption_follow_the_same_policies(tmp_path):
+    """Under a TrainJob too: a preempted node (143) is re-created; a permanent error (1) fails
+    the JobSet Trainer made, at once, deleting the rest; the release step is never created."""
+    rc, em, events = _run(tmp_path / "a", _trainjob_jobset(), {"worker_0": "143,0"})
+    assert rc == 0 and em.status()["pods"]["penguins-20261129-221500-3fa2-node-0-1"]["exitCodes"] == [143, 0]
+    rc, em, events = _run(tmp_path / "b", _trainjob_jobset(), {"worker_0": "1", "chief_0": "-1"})
+    assert rc == 1
+    status = em.status()
+    assert status["conditions"][-1]["reason"] == "FailJobSetFailurePolicyAction"
+    assert status["pods"]["penguins-20261129-221500-3fa2-node-0-0"]["deletedExitCode"] == 143
+    assert "penguins-20261129-221500-3fa2-release-0" not in status["jobs"]
+    assert _gone(events)
+
+
 def test_a_pod_whose_manifest_lost_a_tf_config_input_exits_1_naming_it(tmp_path):
     """`baton task` itself in the pod (no stand-in): the hand-edited worker lacks
     BATON_JOB_INDEX; it exits 1 at once naming the variable and the label it comes from, the
