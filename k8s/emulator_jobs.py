@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
 from typing import Any
 
 DEFAULT_BACKOFF_LIMIT = 6  # the Job API's default
@@ -115,3 +116,33 @@ class ChildJob:
         deadline = self.spec.get("activeDeadlineSeconds")
         return (self.status == "Active" and deadline is not None
                 and time.monotonic() - self.started > float(deadline))
+
+
+def jobset_labels(jobset: str, namespace: str, rjobs: list[dict[str, Any]], rj: Mapping[str, Any],
+                  job_index: int, job_name: str, restarts: int) -> dict[str, str]:
+    """The labels (also set as annotations) the JobSet controller puts on a Job's pods
+    (jobset_controller.go labelAndAnnotateObject), which a pod's downward API reads."""
+    replicas = [int(r.get("replicas", 1)) for r in rjobs]
+    mine = [r["name"] for r in rjobs].index(rj["name"])
+    return {
+        "jobset.sigs.k8s.io/jobset-name": jobset,
+        "jobset.sigs.k8s.io/replicatedjob-name": str(rj["name"]),
+        "jobset.sigs.k8s.io/replicatedjob-replicas": str(replicas[mine]),
+        "jobset.sigs.k8s.io/job-index": str(job_index),
+        "jobset.sigs.k8s.io/job-global-index": str(sum(replicas[:mine]) + job_index),
+        "jobset.sigs.k8s.io/global-replicas": str(sum(replicas)),
+        "jobset.sigs.k8s.io/restart-attempt": str(restarts),
+        "jobset.sigs.k8s.io/group-name": str(rj.get("groupName", "default")),
+        "jobset.sigs.k8s.io/job-key": f"{namespace}-{job_name}",
+    }
+
+
+def plain_jobs(jobs: list[dict[str, Any]]) -> dict[str, Any]:
+    """batch/v1 Jobs as the replicated jobs of a nameless JobSet, each one Job of its own (no
+    JobSet labels or host names; a failed Job fails the run, the run ends when all complete)."""
+    rjobs = [{"name": (j.get("metadata") or {}).get("name"), "replicas": 1,
+              "template": {"metadata": j.get("metadata") or {}, "spec": j.get("spec") or {}}}
+             for j in jobs]
+    ns = ((jobs[0].get("metadata") or {}).get("namespace") if jobs else None) or "default"
+    return {"metadata": {"name": "", "namespace": ns},
+            "spec": {"replicatedJobs": rjobs, "successPolicy": {"operator": "All"}}}

@@ -48,7 +48,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from baton.k8s import jobset_webhook
-from baton.k8s.emulator_jobs import ChildJob, JobPod
+from baton.k8s.emulator_jobs import ChildJob, JobPod, jobset_labels
+from baton.k8s.emulator_jobs import plain_jobs as plain_jobs
 from baton.k8s.emulator_pods import (
     EmulationError,
     controller_exit,
@@ -193,19 +194,8 @@ class JobSetEmulator:
     def _labels(self, rj: Mapping[str, Any], job_index: int) -> dict[str, str]:
         if self.plain:
             return {}
-        replicas = [int(r.get("replicas", 1)) for r in self.rjobs]
-        mine = [r["name"] for r in self.rjobs].index(rj["name"])
-        return {
-            "jobset.sigs.k8s.io/jobset-name": self.name,
-            "jobset.sigs.k8s.io/replicatedjob-name": str(rj["name"]),
-            "jobset.sigs.k8s.io/replicatedjob-replicas": str(replicas[mine]),
-            "jobset.sigs.k8s.io/job-index": str(job_index),
-            "jobset.sigs.k8s.io/job-global-index": str(sum(replicas[:mine]) + job_index),
-            "jobset.sigs.k8s.io/global-replicas": str(sum(replicas)),
-            "jobset.sigs.k8s.io/restart-attempt": str(self.restarts),
-            "jobset.sigs.k8s.io/group-name": str(rj.get("groupName", "default")),
-            "jobset.sigs.k8s.io/job-key": f"{self.namespace}-{self._job_name(rj, job_index)}",
-        }
+        return jobset_labels(self.name, self.namespace, self.rjobs, rj, job_index,
+                             self._job_name(rj, job_index), self.restarts)
 
     def _create_jobs(self, rj: Mapping[str, Any]) -> None:
         replicas, pods = self._pod_shape(rj)
@@ -434,14 +424,3 @@ class JobSetEmulator:
 
 def _pod_spec(rj: Mapping[str, Any]) -> dict[str, Any]:
     return (((rj.get("template") or {}).get("spec") or {}).get("template") or {}).get("spec") or {}
-
-
-def plain_jobs(jobs: list[dict[str, Any]]) -> dict[str, Any]:
-    """batch/v1 Jobs as the replicated jobs of a nameless JobSet, each one Job of its own (no
-    JobSet labels or host names; a failed Job fails the run, the run ends when all complete)."""
-    rjobs = [{"name": (j.get("metadata") or {}).get("name"), "replicas": 1,
-              "template": {"metadata": j.get("metadata") or {}, "spec": j.get("spec") or {}}}
-             for j in jobs]
-    ns = ((jobs[0].get("metadata") or {}).get("namespace") if jobs else None) or "default"
-    return {"metadata": {"name": "", "namespace": ns},
-            "spec": {"replicatedJobs": rjobs, "successPolicy": {"operator": "All"}}}

@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from baton.strategies.cluster import TASK_TYPES, ClusterSpec, ClusterSpecError, TaskId, TFConfig
@@ -284,3 +284,27 @@ def _address_map(environ: Mapping[str, str]) -> dict[str, str]:
     if not isinstance(data, dict) or not all(isinstance(v, str) for v in data.values()):
         raise JobSetEnvError(f"{ADDRESS_MAP_ENV} must map addresses to addresses. Received: {text[:200]!r}")
     return data
+
+
+def tf_config_from_env(environ: Mapping[str, str],
+                       say: Callable[[str], None] | None = None) -> TFConfig | None:
+    """This task's TF_CONFIG: the variable an operator (or the local launcher) set, or the one
+    built from what a JobSet gives the pod; None to run alone. `say` gets a line saying which.
+
+    A JobSet pod whose topology holds one task in all runs alone, as the TFJob operator gives
+    no TF_CONFIG to a job that is not distributed.
+    """
+    if not is_jobset_pod(environ):
+        return TFConfig.from_env(environ)
+    if (environ.get("TF_CONFIG") or "").strip():
+        raise JobSetEnvError(
+            f"both TF_CONFIG and {TOPOLOGY_ENV} are set: a pod takes its task from one of them "
+            "(remove TF_CONFIG from the JobSet's container)")
+    built = from_env(environ)
+    if say is not None:
+        say(f"TF_CONFIG from the JobSet pod {built.hostname}: {built.operator_json}")
+        if (environ.get(ADDRESS_MAP_ENV) or "").strip():
+            say(f"local addresses (baton k8s emulate): {built.tf_config.to_json()}")
+    if len(built.tf_config.cluster.tasks()) == 1:
+        return None
+    return built.tf_config

@@ -411,6 +411,7 @@ def validate(argv: list[str]) -> int:
 
 
 def emulate(argv: list[str]) -> int:
+    from baton.k8s.emulate_files import emulate_training, manifest_documents
     from baton.k8s.emulator_pods import EmulationError
     from baton.k8s.errors import ValidationFailed
 
@@ -440,7 +441,7 @@ def emulate(argv: list[str]) -> int:
     volume_dir = Path(args.volume_dir or work / "volume").resolve()
     manifests_dir = Path(args.manifests_dir) if args.manifests_dir else None
     try:
-        docs = _manifest_documents(args.manifests)
+        docs = manifest_documents(args.manifests)
         kinds = {str(d.get("kind")) for _, d in docs}
         fed = [d for _, d in docs if d.get("kind") == "Deployment"
                and d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "superlink"]
@@ -466,62 +467,12 @@ def emulate(argv: list[str]) -> int:
             raise UsageError(f"{', '.join(args.manifests)}: no TFJob, JobSet, TrainJob or "
                              f"federation (SuperLink Deployment) to emulate. Received kinds: "
                              f"{sorted(kinds)}")
-        return _emulate_training(training[0], args, docs, volume_dir, work.resolve(),
-                                 manifests_dir or here)
+        return emulate_training(training[0], docs, volume_dir, work.resolve(), manifests_dir or here,
+                                command=shlex.split(args.command) if args.command else None)
     except ValidationFailed as exc:
         raise UsageError(f"{', '.join(args.manifests)}: {exc}") from exc
     except EmulationError as exc:
         raise UsageError(str(exc)) from exc
-
-
-def _emulate_training(kind: str, args, docs, volume_dir: Path, work: Path,  # noqa: ANN001
-                      manifests_dir: Path) -> int:
-    """One training object given as files: a TFJob, a JobSet, a TrainJob (its runtime beside)."""
-    from baton.k8s import trainer_controller
-    from baton.k8s.emulator import EmulatorOptions, emulate_file
-    from baton.k8s.emulator_jobset import JobSetEmulator, JobSetOptions
-    from baton.k8s.validate import check, check_set
-
-    if kind == "TFJob":
-        path = next(p for p, d in docs if d.get("kind") == "TFJob")
-        return emulate_file(path, EmulatorOptions(
-            volume_dir=volume_dir, work_dir=work, manifests_dir=manifests_dir,
-            command=shlex.split(args.command) if args.command else None))
-    objects = [d for _, d in docs]
-    doc = next(d for d in objects if d.get("kind") == kind)
-    check([doc])
-    label = "JobSet"
-    if kind == "TrainJob":
-        runtime = trainer_controller.find_runtime(doc, objects)
-        problems = [v for _, v in check_set([*([runtime] if runtime else []), doc])]
-        if problems:
-            from baton.k8s.errors import ValidationFailed
-
-            raise ValidationFailed(problems)
-        assert runtime is not None
-        doc, label = trainer_controller.to_jobset(doc, runtime), "TrainJob's JobSet"
-    return JobSetEmulator(doc, JobSetOptions(volume_dir=volume_dir, work_dir=work,
-                                              manifests_dir=manifests_dir, stream=sys.stdout,
-                                              label=label)).run()
-
-
-def _manifest_documents(paths: list[str]) -> list[tuple[Path, dict]]:
-    """(file, document) of every YAML file given, a directory's top-level *.yaml in name order
-    (its kustomization and `alternatives/` left out)."""
-    import yaml
-
-    from baton.k8s.emulator_pods import EmulationError
-
-    files: list[Path] = []
-    for p in map(Path, paths):
-        files += sorted(f for f in p.glob("*.y*ml") if f.name != "kustomization.yaml")             if p.is_dir() else [p]
-    out = []
-    for f in files:
-        try:
-            out += [(f, d) for d in yaml.safe_load_all(f.read_text()) if isinstance(d, dict)]
-        except yaml.YAMLError as exc:
-            raise EmulationError(f"{f}: not YAML ({exc})") from None
-    return out
 
 
 def _emulate_federation(args, docs, volume_dir: Path, work: Path, manifests_dir: Path) -> int:

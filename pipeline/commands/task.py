@@ -60,14 +60,16 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     from baton.errors import BatonError
+    from baton.pipeline.training.task_record import SpecRecords
+    from baton.strategies import jobset_cluster
     from baton.strategies.cluster import ClusterSpecError
     from baton.strategies.faults import FaultSpecError, parse_fault
 
     error_file = _env_path("BATON_ERROR_FILE")
     started, t0 = _now(), time.monotonic()
-    spec_form = SpecForm(args)
+    spec_form = SpecRecords(args.stage, args.run_dir if not args.job and not args.out else None)
     try:
-        tf_config = tf_config_from_env(os.environ)
+        tf_config = jobset_cluster.tf_config_from_env(os.environ, say=_say)
         attempt = int(os.environ.get("BATON_ATTEMPT", "0") or 0)
         fault = parse_fault(os.environ.get("BATON_INJECT_FAILURE")) if attempt == 0 else None
         job, out = _job(args, tf_config, spec_form)
@@ -88,7 +90,9 @@ def main(argv: list[str]) -> int:
     )
     task_name = tf_config.task.name if tf_config else "worker:0"
     if rc == OK and (tf_config is None or tf_config.is_chief) and not job.probe_steps:
-        spec_form.succeeded(started, time.monotonic() - t0)
+        recorded = spec_form.succeeded(started, time.monotonic() - t0)
+        if recorded is not None:
+            _say(f"recorded {recorded} (the release step reads it)")
     elif rc == PERMANENT:
         spec_form.failed(started, task_name, _read_error(error_file))
     return rc
@@ -105,56 +109,6 @@ def _read_error(error_file: Path | None) -> str:
         return error_file.read_text().strip() if error_file else "exited with 1 (its log says why)"
     except OSError:
         return "exited with 1 (its log says why)"
-
-
-class SpecForm:
-    """The spec form's records beside the run (`baton task SPEC --run-dir DIR`): the train
-    stage's lineage when the chief succeeds, `<stage>.failed.json` when a replica fails for
-    good (pipeline.training.task_record says why). Nothing in the explicit `--job` form."""
-
-    def __init__(self, args: argparse.Namespace) -> None:
-        self.stage = args.stage
-        self.run_dir = Path(args.run_dir) if args.run_dir and not args.job and not args.out else None
-        self.spec: Any = None
-
-    def succeeded(self, started: str, wall_s: float) -> None:
-        from baton.pipeline.training import task_record
-
-        if self.run_dir is not None and self.spec is not None:
-            path = task_record.write_succeeded(self.spec, self.stage, self.run_dir, started, wall_s)
-            _say(f"recorded {path} (the release step reads it)")
-
-    def failed(self, started: str, task_name: str, error: str) -> None:
-        from baton.pipeline.training import task_record
-
-        if self.run_dir is not None and self.run_dir.is_dir():
-            with contextlib.suppress(OSError):
-                task_record.write_failed(self.spec, self.stage, self.run_dir, started, task_name, error)
-
-
-def tf_config_from_env(environ: Any) -> Any:
-    """This task's TF_CONFIG: the variable an operator (or the local launcher) set, or the one
-    built from what a JobSet gives the pod (strategies.jobset_cluster); None to run alone.
-
-    A JobSet pod whose topology holds one task in all runs alone, as the TFJob operator gives
-    no TF_CONFIG to a job that is not distributed.
-    """
-    from baton.strategies import jobset_cluster
-    from baton.strategies.cluster import TFConfig
-
-    if not jobset_cluster.is_jobset_pod(environ):
-        return TFConfig.from_env(environ)
-    if (environ.get("TF_CONFIG") or "").strip():
-        raise jobset_cluster.JobSetEnvError(
-            f"both TF_CONFIG and {jobset_cluster.TOPOLOGY_ENV} are set: a pod takes its task "
-            "from one of them (remove TF_CONFIG from the JobSet's container)")
-    built = jobset_cluster.from_env(environ)
-    _say(f"TF_CONFIG from the JobSet pod {built.hostname}: {built.operator_json}")
-    if len(built.tf_config.cluster.tasks()) == 1:
-        return None
-    if (environ.get(jobset_cluster.ADDRESS_MAP_ENV) or "").strip():
-        _say(f"local addresses (baton k8s emulate): {built.tf_config.to_json()}")
-    return built.tf_config
 
 
 def _env_path(name: str) -> Path | None:
@@ -283,7 +237,7 @@ def training_nodes(nodes: list[dict[str, Any]], cluster: dict[str, list[str]], s
     return [n for n in nodes if str(n.get("task", "worker")).split(":")[0] in compute] or nodes
 
 
-def _job(args: argparse.Namespace, tf_config: Any, form: SpecForm | None = None) -> tuple[Any, Path]:
+def _job(args: argparse.Namespace, tf_config: Any, form: Any = None) -> tuple[Any, Path]:
     from baton.strategies.job import TrainJob
 
     if args.job:

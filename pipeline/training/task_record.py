@@ -19,6 +19,7 @@ container polls the volume) then ends at once, naming the failure, instead of wa
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
 from pathlib import Path
@@ -94,3 +95,24 @@ def write_failed(spec: Any | None, stage_name: str, run_dir: Path, started: str,
     path = run_dir / f"{stage_name}{FAILED_SUFFIX}"
     store.write_json_atomic(path, record)
     return path
+
+
+class SpecRecords:
+    """`baton task SPEC --run-dir DIR`'s records beside the run: the stage's lineage when the
+    chief succeeds, `<stage>.failed.json` when a replica fails for good. `run_dir` None (the
+    explicit `--job` form, or `--out` elsewhere): nothing is written. `spec` is set once loaded."""
+
+    def __init__(self, stage: str, run_dir: str | None) -> None:
+        self.stage = stage
+        self.run_dir = Path(run_dir) if run_dir else None
+        self.spec: Any = None
+
+    def succeeded(self, started: str, wall_s: float) -> Path | None:
+        if self.run_dir is None or self.spec is None:
+            return None
+        return write_succeeded(self.spec, self.stage, self.run_dir, started, wall_s)
+
+    def failed(self, started: str, task_name: str, error: str) -> None:
+        if self.run_dir is not None and self.run_dir.is_dir():
+            with contextlib.suppress(OSError):
+                write_failed(self.spec, self.stage, self.run_dir, started, task_name, error)

@@ -162,7 +162,7 @@ def test_missing_or_contradicting_inputs_name_the_variable_and_its_source(edit, 
 
 
 def test_baton_task_refuses_two_sources_and_runs_a_one_task_topology_alone(monkeypatch):
-    from baton.pipeline.commands.task import tf_config_from_env
+    from baton.strategies.jobset_cluster import tf_config_from_env
 
     env = _env(TOPO, "worker", 0)
     assert tf_config_from_env(env).task == TaskId("worker", 0)
