@@ -220,10 +220,18 @@ def test_the_gate_takes_the_keras_metrics_the_model_reports(art, code, tmp_path)
                     metrics=["sparse_top_k_categorical_accuracy"])
     inputs = {"model": out["model"], "transform_graph": art["transform_graph"],
               "examples": art["examples"]}
+    # a Keras metric that is lower-is-better (Keras records its direction, "down") is gated as
+    # such: a bare number is its highest acceptable value, as for Baton's `loss`
     gate = {"thresholds": {"sparse_top_k_categorical_accuracy": 0.9,
-                           "sparse_categorical_accuracy": 0.8}}
+                           "sparse_categorical_accuracy": 0.8,
+                           "sparse_categorical_crossentropy": 1.0},
+            "change": {"sparse_categorical_crossentropy": 0.5}}
     ev, metrics = run_stage("evaluate", {"gate": gate}, inputs, tmp_path)
     overall = json.loads((ev["evaluation"] / "metrics.json").read_text())["overall"]
     assert overall["sparse_top_k_categorical_accuracy"] == 1.0  # top 5 of 3 classes
     assert overall["sparse_categorical_accuracy"] == pytest.approx(overall["accuracy"])
-    assert metrics["blessed"]
+    assert overall["sparse_categorical_crossentropy"] == pytest.approx(overall["loss"], rel=1e-4)
+    checks = json.loads((ev["blessing"] / "blessing.json").read_text())["checks"]
+    xent = next(c for c in checks if c["metric"] == "sparse_categorical_crossentropy")
+    assert xent["threshold"] == {"min": None, "max": 1.0}, xent
+    assert metrics["blessed"], checks
