@@ -207,6 +207,7 @@ def train(
         stopped = stopped or bool(getattr(model, "stop_training", False))
     callbacks.on_train_end(cbs.epoch_logs(history[-1]) if history else None)
     cbs.lend_optimizer(model, None)  # not into the export
+    objectives.confirm(model, outputs, eval_data)
     seconds = time.perf_counter() - start
     done_steps = step - start_step
     return TrainResult(
@@ -224,7 +225,8 @@ def train(
             "embedding_devices": {
                 v.path: v.value.device for v in model.weights if "embedding" in v.path
             },
-            **({"stopped_early_at_step": step} if stopped and step < total else {}),
+            **({"stopped_early_at_step": step} if (stopped or rolled_back) and step < total
+               else {}),
             "outputs": outputs.to_dict(), **objectives.info,
             "metrics": metric_records.records(metrics),
             **({"nonfinite": guard.info} if guard.info else {}),

@@ -136,6 +136,14 @@ class Objectives:
         return dataclasses.replace(made, callbacks=self.callbacks,
                                    model_name=self.model_name), outputs
 
+    def confirm(self, model: Any, outputs: Any, eval_ds: Any) -> None:
+        """After training: probabilities found from the rows still are (model_outputs.confirm)."""
+        from baton.graphs import model_outputs
+
+        if outputs.from_rows:
+            model_outputs.confirm(model, outputs, model_outputs.sample(model, eval_ds),
+                                  self.model_name)
+
     def loss_or_builtin(self, task: str) -> Callable[[Any, Any], Any]:
         """The per-example loss training uses (the built-in when `loss` is None)."""
         from baton.graphs.steps import loss_per_example
@@ -347,6 +355,7 @@ def train(
         raise
     callbacks.on_train_end(cbs.epoch_logs(history[-1]) if history else None)
     cbs.lend_optimizer(model, None)  # not into the export
+    objectives.confirm(model, outputs, eval_ds)
     if balancer is not None:
         balancer.record(step, "end")
     seconds = time.perf_counter() - start

@@ -48,6 +48,15 @@ def sigmoid(spec):
     return keras.Model(spec.inputs, keras.layers.Dense(spec.num_classes, activation="sigmoid")(d))
 
 
+def zero_kernel(spec):
+    """Logits whose rows sum to 1 before training (a zero kernel, a 1/K bias)."""
+    d = keras.layers.Dense(16, activation="relu")(_numeric(spec))
+    k = spec.num_classes
+    return keras.Model(spec.inputs, keras.layers.Dense(
+        k, kernel_initializer="zeros", bias_initializer=keras.initializers.Constant(1.0 / k),
+        name="head")(d))
+
+
 def compiled_from_logits(spec):
     model = softmax(spec)
     model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -129,6 +138,19 @@ def test_a_softmax_model_is_trained_and_served_as_probabilities(art, code, tmp_p
                             {"model": out["model"], "transform_graph": art["transform_graph"],
                              "examples": art["examples"]}, tmp_path)
     assert metrics["blessed"] and metrics["calibration_error"] < 0.1
+
+
+def test_logits_whose_rows_sum_to_1_before_training_are_trained_as_logits(art, code, tmp_path):
+    """Taken for probabilities from its initial rows, this model was trained with
+    from_logits=False and blessed serving "probabilities" below 0 (audit of issue 35)."""
+    out, _ = _train(art, code, tmp_path, model="guard_models:zero_kernel", epochs=5)
+    info = json.loads((out["model"] / "train_info.json").read_text())
+    assert info["outputs"] == {"kind": "logits",
+                               "reason": "the last layer 'head' has no activation"}
+    ev, metrics = run_stage("evaluate", {"gate": {"thresholds": {"accuracy": 0.8}}},
+                            {"model": out["model"], "transform_graph": art["transform_graph"],
+                             "examples": art["examples"]}, tmp_path)
+    assert metrics["blessed"] and metrics["calibration_error"] < 0.15
 
 
 def test_a_sigmoid_over_the_classes_is_refused_before_training(art, code, tmp_path):
