@@ -222,6 +222,37 @@ def test_a_diverged_training_restores_the_last_finite_epoch(art, code, tmp_path)
     assert all(np.isfinite(w).all() for w in weights)
 
 
+def test_nan_features_that_fused_kernels_hide_from_the_loss_still_stop_training(code, tmp_path):
+    """TensorFlow's default executor runs Dense(relu) as one fused oneDNN kernel whose ReLU
+    turns NaN into 0 on the way forward, while the backward pass writes NaN into the first
+    kernel: every loss stays finite and the model becomes a constant predictor (what multi-worker
+    and parameter-server runs, and large one-device models, do). The weights are checked at
+    every epoch end (audit of issue 35: such a run trained to the end and wrote the model)."""
+    import csv
+
+    from baton.pipeline.datasets import PENGUINS_CSV
+
+    with PENGUINS_CSV.open() as f:
+        rows = list(csv.DictReader(f))
+    for i in range(0, len(rows), 15):  # missing values in the train split too
+        rows[i]["bill_depth_mm"] = "NA"
+    path = tmp_path / "penguins_nan.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    ex, _ = run_stage("ingest", {"source": "csv", "path": str(path), "label": "species",
+                                 "task": "classification"}, {}, tmp_path)
+    tr, _ = run_stage("transform", {"preprocessing_fn": "guard_models:passthrough"},
+                      {"examples": ex["examples"]}, tmp_path, spec_dir=code)
+    with pytest.raises(StageError) as err:
+        _train(tr, code, tmp_path, model="mlp", epochs=2, executor="default")
+    message = str(err.value)
+    assert re.match(r"the model's weights are not finite at the end of epoch 1, while its "
+                    r"losses were finite .*: feature 'bill_depth_mm_xf' is NaN in \d+ of the 32 "
+                    r"train rows of batch 1", message), message
+
+
 def test_a_model_answering_nan_is_not_blessed_and_check_says_nan(nan_data, code, tmp_path):
     # the first eval batch of 8 rows has no missing value: training ends, the model exists
     out, _ = _train(nan_data, code, tmp_path, model="mlp", eval_steps=1, eval_batch_size=8)
