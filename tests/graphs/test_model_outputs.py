@@ -120,6 +120,27 @@ def test_probabilities_found_from_rows_are_confirmed_after_training():
     mo.confirm(model, mo.Outputs(mo.PROBABILITIES, "softmax"), np.asarray(model(batch)), "m")
 
 
+@pytest.mark.parametrize(("activation", "kind"), [("sigmoid", "a sigmoid"), (None, "a logit")])
+def test_one_unit_for_two_classes_is_refused_naming_the_two_unit_fix(activation, kind):
+    """TFX's binary models end in Dense(1) (a logit, or a sigmoid's probability of one class);
+    Baton's classifiers give one value per class: the error says which two-unit head to write."""
+    from baton.graphs.feature_spec import FeatureSpec
+    from baton.graphs.model_fn import check_output
+    from baton.graphs.model_spec import ModelSpec
+
+    spec = ModelSpec.from_feature_spec(FeatureSpec.from_dict({
+        "raw_features": [{"name": "x", "dtype": "float32"}],
+        "features": [{"name": "x_xf", "kind": "numeric", "vocab_size": 0}],
+        "label": {"name": "y", "task": "classification", "vocabulary": ["no", "yes"]}}))
+    x = keras.layers.Reshape((1,))(spec.inputs["x_xf"])
+    model = keras.Model(spec.inputs, keras.layers.Dense(1, activation=activation)(x))
+    with pytest.raises(StageError, match=rf"output has shape \[B, 1\]: one unit \({kind}\) for "
+                                         r"the 2 classes of 'y' \('no', 'yes'\).*one value per "
+                                         r"class: end it in Dense\(2, activation='softmax'\) "
+                                         r"\(probabilities\) or Dense\(2\) \(logits\)"):
+        check_output(model, spec, "m:build")
+
+
 def test_regression_is_never_probabilities():
     model = _model(lambda h: keras.layers.Dense(1, activation="sigmoid")(h))
     assert mo.decide(model, "regression", 1).kind == mo.LOGITS
