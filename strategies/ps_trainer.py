@@ -162,8 +162,8 @@ def train(
             epoch_totals = [a + float(b) for a, b in zip(epoch_totals, totals, strict=True)]
             done = step + (i + 1) * job.steps_per_execution
             state.step = min(done, epoch_end)
-            if not rolled_back and guard.chunk(totals[0], step // spe + 1,
-                                            state.step - job.steps_per_execution, state.step):
+            first = max(step, state.step - job.steps_per_execution)  # inside this epoch
+            if not rolled_back and guard.chunk(totals[0], step // spe + 1, first, state.step):
                 rolled_back = stopped = True  # the closures in flight finish, then training ends
             if role.stop.is_set():
                 coordinator.join()  # every scheduled closure has run once it returns
