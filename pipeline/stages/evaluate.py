@@ -66,8 +66,9 @@ def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
 
 
 def _declared_metrics(spec: Any) -> tuple[set[str], bool]:
-    """(metric names the spec's train stages declare in `metrics:`, whether one of them trains
-    an own model, whose compile() may add metrics of any name)."""
+    """(metric names the spec's train stages declare in `metrics:`, whether a name may be any:
+    an own model's compile() may add metrics of any name, and a `module:Class` metric (or a
+    function returning a Metric) reports the name its object carries, known once it exists)."""
     names: set[str] = set()
     any_name = False
     for st in getattr(spec, "stages", ()):
@@ -77,6 +78,7 @@ def _declared_metrics(spec: Any) -> tuple[set[str], bool]:
         any_name = any_name or ":" in str(config.get("model", ""))
         for m in config.get("metrics") or ():
             names.add(str(m).split(":")[-1].split(".")[-1])
+            any_name = any_name or ":" in str(m)
     return names, any_name
 
 

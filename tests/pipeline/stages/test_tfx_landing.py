@@ -181,6 +181,32 @@ def test_steps_and_epochs_together_are_refused_at_plan_time(code, tmp_path):
         plan(load_spec(path))
 
 
+def test_the_gate_takes_a_metric_class_the_train_stage_names_by_its_own_name(tmp_path):
+    """A `module:Class` metric reports its own name (Keras snake-cases the class), not the
+    reference's last part: the spec check must not refuse it with a built-in model."""
+    import yaml
+
+    from baton.pipeline.plan import plan
+    from baton.pipeline.spec import load_spec
+
+    (tmp_path / "my_metrics.py").write_text(
+        "import keras\n\n\nclass BalancedHits(keras.metrics.SparseCategoricalAccuracy):\n"
+        "    pass\n")
+    spec = {"pipeline": "p", "stages": [
+        {"name": "ingest", "type": "ingest"},
+        {"name": "transform", "type": "transform", "inputs": {"examples": "ingest.examples"}},
+        {"name": "train", "type": "train", "config": {"metrics": ["my_metrics:BalancedHits"]},
+         "inputs": {"transformed": "transform.transformed",
+                    "transform_graph": "transform.transform_graph"}},
+        {"name": "evaluate", "type": "evaluate",
+         "config": {"gate": {"thresholds": {"balanced_hits": {"min": 0.5}}}},
+         "inputs": {"model": "train.model", "transform_graph": "transform.transform_graph",
+                    "examples": "ingest.examples"}}]}
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    plan(load_spec(path))  # no SpecError: the name is settled once the model has trained
+
+
 def test_custom_config_and_hyperparameters_reach_the_model_function(art, code, tmp_path):
     record = tmp_path / "spec.json"
     _train(art, code, tmp_path, model="tfx_like:records", learning_rate=0.02, batch_size=16,
