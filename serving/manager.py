@@ -2,7 +2,8 @@
 
 Availability-preserving, like TF Serving's default policy: a new version is loaded and
 warmed up in the background and only then published; the old one is unloaded after
-that. A version that fails to load (corrupt, half-copied, failing warmup) is treated as
+that. A base path that cannot be listed (missing, out of descriptors) unloads nothing:
+the error is logged once and the next poll tries again. A version that fails to load (corrupt, half-copied, failing warmup) is treated as
 absent, so the serving version stays, and it is retried when its directory changes (a
 copy that completes) or after `retry_seconds`. Requests read an immutable snapshot
 (`_Model.serving`) that is swapped atomically, so the hot path takes no lock.
@@ -43,6 +44,7 @@ class _Model:
         self.latest: Servable | None = None
         self.labels: dict[str, int] = dict(config.labels)
         self.dirs: dict[int, str] = {}  # version -> its directory name under base_path
+        self.unreadable = False  # the last poll could not list base_path
 
     def publish(self, serving: dict[int, Servable]) -> None:
         self.serving = serving
@@ -52,12 +54,19 @@ class _Model:
 def version_dirs(base_path: str) -> dict[int, str]:
     """Integer-named subdirectories of base_path (TF Serving's layout): version -> the
     directory name as found (`00000123` is version 123, read from `00000123/`); {} if
-    base_path is missing. When two names give one version (`123`, `0123`), the shortest
-    (then the first in sort order) is taken, so the choice is stable across polls."""
+    base_path cannot be read. When two names give one version (`123`, `0123`), the
+    shortest (then the first in sort order) is taken, so the choice is stable across
+    polls."""
     try:
-        entries = sorted(os.listdir(base_path), key=lambda e: (len(e), e))
+        return read_version_dirs(base_path)
     except OSError:
         return {}
+
+
+def read_version_dirs(base_path: str) -> dict[int, str]:
+    """version_dirs, raising OSError when base_path cannot be listed (missing, EMFILE,
+    EACCES, ...): the poller must not take that for "no versions"."""
+    entries = sorted(os.listdir(base_path), key=lambda e: (len(e), e))
     out: dict[int, str] = {}
     for e in entries:
         if e.isdigit() and e.isascii() and os.path.isdir(os.path.join(base_path, e)):
@@ -156,7 +165,22 @@ class ModelManager:
 
     def _reconcile(self, model: _Model) -> None:
         cfg = model.config
-        dirs = version_dirs(cfg.base_path)
+        try:
+            dirs = read_version_dirs(cfg.base_path)
+        except OSError as e:
+            # As TF Serving's file system source: a base path that cannot be read (missing,
+            # out of descriptors, no permission) is an error of this poll, never "no
+            # versions": what is loaded stays and the next poll tries again.
+            if not model.unreadable:
+                log.error("Cannot read base path %s of servable %s: %s; keeping versions "
+                          "%s and trying again every poll", cfg.base_path, cfg.name,
+                          e.strerror or e, sorted(model.serving))
+            model.unreadable = True
+            return
+        if model.unreadable:
+            log.info("Base path %s of servable %s is readable again", cfg.base_path,
+                     cfg.name)
+            model.unreadable = False
         model.dirs = dirs
         on_disk = sorted(dirs)
         if not on_disk and not model.serving:
