@@ -13,6 +13,8 @@ tensorflow.serving.Input (gRPC Classify/Regress, and their warmup logs) likewise
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from baton.serving.status import invalid
@@ -50,7 +52,7 @@ def to_ndarray(proto) -> np.ndarray:
     shape = [d.size for d in proto.tensor_shape.dim]
     if any(s < 0 for s in shape):
         raise invalid(f"tensor shape must be fully defined. Received: {shape}")
-    n = int(np.prod(shape)) if shape else 1
+    n = math.prod(shape)
     if dt == DT_STRING:
         vals = list(proto.string_val)
         arr = np.empty(len(vals), dtype=object)

@@ -193,7 +193,8 @@ class Calls:
         except Exception as e:  # noqa: BLE001 - a message that does not parse
             self.answer(s, _INTERNAL, f"Failed to parse request: {e}")
             return
-        conn.release(s)  # the message is the call's now
+        if s.held:  # the message is the call's now
+            conn.release(s)
         ctx = ServicerContext(s)
         self.in_flight += 1
         s.counted = True

@@ -10,11 +10,14 @@ GOAWAY was sent and nothing is left, closes the connection.
 
 from __future__ import annotations
 
+import struct
 from collections.abc import Callable
 from typing import Any
 
 from baton.serving.http2 import frames as f
 from baton.serving.http2.stream import Stream
+
+_HEAD = struct.Struct(">IBI")  # a frame header: length << 8 | type, flags, stream
 
 
 class Sender:
@@ -26,6 +29,8 @@ class Sender:
     send_window: int
     peer_frame_size: int
     useful_work: Callable[[], None]  # a response went out: the flood counters restart
+    worked: bool
+    idle_frames: int
     became_idle: Callable[[], None]  # the last open stream ended
     release: Callable[[Stream], None]  # gives back what a stream holds
     maybe_close: Callable[[], None]  # closes after a GOAWAY once no stream is left
@@ -82,14 +87,20 @@ class Sender:
         if self.transport is None:
             return
         sid = s.sid
-        if trailers:
+        if trailers and headers and data:  # a whole response: three frames, two packs
+            out = b"".join((_HEAD.pack(len(headers) << 8 | f.HEADERS, f.END_HEADERS, sid),
+                            headers, _HEAD.pack(len(data) << 8 | f.DATA, 0, sid), data,
+                            _HEAD.pack(len(trailers) << 8 | f.HEADERS,
+                                       f.END_HEADERS | f.END_STREAM, sid), trailers))
+        elif trailers:
             out = (f.frame(f.HEADERS, f.END_HEADERS, sid, headers) if headers else b"")
             if data:
                 out += f.frame(f.DATA, 0, sid, data)
             out += f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, sid, trailers)
         else:  # trailers-only, or a non-gRPC answer
             out = f.frame(f.HEADERS, f.END_HEADERS | f.END_STREAM, sid, headers)
-        self.useful_work()
+        self.worked = True  # useful_work(), inline: once per response
+        self.idle_frames = 0
         self.transport.write(out)
         if not s.remote_closed:
             # RFC 9113 8.1: a response before the request ended; the rest is not wanted
