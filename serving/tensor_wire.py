@@ -99,44 +99,54 @@ def _shape(b: bytes) -> list[int] | None:
 _SHAPES: dict[bytes, list[int]] = {}  # serialized TensorShapeProto -> dims
 
 
+def _fast_tensor(raw: bytes, start: int, end: int) -> tuple | None:
+    """(values offset, values length, spec, dims) of the TensorProto in raw[start:end] in
+    the usual form of an input: float or double, a shape, packed values, nothing else."""
+    if end - start > 4 and raw[start] == 0x08 and raw[start + 2] == 0x12 \
+            and raw[start + 3] < 0x80:
+        spec = _FLOAT_FIELDS.get(raw[start + 1])
+        if spec is not None:
+            pos = start + 4 + raw[start + 3]
+            shape = raw[start + 4:pos]
+            dims = _SHAPES.get(shape)
+            if dims is None:
+                dims = _shape(shape)
+                if dims is None:
+                    return None
+                if len(_SHAPES) >= 4096:
+                    _SHAPES.clear()
+                _SHAPES[shape] = dims
+            if pos == end:
+                return pos, 0, spec, dims
+            if raw[pos] == (spec[0] << 3 | 2) and pos + 1 < end:
+                size, first = _read_varint(raw, pos + 1)
+                if first + size == end:
+                    return first, size, spec, dims
+    return None
+
+
 def decode_tensor(raw: bytes) -> np.ndarray | None:
     """The array of a serialized TensorProto, or None when to_ndarray must decide."""
-    # the usual input: float or double, a shape, packed values (and nothing else)
-    n = len(raw)
-    if n > 4 and raw[0] == 0x08 and raw[2] == 0x12 and raw[3] < 0x80:
-        spec = _FLOAT_FIELDS.get(raw[1])
-        if spec is not None:
-            pos = 4 + raw[3]
-            shape = raw[4:pos]
-            dims = _SHAPES.get(shape)
-            if dims is not None:
-                values: bytes | None = b""
-                if pos == n:
-                    pass
-                elif raw[pos] == (spec[0] << 3 | 2) and pos + 1 < n:
-                    size, start = _read_varint(raw, pos + 1)
-                    values = raw[start:] if start + size == n else None
-                else:
-                    values = None
-                if values is not None:
-                    return _values(values, spec, dims)
+    try:
+        fast = _fast_tensor(raw, 0, len(raw))
+    except (IndexError, ValueError):
+        return None
+    if fast is not None:
+        return _values(raw, *fast)
     return _decode_general(raw)
 
 
-def _values(raw_values: bytes, spec: tuple, dims: list[int]) -> np.ndarray | None:
+def _values(raw: bytes, offset: int, size: int, spec: tuple, dims: list[int]
+            ) -> np.ndarray | None:
+    """The array of packed values raw[offset:offset + size]."""
     _, wire_dtype, np_dtype, itemsize = spec
     count = 1
     for d in dims:
         count *= d
-    if len(raw_values) == count * itemsize:
-        return np.frombuffer(raw_values, dtype=wire_dtype).astype(np_dtype).reshape(dims)
-    if len(raw_values) % itemsize:
-        return None
-    arr = np.frombuffer(raw_values, dtype=wire_dtype).astype(np_dtype)
-    if arr.size == count:
-        return arr.reshape(dims)
-    if arr.size == 1 and count > 1:  # TF's "fill" convention
-        return np.full(dims, arr[0], dtype=np_dtype)
+    if size == count * itemsize:
+        return np.frombuffer(raw, wire_dtype, count, offset).astype(np_dtype).reshape(dims)
+    if size == itemsize and count > 1:  # TF's "fill" convention: one value broadcast
+        return np.full(dims, np.frombuffer(raw, wire_dtype, 1, offset)[0], dtype=np_dtype)
     return None
 
 
@@ -192,7 +202,8 @@ def _decode_general(raw: bytes) -> np.ndarray | None:
     spec = _FLOAT_FIELDS.get(dtype)
     if spec is None:
         return None
-    return _values(values or b"", spec, dims)
+    values = values or b""
+    return _values(values, 0, len(values), spec, dims)
 
 
 
@@ -274,37 +285,91 @@ def _model_spec(raw: bytes, parts: PredictParts) -> bool:
     return True
 
 
-def _input(entry: bytes, inputs: dict[str, np.ndarray]) -> bool:
-    """One inputs map entry (key 1, TensorProto 2) into `inputs`; False if unusual."""
+def _input(raw: bytes, pos: int, end: int, parts: PredictParts, regions: list) -> bool:
+    """The inputs map entry in raw[pos:end] (key 1, TensorProto 2) into `parts`; its
+    packed values' place appended to `regions` (None when not in the usual form)."""
     name, tensor = "", None
-    pos, end = 0, len(entry)
     while pos < end:
-        key = entry[pos]
-        n = entry[pos + 1]
+        key = raw[pos]
+        n = raw[pos + 1]
         pos += 2
         if n & 0x80:
-            n, pos = _read_varint(entry, pos - 1)
+            n, pos = _read_varint(raw, pos - 1)
         stop = pos + n
         if stop > end:
             return False
         if key == 0x0A:
-            name = entry[pos:stop].decode()
+            name = raw[pos:stop].decode()
         elif key == 0x12:
-            tensor = entry[pos:stop]
+            tensor = (pos, stop)
         else:
             return False
         pos = stop
-    arr = decode_tensor(tensor) if tensor is not None else None
+    if tensor is None:
+        return False
+    fast = _fast_tensor(raw, *tensor)
+    if fast is not None:
+        arr = _values(raw, *fast)
+        count = fast[1] // fast[2][3]
+        exact = arr is not None and arr.size == count
+        regions.append((name, *fast) if exact else None)
+    else:
+        arr = _decode_general(raw[tensor[0]:tensor[1]])
+        regions.append(None)
     if arr is None:
         return False
-    inputs[name] = arr
+    parts.inputs[name] = arr
     return True
+
+
+class _Layout:
+    """A PredictRequest's bytes but its packed input values: a request of the same model
+    spec, input names, dtypes and shapes and output filter is these literals around
+    values of these lengths, and is read by comparing the literals."""
+
+    __slots__ = ("size", "literals", "regions", "spec", "output_filter")
+
+    def __init__(self, raw: bytes, parts: PredictParts, regions: list):
+        self.size = len(raw)
+        self.regions = sorted(regions, key=lambda r: r[1])
+        self.literals = []
+        at = 0
+        for _, offset, size, _, _ in self.regions:
+            self.literals.append((at, raw[at:offset]))
+            at = offset + size
+        self.literals.append((at, raw[at:]))
+        self.spec = (parts.name, parts.version, parts.label, parts.signature_name)
+        self.output_filter = list(parts.output_filter)
+
+    def read(self, raw: bytes) -> PredictParts | None:
+        if len(raw) != self.size:
+            return None
+        for at, literal in self.literals:
+            if not raw.startswith(literal, at):
+                return None
+        parts = PredictParts()
+        parts.name, parts.version, parts.label, parts.signature_name = self.spec
+        parts.output_filter = list(self.output_filter)
+        inputs = parts.inputs
+        for name, offset, size, spec, dims in self.regions:
+            inputs[name] = np.frombuffer(raw, spec[1], size // spec[3], offset).astype(
+                spec[2]).reshape(dims)
+        return parts
+
+
+_LAYOUTS: list[_Layout] = []  # the most recent first
+MAX_LAYOUTS = 16
 
 
 def parse_predict_request(raw: bytes) -> PredictParts | None:
     """A serialized PredictRequest's parts, its inputs decoded by decode_tensor; None
     for anything that form does not cover (the caller parses the message instead)."""
+    for layout in _LAYOUTS:
+        parts = layout.read(raw)
+        if parts is not None:
+            return parts
     parts = PredictParts()
+    regions: list = []
     pos, end = 0, len(raw)
     try:
         while pos < end:
@@ -317,7 +382,7 @@ def parse_predict_request(raw: bytes) -> PredictParts | None:
             if stop > end:
                 return None
             if key == 0x12:  # an inputs map entry
-                if not _input(raw[pos:stop], parts.inputs):
+                if not _input(raw, pos, stop, parts, regions):
                     return None
             elif key == 0x0A:
                 if not _model_spec(raw[pos:stop], parts):
@@ -329,6 +394,10 @@ def parse_predict_request(raw: bytes) -> PredictParts | None:
             pos = stop
     except (ValueError, IndexError, UnicodeDecodeError):
         return None
+    names = [r[0] for r in regions if r is not None]
+    if regions and None not in regions and len(set(names)) == len(names):
+        _LAYOUTS.insert(0, _Layout(raw, parts, regions))
+        del _LAYOUTS[MAX_LAYOUTS:]
     return parts
 
 

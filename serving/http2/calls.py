@@ -187,22 +187,26 @@ class Calls:
         msg = self._message(s)
         if msg is None:
             return
+        if s.held:  # the message is the call's now
+            conn.release(s)
+        self.start(s, handler, callback is not None, msg)
+
+    def start(self, s: Stream, handler, is_callback: bool, msg: bytes) -> None:
+        """Deserializes the message and starts the call (a task, or the callback)."""
         deserialize = handler.request_deserializer
         try:
             request = deserialize(msg) if deserialize else msg
         except Exception as e:  # noqa: BLE001 - a message that does not parse
             self.answer(s, _INTERNAL, f"Failed to parse request: {e}")
             return
-        if s.held:  # the message is the call's now
-            conn.release(s)
         ctx = ServicerContext(s)
         self.in_flight += 1
         s.counted = True
         if s.deadline is not None:
             s.timer = self.loop.call_at(self.loop.time() + (s.deadline - time.monotonic()),
                                         self._expire, s)
-        if callback is not None:
-            self._call_back(s, callback, request, ctx)
+        if is_callback:
+            self._call_back(s, handler, request, ctx)
         else:
             s.task = self.loop.create_task(self._call(s, handler, request, ctx))
 

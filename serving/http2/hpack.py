@@ -70,6 +70,11 @@ class Decoder:
             self._cache[block] = out
         return out
 
+    def cached(self, block: bytes) -> Any:
+        """What `decode` returned for this block while the table has not changed since,
+        or None (nothing decoded, the table untouched)."""
+        return self._cache.get(block)
+
     def _entry(self, index: int) -> tuple[bytes, bytes]:
         if 0 < index <= _STATIC_LEN:
             return STATIC_TABLE[index - 1]

@@ -149,6 +149,10 @@ class GrpcServer(Calls):
         for name, h in handlers.items():
             self._callbacks[f"/{service_name}/{name}".encode()] = h
 
+    def callback(self, path: bytes):
+        """The callback handler of a method, or None."""
+        return self._callbacks.get(path)
+
     def handler(self, path: bytes, s):
         h = self._methods.get(path)
         if h is None:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import struct
 import threading
+import time
 
 import grpc
 import h2_echo_server
@@ -49,7 +50,7 @@ from h2_raw import (
     request_block,
     settings,
 )
-from hpack import Encoder
+from hpack import Decoder, Encoder
 
 from baton.serving.http2 import GrpcServer, Http2Limits
 
@@ -72,6 +73,8 @@ def port():
                                                              _ident)}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE,
                                                                           handlers),))
+    server.add_callback_handlers(SERVICE, {"Fast": grpc.unary_unary_rpc_method_handler(
+        lambda request, context, reply: reply(b"fast:" + request))})
     p = asyncio.run_coroutine_threadsafe(server.bind_tcp("127.0.0.1", 0), loop).result(10)
     yield p
     asyncio.run_coroutine_threadsafe(server.stop(0), loop).result(10)
@@ -286,3 +289,85 @@ def test_goaway_from_the_client_closes_gracefully(port):
     assert peer.goaway()[0] == 0
     peer.until_closed()
     assert peer.eof
+
+
+def _unary_read(sid: int, body: bytes, enc: Encoder, extra=()) -> bytes:
+    """One call of the callback method Fast as one read: what the fast path takes."""
+    return (frame(HEADERS, END_HEADERS, sid, request_block("Fast", enc, extra))
+            + frame(DATA, END_STREAM, sid, message(body)))
+
+
+def _answers(peer: Peer, sid: int) -> list:
+    peer.read_until(lambda fs: any(t == HEADERS and s == sid and f & END_STREAM
+                                   for t, f, s, _ in fs))
+    return [(t, f, p) for t, f, s, p in peer.frames if s == sid]
+
+
+@pytest.fixture()
+def fast_path_calls(monkeypatch):
+    from baton.serving.http2.connection import H2Connection
+
+    taken = []
+    unary = H2Connection._unary
+
+    def counted(self, data):
+        ok = unary(self, data)
+        taken.append(ok)
+        return ok
+
+    monkeypatch.setattr(H2Connection, "_unary", counted)
+    return taken
+
+
+def test_the_unary_fast_path_answers_as_the_general_path(port, fast_path_calls):
+    peer = Peer(port)
+    enc = Encoder()
+    for sid in (1, 3):  # the block that indexes the fields, then the indexed one
+        peer.send(_unary_read(sid, b"a", enc))  # (each decoded: the general path)
+        first = _answers(peer, sid)
+    for sid in (5, 7):  # the indexed block again: the fast path
+        peer.send(_unary_read(sid, b"a", enc))
+        assert _answers(peer, sid) == first
+    # the same call in two reads: the general path, the same answer
+    block = request_block("Fast", enc)
+    peer.send(frame(HEADERS, END_HEADERS, 9, block))
+    time.sleep(0.05)
+    peer.send(frame(DATA, END_STREAM, 9, message(b"a")))
+    assert _answers(peer, 9) == first
+    assert fast_path_calls.count(True) == 2
+    assert first[1][2] == message(b"fast:a")
+
+
+@pytest.mark.parametrize("name, frames, check", [
+    ("a stream id that goes back", lambda enc: _unary_read(9, b"x", enc)
+     + _unary_read(7, b"x", enc), "goaway"),
+    ("a message over the limit", lambda enc: frame(HEADERS, END_HEADERS, 9,
+                                                   request_block("Fast", enc))
+     + frame(DATA, END_STREAM, 9, b"\0" + (1 << 20).to_bytes(4, "big") + b"x" * 100),
+     "exhausted"),
+    ("content-length that disagrees", lambda enc: _unary_read(
+        9, b"xy", enc, extra=[("content-length", "6")]), "rst"),
+    ("a compressed message without grpc-encoding", lambda enc: frame(
+        HEADERS, END_HEADERS, 9, request_block("Fast", enc))
+     + frame(DATA, END_STREAM, 9, b"\1\0\0\0\1x"), "unimplemented"),
+])
+def test_the_unary_fast_path_keeps_the_rules(port, name, frames, check):
+    peer = Peer(port)
+    enc = Encoder()
+    extra = [("content-length", "6")] if check == "rst" else []
+    for sid in (1, 3):  # the block is cached: the fast path is open
+        peer.send(_unary_read(sid, b"w", enc, extra))
+        _answers(peer, sid)
+    if check == "goaway":
+        peer.send(_unary_read(9, b"x", enc))
+        _answers(peer, 9)
+        peer.send(_unary_read(7, b"x", enc))
+        assert peer.goaway()[0] == PROTOCOL_ERROR
+        return
+    peer.send(frames(enc))
+    if check == "rst":
+        assert peer.rst(9) == PROTOCOL_ERROR
+        return
+    trailers = [p for t, f, p in _answers(peer, 9) if t == HEADERS and f & END_STREAM]
+    fields = dict(Decoder().decode(trailers[-1]))
+    assert fields["grpc-status"] == ("8" if check == "exhausted" else "12"), fields

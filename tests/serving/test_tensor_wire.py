@@ -133,3 +133,60 @@ def test_predict_response_is_protobuf_s(version, name, sig):
     assert parsed == want
     assert parsed.model_spec.HasField("version")
     assert len(got) == len(want.SerializeToString())
+
+
+def _request(values, name="m", signature="", version=None, extra=None):
+    r = predict_pb2.PredictRequest()
+    r.model_spec.name = name
+    r.model_spec.signature_name = signature
+    if version is not None:
+        r.model_spec.version.value = version
+    from_ndarray(np.asarray(values, np.float32), r.inputs["x"])
+    if extra is not None:
+        from_ndarray(np.asarray(extra, np.float64), r.inputs["y"])
+    return r.SerializeToString()
+
+
+def _same(parts, raw):
+    want = predict_pb2.PredictRequest.FromString(raw)
+    assert parts.name == want.model_spec.name
+    assert parts.signature_name == want.model_spec.signature_name
+    assert parts.version == (want.model_spec.version.value
+                             if want.model_spec.HasField("version") else None)
+    assert sorted(parts.inputs) == sorted(want.inputs)
+    for k, v in want.inputs.items():
+        got, ref = parts.inputs[k], to_ndarray(v)
+        assert got.dtype == ref.dtype and got.shape == ref.shape
+        assert got.tobytes() == ref.tobytes() and got.flags.writeable
+
+
+def test_request_layouts_read_only_what_matches_them():
+    """A request laid out as one already read (same spec, names, dtypes, shapes) is read
+    by comparing its literal bytes; any other byte difference is parsed in full."""
+    tw._LAYOUTS.clear()
+    rng = np.random.default_rng(7)
+    first = _request(rng.random((2, 3)), extra=rng.random(4))
+    _same(tw.parse_predict_request(first), first)
+    assert len(tw._LAYOUTS) == 1
+    for _ in range(20):  # other values: the layout reads them
+        raw = _request(rng.random((2, 3)), extra=rng.random(4))
+        assert tw._LAYOUTS[0].read(raw) is not None
+        _same(tw.parse_predict_request(raw), raw)
+    others = [_request(rng.random((2, 3)), name="n", extra=rng.random(4)),
+              _request(rng.random((2, 3)), signature="s", extra=rng.random(4)),
+              _request(rng.random((2, 3)), version=3, extra=rng.random(4)),
+              _request(rng.random((3, 2)), extra=rng.random(4)),  # same size, other shape
+              _request(rng.random((2, 3)))]
+    for raw in others:
+        assert tw._LAYOUTS[-1].read(raw) is None
+        _same(tw.parse_predict_request(raw), raw)
+    assert len(tw._LAYOUTS) == 1 + len(others)
+    # the fill form and repeated keys are parsed, never laid out
+    tw._LAYOUTS.clear()
+    fill = tensor_pb2.TensorProto(dtype=1, tensor_shape={"dim": [{"size": 3}]},
+                                  float_val=[2.0])
+    r = predict_pb2.PredictRequest()
+    r.model_spec.name = "m"
+    r.inputs["x"].CopyFrom(fill)
+    parts = tw.parse_predict_request(r.SerializeToString())
+    assert parts.inputs["x"].tolist() == [2.0, 2.0, 2.0] and not tw._LAYOUTS
