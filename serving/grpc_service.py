@@ -25,6 +25,7 @@ from tensorflow_serving.apis import (
 )
 
 from baton.serving import examples as ex
+from baton.serving import predict_wire as pw
 from baton.serving import tensor_wire as tw
 from baton.serving.config import ConfigError, model_configs_from_proto
 from baton.serving.conventions import (
@@ -90,7 +91,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         return servable, sig, feeds, _output_filter(sig, request.output_filter)
 
     def _predict_response_bytes(self, servable, sig, out, wanted):
-        """The serialized PredictResponse, written by hand (tensor_wire.py) when every
+        """The serialized PredictResponse, written by hand (predict_wire.py) when every
         output has that form, else through the message."""
         content = self.service.tensor_content
         tensors = []
@@ -104,8 +105,8 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         if spec is None:
             if len(self._specs) >= 1024:
                 self._specs.clear()
-            spec = self._specs[key] = tw.model_spec(*key)
-        return tw.predict_response(tensors, spec)
+            spec = self._specs[key] = pw.model_spec(*key)
+        return pw.predict_response(tensors, spec)
 
     def _predict_response(self, servable, sig, out, wanted):
         resp = predict_pb2.PredictResponse()
@@ -128,12 +129,12 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
     def predict_now(self, raw: bytes, context, reply) -> None:
         """Predict in the native server's callback form: the same checks, answers and
         metrics, with no task, coroutine or future per call: the request is read from
-        its bytes (tensor_wire.py; anything unusual through the PredictRequest message),
+        its bytes (predict_wire.py; anything unusual through the PredictRequest message),
         submitted to the batcher at the end of this loop iteration (the requests read in
         it reach the batcher together) and answered from its completion through
         `reply(serialized response)` or `reply(None, code, details)`."""
         t0 = time.perf_counter()
-        parts = tw.parse_predict_request(raw)
+        parts = pw.parse_predict_request(raw)
         name = parts.name if parts is not None else ""
         try:
             if parts is not None:

@@ -1,4 +1,4 @@
-"""The hand-written TensorProto / PredictResponse codec against protobuf's own.
+"""The hand-written TensorProto / PredictRequest / PredictResponse codecs against protobuf's.
 
 Every dtype, shape and value form: where tensor_wire handles a tensor, its result must be
 what tensor_proto (through the protobuf message API) gives, byte for byte or value for
@@ -12,6 +12,7 @@ import pytest
 from tensorflow.core.framework import tensor_pb2
 from tensorflow_serving.apis import predict_pb2
 
+from baton.serving import predict_wire as pw
 from baton.serving import tensor_wire as tw
 from baton.serving.status import ServingError
 from baton.serving.tensor_proto import from_ndarray, to_ndarray
@@ -127,8 +128,8 @@ def test_predict_response_is_protobuf_s(version, name, sig):
     want.model_spec.signature_name = sig
     for k, v in outs.items():
         from_ndarray(v, want.outputs[k])
-    got = tw.predict_response([(k, tw.encode_tensor(v)) for k, v in outs.items()],
-                              tw.model_spec(name, version, sig))
+    got = pw.predict_response([(k, tw.encode_tensor(v)) for k, v in outs.items()],
+                              pw.model_spec(name, version, sig))
     parsed = predict_pb2.PredictResponse.FromString(got)
     assert parsed == want
     assert parsed.model_spec.HasField("version")
@@ -163,30 +164,30 @@ def _same(parts, raw):
 def test_request_layouts_read_only_what_matches_them():
     """A request laid out as one already read (same spec, names, dtypes, shapes) is read
     by comparing its literal bytes; any other byte difference is parsed in full."""
-    tw._LAYOUTS.clear()
+    pw._LAYOUTS.clear()
     rng = np.random.default_rng(7)
     first = _request(rng.random((2, 3)), extra=rng.random(4))
-    _same(tw.parse_predict_request(first), first)
-    assert len(tw._LAYOUTS) == 1
+    _same(pw.parse_predict_request(first), first)
+    assert len(pw._LAYOUTS) == 1
     for _ in range(20):  # other values: the layout reads them
         raw = _request(rng.random((2, 3)), extra=rng.random(4))
-        assert tw._LAYOUTS[0].read(raw) is not None
-        _same(tw.parse_predict_request(raw), raw)
+        assert pw._LAYOUTS[0].read(raw) is not None
+        _same(pw.parse_predict_request(raw), raw)
     others = [_request(rng.random((2, 3)), name="n", extra=rng.random(4)),
               _request(rng.random((2, 3)), signature="s", extra=rng.random(4)),
               _request(rng.random((2, 3)), version=3, extra=rng.random(4)),
               _request(rng.random((3, 2)), extra=rng.random(4)),  # same size, other shape
               _request(rng.random((2, 3)))]
     for raw in others:
-        assert tw._LAYOUTS[-1].read(raw) is None
-        _same(tw.parse_predict_request(raw), raw)
-    assert len(tw._LAYOUTS) == 1 + len(others)
+        assert pw._LAYOUTS[-1].read(raw) is None
+        _same(pw.parse_predict_request(raw), raw)
+    assert len(pw._LAYOUTS) == 1 + len(others)
     # the fill form and repeated keys are parsed, never laid out
-    tw._LAYOUTS.clear()
+    pw._LAYOUTS.clear()
     fill = tensor_pb2.TensorProto(dtype=1, tensor_shape={"dim": [{"size": 3}]},
                                   float_val=[2.0])
     r = predict_pb2.PredictRequest()
     r.model_spec.name = "m"
     r.inputs["x"].CopyFrom(fill)
-    parts = tw.parse_predict_request(r.SerializeToString())
-    assert parts.inputs["x"].tolist() == [2.0, 2.0, 2.0] and not tw._LAYOUTS
+    parts = pw.parse_predict_request(r.SerializeToString())
+    assert parts.inputs["x"].tolist() == [2.0, 2.0, 2.0] and not pw._LAYOUTS
