@@ -10,7 +10,8 @@ the SavedModel loader and TensorFlow need descriptors too: if clients could take
   progress) is closed to make room; when none is idle, the new connection gets a short
   refusal (REST: 503; gRPC: GOAWAY) and is closed at once, before any of it is read.
 - **Idle connections are closed** after `idle_timeout` seconds without a request in
-  progress (REST keep-alive, HTTP/2 without open streams), by one periodic sweep.
+  progress (REST keep-alive, HTTP/2 without open streams), by one periodic sweep that
+  also enforces the receive timeouts; nothing is recorded per request.
 - **accept() failing for want of descriptors or memory** (EMFILE, ENFILE, ENOBUFS,
   ENOMEM) pauses accepting for 50 ms, doubling to 1 s while it keeps failing, with one
   log line per episode: pending connections wait in the backlog instead of the loop
@@ -64,13 +65,17 @@ def default_max_connections(soft_limit: int | None = None) -> int:
 
 
 class ConnectionTable:
-    """The open connections of a process' listeners.
+    """The open connections of a process' listeners, and which of them are idle.
 
-    A connection object has `idle_since` (loop time it became idle; 0 while a request is
-    in progress or arriving), `idle_timeout` (seconds; 0: never closed for idleness),
-    `close_idle()` (closes it politely: REST closes the socket,
-    HTTP/2 sends GOAWAY first), `receiving_since` (loop time a request began to arrive;
-    0 when none is) and `check_receive(now)` (enforces its own receive timeouts).
+    Nothing is recorded on the request path: a periodic `sweep` asks each connection
+    whether a request is in progress (`active()`), whether one is arriving
+    (`receiving()`) and how far it got (`progress`, a number that changes whenever a
+    request starts), and keeps, per connection, when it was first seen idle or receiving
+    with no progress since. A connection also has `idle_timeout` (seconds; 0: never
+    closed for idleness), `close_idle()` (closes it politely: REST closes the socket,
+    HTTP/2 sends GOAWAY first) and `check_receive(seconds)` (its own receive timeouts,
+    given how long the request has been arriving without progress). Timeouts are thus
+    accurate to one sweep interval (SWEEP_SECONDS).
     """
 
     def __init__(self, max_connections: int):
@@ -78,49 +83,71 @@ class ConnectionTable:
             raise ValueError(f"max_connections must be at least 1. "
                              f"Received: {max_connections}")
         self.max_connections = max_connections
-        self.connections: set = set()
+        # connection -> [progress seen, idle since (0: not idle), receiving since (0: not)]
+        self.connections: dict = {}
         self.pending = 0  # accepted, connection_made not yet called
         self.refused = 0
         self.evicted = 0
         self.idle_closed = 0
+        self.now = 0.0  # the last sweep's time (the loop's clock)
 
     def __len__(self) -> int:
         return len(self.connections) + self.pending
+
+    def add(self, conn) -> None:
+        """A new connection: idle (no request yet) since the last sweep."""
+        self.connections[conn] = [conn.progress, self.now or 1e-9, 0.0]
+
+    def discard(self, conn) -> None:
+        self.connections.pop(conn, None)
 
     def admit(self) -> bool:
         """Room for one more connection (closing the longest-idle one if needed)?"""
         if len(self) < self.max_connections:
             return True
         victim, oldest = None, float("inf")
-        for c in self.connections:
-            since = c.idle_since
-            if since and since < oldest:
+        recent = self.now + 1.0  # idle, but active since the last sweep: the youngest idle
+        for c, (progress, since, _) in self.connections.items():
+            if not since or c.progress != progress:
+                since = recent
+            if since < oldest and not c.active():
                 victim, oldest = c, since
         if victim is None:
             self.refused += 1
             return False
-        self.connections.discard(victim)
+        self.discard(victim)
         self.evicted += 1
         victim.close_idle()
         return True
 
     def sweep(self, now: float) -> None:
-        """Closes connections idle for longer than their `idle_timeout`; checks the
-        receive timeouts of connections with a request arriving."""
+        """Closes connections idle for longer than their `idle_timeout`; tells those
+        whose request has been arriving without progress how long it has."""
+        self.now = now
         stale, slow = [], []
-        for c in self.connections:
-            since = c.idle_since
-            if since:
-                if 0 < c.idle_timeout < now - since:
+        for c, rec in self.connections.items():
+            progress = c.progress
+            if c.active():
+                rec[1] = 0.0
+                if not c.receiving() or progress != rec[0]:
+                    rec[2] = 0.0
+                elif not rec[2]:
+                    rec[2] = now
+                else:
+                    slow.append((c, now - rec[2]))
+            else:
+                rec[2] = 0.0
+                if progress != rec[0] or not rec[1]:
+                    rec[1] = now
+                elif 0 < c.idle_timeout < now - rec[1]:
                     stale.append(c)
-            elif c.receiving_since:
-                slow.append(c)
+            rec[0] = progress
         for c in stale:
-            self.connections.discard(c)
+            self.discard(c)
             self.idle_closed += 1
             c.close_idle()
-        for c in slow:
-            c.check_receive(now)
+        for c, seconds in slow:
+            c.check_receive(seconds)
 
 
 def bind_sockets(host: str, port: int, backlog: int = 2048) -> list[socket.socket]:
@@ -276,6 +303,7 @@ def _refuse(conn: socket.socket, refusal: bytes) -> None:
 async def sweep_forever(table: ConnectionTable, loop: asyncio.AbstractEventLoop,
                         seconds: float = SWEEP_SECONDS) -> None:
     """Runs `table.sweep` every `seconds` (a task of the serving loop)."""
+    table.now = loop.time()
     while True:
         await asyncio.sleep(seconds)
         table.sweep(loop.time())

@@ -124,7 +124,7 @@ class HttpProtocol(asyncio.Protocol):
     """One connection. The parser calls the on_* methods back from `feed_data`."""
 
     __slots__ = ("state", "transport", "parser", "busy", "keep_alive", "started", "seq",
-                 "task", "queue", "idle_since", "idle_timeout", "receiving_since", "loop",
+                 "task", "queue", "idle_timeout", "loop",
                  "_dead", "_paused", "_drain_left", "_drain_transport",
                  "_url", "_body", "_parts", "_length", "_te", "_expect", "_keep",
                  "_in_body", "_head_bytes", "_head_size", "_body_bytes")
@@ -141,11 +141,7 @@ class HttpProtocol(asyncio.Protocol):
         # parsed requests behind the one in flight: (method, target, body, keep alive),
         # or (None, status, message, False) for a refused one, answered in its turn
         self.queue: deque[tuple] = deque()
-        # for the ConnectionTable: loop time the connection became idle (0: a request is
-        # arriving or in progress) and loop time the request arriving began (0: none)
-        self.idle_since = 0.0
-        self.idle_timeout = state.idle_timeout
-        self.receiving_since = 0.0
+        self.idle_timeout = state.idle_timeout  # for the ConnectionTable
         self.loop: asyncio.AbstractEventLoop | None = None
         self._dead = False  # refused or upgraded: nothing more is parsed
         self._paused = False
@@ -169,13 +165,12 @@ class HttpProtocol(asyncio.Protocol):
     def connection_made(self, transport):
         self.transport = transport
         self.state.connections.add(self)
-        self.state.table.connections.add(self)
+        self.state.table.add(self)
         self.loop = asyncio.get_running_loop()
-        self.idle_since = self.loop.time()
 
     def connection_lost(self, exc):
         self.state.connections.discard(self)
-        self.state.table.connections.discard(self)
+        self.state.table.discard(self)
         self.busy = False
         self.transport = None
         self.task = None
@@ -192,9 +187,6 @@ class HttpProtocol(asyncio.Protocol):
             return
         if not self._in_body:
             self._head_bytes += len(data)
-        self.idle_since = 0.0
-        if not self.receiving_since:
-            self.receiving_since = self.loop.time()  # type: ignore[union-attr]
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserCallbackError as e:
@@ -305,7 +297,6 @@ class HttpProtocol(asyncio.Protocol):
         self._te = None
         self._expect = self._in_body = False
         self._body_bytes = 0
-        self.receiving_since = 0.0
         if self._dead:
             return
         if self.busy or self.queue:
@@ -387,7 +378,7 @@ class HttpProtocol(asyncio.Protocol):
             self._dead = True
             self.queue.clear()
             self.state.connections.discard(self)
-            self.state.table.connections.discard(self)
+            self.state.table.discard(self)
             if self._drain_left > 0:
                 self._drain_transport = transport
                 self.loop.call_later(5.0, transport.close)  # type: ignore[union-attr]
@@ -397,10 +388,19 @@ class HttpProtocol(asyncio.Protocol):
             self.loop.call_soon(self._next)  # type: ignore[union-attr]
         elif self._expect:
             self._continue()
-        elif not self.receiving_since:
-            self.idle_since = self.loop.time()  # type: ignore[union-attr]
 
     # -- the ConnectionTable's hooks ---------------------------------------------------
+    @property
+    def progress(self) -> int:
+        return self.seq
+
+    def active(self) -> bool:
+        """A request in progress, waiting, or arriving."""
+        return bool(self.busy or self.queue or self._in_body or self._head_bytes)
+
+    def receiving(self) -> bool:
+        return bool(self._in_body or self._head_bytes) and not self._dead
+
     def close_idle(self) -> None:
         """Idle too long, or evicted at the connection cap: closed without a word (RFC
         9112 9.5: a client must expect a kept-alive connection to close)."""
@@ -408,14 +408,11 @@ class HttpProtocol(asyncio.Protocol):
             self._dead = True
             self.transport.close()
 
-    def check_receive(self, now: float) -> None:
+    def check_receive(self, seconds: float) -> None:
         """408 for a request arriving too slowly (a head, or a whole request)."""
-        started = self.receiving_since
-        if not started or self._dead:
+        if self._dead:
             return
-        late = now - started
-        if late > BODY_TIMEOUT or (late > HEAD_TIMEOUT and not self._in_body):
-            self.receiving_since = 0.0
+        if seconds > BODY_TIMEOUT or (seconds > HEAD_TIMEOUT and not self._in_body):
             what = "request" if self._in_body else "request head"
             self._refuse(408, f"The {what} did not arrive within "
                               f"{BODY_TIMEOUT if self._in_body else HEAD_TIMEOUT:g} s")

@@ -153,6 +153,8 @@ def main() -> int:
     ap.add_argument("--requests", type=int, default=20000)
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--profile", choices=["grpc", "rest"])
+    ap.add_argument("--api", choices=["both", "rest"], default="both",
+                    help="rest: REST only (e.g. an older tree on PYTHONPATH, for an A/B)")
     a = ap.parse_args()
     import fixture_models as fm
 
@@ -176,9 +178,13 @@ def main() -> int:
             for _ in range(a.runs):
                 best["REST"] = min(best["REST"], loop.run_until_complete(
                     _rest(service, a.requests)))
-                best["gRPC"] = min(best["gRPC"], loop.run_until_complete(
-                    _grpc(service, a.requests)))
-            print(json.dumps({k: round(v * 1e6, 2) for k, v in best.items()}))
+                if a.api == "both":
+                    best["gRPC"] = min(best["gRPC"], loop.run_until_complete(
+                        _grpc(service, a.requests)))
+            if a.api == "rest":
+                print(f"loop us per REST Predict (best of {a.runs} x {a.requests}): "
+                      f"{best['REST'] * 1e6:.2f}")
+                return 0
             print(f"loop us per Predict (best of {a.runs} x {a.requests}): REST "
                   f"{best['REST'] * 1e6:.2f}, gRPC {best['gRPC'] * 1e6:.2f} "
                   f"(gRPC/REST {best['gRPC'] / best['REST']:.2f})")

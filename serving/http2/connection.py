@@ -29,6 +29,7 @@ from baton.serving.http2.send import Sender
 from baton.serving.http2.stream import Stream
 
 log = logging.getLogger("baton.serving.http2")
+DEADLINE_EXCEEDED = 4
 _UNARY_HEAD = bytes((f.HEADERS, f.END_HEADERS))  # a unary call's frames, as _unary reads
 _UNARY_TAIL = bytes((f.DATA, f.END_STREAM))
 
@@ -72,14 +73,12 @@ class H2Connection(Receiver, Sender, asyncio.Protocol):
         self.last_ping = -1e18
         self.worked = True  # a response went out since the last PING
         self.idle_frames = 0
-        self.idle_since = 0.0
-        self.idle_timeout = lim.idle_timeout
-        self.receiving_since = 0.0  # unused for HTTP/2: its timeouts are the windows'
+        self.idle_timeout = lim.idle_timeout  # for the ConnectionTable
 
     # -- connection ------------------------------------------------------------------
     def connection_made(self, transport):
         self.transport = transport
-        self.server.table.connections.add(self)
+        self.server.table.add(self)
         self.server.connections.add(self)
         name = transport.get_extra_info("peername")
         if isinstance(name, tuple):
@@ -90,7 +89,6 @@ class H2Connection(Receiver, Sender, asyncio.Protocol):
             self.peer = f"unix:{name or self.server.unix_path}"
         transport.write(f.settings_frame(self.server.settings) + f.window_update(
             0, self.limits.connection_window - f.DEFAULT_WINDOW))
-        self.idle_since = self.loop.time()
         if self.limits.handshake_timeout:
             self.handshake_timer = self.loop.call_later(self.limits.handshake_timeout,
                                                         self._handshake_expired)
@@ -113,7 +111,7 @@ class H2Connection(Receiver, Sender, asyncio.Protocol):
         if self.handshake_timer is not None:
             self.handshake_timer.cancel()
             self.handshake_timer = None
-        self.server.table.connections.discard(self)
+        self.server.table.discard(self)
         self.server.connections.discard(self)
         for s in list(self.streams.values()):
             self.abandon(s)
@@ -158,15 +156,31 @@ class H2Connection(Receiver, Sender, asyncio.Protocol):
         self.goaway(b"idle")
         self._close()
 
-    def check_receive(self, now: float) -> None:  # the ConnectionTable's hook; see windows
-        return
+    # -- the ConnectionTable's hooks: progress, active, receiving, check_receive ---------
+    @property
+    def progress(self) -> int:
+        return self.last_sid
+
+    def active(self) -> bool:
+        return bool(self.streams)
+
+    def receiving(self) -> bool:
+        return any(not s.remote_closed for s in self.streams.values())
+
+    def check_receive(self, seconds: float) -> None:
+        """Requests still arriving `request_timeout` after the sweep first saw them, with
+        no new stream since: answered DEADLINE_EXCEEDED and reset (a client cannot hold
+        a stream, and its buffered bytes, by never ending its request)."""
+        limit = self.limits.request_timeout
+        if not limit or seconds <= limit:
+            return
+        for s in [s for s in self.streams.values() if not s.remote_closed]:
+            self.server.answer(s, DEADLINE_EXCEEDED, f"the request did not arrive within "
+                                                     f"{limit:g} s")
 
     def maybe_close(self) -> None:
         if self.goaway_sent and not self.streams and self.transport is not None:
             self._close()
-
-    def became_idle(self) -> None:
-        self.idle_since = self.loop.time()
 
     def useful_work(self) -> None:
         self.worked = True
@@ -281,7 +295,6 @@ class H2Connection(Receiver, Sender, asyncio.Protocol):
         s = Stream(self, sid, request, self.peer_initial_window, self.stream_window - dl)
         s.remote_closed = True
         self.streams[sid] = s
-        self.idle_since = 0.0
         self._consumed(dl)
         self.server.start(s, handler, True, data[d + 14:])
         return True

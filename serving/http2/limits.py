@@ -64,6 +64,9 @@ class Http2Limits:
             SETTINGS; then it is closed. 0: no limit.
         idle_timeout: seconds a connection with no open stream is kept; then GOAWAY and
             close (grpc's max_connection_idle). 0: kept for ever.
+        request_timeout: seconds a request may keep arriving (its END_STREAM not come)
+            while no new stream opens on the connection; then DEADLINE_EXCEEDED and the
+            stream reset. 0: no limit.
     """
 
     max_concurrent_streams: int | None = 1000
@@ -80,6 +83,7 @@ class Http2Limits:
     max_buffered_request_bytes: int = 256 * MiB
     handshake_timeout: float = 10.0
     idle_timeout: float = 60.0
+    request_timeout: float = 60.0
 
     def __post_init__(self) -> None:
         checks = {

@@ -81,7 +81,6 @@ class Receiver:
     last_ping: float
     worked: bool
     idle_frames: int
-    idle_since: float
     goaway: Callable[..., None]
     abandon: Callable[[Stream], None]
     maybe_close: Callable[[], None]
@@ -301,7 +300,6 @@ class Receiver:
             return None
         s = Stream(self, sid, request, self.peer_initial_window, self.stream_window)
         self.streams[sid] = s
-        self.idle_since = 0.0
         if flags & f.END_STREAM:
             s.remote_closed = True
             self._request_complete(s)

@@ -31,7 +31,6 @@ class Sender:
     useful_work: Callable[[], None]  # a response went out: the flood counters restart
     worked: bool
     idle_frames: int
-    became_idle: Callable[[], None]  # the last open stream ended
     release: Callable[[Stream], None]  # gives back what a stream holds
     maybe_close: Callable[[], None]  # closes after a GOAWAY once no stream is left
 
@@ -115,6 +114,5 @@ class Sender:
         if s.timer is not None:
             s.timer.cancel()
             s.timer = None
-        if self.streams.pop(s.sid, None) is not None and not self.streams:
-            self.became_idle()
+        self.streams.pop(s.sid, None)
         self.release(s)

@@ -26,6 +26,7 @@ from baton.serving.connections import (
     bind_sockets,
     bind_unix,
     default_max_connections,
+    sweep_forever,
 )
 from baton.serving.http2 import frames as f
 from baton.serving.http2.calls import Calls, _Details
@@ -112,8 +113,10 @@ class GrpcServer(Calls):
         # one connection may hold a quarter of it (one message at least): a client cannot
         # take the whole budget over one connection
         self.connection_buffer_limit = max(self.buffers.limit // 4, one_message)
+        self._own_table = table is None  # then this server sweeps it itself
         self.table = (table if table is not None
                       else ConnectionTable(default_max_connections()))
+        self._sweeper: asyncio.Task | None = None
         self.stream_window = min(limits.initial_window_size, one_message)
         self.settings = {f.MAX_FRAME_SIZE: limits.max_frame_size,
                          f.INITIAL_WINDOW_SIZE: self.stream_window,
@@ -167,6 +170,8 @@ class GrpcServer(Calls):
 
     # -- lifecycle ---------------------------------------------------------------------
     def _listen(self, sock) -> None:
+        if self._own_table and self._sweeper is None:
+            self._sweeper = self.loop.create_task(sweep_forever(self.table, self.loop))
         self._listeners.append(Listener(self.loop, sock, lambda: H2Connection(self),
                                         self.table, REFUSAL, "gRPC"))
 
@@ -217,4 +222,6 @@ class GrpcServer(Calls):
                 c.abandon(s)
             if c.transport is not None:
                 c.transport.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         await asyncio.sleep(0)  # the closes run

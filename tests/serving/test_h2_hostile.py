@@ -216,6 +216,21 @@ def test_idle_connections_are_closed(server):
     assert not any(t == GOAWAY for t, *_ in busy.frames[:-1])  # answered before any GOAWAY
 
 
+@pytest.mark.parametrize("server", [{"limits": {"request_timeout": 0.5}}], indirect=True)
+def test_a_request_that_never_ends_is_cut_off(server):
+    """A stream whose request never ends (HEADERS, part of a message, then silence)
+    would hold its buffered bytes for ever: DEADLINE_EXCEEDED and reset instead."""
+    peer = Peer(server.port)
+    peer.send(headers(1) + frame(DATA, 0, 1, b"\0\0\0\0\x10" + b"x" * 5))
+    t = time.monotonic()
+    code = peer.rst(1, timeout=5)
+    assert code == 0 and time.monotonic() - t < 4
+    (trailers,) = [p for t, f, s, p in peer.frames if t == HEADERS and s == 1]
+    fields = dict(Decoder().decode(trailers))
+    assert fields["grpc-status"] == "4"
+    assert "did not arrive within 0.5 s" in fields["grpc-message"]
+
+
 @pytest.mark.parametrize("server", [{"max_connections": 4}], indirect=True)
 def test_connection_cap_evicts_idle_connections_then_refuses(server):
     server.channel.close()  # four connections of our own
