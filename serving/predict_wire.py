@@ -101,19 +101,25 @@ def _model_spec(raw: bytes, parts: PredictParts) -> bool:
     return True
 
 
+def _delimited(raw: bytes, pos: int, end: int) -> tuple[int, int, int]:
+    """(key byte, start, stop) of the length-delimited field at raw[pos]; ValueError if
+    it runs past `end` (a one-byte key: the fields read here are numbered 1 to 15)."""
+    key = raw[pos]
+    n = raw[pos + 1]
+    pos += 2
+    if n & 0x80:
+        n, pos = read_varint(raw, pos - 1)
+    if pos + n > end:
+        raise ValueError("truncated field")
+    return key, pos, pos + n
+
+
 def _input(raw: bytes, pos: int, end: int, parts: PredictParts, regions: list) -> bool:
     """The inputs map entry in raw[pos:end] (key 1, TensorProto 2) into `parts`; its
     packed values' place appended to `regions` (None when not in the usual form)."""
     name, tensor = "", None
     while pos < end:
-        key = raw[pos]
-        n = raw[pos + 1]
-        pos += 2
-        if n & 0x80:
-            n, pos = read_varint(raw, pos - 1)
-        stop = pos + n
-        if stop > end:
-            return False
+        key, pos, stop = _delimited(raw, pos, end)
         if key == 0x0A:
             name = raw[pos:stop].decode()
         elif key == 0x12:
@@ -189,14 +195,7 @@ def parse_predict_request(raw: bytes) -> PredictParts | None:
     pos, end = 0, len(raw)
     try:
         while pos < end:
-            key = raw[pos]
-            n = raw[pos + 1]
-            pos += 2
-            if n & 0x80:
-                n, pos = read_varint(raw, pos - 1)
-            stop = pos + n
-            if stop > end:
-                return None
+            key, pos, stop = _delimited(raw, pos, end)
             if key == 0x12:  # an inputs map entry
                 if not _input(raw, pos, stop, parts, regions):
                     return None

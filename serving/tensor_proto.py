@@ -76,7 +76,8 @@ def to_ndarray(proto) -> np.ndarray:
     raise invalid(f"tensor has {arr.size} values but shape {shape} needs {n}")
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
+    """n as a protobuf varint (n >= 0)."""
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
@@ -106,7 +107,7 @@ def from_ndarray(arr: np.ndarray, proto, tensor_content: bool = False) -> None:
     elif dt in _PACKED_TAG:
         data = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes()
         if data:
-            proto.MergeFromString(_PACKED_TAG[dt] + _varint(len(data)) + data)
+            proto.MergeFromString(_PACKED_TAG[dt] + varint(len(data)) + data)
     elif dt == 19:  # half_val holds each float16's bits as an int
         proto.half_val.extend(arr.reshape(-1).view(np.uint16).tolist())
     else:

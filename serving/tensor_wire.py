@@ -21,6 +21,7 @@ from __future__ import annotations
 import numpy as np
 
 from baton.serving.tensor_proto import DT_STRING, dtype_enum
+from baton.serving.tensor_proto import varint as _varint
 
 # TensorProto's packed fields for float (5) and double (6) values, by dtype enum
 _FLOAT_FIELDS = {1: (5, "<f4", np.float32, 4), 2: (6, "<f8", np.float64, 8)}
@@ -38,14 +39,8 @@ _SMALL = [bytes((i,)) for i in range(0x80)]
 
 
 def varint(n: int) -> bytes:
-    if n < 0x80:
-        return _SMALL[n]
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
+    """n as a protobuf varint (n >= 0), the one-byte ones from a table."""
+    return _SMALL[n] if n < 0x80 else _varint(n)
 
 
 def _dim(size: int) -> bytes:

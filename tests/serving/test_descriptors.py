@@ -25,13 +25,13 @@ import urllib.request
 
 import pytest
 from conftest import install
+from test_manager import fake_loader
 
 from baton.serving import http as http_mod
 from baton.serving.config import ModelConfig
 from baton.serving.connections import ConnectionTable, Listener, bind_sockets, sweep_forever
 from baton.serving.http import REFUSAL, HttpProtocol, HttpServerState
 from baton.serving.manager import ModelManager
-from baton.serving.status import Code, ServingError
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 BODY = json.dumps({"instances": [[0.5] * 32]}).encode()
@@ -39,21 +39,10 @@ BODY = json.dumps({"instances": [[0.5] * 32]}).encode()
 
 # -- the version poller -----------------------------------------------------------------
 
-class _Servable:
-    def __init__(self, name, version):
-        self.model_name, self.version = name, version
-
-
-def _loader(name, version, path, warmup=True):
-    if not os.path.exists(os.path.join(path, "ok")):
-        raise ServingError(Code.DATA_LOSS, f"corrupt {path}")
-    return _Servable(name, version)
-
-
 def test_a_base_path_that_cannot_be_read_unloads_nothing(tmp_path, monkeypatch, caplog):
     os.makedirs(tmp_path / "1")
     (tmp_path / "1" / "ok").touch()
-    m = ModelManager([ModelConfig("m", str(tmp_path))], poll_seconds=-1, loader=_loader)
+    m = ModelManager([ModelConfig("m", str(tmp_path))], poll_seconds=-1, loader=fake_loader)
     m.poll_once()
     assert m.resolve("m").version == 1
     real = os.listdir
