@@ -3,10 +3,15 @@
 Availability-preserving, like TF Serving's default policy: a new version is loaded and
 warmed up in the background and only then published; the old one is unloaded after
 that. A base path that cannot be listed (missing, out of descriptors) unloads nothing:
-the error is logged once and the next poll tries again. A version that fails to load (corrupt, half-copied, failing warmup) is treated as
-absent, so the serving version stays, and it is retried when its directory changes (a
-copy that completes) or after `retry_seconds`. Requests read an immutable snapshot
+the error is logged once and the next poll tries again. A version that fails to load
+(corrupt, half-copied, failing warmup) is treated as absent, so the serving version
+stays, and it is retried when its directory changes (a copy that completes) or after
+`retry_seconds`. Requests read an immutable snapshot
 (`_Model.serving`) that is swapped atomically, so the hot path takes no lock.
+
+A base path may be a bucket URL (`s3://`, `gs://`): serving.bucket_models lists its complete
+versions and downloads one to a local copy before it is loaded; a store that cannot be reached
+leaves the served versions as they are (logged, retried at the next poll).
 """
 
 from __future__ import annotations
@@ -18,8 +23,11 @@ import threading
 import time
 from collections.abc import Callable
 
+from baton.errors import StorageError
+from baton.serving import bucket_models
 from baton.serving.config import ModelConfig
-from baton.serving.servable import Servable, load_servable
+from baton.serving.loader import load_servable
+from baton.serving.servable import Servable
 from baton.serving.status import Code, ServingError, invalid, not_found
 
 log = logging.getLogger(__name__)
@@ -56,7 +64,10 @@ def version_dirs(base_path: str) -> dict[int, str]:
     directory name as found (`00000123` is version 123, read from `00000123/`); {} if
     base_path cannot be read. When two names give one version (`123`, `0123`), the
     shortest (then the first in sort order) is taken, so the choice is stable across
-    polls."""
+    polls. A bucket URL: its complete versions (serving.bucket_models; StorageError when
+    unreachable)."""
+    if bucket_models.is_remote(base_path):
+        return bucket_models.version_dirs(base_path)
     try:
         return read_version_dirs(base_path)
     except OSError:
@@ -64,8 +75,11 @@ def version_dirs(base_path: str) -> dict[int, str]:
 
 
 def read_version_dirs(base_path: str) -> dict[int, str]:
-    """version_dirs, raising OSError when base_path cannot be listed (missing, EMFILE,
-    EACCES, ...): the poller must not take that for "no versions"."""
+    """version_dirs, raising OSError when a local base_path cannot be listed (missing,
+    EMFILE, EACCES, ...) and StorageError when a bucket cannot be reached: the poller must
+    not take either for "no versions"."""
+    if bucket_models.is_remote(base_path):
+        return bucket_models.version_dirs(base_path)
     entries = sorted(os.listdir(base_path), key=lambda e: (len(e), e))
     out: dict[int, str] = {}
     for e in entries:
@@ -81,6 +95,8 @@ def list_versions(base_path: str) -> list[int]:
 
 def fingerprint(path: str) -> tuple:
     """(relative path, size, mtime_ns) of every file: changes while a copy is in progress."""
+    if bucket_models.is_remote(path):
+        return bucket_models.fingerprint(path)
     items = []
     for root, _, files in os.walk(path):
         for f in files:
@@ -167,14 +183,15 @@ class ModelManager:
         cfg = model.config
         try:
             dirs = read_version_dirs(cfg.base_path)
-        except OSError as e:
+        except (OSError, StorageError) as e:
             # As TF Serving's file system source: a base path that cannot be read (missing,
-            # out of descriptors, no permission) is an error of this poll, never "no
-            # versions": what is loaded stays and the next poll tries again.
+            # out of descriptors, no permission, a store out of reach) is an error of this
+            # poll, never "no versions": what is loaded stays and the next poll tries again.
             if not model.unreadable:
+                why = e.strerror if isinstance(e, OSError) and e.strerror else e
                 log.error("Cannot read base path %s of servable %s: %s; keeping versions "
                           "%s and trying again every poll", cfg.base_path, cfg.name,
-                          e.strerror or e, sorted(model.serving))
+                          why, sorted(model.serving))
             model.unreadable = True
             return
         if model.unreadable:
@@ -207,6 +224,8 @@ class ModelManager:
         if dropped:
             model.publish(keep)
             for v in dropped:
+                if bucket_models.is_remote(cfg.base_path):
+                    bucket_models.release(cfg.base_path, v)
                 model.records[v] = VersionStatus(v, END)
                 log.info("Unloaded servable version {name: %s version: %d}", cfg.name, v)
                 self._notify(cfg.name, v, END)
@@ -218,7 +237,8 @@ class ModelManager:
         model.records[v] = VersionStatus(v, LOADING)
         self._notify(cfg.name, v, LOADING)
         try:
-            servable = self._loader(cfg.name, v, path, warmup=self.warmup)
+            local = bucket_models.local_copy(path) if bucket_models.is_remote(path) else path
+            servable = self._loader(cfg.name, v, local, warmup=self.warmup)
             if fingerprint(path) != before:
                 raise ServingError(Code.UNAVAILABLE,
                                    f"{path} changed while loading (copy in progress?)")
