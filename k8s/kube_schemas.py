@@ -1,4 +1,4 @@
-"""Kubernetes' own schemas for built-in kinds (Deployment, Service, ConfigMap, Job, PVC).
+"""Kubernetes' own schemas for built-in kinds (Deployment, Service, ConfigMap, Job, PVC, Secret).
 
 The schemas are the PyPI package `kubernetes-validate`'s (a dependency): the JSON schemas
 generated from the Kubernetes OpenAPI spec for each minor release (1.25 ... 1.37), including
@@ -22,6 +22,7 @@ _KINDS = {
     ("v1", "Service"),
     ("v1", "PersistentVolumeClaim"),
     ("v1", "Pod"),
+    ("v1", "Secret"),
     ("apps/v1", "Deployment"),
     ("batch/v1", "Job"),
 }

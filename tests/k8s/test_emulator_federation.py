@@ -181,7 +181,7 @@ def test_a_service_selecting_no_deployment_is_refused(tmp_path):
 
 
 def _descendants(pid: int) -> list[int]:
-    from baton.pipeline.federated.processes import _descendants as found
+    from baton.pipeline.federated.launch import _descendants as found
 
     return found(pid)
 

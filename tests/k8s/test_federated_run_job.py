@@ -73,6 +73,19 @@ def test_baton_k8s_emulate_runs_the_generated_federation(tmp_path, capsys):
     assert not (run_dir / "fl" / "federation").exists()  # no local federation's files
     node_log = (work / "logs" / "fedpen-r1-node-client-0-0.log").read_text()
     assert "container wait-for-data" in node_log and "container supernode" in node_log
+    # TLS and node authentication, from the manifests' own Secrets: the SuperLink serves
+    # HTTPS with only registered nodes; the run Job registered exactly the two clients'
+    # keys before submitting; each node proved its key (no self-registration) and its warm
+    # ClientApp host, not a process per message, answered
+    link_log = (work / "logs" / "fedpen-r1-superlink-0.log").read_text()
+    assert "Uvicorn running on https://" in link_log and "--insecure" not in link_log
+    assert "SuperNode authentication is disabled" not in link_log
+    assert "registered 2 SuperNode keys (exactly the spec's clients)" in log
+    for i in (0, 1):
+        node_log = (work / "logs" / f"fedpen-r1-node-client-{i}-0.log").read_text()
+        assert "SuperNode ID" in node_log and "served train" in node_log, node_log[-2000:]
+    keys = list((work / "configmaps").glob("secret-*/node.key"))
+    assert len(keys) == 2 and all(k.stat().st_mode & 0o077 == 0 for k in keys)
     # nothing outlives the emulation: not the daemons, nor what they spawned in their own
     # sessions (flower-superexec, flwr-serverapp, flwr-clientapp dial the daemons' ports)
     ports = [a.rsplit(":", 1)[1] for a in json.loads((work / "addresses.json").read_text())[
