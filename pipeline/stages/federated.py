@@ -304,6 +304,12 @@ def check_options(config: Config, options: Any, stage: Any, spec: Any) -> list[s
                 "inject-failure client:N@round:R:slow delays a client's train reply, and under "
                 "secure_aggregation the round is SecAgg+'s own messages; rehearse a lost client "
                 f"(client:N@round:R) there. Received: {options.inject_failure!r}")
+    if getattr(options, "superlink", None) and not getattr(options, "superlink_credentials",
+                                                           None):
+        problems.append(
+            f"--superlink {options.superlink} needs --superlink-credentials DIR: the "
+            "SuperLink's CA (ca.crt), its Control API token (control.token) and the clients' "
+            "public keys (nodes/<client>.pub), which the stage registers before it submits")
     if config.insecure and getattr(options, "superlink", None):
         problems.append(
             "insecure: true is for a local rehearsal on 127.0.0.1; a SuperLink elsewhere "

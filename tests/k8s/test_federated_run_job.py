@@ -108,11 +108,27 @@ def _processes_mentioning(needles: list[str]) -> list[str]:
 
 def test_superlink_refuses_inject_failure_naming_the_flag(tmp_path, capsys):
     spec = _spec(tmp_path)
-    assert baton(["run", str(spec), "--superlink", "127.0.0.1:9091", "--inject-failure",
-                  "client:1@round:1", "--check"]) == 2
+    assert baton(["run", str(spec), "--superlink", "127.0.0.1:9091", "--superlink-credentials",
+                  str(tmp_path), "--inject-failure", "client:1@round:1", "--check"]) == 2
     err = capsys.readouterr().err
     assert "--inject-failure kills a SuperNode or the SuperLink this stage started" in err
     assert "'client:1@round:1' with --superlink 127.0.0.1:9091" in err
+
+
+def test_superlink_without_its_credentials_exits_2_naming_the_flag(tmp_path, capsys):
+    assert baton(["run", str(_spec(tmp_path)), "--superlink", "h:9091", "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "--superlink h:9091 needs --superlink-credentials DIR" in err
+    assert baton(["run", str(_spec(tmp_path)), "--superlink-credentials", str(tmp_path),
+                  "--check"]) == 2
+    assert "--superlink-credentials goes with --superlink" in capsys.readouterr().err
+
+
+def test_insecure_with_superlink_exits_2(tmp_path, capsys):
+    spec = _spec(tmp_path, {**CONFIG, "insecure": True})
+    assert baton(["run", str(spec), "--superlink", "h:9091", "--superlink-credentials",
+                  str(tmp_path), "--check"]) == 2
+    assert "insecure: true is for a local rehearsal on 127.0.0.1" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("address", ["nohost", "host:", ":9091", "host:port", "host:70000"])
