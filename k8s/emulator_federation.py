@@ -49,6 +49,7 @@ from baton.k8s.emulator_pods import (
     controller_exit,
     deleted_on_signals,
     find_configmaps,
+    find_documents,
     mount_dirs,
     plan_steps,
     read_only_mounts,
@@ -358,21 +359,11 @@ def find_secrets(manifests_dir: Path | None) -> dict[str, dict[str, str]]:
     """Secret name -> its data (decoded), from every YAML file in `manifests_dir`."""
     import base64
 
-    import yaml
-
     out: dict[str, dict[str, str]] = {}
-    if manifests_dir is None or not manifests_dir.is_dir():
-        return out
-    for f in sorted(manifests_dir.rglob("*.y*ml")):
-        try:
-            docs = list(yaml.safe_load_all(f.read_text()))
-        except yaml.YAMLError:
-            continue
-        for d in docs:
-            if isinstance(d, dict) and d.get("kind") == "Secret":
-                data = {k: base64.b64decode(v).decode() for k, v in (d.get("data") or {}).items()}
-                data.update({k: str(v) for k, v in (d.get("stringData") or {}).items()})
-                out[d["metadata"]["name"]] = data
+    for d in find_documents(manifests_dir, "Secret"):
+        data = {k: base64.b64decode(v).decode() for k, v in (d.get("data") or {}).items()}
+        data.update({k: str(v) for k, v in (d.get("stringData") or {}).items()})
+        out[d["metadata"]["name"]] = data
     return out
 
 

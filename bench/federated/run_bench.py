@@ -347,8 +347,8 @@ def secagg_report(sa: dict) -> list[str]:
         "of the updates is not otherwise isolated). Its steps per round: "
         + ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in stage.items())
         + ". Collect includes the clients' training; setup, share keys and unmask "
-        f"({extra:.1f} s) are the protocol's own: three more train messages per client, "
-        "(measured when each was a fresh ClientApp process); on a loaded machine they are the "
+        f"({extra:.1f} s) are the protocol's own: three more train messages per client (each "
+        "a fresh ClientApp process when this was measured); on a loaded machine they are the "
         "direct measure, "
         "the difference between the two runs moves with the load. The server received "
         f"{min(s['masked_vectors'] for s in steps)} masked vectors and "

@@ -53,8 +53,9 @@ from flwr.clientapp import ClientApp
 from baton.pipeline.federated import codec, compression, downlink
 
 app = ClientApp()
-# setup digest -> Local (and data dir -> ClientData): built once per ClientApp host process,
-# which answers every message of its SuperNode (clientapp_host), and per simulation actor
+# (setup digest, data dir) -> Local, data dir -> ClientData: built once per ClientApp host
+# process, which answers every message of its SuperNode (clientapp_host), and per simulation
+# actor, which answers several virtual nodes
 _LOCAL: dict[str, Any] = {}
 STATE = "baton"
 COPY = "baton-copy"  # context.state: the node's copy of the global model (an ArrayRecord)
@@ -90,12 +91,14 @@ def _local(context: Context) -> Any:
         raise RuntimeError("this node has no transform setup yet: the server sends it before "
                            "training")
     raw = codec.field(context.state[STATE], "setup")
-    digest = hashlib.sha256(raw).hexdigest()
-    if digest not in _LOCAL:
+    # the setup is the same for every client: the key names the client's data too, or a
+    # process serving several nodes (a simulation's actor) trains them all on the first's
+    key = hashlib.sha256(raw).hexdigest() + ":" + str(context.node_config["data-dir"])
+    if key not in _LOCAL:
         setup = codec.loads(raw)
-        _LOCAL[digest] = Local(FnSpec(**setup["fn"]), setup["resolved"], setup["label"],
-                               _data(context), Settings(**setup["settings"]))
-    return _LOCAL[digest]
+        _LOCAL[key] = Local(FnSpec(**setup["fn"]), setup["resolved"], setup["label"],
+                            _data(context), Settings(**setup["settings"]))
+    return _LOCAL[key]
 
 
 def _reply(msg: Message, **payload: Any) -> Message:

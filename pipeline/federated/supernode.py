@@ -7,7 +7,10 @@ SuperNode spawns no ClientApp process of its own) and `--superexec-auth-secret-f
 Runtime API admits only a caller with the secret). The SuperNode runs as a child (it dies with
 this process, PR_SET_PDEATHSIG); this process imports TensorFlow and Baton's ClientApp while
 the SuperNode connects, then serves its tasks (pipeline.federated.clientapp_host). When the
-SuperNode exits, so does this launcher, with its code (a pod restarts them together).
+SuperNode exits, so does this launcher, with its code (a pod restarts them together), except
+when Flower says the SuperLink did not admit it ("Exit Code: 305", its key not registered
+yet: the run Job registers the clients when it starts, maybe after this pod): then it is
+started again after RETRY_S, saying so, until it is admitted.
 """
 
 from __future__ import annotations
@@ -21,12 +24,50 @@ import sys
 import threading
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
+
+RETRY_S = 10.0
+NOT_ADMITTED = "Exit Code: 305"  # flwr's SUPERNODE_CONNECTION_ERROR (its process exits 1)
 
 
 def _die_with_parent() -> None:
     import ctypes
 
     ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+
+
+class SuperNode:
+    """Flower's SuperNode as a child: its output passed through (and read for Flower's exit
+    code), started again while the SuperLink does not admit it."""
+
+    def __init__(self, argv: list[str], stop: threading.Event) -> None:
+        self.argv, self.stop = argv, stop
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.code = 0
+
+    def run(self) -> None:
+        while True:
+            self.proc = subprocess.Popen(  # noqa: S603 - the operator's own flags
+                self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                preexec_fn=_die_with_parent if sys.platform == "linux" else None)
+            refused = False
+            assert self.proc.stdout is not None
+            for line in self.proc.stdout:
+                sys.stdout.buffer.write(line)
+                sys.stdout.flush()
+                refused = refused or NOT_ADMITTED.encode() in line
+            self.code = self.proc.wait()
+            if not refused or self.stop.is_set():
+                break
+            logging.warning("the SuperLink did not admit this SuperNode (its key not "
+                            "registered yet?); starting it again in %.0f s", RETRY_S)
+            if self.stop.wait(RETRY_S):
+                break
+        self.stop.set()
+
+    def signal(self, signum: int) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signum)
 
 
 def _flags(argv: Sequence[str]) -> argparse.Namespace:
@@ -54,25 +95,19 @@ def main(argv: Sequence[str] | None = None) -> int:
                         format="%(asctime)s baton-host %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per poll otherwise
     secret = Path(flags.superexec_auth_secret_file).read_bytes()
-    node = subprocess.Popen(  # noqa: S603 - the operator's own flags
-        [str(Path(sys.executable).parent / "flower-supernode"), *args],
-        preexec_fn=_die_with_parent if sys.platform == "linux" else None)
     from baton.pipeline.federated.clientapp_host import WarmClientApp
 
     host = WarmClientApp(f"{flags.host}:{flags.port}", secret)
+    node = SuperNode([str(Path(sys.executable).parent / "flower-supernode"), *args], host.stop)
+    watcher = threading.Thread(target=node.run, daemon=True)  # the node gone: the host stops
+    watcher.start()
 
-    def _stop(signum: int, _frame: object) -> None:
+    def _stop(signum: int, _frame: Any) -> None:
         host.stop.set()
-        if node.poll() is None:
-            node.send_signal(signum)
+        node.signal(signum)
 
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGINT, _stop)
-    def _watch() -> None:  # the SuperNode gone: the host stops too
-        node.wait()
-        host.stop.set()
-
-    threading.Thread(target=_watch, daemon=True).start()
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import tensorflow  # noqa: F401 - warm: the first message must not pay the import
 
@@ -81,11 +116,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.info("ClientApp host ready for the SuperNode's Runtime API at %s:%s",
                  flags.host, flags.port)
     host.serve()
-    try:
-        code = node.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        node.kill()
-        code = node.wait()
+    node.signal(signal.SIGTERM)
+    watcher.join(timeout=15)
+    if watcher.is_alive() and node.proc is not None:
+        node.proc.kill()
+        watcher.join(timeout=5)
+    code = node.code
     return code if code >= 0 else 128 - code
 
 

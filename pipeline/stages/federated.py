@@ -47,7 +47,9 @@ from typing import Any, Literal
 
 from baton.errors import StageError
 from baton.pipeline.context import StageContext
-from baton.pipeline.dataplane.column_plan import TransformSettings, plan_columns
+from baton.pipeline.dataplane.column_plan import TransformSettings
+from baton.pipeline.federated.silos import FEDERATION_SUFFIX as FEDERATION_SUFFIX
+from baton.pipeline.federated.stage_run import federation_dir as federation_dir
 
 INPUTS = {"examples": False}
 OUTPUTS = ("model", "transform_graph")
@@ -56,7 +58,6 @@ CODE_DEPS = ("baton.pipeline.federated", "baton.graphs.column_kinds", "baton.gra
              "baton.graphs.models", "baton.graphs.model_fn", "baton.graphs.objectives",
              "baton.pipeline.dataplane.partition")
 CACHEABLE = True
-FEDERATION_SUFFIX = ".federation"  # <run dir>/<stage>.federation: an external federation's files
 _FAULT = re.compile(r"^(?:client:(?P<client>\d+)|(?P<server>server))@round:(?P<round>\d+)"
                     r"(?P<slow>:slow)?$")
 
@@ -343,9 +344,11 @@ def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
 
 def external_inputs(config: Config, spec_dir: Path | None) -> list[Path]:
     """Silo data and the user's code are part of the stage's identity (cache key)."""
+    from baton.pipeline.federated.silos import silo_path
+
     out: list[Path] = []
     if not isinstance(config.clients, int):
-        out += [_silo_path(s, spec_dir) / "schema.json" for s in config.clients]
+        out += [silo_path(s.examples, spec_dir) / "schema.json" for s in config.clients]
     refs = [r for r in (config.transform.preprocessing_fn, config.model, config.loss)
             if r and ":" in r]
     if refs:
@@ -355,81 +358,12 @@ def external_inputs(config: Config, spec_dir: Path | None) -> list[Path]:
     return out
 
 
-def _silo_path(silo: Silo, spec_dir: Path | None) -> Path:
-    p = Path(silo.examples)
-    return p if p.is_absolute() or spec_dir is None else (spec_dir / p)
-
-
-def federation_dir(ctx: StageContext) -> Path:
-    """An external federation's files, outside the stage's temporary directory (which is renamed
-    when the stage ends): `<run dir>/<stage>.federation/` (k8s.federated.federation_dir)."""
-    return ctx.run_dir / f"{ctx.stage}{FEDERATION_SUFFIX}"
-
-
-def _clients(ctx: StageContext, config: Config, external: bool = False) -> dict[str, Path]:
-    from baton.pipeline.dataplane import partition as P
-    from baton.pipeline.dataplane.schema_file import ExamplesSchema
-
-    if not isinstance(config.clients, int):
-        out = {}
-        for silo in config.clients:
-            path = _silo_path(silo, ctx.spec_dir)
-            if external:  # the silo is on its SuperNode's machine, not necessarily here
-                out[silo.name] = path
-                continue
-            if not (path / "schema.json").is_file() or not any((path / "train").glob("*")):
-                raise StageError(f"federated.clients.{silo.name}: no examples at {path} "
-                                 "(expected schema.json and train/ shards of an ingest run)")
-            out[silo.name] = path
-        return out
-    examples = ctx.inputs["examples"]
-    part = config.partition or PartitionSettings(iid=True)
-    partition = P.Partition(by=part.by, dirichlet=part.dirichlet, iid=part.iid, seed=part.seed)
-    schema = ExamplesSchema.load(examples)
-    names = P.client_names(partition, schema, examples,
-                           None if part.by else config.clients)
-    if part.by and len(names) != config.clients:
-        raise StageError(f"federated.partition.by {part.by!r} makes {len(names)} clients "
-                         f"({names}); clients is {config.clients}")
-    root = (federation_dir(ctx) if external else ctx.work_dir) / "clients"
-    # an external federation's SuperNodes were set up from `clients: N` alone (the Kubernetes
-    # manifests), so its silos are client-0 ... client-N-1 whatever the partition calls them
-    dirs = [f"client-{i}" for i in range(len(names))] if external else names
-    if external:
-        _empty_silos(root, dirs)
-    else:
-        shutil.rmtree(root, ignore_errors=True)
-    counts = P.split(examples, [root / d for d in dirs], partition)
-    ctx.log(f"partition {partition.describe()}: " + ", ".join(
-        f"{d}{f' ({n})' if d != n else ''} {counts[n].get('train', 0)}/"
-        f"{counts[n].get('eval', 0)}" for d, n in zip(dirs, names, strict=True))
-        + " train/eval rows" + (f" in {root}" if external else ""))
-    return {d: root / d for d in dirs}
-
-
-def _empty_silos(root: Path, dirs: list[str]) -> None:
-    """Empty each silo directory but keep the directory itself: a SuperNode pod may already
-    have it mounted (a subPath is a bind mount of that very directory, and one removed and
-    created again would leave the pod looking at the deleted one, waiting forever)."""
-    for d in dirs:
-        silo = root / d
-        silo.mkdir(parents=True, exist_ok=True)
-        for child in silo.iterdir():
-            if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child)
-            else:
-                child.unlink()
-
-
 def run(ctx: StageContext, config: Config) -> None:
+    from baton.pipeline.federated import silos, stage_run
     from baton.pipeline.federated.control import Control
-    from baton.pipeline.federated.follow import follow, publish
-    from baton.pipeline.federated.plan import RoundLog
-    from baton.pipeline.federated.processes import Federation
 
     external = ctx.options.superlink
-    clients = _clients(ctx, config, external=bool(external))
-    faults = parse_faults(ctx.options.inject_failure, len(clients))
+    faults = parse_faults(ctx.options.inject_failure, _count(config))
     if faults and external:  # check_options refuses it first; this is the stage's own guard
         raise StageError("federated: inject-failure kills processes this stage started; with "
                          f"--superlink it starts none. Received: {ctx.options.inject_failure!r}")
@@ -437,55 +371,36 @@ def run(ctx: StageContext, config: Config) -> None:
         ctx.log("WARNING: insecure: true: the SuperLink and SuperNodes talk plaintext HTTP and "
                 "the SuperLink admits any SuperNode (no TLS, no node authentication); a local "
                 "rehearsal on 127.0.0.1 only, never for silos on other machines")
-    fn = _fn_spec(ctx, config, clients, external)
-    work = federation_dir(ctx) if external else ctx.work_dir / "federation"
-    if external:  # keep the silos (the SuperNodes read them); a fresh server directory
-        shutil.rmtree(work / "server", ignore_errors=True)
-    else:
-        shutil.rmtree(work, ignore_errors=True)
-    server = work / "server"
-    server.mkdir(parents=True)
-    log = RoundLog(server / "rounds.jsonl")
     secrets = ctx.work_dir / "credentials"  # private keys: removed when the stage ends
     started = time.perf_counter()
     try:
-        creds = _credentials(ctx, config, list(clients), secrets, external)
-        if external:
+        if not external:
+            clients = silos.for_stage(ctx, config)
+            creds = _credentials(ctx, config, list(clients), secrets, None)
+            server = stage_run.run_local(ctx, config, clients, creds, faults)
+        else:
+            # an external federation's names: client-<i> in a rehearsal (its SuperNodes were
+            # set up from `clients: N`), else the silos'. Registered before the silos are
+            # written: a SuperNode starts when its silo appears and must find its key admitted
+            names = [f"client-{i}" for i in range(config.clients)] \
+                if isinstance(config.clients, int) else [s.name for s in config.clients]
+            creds = _credentials(ctx, config, names, secrets, external)
             control = Control(ctx.work_dir / "flwr", external, creds)
-            ctx.log(f"external SuperLink at {external}: no SuperLink or SuperNode started "
-                    "here; bytes on the wire are not counted (no relays between the SuperNodes "
-                    "and the SuperLink), so the rounds have no bytes fields")
             try:
-                control.wait_reachable(timeout=120)
-                registry = control.register({n: creds.nodes[n].public_key for n in clients})
-                ctx.log(f"registered {len(registry)} SuperNode keys (exactly the spec's "
-                        f"clients): {registry}")
-                plan_path = _plan(config, clients, work, fn, ctx, faults, registry,
-                                  wire_path="")
-                run_id = control.submit(plan_path)
-                ctx.log(f"run {run_id} submitted to {external} (plan {plan_path})")
-                follow(ctx, control, run_id, plan_path, log, [])
+                server = stage_run.run_external(ctx, config, control, creds, names)
             finally:
                 control.close()
-        else:
-            fed = Federation(work, clients, creds, insecure=config.insecure)
-            try:
-                fed.start()
-                ctx.log(f"{len(clients)} SuperNodes connected to the SuperLink on "
-                        f"127.0.0.1:{fed.port} ("
-                        + ("plaintext, any node admitted" if config.insecure else
-                           "TLS, node authentication: registered node ids "
-                           f"{fed.registry}") + ")")
-                plan_path = _plan(config, clients, work, fn, ctx, faults, fed.registry,
-                                  wire_path=str(work / "wire.json"))
-                run_id = fed.submit(plan_path)
-                follow(ctx, fed, run_id, plan_path, log,
-                        [f for f in faults if f[0] != "slow"])  # the slow ones are the plan's
-            finally:
-                fed.stop()
     finally:
         shutil.rmtree(secrets, ignore_errors=True)
-    publish(ctx, server, log, len(clients), time.perf_counter() - started)
+    from baton.pipeline.federated.follow import publish
+    from baton.pipeline.federated.plan import RoundLog
+
+    publish(ctx, server, RoundLog(server / "rounds.jsonl"), _count(config),
+            time.perf_counter() - started)
+
+
+def _count(config: Config) -> int:
+    return config.clients if isinstance(config.clients, int) else len(config.clients)
 
 
 def _credentials(ctx: StageContext, config: Config, clients: list[str], directory: Path,
@@ -512,47 +427,5 @@ def _credentials(ctx: StageContext, config: Config, clients: list[str], director
                          "each client's public key as nodes/<client>.pub)")
     return C.for_stage(directory, clients, own, list(config.tls.hosts),
                        Path(remote) if remote else None)
-
-
-def _fn_spec(ctx: StageContext, config: Config, clients: dict[str, Path],
-             external: str | None) -> Any:
-    from baton.pipeline.dataplane.schema_file import ExamplesSchema
-    from baton.pipeline.federated.local import FnSpec
-
-    spec_dir = str(ctx.spec_dir) if ctx.spec_dir else None
-    if config.transform.preprocessing_fn:
-        return FnSpec(preprocessing_fn=config.transform.preprocessing_fn, search_dir=spec_dir)
-    first = next(iter(clients.values()))
-    if not (first / "schema.json").is_file():  # only an external federation's real silos
-        raise StageError(
-            "federated.transform.preprocessing_fn: the column plan needs a client's "
-            f"schema.json, which is not readable here ({first / 'schema.json'}) with "
-            f"--superlink {external}; give transform.preprocessing_fn or make one silo's "
-            "schema.json readable at its examples path. Received: no preprocessing_fn")
-    return FnSpec(columns=plan_columns(config.transform, ExamplesSchema.load(first)))
-
-
-def _plan(config: Config, clients: dict[str, Path], work: Path, fn: Any, ctx: StageContext,
-          faults: list[tuple[str, int, int]], registry: dict[str, int], wire_path: str) -> Path:
-    from baton.pipeline.federated.plan import Plan
-
-    plan = Plan(
-        clients=list(clients), out_dir=str(work / "server"), wire_path=wire_path,
-        fn=fn.to_dict(),
-        settings={"model": config.model, "model_params": dict(config.model_params),
-                  "batch_size": config.batch_size, "learning_rate": config.learning_rate,
-                  "optimizer": config.optimizer, "loss": config.loss, "seed": config.seed,
-                  "search_dir": str(ctx.spec_dir) if ctx.spec_dir else None},
-        rounds=config.rounds, local_epochs=config.local_epochs, algorithm=config.algorithm,
-        proximal_mu=config.proximal_mu, server_learning_rate=config.server_learning_rate,
-        fraction_fit=config.fraction_fit, min_clients=config.min_clients,
-        round_timeout_s=config.round_timeout_s, compression=config.compression,
-        privacy=dataclasses.asdict(config.privacy) if config.privacy else {}, edge=config.edge,
-        secure_aggregation=dataclasses.asdict(config.secagg) if config.secagg else {},
-        late_clients=[{"client": list(clients)[index], "round": number,
-                       "seconds": config.round_timeout_s + 5.0}
-                      for kind, index, number in faults if kind == "slow"],
-        nodes=dict(registry))
-    return plan.save(work / "plan.json")
 
 

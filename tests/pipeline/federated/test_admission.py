@@ -100,17 +100,11 @@ def test_under_secure_aggregation_an_inflated_weight_refuses_the_round(tmp_path,
     """SecAgg+ hides each client's weight inside its masked vector; the unmasked sum of the
     weights is visible. Client c declared 42 rows and weighs its update by 4200: the sum passes
     what the three declared, and the round leaves the global model as it was."""
-    from flwr.app import ConfigRecord, Context
-    from flwr.server.client_manager import SimpleClientManager
-    from flwr.server.client_proxy import ClientProxy
-    from flwr.server.compat.legacy_context import LegacyContext
-    from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD, Key
     from flwr.supercore.task_identity import TaskIdentity
 
-    from baton.pipeline.federated import secagg
     from baton.pipeline.federated.admission import Admission
 
-    from .test_secagg_inprocess import Core, Grid, _clients
+    from .test_secagg_inprocess import Core, _clients, secagg_round
 
     monkeypatch.setattr(TaskIdentity, "_run_id", 1)
     monkeypatch.setattr(TaskIdentity, "_node_id", 0)
@@ -120,7 +114,7 @@ def test_under_secure_aggregation_an_inflated_weight_refuses_the_round(tmp_path,
     declared = {11: 134, 22: 102, 33: 42}
 
     def refused(reported):
-        clients, call = _clients(weights, reported)
+        _, call = _clients(weights, reported)
         plan = Plan(clients=["a", "b", "c"], out_dir=str(tmp_path), wire_path="", fn={},
                     settings={}, min_clients=2, secure_aggregation={"num_shares": 1.0},
                     nodes={"a": 11, "b": 22, "c": 33})
@@ -131,30 +125,7 @@ def test_under_secure_aggregation_an_inflated_weight_refuses_the_round(tmp_path,
                                     admission=admission, log=RoundLog(tmp_path / "r.jsonl"))
         core = Core()
         core.pending = {}
-        manager = SimpleClientManager()
-
-        class Proxy(ClientProxy):
-            def __init__(self, node):
-                super().__init__(str(node))
-                self.node_id = node
-
-            def get_properties(self, *a): ...
-            def get_parameters(self, *a): ...
-            def fit(self, *a): ...
-            def evaluate(self, *a): ...
-            def reconnect(self, *a): ...
-
-        for node in declared:
-            manager.register(Proxy(node))
-        mean = secagg.Mean(run, core, weights, 1, 1)
-        ctx = LegacyContext(Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
-                                    run_config={}), strategy=mean, client_manager=manager)
-        ctx.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord({Key.CURRENT_ROUND: 1,
-                                                                       Key.START_TIME: 0.0})
-        ctx.state.array_records[MAIN_PARAMS_RECORD] = ArrayRecord(weights)
-        workflow = secagg.Timed(1.0, 0.67, max_weight=134.0, timeout=10)
-        mean.workflow = workflow
-        workflow(secagg.Watched(Grid(call)), ctx)
+        _, mean, _ = secagg_round(run, core, weights, list(declared), call)
         assert mean.result is not None
         moved = not np.allclose(mean.result[0], weights[0])
         return moved, core.pending.get("admission", [])
