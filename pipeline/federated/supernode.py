@@ -6,11 +6,10 @@ make the host the only one allowed to take the node's tasks: `--isolation proces
 SuperNode spawns no ClientApp process of its own) and `--superexec-auth-secret-file` (its
 Runtime API admits only a caller with the secret). The SuperNode runs as a child (it dies with
 this process, PR_SET_PDEATHSIG); this process imports TensorFlow and Baton's ClientApp while
-the SuperNode connects, then serves its tasks (pipeline.federated.clientapp_host). When the
-SuperNode exits, so does this launcher, with its code (a pod restarts them together), except
-when Flower says the SuperLink did not admit it ("Exit Code: 305", its key not registered
-yet: the run Job registers the clients when it starts, maybe after this pod): then it is
-started again after RETRY_S, saying so, until it is admitted.
+the SuperNode connects, then serves its tasks (pipeline.federated.clientapp_host). A SuperNode
+that ends by itself (it lost or was not yet admitted by the SuperLink: `SuperNode`) is started
+again after RETRY_S, saying so; SIGTERM/SIGINT stop both, and the launcher exits with the
+SuperNode's last code.
 """
 
 from __future__ import annotations
@@ -26,8 +25,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-RETRY_S = 10.0
+RETRY_S = 5.0
 NOT_ADMITTED = "Exit Code: 305"  # flwr's SUPERNODE_CONNECTION_ERROR (its process exits 1)
+# flwr 1.42's SuperNode lines after which it is alive but no longer a node: it says it
+# terminated and may hang in Python's shutdown (its signal handler raises SystemExit inside
+# threading._shutdown, which ignores it); or its connection loop gave up on an SSL error (a
+# TLS connection dropped by whatever stood for the SuperLink: a relay, a load balancer with
+# no backend while the SuperLink restarts), which it does not retry, its Runtime API still up
+GAVE_UP = ("SuperNode terminated gracefully", "SSL/TLS handshake error detected")
 
 
 def _die_with_parent() -> None:
@@ -37,16 +42,21 @@ def _die_with_parent() -> None:
 
 
 class SuperNode:
-    """Flower's SuperNode as a child: its output passed through (and read for Flower's exit
-    code), started again while the SuperLink does not admit it."""
+    """Flower's SuperNode as a child, its output passed through, started again whenever it
+    ends by itself. It ends on its own only when it lost the SuperLink: not admitted yet
+    (Flower's "Exit Code: 305": its key not registered yet), or a TLS error on a connection
+    the SuperLink dropped (a restarted SuperLink: Flower retries plaintext connection errors
+    but gives up on "SSL/TLS handshake error" and exits 0). The warm ClientApp host stays."""
 
     def __init__(self, argv: list[str], stop: threading.Event) -> None:
         self.argv, self.stop = argv, stop
         self.proc: subprocess.Popen[bytes] | None = None
         self.code = 0
+        self.starts = 0
 
     def run(self) -> None:
-        while True:
+        while not self.stop.is_set():
+            self.starts += 1
             self.proc = subprocess.Popen(  # noqa: S603 - the operator's own flags
                 self.argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 preexec_fn=_die_with_parent if sys.platform == "linux" else None)
@@ -56,18 +66,27 @@ class SuperNode:
                 sys.stdout.buffer.write(line)
                 sys.stdout.flush()
                 refused = refused or NOT_ADMITTED.encode() in line
+                if any(g.encode() in line for g in GAVE_UP):
+                    threading.Timer(3.0, self._kill_if_alive, [self.proc]).start()
             self.code = self.proc.wait()
-            if not refused or self.stop.is_set():
+            if self.stop.is_set():
                 break
-            logging.warning("the SuperLink did not admit this SuperNode (its key not "
-                            "registered yet?); starting it again in %.0f s", RETRY_S)
-            if self.stop.wait(RETRY_S):
-                break
+            logging.warning("the SuperNode exited (%d) %s; starting it again in %.0f s",
+                            self.code, "not admitted by the SuperLink (its key not registered "
+                            "yet?)" if refused else "having lost the SuperLink", RETRY_S)
+            self.stop.wait(RETRY_S)
         self.stop.set()
 
     def signal(self, signum: int) -> None:
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signum)
+
+    @staticmethod
+    def _kill_if_alive(proc: subprocess.Popen[bytes]) -> None:
+        if proc.poll() is None:
+            logging.warning("the SuperNode gave up on the SuperLink and did not exit: "
+                            "killing it")
+            proc.kill()
 
 
 def _flags(argv: Sequence[str]) -> argparse.Namespace:
