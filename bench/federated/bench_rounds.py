@@ -58,16 +58,58 @@ def _round_seconds(records: list[dict[str, Any]]) -> list[float]:
     return [float(r["seconds"]) for r in records if r.get("event") == "round"]
 
 
+class TreeCPU:
+    """CPU seconds used by this process's descendants (the federation's processes), sampled
+    every 0.5 s: what a round costs in CPU, which the machine's load does not change the way
+    it changes wall time. Processes that end between samples are lost, so it is read only
+    for the warm cases, whose processes live for the whole run."""
+
+    def __init__(self) -> None:
+        import threading
+
+        self.samples: list[tuple[float, float]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        import psutil
+
+        me = psutil.Process()
+        while not self._stop.wait(0.5):
+            total = 0.0
+            for p in me.children(recursive=True):
+                try:
+                    t = p.cpu_times()
+                    total += t.user + t.system
+                except psutil.Error:
+                    continue
+            self.samples.append((time.time(), total))
+
+    def between(self, start: float, end: float) -> float | None:
+        self._stop.set()
+        self._thread.join()
+        a = [c for t, c in self.samples if t <= start]
+        b = [c for t, c in self.samples if t >= end]
+        return (b[0] - a[-1]) if a and b else None
+
+
 def deployment(root: Path, rounds: int, extra: dict[str, Any]) -> dict[str, Any]:
     from baton.pipeline.testing import run_stage
 
     ing, _ = run_stage("ingest", SYNTHETIC, {}, root, run_id="data")
     start = time.perf_counter()
+    cpu = TreeCPU()
     out, metrics = run_stage("federated", fed_config(rounds, extra),
                              {"examples": ing["examples"]}, root, run_id="fed")
     records = json.loads((out["model"] / "rounds.json").read_text())
+    # the rounds' span: the first round's start (its end minus its seconds) to the last's end
+    first, last = records[0], records[-1]
+    used = cpu.between(first["time"] - first["seconds"], last["time"]) \
+        if "time" in first else None
     return {"seconds_total": time.perf_counter() - start, "round_seconds":
-            _round_seconds(records), "accuracy": metrics.get("accuracy")}
+            _round_seconds(records), "accuracy": metrics.get("accuracy"),
+            "cpu_s_per_round": None if used is None else used / len(records)}
 
 
 def simulation(root: Path, rounds: int) -> dict[str, Any]:
@@ -228,7 +270,7 @@ def section(results: dict[str, Any]) -> list[str]:
              "simulation", "",
              "`python bench/federated/bench_rounds.py` (results: bench/federated/results/"
              "rounds.json): the synthetic table iid over 8 clients, MLP [16], batch 32, 1 local "
-             "epoch, 3 rounds, each case a fresh process one after the other. Seconds per round "
+             "epoch, 3 or 4 rounds (each row lists its rounds), each case a fresh process one after the other. Seconds per round "
              "are the ServerApp's own round records (from a round's training to the end of its "
              "evaluation, setup and the federated transform excluded), the same for every "
              "case; rounds per minute = 60 / their mean. `before` is the commit before this "
@@ -240,13 +282,15 @@ def section(results: dict[str, Any]) -> list[str]:
         cases = run["cases"]
         lines += [f"Run `{label}`, {next(iter(cases.values()))['date']}, "
                   f"{run.get('cores')} cores:", "",
-                  "| case | rounds/min | s per round | eval accuracy (last round) | load "
-                  "average (1 min), start -> end |", "|---|---:|---|---:|---|"]
+                  "| case | rounds/min | s per round | CPU s per round | eval accuracy (last "
+                  "round) | load average (1 min), start -> end |",
+                  "|---|---:|---|---:|---:|---|"]
         for name, r in cases.items():
             acc = f"{r['accuracy']:.4f}" if r.get("accuracy") is not None else ""
+            cpu = f"{r['cpu_s_per_round']:.1f}" if r.get("cpu_s_per_round") else ""
             lines.append(f"| {NAMES.get(name, name)} | {r['rounds_per_minute']:.2f} | "
                          + ", ".join(f"{x:.1f}" for x in r["round_seconds"])
-                         + f" | {acc} | {_load(r)} |")
+                         + f" | {cpu} | {acc} | {_load(r)} |")
         lines.append("")
         if {"legacy", "secure"} <= set(cases):
             speed = cases["secure"]["rounds_per_minute"] / cases["legacy"]["rounds_per_minute"]
@@ -257,6 +301,8 @@ def section(results: dict[str, Any]) -> list[str]:
             lines.append(f"- TLS + SuperNode authentication against the same hosts without: "
                          f"{ratio:.2f}x the rounds per minute (goal: at least 0.90x, within "
                          f"10%: **{'met' if ratio >= 0.90 else 'missed'}**).")
+        if run.get("note"):
+            lines.append(f"- Note: {run['note']}.")
         if {"simulation", "secure"} <= set(cases):
             ratio = cases["simulation"]["rounds_per_minute"] / \
                 cases["secure"]["rounds_per_minute"]
@@ -265,8 +311,46 @@ def section(results: dict[str, Any]) -> list[str]:
                          "nodes are called directly); the deployment's round is mostly the "
                          "SuperNodes' 3 s pull loop and the ServerApp's 1 s reply poll.")
         lines.append("")
+    lines += summary(results)
     lines.append(END)
     return lines
+
+
+def summary(results: dict[str, Any]) -> list[str]:
+    """Across the runs: each pair's secure/insecure ratio (the load moves between two cases
+    more than TLS does, so one pair proves little), and before against after at one load."""
+    import statistics
+
+    pairs = [(label, run["cases"]) for label, run in results.items()
+             if {"secure", "insecure"} <= set(run["cases"])]
+    if not pairs:
+        return []
+    ratios = [c["secure"]["rounds_per_minute"] / c["insecure"]["rounds_per_minute"]
+              for _, c in pairs]
+    cpu = [(c["secure"].get("cpu_s_per_round"), c["insecure"].get("cpu_s_per_round"))
+           for _, c in pairs]
+    cpu = [(a, b) for a, b in cpu if a and b]
+    speed = [run["cases"]["secure"]["rounds_per_minute"] / run["cases"]["legacy"]
+             ["rounds_per_minute"] for run in results.values()
+             if {"secure", "legacy"} <= set(run["cases"])]
+    out = ["**Across the runs.** Secure/insecure rounds per minute, pair by pair ("
+           + ", ".join(f"`{label}` {x:.2f}" for (label, _), x in zip(pairs, ratios,
+                                                                      strict=True))
+           + f"): median **{statistics.median(ratios):.2f}x**, "
+           f"{sum(x >= 0.9 for x in ratios)} of {len(ratios)} pairs within 10%."]
+    if cpu:
+        out[-1] += (" CPU seconds per round of the federation's processes, which the load "
+                    "moves less: secure " + ", ".join(f"{a:.1f}" for a, _ in cpu)
+                    + " against insecure " + ", ".join(f"{b:.1f}" for _, b in cpu)
+                    + f" (means {statistics.mean(a for a, _ in cpu):.1f} and "
+                    f"{statistics.mean(b for _, b in cpu):.1f}): TLS costs about "
+                    f"{statistics.mean(a for a, _ in cpu) - statistics.mean(b for _, b in cpu):+.1f}"
+                    " CPU s a round on 8 nodes (the SuperNodes keep their connections: 7 TCP "
+                    "connections a node in a 3-round run of 2 clients, counted at the relays).")
+    if speed:
+        out[-1] += (" After against before at the same load: "
+                    + ", ".join(f"{x:.1f}x" for x in speed) + ".")
+    return [*out, ""]
 
 
 def write_section(results: dict[str, Any], path: Path) -> None:

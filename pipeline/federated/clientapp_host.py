@@ -73,10 +73,14 @@ class WarmClientApp:
             interceptors.append(SuperExecAuthHttpInterceptor(master_secret=secret,
                                                              protected_methods={ACQUIRE}))
         # the Runtime API is the SuperNode's, on 127.0.0.1 (its --host): plain HTTP, never
-        # leaving this machine (the pod); the secret is what admits this process
+        # leaving this machine (the pod); the secret is what admits this process. Retries
+        # give up after a few seconds: `serve` asks again itself, so a restarted SuperNode's
+        # first task is taken within a second, not after Flower's backoff of up to 20 s
+        retry = make_simple_http_retry_invoker()
+        retry.max_time = 3.0
         self._acquirer = RuntimeHttpClient.from_server_address(
             server_address=address, insecure=True, root_certificates=None,
-            interceptors=interceptors, retry_invoker=make_simple_http_retry_invoker())
+            interceptors=interceptors, retry_invoker=retry)
 
     def serve(self) -> None:
         """Take and run tasks until `stop` is set."""
@@ -92,7 +96,10 @@ class WarmClientApp:
                 self.stop.wait(1.0)
                 continue
             if res.HasField("task") and res.token:
-                self.run_task(res.token)
+                try:
+                    self.run_task(res.token)
+                except Exception:  # noqa: BLE001 - one task lost; the host serves the next
+                    log.exception("task %s", res.task.task_id)
                 continue  # the next message is often queued already: ask again at once
             self.stop.wait(self.poll_s)
         self._acquirer.close()

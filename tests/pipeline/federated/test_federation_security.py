@@ -75,14 +75,22 @@ def _rogue(tmp: Path, name: str, port: int, ca: Path | None, data: Path,
     else:
         args += ["--root-certificates", str(ca)]
         if own_key:
-            from baton.k8s import federation_pki as pki
-
-            keys = pki.node_key_pair()
-            (tmp / f"{name}.key").write_text(keys.private_openssh)
+            if not (tmp / f"{name}.key").exists():
+                _key_pair(tmp, name)
             args += ["--auth-supernode-private-key", str(tmp / f"{name}.key")]
     log = (tmp / f"{name}.log").open("wb")
     return subprocess.Popen(args, env=_env(tmp / f"home-{name}"), stdout=log,
                             stderr=subprocess.STDOUT, start_new_session=True)
+
+
+def _key_pair(tmp: Path, name: str) -> Path:
+    """An attacker's own SuperNode key pair (`name`.key, `name`.pub); the public key's path."""
+    from baton.k8s import federation_pki as pki
+
+    keys = pki.node_key_pair()
+    (tmp / f"{name}.key").write_text(keys.private_openssh)
+    (tmp / f"{name}.pub").write_text(keys.public_openssh)
+    return tmp / f"{name}.pub"
 
 
 def _free_port() -> int:
@@ -91,10 +99,9 @@ def _free_port() -> int:
     return free_ports(1)[0]
 
 
-def _flwr_run(tmp: Path, label: str, app: Path, port: int, ca: Path | None,
-              token: str | None = None) -> subprocess.CompletedProcess:
-    """`flwr run` of `app` against the SuperLink, as someone with the CA (public) and,
-    given `token`, the Control API token would."""
+def _cli(tmp: Path, label: str, port: int, ca: Path | None, token: str | None = None) -> Path:
+    """A Flower CLI home for the SuperLink at `port`, as someone with the CA (public) and,
+    given `token`, the Control API token would set one up."""
     home = tmp / f"cli-{label}"
     home.mkdir(parents=True)
     tls = "insecure = true\n" if ca is None else f'root-certificates = "{ca}"\n'
@@ -104,11 +111,32 @@ def _flwr_run(tmp: Path, label: str, app: Path, port: int, ca: Path | None,
         from baton.pipeline.federated.credentials import cli_login
 
         cli_login(home, f"127.0.0.1:{port}", token)
+    return home
+
+
+def _answer(res: subprocess.CompletedProcess) -> dict:
+    """The JSON `flwr ... --format json` prints (it exits 0 on failures too)."""
+    return json.loads(res.stdout[res.stdout.index("{"):])
+
+
+def _flwr_run(tmp: Path, label: str, app: Path, port: int, ca: Path | None,
+              token: str | None = None) -> subprocess.CompletedProcess:
+    """`flwr run` of `app` against the SuperLink."""
+    home = _cli(tmp, label, port, ca, token)
     out, marker = tmp / f"server-{label}.json", tmp / f"marker-{label}.json"
     return subprocess.run(
         [str(BIN / "flwr"), "run", str(app), "x", "--format", "json", "--run-config",
          f'out="{out}" marker="{marker}"'], env=_env(home), capture_output=True, text=True,
         timeout=120)
+
+
+def _flwr_register(tmp: Path, public_key: Path, port: int, ca: Path | None
+                   ) -> subprocess.CompletedProcess:
+    """`flwr supernode register` of an attacker's own key, without the token."""
+    home = _cli(tmp, "register", port, ca)
+    return subprocess.run([str(BIN / "flwr"), "supernode", "register", str(public_key), "x",
+                           "--format", "json"], env=_env(home), capture_output=True, text=True,
+                          timeout=120)
 
 
 def _stop(procs: list[subprocess.Popen]) -> None:
@@ -128,7 +156,7 @@ def test_the_rehearsal_runs_tls_and_node_auth_and_refuses_foreign_nodes_and_runs
     spec.write_text(yaml.safe_dump({"pipeline": "fedsec", "stages": [
         {"name": "ingest", "type": "ingest", "config": {"source": "penguins"}},
         {"name": "fl", "type": "federated", "inputs": {"examples": "ingest.examples"},
-         "config": {"clients": 2, "partition": {"iid": True}, "rounds": 2, "min_clients": 2,
+         "config": {"clients": 2, "partition": {"iid": True}, "rounds": 1, "min_clients": 2,
                     "round_timeout_s": 120, "model_params": {"hidden_units": [8]}}}]}))
     runs, attacker = tmp_path / "runs", tmp_path / "attacker"
     attacker.mkdir()
@@ -141,6 +169,9 @@ def test_the_rehearsal_runs_tls_and_node_auth_and_refuses_foreign_nodes_and_runs
         scheme, port = _wait(lambda: _superlink(runs), 300, "the SuperLink's start", run)
         ca = next(runs.rglob("ca.crt"), None)  # public: every silo gets it
         data = next(p.parent for p in runs.rglob("schema.json") if "ingest" in p.parts)
+        # register a key of one's own first (the Control API), then join with it
+        registered = _flwr_register(attacker, _key_pair(attacker, "rogue-keyed"), port, ca) \
+            if ca is not None else None
         rogues = [_rogue(attacker, "rogue-keyed", port, ca, data, own_key=True),
                   _rogue(attacker, "rogue-keyless", port, ca, data, own_key=False)]
         foreign = _flwr_run(attacker, "tokenless", FOREIGN, port, ca)
@@ -148,14 +179,12 @@ def test_the_rehearsal_runs_tls_and_node_auth_and_refuses_foreign_nodes_and_runs
     finally:
         _stop([run, *rogues])
     said = (tmp_path / "baton.log").read_text(errors="replace")
-    # TLS and node authentication, by default
-    assert scheme == "https" and ca is not None, said[-2000:]
-    assert re.search(r"2 SuperNodes connected .*TLS, node authentication: registered node ids",
-                     said), said[-3000:]
     # the foreign run: refused by the Control API, nothing of it ran anywhere
-    answer = json.loads(foreign.stdout[foreign.stdout.index("{"):])
+    answer = _answer(foreign)
     assert answer["success"] is False and "run-id" not in answer, answer
     assert "Authentication failed" in answer["error-message"], answer
+    # registering a key of one's own: refused the same way
+    assert registered is not None and _answer(registered)["success"] is False, registered
     assert not (attacker / "server-tokenless.json").exists()
     assert not (attacker / "marker-tokenless.json").exists()
     # the foreign SuperNodes: refused at the door, never a message
@@ -164,10 +193,14 @@ def test_the_rehearsal_runs_tls_and_node_auth_and_refuses_foreign_nodes_and_runs
         assert "Failed to initialize the connection" in text, text[-2000:]
         assert "Receiving:" not in text, text[-2000:]
     assert all(p.returncode not in (None, 0) for p in rogues)
+    # TLS and node authentication, by default
+    assert scheme == "https" and ca is not None, said[-2000:]
+    assert re.search(r"2 SuperNodes connected .*TLS, node authentication: registered node ids",
+                     said), said[-3000:]
     # the rounds are the registered clients', each weighed by its own rows
     fl = runs / "fedsec"
     rounds = json.loads(next(fl.rglob("model/rounds.json")).read_text())
-    assert [r["clients"] for r in rounds] == [["client-0", "client-1"]] * 2
+    assert [r["clients"] for r in rounds] == [["client-0", "client-1"]]
     log = [json.loads(x) for x in next(fl.rglob("server/rounds.jsonl")).read_text().splitlines()]
     setup = next(r for r in log if r["event"] == "setup")["clients"]
     silo = next(fl.rglob("clients/client-0/schema.json"))
@@ -192,7 +225,7 @@ def test_a_leaked_token_runs_a_foreign_serverapp_but_no_node_runs_its_clientapp(
     try:
         fed.start()
         res = _flwr_run(tmp_path, "leaked", app, fed.port, creds.ca_cert, creds.token())
-        answer = json.loads(res.stdout[res.stdout.index("{"):])
+        answer = _answer(res)
         assert answer["success"] is True, answer  # the token opens the Control API
         out = _wait(lambda: (tmp_path / "server-leaked.json").is_file()
                     and json.loads((tmp_path / "server-leaked.json").read_text()),

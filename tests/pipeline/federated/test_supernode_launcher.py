@@ -1,6 +1,7 @@
 """Baton's SuperNode launcher (pipeline.federated.supernode) around Flower's SuperNode: it refuses
 a node that others could take tasks from, and it brings back a SuperNode that gave up on the
-SuperLink (a stand-in prints what flwr 1.42 prints, then hangs as flwr 1.42 does)."""
+SuperLink (a stand-in prints what flwr 1.42 prints, then hangs as flwr 1.42 does); its warm
+ClientApp host runs no task of another app (clientapp_host.refusal)."""
 
 from __future__ import annotations
 
@@ -56,3 +57,36 @@ def test_a_supernode_that_gave_up_on_the_superlink_is_killed_and_started_again(t
 def test_a_supernode_others_could_take_tasks_from_is_refused(capsys, args, words):
     assert supernode.main(args) == 2
     assert words in capsys.readouterr().err
+
+
+def _fab(components: dict[str, str] | None) -> object:
+    import io
+    import types
+    import zipfile
+
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        if components is not None:
+            lines = "\n".join(f'{k} = "{v}"' for k, v in components.items())
+            z.writestr("pyproject.toml", f"[tool.flwr.app.components]\n{lines}\n")
+    return types.SimpleNamespace(content=buf.getvalue())
+
+
+@pytest.mark.parametrize("fab_id, components, words", [
+    ("baton/baton-federated", {"serverapp": "baton.pipeline.federated.flower_server:app",
+                               "clientapp": "baton.pipeline.federated.flower_client:app"}, None),
+    ("mallory/foreign-app", {"clientapp": "foreign_app:client"},
+     "runs Baton's ClientApp only (baton/baton-federated); run 7 is app 'mallory/foreign-app'"),
+    ("baton/baton-federated", {"clientapp": "foreign_app:client"},
+     "names clientapp 'foreign_app:client'"),
+    ("baton/baton-federated", None, "app bundle is unreadable"),
+])
+def test_the_clientapp_host_runs_batons_app_only(fab_id, components, words):
+    """What the warm host checks before it runs a task: the run's app id and the ClientApp
+    its bundle names (it never imports code from a bundle)."""
+    import types
+
+    from baton.pipeline.federated.clientapp_host import refusal
+
+    why = refusal(types.SimpleNamespace(fab_id=fab_id, run_id=7), _fab(components))
+    assert why is None if words is None else (why.startswith("refused") and words in why)
