@@ -270,8 +270,8 @@ def section(results: dict[str, Any]) -> list[str]:
              "simulation", "",
              "`python bench/federated/bench_rounds.py` (results: bench/federated/results/"
              "rounds.json): the synthetic table iid over 8 clients, MLP [16], batch 32, 1 local "
-             "epoch, 3 or 4 rounds (each row lists its rounds), each case a fresh process one after the other. Seconds per round "
-             "are the ServerApp's own round records (from a round's training to the end of its "
+             "epoch, 3 or 4 rounds (each row lists its rounds), each case a fresh process one "
+             "after the other. Seconds per round are the ServerApp's own round records (from a round's training to the end of its "
              "evaluation, setup and the federated transform excluded), the same for every "
              "case; rounds per minute = 60 / their mean. `before` is the commit before this "
              "change, run from an export of it beside the others at the same load (the "
