@@ -25,6 +25,7 @@ import sys
 import time
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
@@ -224,6 +225,15 @@ def test_a_leaked_token_runs_a_foreign_serverapp_but_no_node_runs_its_clientapp(
     fed = Federation(tmp_path / "fed", {"client-0": Path(examples)}, creds)
     try:
         fed.start()
+        # without the SuperExec secret nobody takes a task: not the SuperLink's ServerApp
+        # tasks (its Runtime API shares the public port), not the node's ClientApp tasks
+        args = fed.nodes["client-0"].popen.args
+        node_port = args[args.index("--port") + 1]
+        for url, verify in ((f"https://127.0.0.1:{fed.port}", str(creds.ca_cert)),
+                            (f"http://127.0.0.1:{node_port}", False)):
+            res = httpx.post(f"{url}/v1/runtime/acquire-task", verify=verify, content=b"",
+                             headers={"content-type": "application/protobuf"}, timeout=30)
+            assert res.status_code == 401, (url, res.status_code, res.text)
         res = _flwr_run(tmp_path, "leaked", app, fed.port, creds.ca_cert, creds.token())
         answer = _answer(res)
         assert answer["success"] is True, answer  # the token opens the Control API
