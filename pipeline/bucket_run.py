@@ -105,6 +105,25 @@ class BucketRun:
         """The URL under which other processes (Beam workers) write output `name` of `stage`."""
         return L.join(self.url, stage, self._attempts[stage], name)
 
+    def scratch(self, stage: str) -> str:
+        """A prefix for the small results other processes hand back to this one (`.tmp-`
+        names are never part of a commit); the stage deletes it, an abort with the attempt."""
+        return L.join(self.url, stage, self._attempts[stage], ".tmp-results")
+
+    def committed_objects(self, path: Path) -> dict[str, dict[str, Any]]:
+        """The objects of an artifact staged at `path` (`<mirror>/<run>/<stage>/<output>`),
+        as its commit names them: rel -> {url, sha256, size}. A commit of this run still
+        uploading in the background is waited for first: other machines read these."""
+        run_id, stage, output = path.relative_to(self.local_root).parts[:3]
+        pending = self._pending.get(stage) if run_id == self.run_id else None
+        if pending is not None:
+            pending[0].result()  # its StorageError, naming the URL, if the upload failed
+        source = self if run_id == self.run_id else BucketRun(self.root, run_id)
+        rec = source.read_commit(stage) or {}
+        return {rel: {"url": L.join(self.root, e["key"]), "sha256": e["sha256"],
+                      "size": e["size"]}
+                for rel, e in M.below(rec.get("manifest", {}), output).items()}
+
     def commit(self, stage: str, work: Path, record: dict[str, Any],
                final: Path | None = None) -> dict[str, Any]:
         """Publish a finished stage: objects written straight to the store are staged into

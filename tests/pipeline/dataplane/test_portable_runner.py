@@ -21,6 +21,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -97,13 +98,22 @@ class Service:
 
 
 @pytest.fixture(scope="module")
-def beam_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int]]:
-    """(job service port, worker pool port), both on free ports (bound to 0, read back)."""
+def worker_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The workers' node cache (BATON_CACHE_DIR): another node's, not the driver's."""
+    return tmp_path_factory.mktemp("worker-node") / "cache"
+
+
+@pytest.fixture(scope="module")
+def beam_services(tmp_path_factory: pytest.TempPathFactory, s3_server: Any,
+                  worker_cache: Path) -> Iterator[tuple[int, int]]:
+    """(job service port, worker pool port), both on free ports (bound to 0, read back); the
+    workers hold the S3 server's credentials and a node cache of their own."""
     d = tmp_path_factory.mktemp("beam-services")
     cwd = d / "cwd"  # an empty directory: nothing of the spec's on the workers' path
     cwd.mkdir()
     baton_root = str(Path(baton.__file__).parent.parent)
-    env = {**os.environ, "PYTHONPATH": baton_root, "TF_CPP_MIN_LOG_LEVEL": "3",
+    env = {**os.environ, **s3_server.env(), "BATON_CACHE_DIR": str(worker_cache),
+           "PYTHONPATH": baton_root, "TF_CPP_MIN_LOG_LEVEL": "3",
            # the pool starts each worker as `python -c ...`: this environment's python
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     services: list[Service] = []
@@ -197,6 +207,52 @@ def test_transform_and_statistics_on_the_portable_runner(tmp_path, beam_services
         assert staged.name.startswith("baton-user-code-"), i
         assert Path(i["helper"]) == staged / "portable_helpers.py", i
         assert not Path(i["file"]).resolve().is_relative_to(tmp_path.resolve()), i
+
+
+def test_a_bucket_runs_workers_read_and_write_its_shards_on_the_store(
+        s3, tmp_path, beam_services, worker_cache, examples):
+    """`--runs-dir s3://...` with the workers in other processes that share no disk with the
+    driver's node cache: statistics and transform workers fetch the examples' shards from the
+    bucket by their commit's manifest (into their own node cache), write the transformed
+    shards and their results to the store, and the outputs equal an in-process run's."""
+    from baton.pipeline.plan import plan
+    from baton.pipeline.context import RunOptions
+    from baton.pipeline.runner import run_pipeline
+    from baton.pipeline.spec import load_spec
+    from baton.pipeline.store import hash_path
+    from baton.storage import location as L
+    from baton.storage import objects
+
+    args = portable_args(*beam_services)
+    spec = tmp_path / "spec.yaml"
+    spec.write_text(json.dumps({"pipeline": "portable", "stages": [
+        {"name": "ingest", "type": "ingest"},
+        {"name": "statistics", "type": "statistics", "inputs": {"examples": "ingest.examples"},
+         "config": {"beam_pipeline_args": args}},
+        {"name": "transform", "type": "transform", "inputs": {"examples": "ingest.examples"},
+         "config": {"beam_pipeline_args": args}}]}))
+    res = run_pipeline(plan(load_spec(spec)), RunOptions(quiet=True),
+                       runs_dir=L.join(s3, "runs"))
+    assert res.ok, [s.error for s in res.stages]
+
+    def commit(stage: str) -> dict[str, Any]:
+        return objects.read_json(L.join(res.url, stage, "lineage.json"))
+
+    shards = {rel: e for rel, e in commit("ingest")["manifest"].items()
+              if rel.endswith((".tfrecord", ".arrow"))}
+    assert any(r.startswith("examples/columnar/") for r in shards) and len(shards) >= 4
+    fetched = {p.name for p in (worker_cache / "objects").rglob("*") if p.is_file()}
+    assert {e["sha256"] for e in shards.values()} <= fetched  # read from the store
+    transform = commit("transform")
+    assert transform["metrics"]["beam_running_mode"] == "PortableRunner"
+    assert not [r for r in objects.list_tree(res.url) if ".tmp-results" in r]
+    local_t, local_m = run_stage("transform", {}, {"examples": examples}, tmp_path,
+                                 run_id="local")
+    local_s, _ = run_stage("statistics", {}, {"examples": examples}, tmp_path, run_id="local")
+    assert transform["metrics"]["rows"] == local_m["rows"]
+    assert transform["outputs"]["transformed"]["hash"] == hash_path(local_t["transformed"])
+    assert commit("statistics")["outputs"]["statistics"]["hash"] == \
+        hash_path(local_s["statistics"])
 
 
 def test_a_missing_job_service_fails_at_once(tmp_path, examples):
