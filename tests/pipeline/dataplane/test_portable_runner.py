@@ -215,8 +215,8 @@ def test_a_bucket_runs_workers_read_and_write_its_shards_on_the_store(
     driver's node cache: statistics and transform workers fetch the examples' shards from the
     bucket by their commit's manifest (into their own node cache), write the transformed
     shards and their results to the store, and the outputs equal an in-process run's."""
-    from baton.pipeline.plan import plan
     from baton.pipeline.context import RunOptions
+    from baton.pipeline.plan import plan
     from baton.pipeline.runner import run_pipeline
     from baton.pipeline.spec import load_spec
     from baton.pipeline.store import hash_path
