@@ -74,19 +74,31 @@ def test_a_reader_polling_during_a_push_never_sees_a_half_version(s3, tmp_path):
     base = L.join(s3, "models", "m")
     pushing.push(_model(tmp_path, "m0", size=50_000), base)
     seen: list[tuple[int, bool]] = []
+    failed: list[BaseException] = []  # the reader must keep polling through prunes
     stop = threading.Event()
 
     def poll() -> None:
         while not stop.is_set():
-            found, _ = MV.scan(base)
-            for v, info in found.items():
-                if info.state == MV.COMMITTED:
-                    commit = MV.read_commit(base, info.name) or {}
-                    files = objects.list_tree(L.join(base, info.name))
-                    seen.append((v, all(files.get(rel) == e["size"]
-                                        for rel, e in commit["files"].items())))
-                else:
-                    seen.append((v, True))
+            try:
+                look()
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                failed.append(exc)
+                return
+
+    def look() -> None:
+        found, _ = MV.scan(base)
+        for v, info in found.items():
+            if info.state == MV.COMMITTED:
+                commit = MV.read_commit(base, info.name)
+                if commit is None:  # pruned since the scan: gone whole, not half
+                    continue
+                files = objects.list_tree(L.join(base, info.name))
+                whole = all(files.get(rel) == e["size"] for rel, e in commit["files"].items())
+                if not whole and MV.read_commit(base, info.name) is None:
+                    continue  # pruned while listed: its commit went first
+                seen.append((v, whole))
+            else:
+                seen.append((v, True))
 
     reader = threading.Thread(target=poll)
     reader.start()
@@ -96,6 +108,7 @@ def test_a_reader_polling_during_a_push_never_sees_a_half_version(s3, tmp_path):
     finally:
         stop.set()
         reader.join()
+    assert not failed, failed
     assert seen and all(complete for _, complete in seen)
     assert {v for v, _ in seen} >= {1, 2}
 
