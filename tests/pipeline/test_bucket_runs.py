@@ -234,3 +234,18 @@ def test_missing_bucket_and_wrong_credentials_fail_baton_run_in_one_line(s3, tmp
     assert f"--runs-dir: cannot use {s3}/runs/demo/" in line and "access denied" in line
     assert baton(["run", spec, "--runs-dir", "hdfs://x/runs"]) == 2
     assert "hdfs:// is not supported" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", ["inspect", "rollback", "gc"])
+def test_the_bucket_commands_fail_in_one_line_naming_the_url(s3, capsys, monkeypatch, command):
+    """A missing bucket, then wrong credentials: one line on stderr, naming the URL, exit 1."""
+    from baton.pipeline.cli import main as baton
+
+    assert baton([command, "s3://no-such-bucket-cmd/runs/demo"]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert "s3://no-such-bucket-cmd/runs/demo" in line, line
+    assert line.endswith("bucket 'no-such-bucket-cmd' does not exist"), line
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "wrong")
+    assert baton([command, f"{s3}/runs/demo"]) == 1
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert f"{s3}/runs/demo" in line and "access denied (check the credentials" in line, line
