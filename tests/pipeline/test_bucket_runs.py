@@ -176,46 +176,41 @@ def test_a_writer_killed_mid_stage_leaves_no_visible_output(s3, tmp_path):
     assert sorted(commits(url)) == ["count", "source", "upper"]
 
 
-def test_the_server_stopped_mid_upload_fails_the_run_naming_the_url(tmp_path, monkeypatch):
-    """A server of its own (stopped and started again here); a reader watching the bucket
-    during the upload never sees the stage committed; the rerun completes."""
-    from baton.storage.testing import LocalS3
-    from baton.strategies.cluster import free_ports
+def test_the_server_stopped_mid_upload_fails_the_run_naming_the_url(s3, s3_outage, tmp_path,
+                                                                    monkeypatch):
+    """The server stopped mid-upload (and started again here): no commit names the stage's
+    half-uploaded files, the run fails naming the URL in one line, the rerun completes."""
+    server = s3_outage
+    runs = L.join(s3, "runs")
+    spec = make(tmp_path)
+    spec.write_text(spec.read_text().replace("{path: data.txt}", "{path: data.txt, repeat: 3}"))
+    real = objects.upload_file
+    upper_commit = L.join(runs, "demo", "r1", "upper", "lineage.json")
 
-    with LocalS3(free_ports(LocalS3.PORTS)).start() as server:
-        for k, v in server.env().items():
-            monkeypatch.setenv(k, v)
-        monkeypatch.setenv("BATON_CACHE_DIR", str(tmp_path / "cache"))
-        runs = L.join(server.bucket("faults"), "runs")
-        spec = make(tmp_path)
-        spec.write_text(spec.read_text().replace("{path: data.txt}", "{path: data.txt, repeat: 3}"))
-        real = objects.upload_file
-        upper_commit = L.join(runs, "demo", "r1", "upper", "lineage.json")
+    def upload_then_stop(local, loc):
+        real(local, loc)
+        if f"{os.sep}upper{os.sep}" in str(local):  # one of upper's files is up
+            assert not objects.exists(upper_commit)  # the commit comes after them all
+            server.stop()  # mid-upload: the stage's other files are on their way
 
-        def upload_then_stop(local, loc):
-            real(local, loc)
-            if f"{os.sep}upper{os.sep}" in str(local):  # one of upper's files is up
-                assert not objects.exists(upper_commit)  # the commit comes after them all
-                server.stop()  # mid-upload: the stage's other files are on their way
-
-        monkeypatch.setattr(objects, "upload_file", upload_then_stop)
-        res = run(spec, runs, run_id="r1")
-        # (count may start before the stop: upper's files upload in the background)
-        assert not res.ok and fake_stages.CALLS[:2] == ["source", "upper"]
-        failed = next(s for s in res.stages if s.status == "failed")
-        # the URL it failed on: one of upper's files (stored by content) or its commit
-        assert failed.name == "upper" and re.search(
-            rf"{re.escape(runs)}/demo/(\.objects/|r1/upper/lineage\.json)", failed.error)
-        assert re.search("cannot reach|the store failed", failed.error), failed.error
-        assert "\n" not in failed.error
-        monkeypatch.setattr(objects, "upload_file", real)
-        server.start()
-        assert "upper" not in commits(L.join(runs, "demo", "r1"))
-        again = run(spec, runs, run_id="r1")
-        assert again.ok and fake_stages.CALLS == ["upper", "count"]  # source: cached
-        assert [s.status for s in again.stages] == ["cached", "succeeded", "succeeded"]
-        assert json.loads(objects.read_bytes(L.join(again.url, "run.json")))["status"] == \
-            "succeeded"
+    monkeypatch.setattr(objects, "upload_file", upload_then_stop)
+    res = run(spec, runs, run_id="r1")
+    # (count may start before the stop: upper's files upload in the background)
+    assert not res.ok and fake_stages.CALLS[:2] == ["source", "upper"]
+    failed = next(s for s in res.stages if s.status == "failed")
+    # the URL it failed on: one of upper's files (stored by content) or its commit
+    assert failed.name == "upper" and re.search(
+        rf"{re.escape(runs)}/demo/(\.objects/|r1/upper/lineage\.json)", failed.error)
+    assert re.search("cannot reach|the store failed", failed.error), failed.error
+    assert "\n" not in failed.error
+    monkeypatch.setattr(objects, "upload_file", real)
+    server.start()
+    assert "upper" not in commits(L.join(runs, "demo", "r1"))
+    again = run(spec, runs, run_id="r1")
+    assert again.ok and fake_stages.CALLS == ["upper", "count"]  # source: cached
+    assert [s.status for s in again.stages] == ["cached", "succeeded", "succeeded"]
+    assert json.loads(objects.read_bytes(L.join(again.url, "run.json")))["status"] == \
+        "succeeded"
 
 
 def test_missing_bucket_and_wrong_credentials_fail_baton_run_in_one_line(s3, tmp_path, capsys,

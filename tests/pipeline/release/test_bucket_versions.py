@@ -113,40 +113,36 @@ def test_a_reader_polling_during_a_push_never_sees_a_half_version(s3, tmp_path):
     assert {v for v, _ in seen} >= {1, 2}
 
 
-def test_a_push_stopped_midway_leaves_a_pending_version_no_one_loads(tmp_path, monkeypatch):
+def test_a_push_stopped_midway_leaves_a_pending_version_no_one_loads(s3, s3_outage, tmp_path,
+                                                                    monkeypatch):
     """The server stopped mid-push: the push fails naming the URL; the half version is
     pending (never committed), a rerun pushes a new version above it, and a later push sweeps
     it once it is stale."""
-    from baton.storage.testing import LocalS3
-    from baton.strategies.cluster import free_ports
+    server = s3_outage
+    base = L.join(s3, "models", "m")
+    real = objects.upload_file
+    calls = []
 
-    with LocalS3(free_ports(LocalS3.PORTS)).start() as server:
-        for k, v in server.env().items():
-            monkeypatch.setenv(k, v)
-        base = L.join(server.bucket("push-faults"), "models", "m")
-        real = objects.upload_file
-        calls = []
+    def stop_midway(local, loc):
+        real(local, loc)
+        calls.append(loc)
+        if len(calls) == 1:
+            server.stop()
 
-        def stop_midway(local, loc):
-            real(local, loc)
-            calls.append(loc)
-            if len(calls) == 1:
-                server.stop()
-
-        monkeypatch.setattr(objects, "upload_file", stop_midway)
-        m0 = _model(tmp_path, "m0")
-        with pytest.raises(StorageError, match=rf"^cannot (upload to|write) {base}/1/[^\n]*: "
-                           r"(cannot reach http://127\.0\.0\.1|the store failed)[^\n]*$"):
-            pushing.push(m0, base)
-        monkeypatch.setattr(objects, "upload_file", real)
-        server.start()
-        found, _ = MV.scan(base)
-        assert found[1].state == MV.PENDING_STATE and V.versions(base) == []
-        again = pushing.push(m0, base)
-        assert again["version"] == 2 and V.versions(base) == [2]
-        monkeypatch.setattr(MV, "STALE_S", 0.0)
-        pushing.push(_model(tmp_path, "m1"), base)
-        assert 1 not in MV.scan(base)[0] and V.versions(base) == [2, 3]
+    monkeypatch.setattr(objects, "upload_file", stop_midway)
+    m0 = _model(tmp_path, "m0")
+    with pytest.raises(StorageError, match=rf"^cannot (upload to|write) {base}/1/[^\n]*: "
+                       r"(cannot reach http://127\.0\.0\.1|the store failed)[^\n]*$"):
+        pushing.push(m0, base)
+    monkeypatch.setattr(objects, "upload_file", real)
+    server.start()
+    found, _ = MV.scan(base)
+    assert found[1].state == MV.PENDING_STATE and V.versions(base) == []
+    again = pushing.push(m0, base)
+    assert again["version"] == 2 and V.versions(base) == [2]
+    monkeypatch.setattr(MV, "STALE_S", 0.0)
+    pushing.push(_model(tmp_path, "m1"), base)
+    assert 1 not in MV.scan(base)[0] and V.versions(base) == [2, 3]
 
 
 def test_a_second_push_racing_for_the_version_is_refused(s3, tmp_path, monkeypatch):
