@@ -28,10 +28,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str]) -> int:
-    try:
-        args = parser().parse_args(argv)
-    except SystemExit as exc:  # argparse already printed the usage message
-        return int(exc.code or EXIT_OK)
+    args = parser().parse_args(argv)  # bad usage: argparse's message, exit 2
     from baton.pipeline import bucket_objects as stored
     from baton.storage import location as L
     from baton.storage import objects
