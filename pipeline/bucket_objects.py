@@ -15,10 +15,14 @@ there: a reader holding a manifest always gets the bytes it names (and checks th
 Beam workers wrote to the attempt's prefix are copied to their content key on the store
 (server-side: no byte through this node) and the attempt's copies deleted after the commit.
 
-Collection is safe against runs in flight: an object is deleted only when no commit and no
-cache record names it *and* it is older than the grace period (a run uploads its objects
-before the commit that names them; 24 h by default, as git's `gc.pruneExpire` keeps recent
-loose objects).
+Collection spares runs in flight: an object is deleted only when no commit and no cache
+record names it *and* it is older than the grace period (a run uploads its objects before the
+commit that names them; 24 h by default, as git's `gc.pruneExpire` keeps recent loose
+objects). One race is left, because an object store cannot refresh an object's age without
+copying it: a run that finds an old unnamed object already stored (the same bytes as a
+deleted run's) and skips uploading it, while `collect` deletes it in the seconds before that
+run's commit. Its readers then fail naming the object and a rerun stores it again; run
+`baton gc` when no run of the pipeline is committing (a nightly job) to avoid it.
 """
 
 from __future__ import annotations
