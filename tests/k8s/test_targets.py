@@ -233,3 +233,31 @@ def test_a_hand_edited_jobset_without_tf_config_inputs_is_refused_naming_them(tm
                "metadata.labels['jobset.sigs.k8s.io/job-index']" in ln and "[baton]" in ln for ln in lines)
     assert any("spec.replicatedJobs[2].template.spec.parallelism: is 3 but BATON_TF_TOPOLOGY says 1"
                in ln for ln in lines), lines
+
+
+@pytest.mark.parametrize("edit,needle", [
+    # the topology gone, the downward-API variables kept: every pod would train alone
+    (lambda job, c: c.update(env=[e for e in c["env"] if e["name"] != "BATON_TF_TOPOLOGY"]),
+     "containers[0].env[BATON_TF_TOPOLOGY]: is missing, but it reads BATON_COMPLETION_INDEX"),
+    # every Baton variable gone: the container still runs `baton task`
+    (lambda job, c: c.update(env=[e for e in c["env"] if not e["name"].startswith("BATON_")]),
+     "containers[0].env[BATON_TF_TOPOLOGY]: is missing, but it runs `baton task`"),
+    # no completion index without an Indexed Job: the pods could not tell their tasks apart
+    (lambda job, c: job.pop("completionMode"),
+     "spec.replicatedJobs[2].template.spec.completionMode: must be Indexed"),
+])
+def test_a_hand_edited_training_step_that_would_train_alone_is_refused(tmp_path, capsys, edit, needle):
+    from baton.pipeline.commands.k8s import main
+
+    out = tmp_path / "m"
+    assert main(["--out", str(out), "--run-id", "r1", "--workers", "2",
+                 "--strategy", "multi_worker_mirrored"]) == 0
+    js = yaml.safe_load((out / "jobset.yaml").read_text())
+    job = _steps(js["spec"])["worker"]["template"]["spec"]
+    [c] = job["template"]["spec"]["containers"]
+    edit(job, c)
+    (out / "jobset.yaml").write_text(yaml.safe_dump(js))
+    capsys.readouterr()
+    assert main(["validate", str(out)]) == 1
+    said = capsys.readouterr().out
+    assert needle in said and "[baton]" in said, said
