@@ -28,7 +28,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from baton.k8s.errors import ManifestError, Violation
-from baton.k8s.options import pull_policy
+from baton.k8s.options import SYSTEM_NAMESPACES, pull_policy
 from baton.k8s.pods import SECURITY_CONTEXT
 
 CONTAINER_SECURITY = {
@@ -252,4 +252,10 @@ def check(doc: Any) -> list[Violation]:
             out.append(Violation(f"metadata.labels.{key}", "must be 'restricted': the namespace "
                                  f"enforces the restricted Pod Security Standard. Received: "
                                  f"{labels.get(key)!r}", "security"))
+        name = (doc.get("metadata") or {}).get("name")
+        if name in SYSTEM_NAMESPACES:
+            out.append(Violation("metadata.name", f"{name!r} is Kubernetes' own: enforcing the "
+                                 "restricted standard there stops its privileged system pods "
+                                 "(network plugin, kube-proxy); use a namespace of your own",
+                                 "security"))
     return out

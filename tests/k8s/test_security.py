@@ -112,6 +112,9 @@ def test_the_namespace_enforces_the_restricted_standard():
     bad = copy.deepcopy(ns)
     bad["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] = "baseline"
     assert [v.rule for v in validate_doc(bad)] == ["security"]
+    system = copy.deepcopy(ns)
+    system["metadata"]["name"] = "kube-system"  # its network plugin and kube-proxy are privileged
+    assert [(v.path, v.rule) for v in validate_doc(system)] == [("metadata.name", "security")]
 
 
 C = "spec.replicatedJobs[1].template.spec.template.spec"

@@ -183,12 +183,28 @@ def _all_containers(doc: dict) -> list[dict]:
     (["--name", "p" * 50], "--name: the 'release' pods would be named like"),
     (["--target", "trainjob", "--name", "p" * 50], "--name: the 'release' pods would be named like"),
     (["--target", "argo"], "invalid choice: 'argo'"),
+    # not references a runtime accepts: the API server takes them, the pod waits in
+    # InvalidImageName until activeDeadlineSeconds (a day)
+    (["--image", "reg.io/baton:0.1.0;rm"], "--image: is not an image reference a container runtime accepts"),
+    (["--image", "reg.io/Baton:0.1.0"], "Received: 'reg.io/Baton:0.1.0'"),
+    (["--serving-image", "tensorflow/serving:-x"], "--serving-image: is not an image reference"),
+    # Kubernetes' own namespace: namespace.yaml would enforce the restricted standard on it
+    (["--namespace", "kube-system"], "--namespace: 'kube-system' is Kubernetes' own"),
 ])
 def test_bad_input_exits_2_naming_the_flag(tmp_path, capsys, argv, needle):
     assert baton(["k8s", "--out", str(tmp_path / "o"), "--run-id", "r1", *argv]) == 2
     err = capsys.readouterr().err
     assert needle in err, err
     assert not (tmp_path / "o").exists()
+
+
+def test_image_references_a_runtime_accepts_are_kept():
+    from baton.k8s.refs import check_image
+
+    for ok in ("baton:0.1.0", "localhost:5000/ml/baton:0.1.0", "[::1]:5000/baton:1.0",
+               "Reg.Example.com:443/team/sub_dir/baton--x:v1.2_rc.3",
+               "reg.io/ml/baton:0.1.0@sha256:" + "a" * 64, "reg.io/ml/baton@sha256:" + "0" * 64):
+        assert check_image("image", ok) == ok
 
 
 def test_a_long_pipeline_name_names_the_derived_job_name(tmp_path, capsys):
