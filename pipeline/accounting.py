@@ -18,6 +18,7 @@ import os
 import threading
 import time
 from types import TracebackType
+from typing import Any
 
 import psutil
 
@@ -64,6 +65,18 @@ class Usage:
         if self.j_per_example is not None:
             out["j_per_example"] = _significant(self.j_per_example)
         return out
+
+
+def recorded_usage(recorded: dict[str, Any], energy_config: dict[str, Any]) -> Usage:
+    """A stage's Usage as a record holds it: a RAPL reading is kept as read, an estimate
+    recomputed from the same times and memory (equal to the record up to its rounding)."""
+    pue = float(energy_config.get("pue", 1.0))
+    measured = recorded.get("energy_method") == energy.RAPL
+    return Usage(
+        **{k: float(recorded.get(k) or 0.0) for k in ("wall_s", "cpu_s", "peak_rss_mb")},
+        rapl_j=float(recorded["energy_j"]) / pue if measured else None, pue=pue,
+        carbon_intensity=float(energy_config.get("carbon_intensity", energy.CARBON_INTENSITY)),
+    )
 
 
 def _significant(x: float, digits: int = 4) -> float:

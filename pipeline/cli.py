@@ -21,6 +21,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("rollback", "baton.pipeline.commands.rollback", "point serving back at an earlier model version"),
     ("k8s", "baton.pipeline.commands.k8s", "TFJob/serving manifests: generate, validate, emulate, submit"),
     ("task", "baton.pipeline.commands.task", "run one task of a distributed stage (TF_CONFIG from env)"),
+    ("kfp", "baton.pipeline.kfp.command", "compile for Kubeflow/Vertex AI Pipelines; run locally, submit"),
 ]
 
 USAGE = """usage: baton <command> [options]
