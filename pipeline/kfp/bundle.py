@@ -78,7 +78,7 @@ def check_expressible(spec: Any, the_plan: Any) -> None:
     for i, stage in enumerate(spec.stages):
         for field, ref in _refs(stage, the_plan.configs.get(stage.name)):
             where = f"stages[{i}].type" if field == "type" else f"stages[{i}].config.{field}"
-            path = _module_path(ref, spec.spec_dir, the_plan.types.get(stage.name), field)
+            path = _module_path(ref, spec.spec_dir)
             if (path is not None and not _under(path, root) and not _installed(path)
                     and not ref.startswith("baton.")):
                 raise UsageError(
@@ -123,17 +123,27 @@ def _refs(stage: Any, config: Any) -> list[tuple[str, str]]:
     return out
 
 
-def _module_path(ref: str, spec_dir: Path, stage_type: Any, field: str) -> Path | None:
-    """The file of the module `ref` names (None: a built-in or compiled module)."""
-    if field == "type" and stage_type is not None:
-        file = getattr(stage_type.module, "__file__", None)
-        return Path(file).resolve() if file else None
+def _module_path(ref: str, spec_dir: Path) -> Path | None:
+    """The file of the module `ref` names: beside the spec if it is there (by path: a module
+    of that name imported earlier from elsewhere does not hide it), else where it imports
+    from; None for a built-in or compiled module, or one that does not import (the stage's
+    own check reports that)."""
     from baton.graphs.user_refs import RefError, import_module
+    from baton.pipeline.user_code import user_code_files
 
     try:
-        module = import_module(ref.partition(":")[0], spec_dir)
+        beside = user_code_files([ref], spec_dir.resolve())
     except RefError:
-        return None  # the stage's own check reports it (plan)
+        return None
+    name = ref.partition(":")[0]
+    mine = [f for f in beside if f.with_suffix("").as_posix().endswith(name.replace(".", "/"))
+            or f.parent.as_posix().endswith(name.replace(".", "/"))]
+    if mine:
+        return mine[0]
+    try:
+        module = import_module(name, spec_dir)
+    except RefError:
+        return None
     file = getattr(module, "__file__", None)
     return Path(file).resolve() if file else None
 
