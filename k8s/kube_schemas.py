@@ -1,5 +1,5 @@
 """Kubernetes' own schemas for built-in kinds (Deployment, Service, ConfigMap, Job, PVC,
-ServiceAccount).
+ServiceAccount, Role, RoleBinding).
 
 The schemas are the PyPI package `kubernetes-validate`'s (a dependency): the JSON schemas
 generated from the Kubernetes OpenAPI spec for each minor release (1.25 ... 1.37), including
@@ -26,6 +26,9 @@ _KINDS = {
     ("v1", "ServiceAccount"),  # a bucket run's cloud identity (k8s.object_storage)
     ("apps/v1", "Deployment"),
     ("batch/v1", "Job"),
+    # what a pipeline step needs to start a training object (`baton kfp`'s RBAC)
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
 }
 
 
