@@ -73,7 +73,8 @@ def recorded_usage(recorded: dict[str, Any], energy_config: dict[str, Any]) -> U
     pue = float(energy_config.get("pue", 1.0))
     measured = recorded.get("energy_method") == energy.RAPL
     return Usage(
-        **{k: float(recorded.get(k) or 0.0) for k in ("wall_s", "cpu_s", "peak_rss_mb")},
+        wall_s=float(recorded.get("wall_s") or 0.0), cpu_s=float(recorded.get("cpu_s") or 0.0),
+        peak_rss_mb=float(recorded.get("peak_rss_mb") or 0.0),
         rapl_j=float(recorded["energy_j"]) / pue if measured else None, pue=pue,
         carbon_intensity=float(energy_config.get("carbon_intensity", energy.CARBON_INTENSITY)),
     )

@@ -3,6 +3,7 @@
     baton task SPEC --stage train --run-dir DIR [--out DIR]     inputs from DIR/<upstream>/<output>
     baton task SPEC --stage train --run-dir s3://.../<run id>   a bucket run: inputs staged from
                                                                 its commits, the stage committed
+                                                                (SPEC too may be on the bucket)
     baton task --job JOB.json --out DIR [--backup-dir DIR]      explicit form (the local launcher)
 
 This is the edge: TF_CONFIG (which task am I), BATON_INJECT_FAILURE / BATON_ATTEMPT (fault
@@ -69,6 +70,8 @@ def main(argv: list[str]) -> int:
     error_file = _env_path("BATON_ERROR_FILE")
     started = time.strftime("%Y-%m-%dT%H:%M:%S+00:00", time.gmtime())
     try:
+        if args.spec and args.spec.startswith(("s3://", "gs://")):  # on a bucket: Vertex AI
+            args.spec = str(bucket_task.fetch_spec(args.spec))
         tf_config = TFConfig.from_env()
         attempt = int(os.environ.get("BATON_ATTEMPT", "0") or 0)
         fault = parse_fault(os.environ.get("BATON_INJECT_FAILURE")) if attempt == 0 else None

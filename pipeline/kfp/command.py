@@ -80,9 +80,6 @@ def main(argv: list[str]) -> int:
         raise UsageError("give --out FILE, --run-local or --submit (`baton kfp -h`)")
     if args.run_local and args.submit:
         raise UsageError("--run-local runs here and --submit on a KFP host: give one")
-    if args.run_local and args.engine != "kfp":
-        raise UsageError(f"--run-local runs KFP's local runner: --engine kfp. Received: "
-                         f"--engine {args.engine}")
     out = _check_out(args.out) if args.out else None
     from baton.pipeline.kfp import compile as K
     from baton.pipeline.spec import load_spec

@@ -23,11 +23,10 @@ from typing import Any, Literal
 
 from baton.errors import UsageError
 from baton.pipeline.kfp import components as C
+from baton.pipeline.kfp.launch import ENGINES, KFP, VERTEX
 from baton.pipeline.kfp.params import RunParam
 from baton.storage import location as L
 
-KFP, VERTEX = "kfp", "vertex"
-ENGINES = (KFP, VERTEX)
 # KFP artifact roots: object stores its launcher reads and writes (minio:// is KFP's own store)
 ROOT_SCHEMES = {KFP: ("s3://", "gs://", "minio://"), VERTEX: ("gs://",)}
 _VERTEX_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,127}$")
@@ -60,7 +59,7 @@ class KfpOptions:
         local: compile for `kfp.local` (local pipeline root and runs directory allowed).
     """
 
-    engine: Literal["kfp", "vertex"] = KFP
+    engine: Literal["kfp", "vertex"] = "kfp"
     pipeline_root: str | None = None
     runs_dir: str | None = None
     image: str | None = None
@@ -105,7 +104,7 @@ def roots(options: KfpOptions) -> tuple[str, str]:
     if root is None:
         raise UsageError(f"--pipeline-root: required: the bucket where {options.engine} keeps "
                          f"the pipeline's artifacts ({', '.join(schemes)}...)")
-    if not root.startswith(schemes) and not (options.local and options.engine == KFP):
+    if not root.startswith(schemes) and not options.local:
         what = "Vertex AI Pipelines keep artifacts in Cloud Storage" \
             if options.engine == VERTEX else "KFP's launcher reads and writes object stores"
         raise UsageError(f"--pipeline-root: must be a bucket URL ({', '.join(schemes)}...): "

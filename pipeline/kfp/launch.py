@@ -30,6 +30,8 @@ from typing import Any
 
 from baton.errors import UsageError
 
+KFP, VERTEX = "kfp", "vertex"  # the engines a pipeline compiles for
+ENGINES = (KFP, VERTEX)
 CLUSTER, EMULATE = "cluster", "emulate"
 # training object kind -> (its success condition, its failure condition)
 CONDITIONS = {"TFJob": ("Succeeded", "Failed")}
@@ -42,7 +44,6 @@ def plan(spec: Any, the_plan: Any, options: Any, bundle: Any) -> dict[str, dict[
     """stage -> how its step launches training, for each train stage whose topology is more
     than one process; checked now (exit 2), so a run does not fail in its train step."""
     from baton.pipeline.context import RunOptions
-    from baton.pipeline.kfp.compile import VERTEX
     from baton.pipeline.stages import train as train_stage
 
     out: dict[str, dict[str, Any]] = {}
@@ -140,7 +141,6 @@ def train(launch: dict[str, Any], spec_path: Path, stage: str, run_id: str,
     """Run `stage`'s training as `launch` says; (exit code, the last lines of its output):
     0 when the training object succeeded, 1 when it failed (its controller already retried
     what is retryable), 143 when this step was told to stop."""
-    from baton.pipeline.kfp.compile import VERTEX
     from baton.pipeline.spec import load_spec
     from baton.storage import location as L
 
@@ -153,7 +153,12 @@ def train(launch: dict[str, Any], spec_path: Path, stage: str, run_id: str,
     if launch["engine"] == VERTEX:
         from baton.pipeline.kfp import vertex
 
-        return vertex.run(launch, spec, stage, run_id, runs_dir)
+        body = vertex.custom_job(launch, spec, stage, run_id, runs_dir)
+        if launch["mode"] == EMULATE:
+            from baton.pipeline.kfp.vertex_local import run_pools
+
+            return run_pools(body)
+        return vertex.run_on_vertex(launch["vertex"], body)
     try:
         docs = documents(launch, spec, stage, run_id, runs_dir)
     except UsageError as exc:

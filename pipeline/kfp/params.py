@@ -80,7 +80,8 @@ def run_params(spec: Any, configs: Mapping[str, Any], runs_dir: str) -> list[Run
 def _fields(kind: str, config: Any, spec_dir: Any) -> list[tuple[str, str, type, Any, str]]:
     """(config field, parameter name, type, default, help) of one stage's parameters."""
     if kind == "train":
-        out = [("epochs", "epochs", int, int(config.epochs), "training epochs")]
+        out: list[tuple[str, str, type, Any, str]] = [
+            ("epochs", "epochs", int, int(config.epochs), "training epochs")]
         if isinstance(config.batch_size, int):
             out.append(("batch_size", "batch_size", int, config.batch_size, "global batch"))
         return out

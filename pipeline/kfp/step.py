@@ -35,40 +35,17 @@ from typing import Any, NoReturn
 
 from baton.errors import EXIT_FAILED, BatonError
 from baton.pipeline.kfp import artifacts
+from baton.pipeline.kfp.locations import (
+    SPEC_DIR,
+    marker_location,
+    models_location,
+    run_location,
+    runs_root,
+)
 from baton.storage import location as L
 from baton.storage import objects
 
-SPEC_DIR = ".kfp/spec"  # beside the stages in the run directory (no stage name starts with '.')
 RETRYABLE_FROM = 128  # exit codes from here on are retried (Baton's and the TFJob's contract)
-
-
-# ------------------------------------------------------------------------------ locations
-def runs_root(runs_dir: str, pipeline: str) -> str:
-    """`<runs dir>/<pipeline>`: a bucket URL, or an absolute local path (as the runner's)."""
-    base = L.normalize(runs_dir, "runs_dir")
-    return L.join(base, pipeline) if L.is_remote(base) else str((Path(base) / pipeline).resolve())
-
-
-def run_location(runs_dir: str, pipeline: str, run_id: str) -> str:
-    return L.join(runs_root(runs_dir, pipeline), run_id)
-
-
-def models_location(runs_dir: str, pipeline: str) -> str:
-    """`models/<pipeline>` beside the runs directory (`baton k8s --runs-dir`'s choice)."""
-    base = L.normalize(runs_dir, "runs_dir").rstrip("/")
-    if L.is_remote(base):
-        url = L.parse(base)
-        parent = L.parent(base) if url.key else base
-        return L.join(parent, "models", pipeline)
-    return str((Path(base).resolve().parent / "models" / pipeline))
-
-
-def marker_location(runs_dir: str, pipeline: str, job: str, step: str) -> str:
-    return L.join(runs_root(runs_dir, pipeline), ".kfp", "jobs", _safe(job), f"{step}.json")
-
-
-def _safe(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_." else "-" for c in text) or "job"
 
 
 # ------------------------------------------------------------------------------ the steps
@@ -145,10 +122,10 @@ def stage_step(pipeline: str, stage: str, run_id: str, runs_dir: str, job: str,
     if metrics is not None:
         for key, value in _numbers(rec.get("metrics", {})).items():
             metrics.log_metric(key, value)
+        usage = rec.get("usage") or {}
         for key in ("wall_s", "cpu_s", "energy_j"):
-            value = (rec.get("usage") or {}).get(key)
-            if isinstance(value, int | float):
-                metrics.log_metric(f"usage.{key}", float(value))
+            if isinstance(usage.get(key), int | float):
+                metrics.log_metric(f"usage.{key}", float(usage[key]))
 
 
 def finish_step(pipeline: str, stages: list[list[str]], run_id: str, runs_dir: str, job: str,
@@ -159,7 +136,7 @@ def finish_step(pipeline: str, stages: list[list[str]], run_id: str, runs_dir: s
     _stop_if_marked(runs_dir, pipeline, job, "finish")
     run = run_location(runs_dir, pipeline, run_id)
     try:
-        table = write_run_record(pipeline, [tuple(s) for s in stages], run_id,
+        table = write_run_record(pipeline, [(s[0], s[1]) for s in stages], run_id,
                                  runs_root(runs_dir, pipeline))
     except BatonError as exc:
         _permanent(runs_dir, pipeline, job, "finish", EXIT_FAILED, str(exc))
@@ -171,17 +148,13 @@ def finish_step(pipeline: str, stages: list[list[str]], run_id: str, runs_dir: s
 def fetch_spec(run: str, directory: Path) -> Path:
     """The spec and modules `plan` wrote into the run, copied into `directory`; the spec's
     path."""
-    where = L.join(run, SPEC_DIR)
+    from baton.pipeline.training.bucket_task import fetch_spec as fetch
+
     info = objects.read_json(L.join(run, ".kfp", "run.json")) or {}
-    files = objects.list_tree(where)
-    if not files or info.get("spec") not in files:
-        raise SystemExit(_say(f"error: {where} holds no spec: the pipeline's plan step did "
-                              "not finish for this run", EXIT_FAILED))
-    for rel in files:
-        target = directory / rel
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.write_bytes(objects.read_bytes(L.join(where, rel)))
-    return directory / str(info["spec"])
+    if not info.get("spec"):
+        raise SystemExit(_say(f"error: {run} holds no spec: the pipeline's plan step did not "
+                              "finish for this run", EXIT_FAILED))
+    return fetch(L.join(run, SPEC_DIR, str(info["spec"])), directory)
 
 
 # ------------------------------------------------------------------------------ processes
@@ -202,7 +175,7 @@ def run_baton(args: list[str], cwd: str | Path, env: Mapping[str, str] | None = 
     group = ProcessGroup(grace=60.0, echo=echo, die_with_parent=True, exec_failure_exit=127)
     environ = {**os.environ, "PYTHONUNBUFFERED": "1", **(env or {})}
     group.start("baton", Command([sys.executable, "-m", "baton", *args], env=environ, cwd=cwd))
-    forward = signal.SIG_DFL
+    forward: Any = signal.SIG_DFL
 
     def on_term(signum: int, _frame: Any) -> None:
         group.signal("baton", signum)
