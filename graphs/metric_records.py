@@ -63,3 +63,11 @@ def compute(metrics: Sequence[Any], labels: Any, outputs: Any,
                      np.asarray(outputs[start:start + batch_size]))
         values[m.name] = m.result()
     return values
+
+
+def higher_is_better(metric: Any) -> bool | None:
+    """Whether a higher value of an EvalMetric is better, as Keras records it (`_direction`,
+    "up" or "down", what its EarlyStopping reads under mode="auto"); None when Keras records
+    none (a user's function, averaged)."""
+    direction = getattr(metric.metric, "_direction", None)
+    return {"up": True, "down": False}.get(direction) if isinstance(direction, str) else None

@@ -97,7 +97,7 @@ def check_output(model: Any, spec: ModelSpec, name: str) -> None:
     fresh = ModelSpec.from_feature_spec(spec.feature_spec, spec.params).inputs
     try:
         out = model(dict(fresh))
-        problem = _output_problem(out, spec, name)
+        problem = _output_problem(out, spec, name, model)
     except Exception as exc:  # noqa: BLE001 - user code
         problem = (f"model function {describe(name)} returned a model that cannot be called on "
                    f"the features dict {_show_inputs(spec)}: {type(exc).__name__}: {exc}")
@@ -108,7 +108,7 @@ def check_output(model: Any, spec: ModelSpec, name: str) -> None:
         raise StageError(problem)
     try:  # Keras maps a dict to inputs by name, and [B] to [B, 1], on real tensors only
         out = model({k: keras.ops.zeros((2, *v.shape[1:]), v.dtype) for k, v in fresh.items()})
-        if _output_problem(out, spec, name) is None:
+        if _output_problem(out, spec, name, model) is None:
             return
     except Exception:  # noqa: BLE001 - the error below names the cause
         pass
@@ -137,7 +137,7 @@ def own_inputs(model: Any, spec: ModelSpec) -> str | None:
     ) + "]"
 
 
-def _output_problem(out: Any, spec: ModelSpec, name: str) -> str | None:
+def _output_problem(out: Any, spec: ModelSpec, name: str, model: Any = None) -> str | None:
     import keras
 
     if isinstance(out, Mapping | list | tuple):
@@ -155,6 +155,17 @@ def _output_problem(out: Any, spec: ModelSpec, name: str) -> str | None:
     if ok:
         return None
     got = "[" + ", ".join("B" if d is None else str(d) for d in shape) + "]"
+    if spec.task != "regression" and k == 2 and len(shape) == 2 and shape[1] == 1:
+        from baton.graphs.model_outputs import last_activation
+
+        found = last_activation(model) if model is not None else None
+        unit = "a sigmoid" if found is not None and found[0] == "sigmoid" else "a logit"
+        classes = ", ".join(map(repr, spec.feature_spec.label.vocabulary))
+        return (f"model function {describe(name)} returned a model whose output has shape "
+                f"{got}: one unit ({unit}) for the 2 classes of {spec.label!r} ({classes}). "
+                "Baton's classifiers give one value per class: end it in Dense(2, "
+                "activation='softmax') (probabilities) or Dense(2) (logits). Received: output "
+                f"shape {got}")
     return (f"model function {describe(name)} returned a model whose output has shape {got}; "
             f"the {spec.task} task needs {want}. Received: output shape {got}")
 

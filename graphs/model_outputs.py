@@ -11,8 +11,11 @@ and from what it answers on real rows:
   probabilities;
 - its last operation is a sigmoid on more than one class: per-class scores that do not share one
   distribution; refused, naming the fix (softmax, or no activation);
-- otherwise, rows of its output on the eval batch that are non-negative and sum to 1 (a
-  subclassed model, a softmax inside a custom layer): probabilities;
+- its last operation is a layer with a kernel and no activation (`Dense(K)`): logits, whatever
+  its rows sum to before training;
+- otherwise, rows of its output on the eval batch that are non-negative and sum to 1 within the
+  output dtype's precision (a subclassed model, a softmax inside a custom layer or a nested
+  model): probabilities, confirmed on the same batch once trained (`confirm`);
 - anything else: logits.
 
 Probabilities are then used as such everywhere: the loss and metrics without `from_logits`, the
@@ -40,6 +43,7 @@ class Outputs:
 
     kind: Kind = LOGITS
     reason: str = "the model's output is not a probability distribution"
+    from_rows: bool = False  # decided from the rows on a batch, not from the model's structure
 
     @property
     def probabilities(self) -> bool:
@@ -51,7 +55,8 @@ class Outputs:
 
 def last_activation(model: Any) -> tuple[str, str] | None:
     """(activation, layer name) of the operation that makes a functional or Sequential model's
-    output, when it is a softmax or a sigmoid; None otherwise (or for a subclassed model)."""
+    output, when it is a softmax or a sigmoid, or ("linear", name) when it is a layer with a
+    kernel and no activation (`Dense(K)`: logits); None otherwise (or for a subclassed model)."""
     try:
         outputs = model.outputs
     except (AttributeError, ValueError):
@@ -69,17 +74,36 @@ def last_activation(model: Any) -> tuple[str, str] | None:
     activation = getattr(getattr(op, "activation", None), "__name__", "")
     if activation in ("softmax", "sigmoid"):
         return activation, name
+    if activation == "linear" and getattr(op, "kernel", None) is not None:
+        return "linear", name  # not an Activation("linear"), a mixed-precision cast: no evidence
     return None
 
 
 def rows_are_distributions(values: Any) -> bool:
-    """Every row non-negative and summing to 1 (within SUM_TOLERANCE): a softmax's output."""
+    """Every row non-negative and summing to 1 (within SUM_TOLERANCE, or the precision of a
+    half-precision output: a float16 softmax of 3 classes sums to 1 within ~1e-3): a softmax's
+    output."""
     import numpy as np
 
-    v = np.asarray(values, dtype="float64")
+    raw = np.asarray(values)
+    v = raw.astype("float64")
     if v.ndim != 2 or v.shape[0] == 0 or v.shape[1] < 2 or not np.isfinite(v).all():
         return False
-    return bool((v >= 0).all() and (np.abs(v.sum(axis=1) - 1.0) <= SUM_TOLERANCE).all())
+    tolerance = max(SUM_TOLERANCE, 2 * v.shape[1] * _eps(raw.dtype))
+    return bool((v >= 0).all() and (np.abs(v.sum(axis=1) - 1.0) <= tolerance).all())
+
+
+def _eps(dtype: Any) -> float:
+    """The machine epsilon of a float dtype (bfloat16's too, which numpy knows through
+    ml_dtypes only)."""
+    import numpy as np
+
+    try:
+        return float(np.finfo(dtype).eps)
+    except (TypeError, ValueError):
+        import ml_dtypes
+
+        return float(ml_dtypes.finfo(dtype).eps)
 
 
 def sample(model: Any, dataset: Any) -> Any:
@@ -109,6 +133,8 @@ def decide(model: Any, task: str, num_classes: int, sample: Any = None,
         activation, layer = found
         if activation == "softmax":
             return Outputs(PROBABILITIES, f"the last layer {layer!r} applies a softmax")
+        if activation == "linear":
+            return Outputs(LOGITS, f"the last layer {layer!r} has no activation")
         if num_classes > 1:
             raise StageError(
                 f"model function {name} returned a model whose last layer {layer!r} applies a "
@@ -117,8 +143,30 @@ def decide(model: Any, task: str, num_classes: int, sample: Any = None,
                 "activation='softmax') (probabilities) or in Dense("
                 f"{num_classes}) with no activation (logits). Received: activation='sigmoid'")
     if sample is not None and rows_are_distributions(sample):
-        return Outputs(PROBABILITIES, "its rows on the eval batch are non-negative and sum to 1")
+        return Outputs(PROBABILITIES, "its rows on the eval batch are non-negative and sum to 1",
+                       from_rows=True)
     return Outputs(LOGITS, "the model's output is not a probability distribution")
+
+
+def confirm(model: Any, outputs: Outputs, sample: Any, name: str = "the model") -> None:
+    """After training: probabilities found from the rows (`decide`) must still be rows that
+    sum to 1 on the same batch (`sample`: the trained model's output, None to skip). A model
+    whose rows summed to 1 only by its initial weights was trained with from_logits=False on
+    logits, and its outputs would be served as probabilities: StageError, with the fix."""
+    import numpy as np
+
+    if not outputs.from_rows or not outputs.probabilities or sample is None:
+        return
+    if rows_are_distributions(sample):
+        return
+    v = np.asarray(sample, dtype="float64")
+    sums = np.round(v.sum(axis=1)[:4], 4).tolist()
+    raise StageError(
+        f"model function {name} was taken to output probabilities (its rows on the eval batch "
+        "summed to 1 before training), but after training they do not (row sums "
+        f"{sums}, smallest value {float(v.min()):.4g}): it outputs logits. End it in a softmax "
+        "(a Softmax layer or activation='softmax') to output probabilities, or in a layer whose "
+        "rows do not sum to 1 at initialisation to output logits")
 
 
 def to_probabilities(outputs: Any, kind: str) -> Any:

@@ -128,6 +128,22 @@ def first_cause(batches: Iterable[Any], model: Any, loss_fn: Any, split: str,
     return None
 
 
+def weights_finite(model: Any) -> bool:
+    """Every float weight of `model` finite: one reduction per variable, on the variable's own
+    device (a parameter server's), so only a bool travels."""
+    import tensorflow as tf
+
+    for w in model.weights:
+        v = getattr(w, "value", w)
+        if not v.dtype.is_floating:
+            continue
+        with tf.device(getattr(v, "device", None) or None):
+            ok = tf.reduce_all(tf.math.is_finite(v))
+        if not bool(ok):
+            return False
+    return True
+
+
 def _nonfinite_weight(model: Any) -> str | None:
     import numpy as np
 

@@ -8,15 +8,40 @@ TFJob replicas, the release Job and the model server agree on paths without copy
 from __future__ import annotations
 
 import shlex
+import signal
 
-from baton.k8s.options import JobOptions
+from baton.errors import EXIT_PREEMPTED, EXIT_TRANSIENT
+from baton.k8s.options import QUEUE_LABEL, JobOptions, pull_policy
 
 SPEC_DIR = "/etc/baton"
 SPEC_KEY = "pipeline.yaml"
 SPEC_FILE = f"{SPEC_DIR}/{SPEC_KEY}"
 ISTIO_OFF = {"sidecar.istio.io/inject": "false"}
-# The project image runs as uid 1000 (see Dockerfile); fsGroup makes the PVC writable for it.
-SECURITY_CONTEXT = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000}
+# The project image runs as uid 10001 (see Dockerfile: above 10000, no host user's); fsGroup
+# makes the PVC writable for it; RuntimeDefault seccomp is what the restricted Pod Security
+# Standard asks (k8s.security).
+SECURITY_CONTEXT = {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001,
+                    "seccompProfile": {"type": "RuntimeDefault"}}
+FAILED_SUFFIX = ".failed.json"  # a stage that failed for good (the runner's, `baton task`'s)
+RETRYABLE_EXIT_CODES = [EXIT_TRANSIENT, 128 + signal.SIGKILL, EXIT_PREEMPTED]  # a peer died, killed, preempted
+# Every Baton Job's (a JobSet step's, the data and release Jobs'): evictions and preemptions are
+# not the pod's fault; a permanent exit code fails the Job at once; a retryable one re-creates
+# the pod (counted against backoffLimit). The TFJob operator's ExitCode policy, in Job fields.
+POD_FAILURE_POLICY = {"rules": [
+    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+    {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": RETRYABLE_EXIT_CODES}},
+    {"action": "Count", "onExitCodes": {"operator": "In", "values": RETRYABLE_EXIT_CODES}},
+]}
+
+
+def training_metadata(opts: JobOptions, component: str) -> dict:
+    """The metadata of the object Kueue admits (a JobSet, TrainJob or TFJob): the run's labels,
+    the Kueue queue's when `--queue` gave one, and the strategy."""
+    labels = opts.labels(component)
+    if opts.queue:
+        labels[QUEUE_LABEL] = opts.queue
+    return {"name": opts.job_name, "namespace": opts.namespace, "labels": labels,
+            "annotations": {"baton.dev/strategy": opts.topology.strategy}}
 
 
 def spec_configmap_name(opts: JobOptions) -> str:
@@ -74,7 +99,7 @@ def baton_container(opts: JobOptions, command: list[str], args: list[str],
     return {
         "name": name,
         "image": opts.image,
-        "imagePullPolicy": "IfNotPresent",
+        "imagePullPolicy": pull_policy(opts.image),
         "command": command,
         "args": args,
         "env": env(opts),
@@ -92,18 +117,28 @@ def gate_container(opts: JobOptions, inputs: tuple[str, ...], mounts: list[dict]
         return None
     paths = [f"{opts.run_dir}/{p}" for p in inputs]
     test = " && ".join(f"[ -e {shlex.quote(p)} ]" for p in paths)
-    script = f"until {test}; do echo 'waiting for inputs: {' '.join(inputs)}'; sleep 10; done"
-    # on a bucket: the upstream stages' commit objects (baton.storage.wait)
+    # an upstream stage that failed for good leaves <stage>.failed.json: end, do not wait forever
     stages = sorted({p.split("/")[0] for p in inputs})
-    command = (["python", "-m", "baton.storage.wait", "--every", "10",
-                *(f"{opts.run_dir}/{s}/lineage.json" for s in stages)]
-               if opts.storage else ["sh", "-c", script])
+    if opts.storage:  # on a bucket: the upstream stages' commit objects (baton.storage.wait)
+        command = ["python", "-m", "baton.storage.wait", "--every", "10",
+                   *(a for st in stages for a in ("--failed", f"{opts.run_dir}/{st}{FAILED_SUFFIX}")),
+                   *(f"{opts.run_dir}/{st}/lineage.json" for st in stages)]
+    else:
+        failed = " ".join(shlex.quote(f"{opts.run_dir}/{st}{FAILED_SUFFIX}") for st in stages)
+        command = ["sh", "-c", (
+            f"until {test}; do for f in {failed}; do if [ -e \"$f\" ]; then "
+            "echo \"upstream stage failed for good: $f\"; cat \"$f\"; exit 1; fi; done; "
+            f"echo 'waiting for inputs: {' '.join(inputs)}'; sleep 10; done")]
+    # requests = limits: a waiting shell needs little, Python with pyarrow's S3 client more
+    size = "256Mi" if opts.storage else "64Mi"
     return {
         "name": "wait-for-inputs",
         "image": opts.image,
+        "imagePullPolicy": pull_policy(opts.image),
         "command": command,
         "volumeMounts": [m for m in mounts if m["name"] == "artifacts"],
-        "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
+        "resources": {"requests": {"cpu": "50m", "memory": size},
+                      "limits": {"cpu": "50m", "memory": size}},
     }
 
 

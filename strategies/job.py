@@ -16,6 +16,7 @@ from typing import Any
 
 from baton.strategies.cluster import TFConfig
 from baton.strategies.factory import ONE_DEVICE, PARAMETER_SERVER
+from baton.strategies.objectives import for_job as objectives
 from baton.strategies.trainer import TaskRole, TrainResult
 
 # The `model` artifact `write_model_artifact` writes (the train stage's output).
@@ -218,75 +219,6 @@ def build_fn(job: TrainJob, num_ps: int = 0) -> Any:
         return model, opt
 
     return build
-
-
-def objectives(job: TrainJob) -> Any:
-    """The job's loss, eval metrics and callbacks for the trainers (made on each task).
-
-    The loss and metrics are made once the model exists (`Objectives.for_model`): built for
-    what it outputs (logits or probabilities, graphs.model_outputs), with what its `compile()`
-    set where the spec sets nothing (graphs.compiled).
-    """
-    from baton.errors import StageError
-    from baton.graphs import compiled as C
-    from baton.graphs.model_fn import describe
-    from baton.graphs.objectives import make_loss, make_metrics
-    from baton.graphs.user_refs import RefError
-    from baton.strategies.trainer import Objectives
-
-    spec = job.spec()
-    task, k = spec.label.task, spec.label.num_classes
-    search_dir = job.code_dir or None
-
-    def field(name: str, make: Any) -> Any:
-        try:
-            return make()
-        except RefError as exc:
-            raise StageError(f"train.config.{name}: {exc}") from None
-
-    def callbacks() -> list[Any]:
-        from baton.strategies.callbacks import make_user_callbacks
-
-        return field("callbacks", lambda: make_user_callbacks(job.callbacks, search_dir))
-
-    def for_model(model: Any, outputs: Any) -> Objectives:
-        logits = not outputs.probabilities
-        compiled = C.read(model, describe(job.model))
-        loss_value: Any = job.loss
-        info: dict[str, Any] = {}
-        if compiled is not None:
-            info = {"compile": compiled.describe()}
-            if not job.loss and compiled.loss is not None:
-                C.check_from_logits(compiled.loss, outputs.probabilities, outputs.reason,
-                                    describe(job.model))
-                loss_value = compiled.loss
-                info["compile"]["used"] = ["loss"]
-            elif compiled.loss is not None:
-                info["compile"]["replaced_by_spec"] = ["loss"]
-            if compiled.optimizer is not None:
-                key = "replaced_by_spec" if job.optimizer else "used"
-                info["compile"].setdefault(key, []).append("optimizer")
-            if compiled.metrics:
-                info["compile"].setdefault("used", []).append("metrics")
-        metric_values = [*job.metrics, *(compiled.metrics if compiled is not None else ())]
-        return Objectives(
-            loss=field("loss", lambda: make_loss(loss_value, task, k, search_dir, logits)),
-            metrics=lambda: field("metrics", lambda: make_metrics(metric_values, task, k,
-                                                                  search_dir, logits)),
-            callbacks=callbacks,
-            loss_name=job.loss or (f"compile(loss={info['compile']['loss']!r})"
-                                   if "used" in info.get("compile", {})
-                                   and "loss" in info["compile"]["used"]
-                                   else "the built-in loss"),
-            info=info,
-        )
-
-    # as made for a model of logits with no compile(): what `for_model` refines
-    return Objectives(
-        loss=field("loss", lambda: make_loss(job.loss, task, k, search_dir)),
-        metrics=lambda: field("metrics", lambda: make_metrics(job.metrics, task, k, search_dir)),
-        callbacks=callbacks, loss_name=job.loss or "the built-in loss", for_model=for_model,
-        model_name=describe(job.model))
 
 
 def setup_runtime(job: TrainJob) -> None:

@@ -12,8 +12,14 @@ chunk's training loss and each epoch's eval loss. On the first that is not finit
   put back (kept in memory at each such epoch end), training ends there and the train info
   says so; with no such epoch, it fails as above.
 
-Every worker of a multi-worker job sees the same all-reduced totals, so all of them stop at the
-same step.
+The weights are checked too, at every epoch end (one reduction per variable, where it lives):
+TensorFlow's default executor runs `Dense(activation="relu")` as one fused oneDNN kernel whose
+ReLU turns a NaN feature into 0 on the way forward, so every loss stays finite, while the
+backward pass writes NaN into the first kernel; the model then predicts one class for every
+row. Multi-worker, parameter-server and large one-device runs (graphs.executor) train that way.
+
+Every worker of a multi-worker job sees the same all-reduced totals and holds the same weights,
+so all of them stop at the same step.
 """
 
 from __future__ import annotations
@@ -43,13 +49,23 @@ class NonFiniteGuard:
         under `fail` (and under `restore` with nothing kept)."""
         if math.isfinite(float(loss_sum)):
             return False
-        return self._tripped("training", epoch, f"steps {first_step + 1}-{last_step}", "train")
+        return self._tripped("training", f"the training loss is not finite in epoch {epoch} "
+                             f"(steps {first_step + 1}-{last_step})", epoch, "train")
 
     def evaluated(self, eval_loss: float | None, epoch: int) -> bool:
         """After an epoch's evaluation: True when training must end and `restore` be called;
-        the epoch's weights are kept (under `restore`) when its losses were all finite."""
+        the epoch's weights are kept (under `restore`) when its losses and weights were all
+        finite."""
+        from baton.graphs.nonfinite import weights_finite
+
         if eval_loss is not None and not math.isfinite(float(eval_loss)):
-            return self._tripped("eval", epoch, "its evaluation", "eval")
+            return self._tripped("eval", f"the eval loss is not finite in epoch {epoch} (its "
+                                 "evaluation)", epoch, "eval")
+        if not weights_finite(self.model):
+            return self._tripped(None, f"the model's weights are not finite at the end of epoch "
+                                 f"{epoch}, while its losses were finite (a fused kernel, "
+                                 "oneDNN's MatMul+Relu, turns NaN into numbers on the way "
+                                 "forward, not on the way back)", epoch, "train")
         if self.policy == "restore":
             self.kept, self.kept_epoch = self.model.get_weights(), epoch
         return False
@@ -60,7 +76,8 @@ class NonFiniteGuard:
         assert self.kept is not None
         self.model.set_weights(self.kept)
 
-    def _tripped(self, which: str, epoch: int, where: str, split: str) -> bool:
+    def _tripped(self, which: str | None, what: str, epoch: int, split: str) -> bool:
+        """`which` loss was not finite (None: the weights), `what` says so in a sentence."""
         from baton.graphs.nonfinite import first_cause
 
         cause = None
@@ -68,11 +85,11 @@ class NonFiniteGuard:
             cause = first_cause(self.finite_split(split), self.model, self.loss_fn, split)
         cause = cause or (f"no non-finite feature, weight, output or per-row loss was found in a "
                           f"pass over the {split} split")
-        self.info = {"loss": which, "epoch": epoch, "cause": cause, "policy": self.policy}
+        self.info = {"loss": which, "what": what, "epoch": epoch, "cause": cause,
+                     "policy": self.policy}
         if self.policy == "restore" and self.kept is not None:
             self.info["restored_epoch"] = self.kept_epoch
             return True
         hint = ("; no epoch ended with finite losses to restore" if self.policy == "restore"
                 else "; on_nonfinite: restore keeps the last epoch whose losses were finite")
-        raise StageError(f"the {which} loss is not finite in epoch {epoch} ({where}): "
-                         f"{cause}{hint}")
+        raise StageError(f"{what}: {cause}{hint}")

@@ -162,8 +162,8 @@ def train(
             epoch_totals = [a + float(b) for a, b in zip(epoch_totals, totals, strict=True)]
             done = step + (i + 1) * job.steps_per_execution
             state.step = min(done, epoch_end)
-            if not rolled_back and guard.chunk(totals[0], step // spe + 1,
-                                            state.step - job.steps_per_execution, state.step):
+            first = max(step, state.step - job.steps_per_execution)  # inside this epoch
+            if not rolled_back and guard.chunk(totals[0], step // spe + 1, first, state.step):
                 rolled_back = stopped = True  # the closures in flight finish, then training ends
             if role.stop.is_set():
                 coordinator.join()  # every scheduled closure has run once it returns
@@ -207,6 +207,7 @@ def train(
         stopped = stopped or bool(getattr(model, "stop_training", False))
     callbacks.on_train_end(cbs.epoch_logs(history[-1]) if history else None)
     cbs.lend_optimizer(model, None)  # not into the export
+    objectives.confirm(model, outputs, eval_data)
     seconds = time.perf_counter() - start
     done_steps = step - start_step
     return TrainResult(
@@ -224,7 +225,8 @@ def train(
             "embedding_devices": {
                 v.path: v.value.device for v in model.weights if "embedding" in v.path
             },
-            **({"stopped_early_at_step": step} if stopped and step < total else {}),
+            **({"stopped_early_at_step": step} if (stopped or rolled_back) and step < total
+               else {}),
             "outputs": outputs.to_dict(), **objectives.info,
             "metrics": metric_records.records(metrics),
             **({"nonfinite": guard.info} if guard.info else {}),

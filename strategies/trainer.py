@@ -37,6 +37,7 @@ from baton.strategies import faults
 from baton.strategies.backup import Backup
 from baton.strategies.balance import Balancer
 from baton.strategies.eval_shards import sharded_eval
+from baton.strategies.objectives import Objectives
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,45 +103,6 @@ class TrainResult:
 
 
 DatasetFn = Callable[[int, Any], Any]  # (batches to skip, input_context) -> endless dataset
-
-
-@dataclasses.dataclass
-class Objectives:
-    """What the spec adds to the loop (graphs.objectives, strategies.callbacks), made per task.
-
-    `loss`: `(labels, logits) -> per-example loss` or None (the built-in); `metrics()`: eval
-    metrics (graphs.objectives.EvalMetric), made outside the strategy scope; `callbacks()`: the
-    user's Keras callbacks; `loss_name`: how errors name the loss. `for_model(model, outputs)`:
-    when set, the loss and metrics are made once the model exists, for what it outputs
-    (graphs.model_outputs.Outputs) and with what its compile() set (strategies.job.objectives);
-    `info`: what that resolution adds to train_info.json; `model_name`: how errors name the
-    model function.
-    """
-
-    loss: Callable[[Any, Any], Any] | None = None
-    metrics: Callable[[], list[Any]] = list
-    callbacks: Callable[[], list[Any]] = list
-    loss_name: str = "the built-in loss"
-    for_model: Callable[[Any, Any], Objectives] | None = None
-    info: dict[str, Any] = dataclasses.field(default_factory=dict)
-    model_name: str = "the model"
-
-    def resolve(self, model: Any, spec: FeatureSpec, eval_ds: Any) -> tuple[Objectives, Any]:
-        """(the objectives for `model`, its graphs.model_outputs.Outputs), decided on the
-        first batch of `eval_ds` (None: from the model's structure alone)."""
-        from baton.graphs import model_outputs
-
-        outputs = model_outputs.decide(model, spec.label.task, spec.label.num_classes,
-                                       model_outputs.sample(model, eval_ds), self.model_name)
-        made = self.for_model(model, outputs) if self.for_model is not None else self
-        return dataclasses.replace(made, callbacks=self.callbacks,
-                                   model_name=self.model_name), outputs
-
-    def loss_or_builtin(self, task: str) -> Callable[[Any, Any], Any]:
-        """The per-example loss training uses (the built-in when `loss` is None)."""
-        from baton.graphs.steps import loss_per_example
-
-        return self.loss or (lambda labels, logits: loss_per_example(task, labels, logits))
 
 
 def train(
@@ -347,6 +309,7 @@ def train(
         raise
     callbacks.on_train_end(cbs.epoch_logs(history[-1]) if history else None)
     cbs.lend_optimizer(model, None)  # not into the export
+    objectives.confirm(model, outputs, eval_ds)
     if balancer is not None:
         balancer.record(step, "end")
     seconds = time.perf_counter() - start

@@ -50,6 +50,11 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--strategy", choices=STRATEGIES, help="tf.distribute strategy")
     p.add_argument("--namespace", help="kfp engine: where training objects are created "
                    "(default: cluster.namespace)")
+    p.add_argument("--target", choices=("jobset", "trainjob", "tfjob"), default="jobset",
+                   help="kfp engine: the training object a multi-worker or parameter-server "
+                   "train step creates and waits on, as `baton k8s --target` (default jobset)")
+    p.add_argument("--queue", help="kfp engine: the Kueue LocalQueue that admits the training "
+                   "object (as `baton k8s --queue`)")
     p.add_argument("--credentials-secret", metavar="NAME", help="kfp engine: a Secret whose "
                    "keys AWS_ACCESS_KEY_ID, ... become every step's environment")
     p.add_argument("--service-account", metavar="NAME", help="kfp engine: the training pods' "
@@ -93,7 +98,8 @@ def main(argv: list[str]) -> int:
         image=args.image, retries=args.retries,
         retry_backoff_s=0 if local and "--retry-backoff" not in argv else args.retry_backoff,
         workers=args.workers, ps=args.ps, strategy=args.strategy,
-        namespace=args.namespace, credentials_secret=args.credentials_secret,
+        namespace=args.namespace, target=args.target, queue=args.queue,
+        credentials_secret=args.credentials_secret,
         service_account=args.service_account, vertex_project=args.vertex_project,
         vertex_location=args.vertex_location, vertex_machine_type=args.vertex_machine_type,
         local=local)
@@ -160,19 +166,24 @@ def _rbac(compiled: Any, spec: Any, options: Any, account: str) -> str | None:
     if options.engine != "kfp" or not compiled.launches:
         return None
     from baton.k8s.render import dump
-    from baton.pipeline.kfp.launch import rbac
+    from baton.pipeline.kfp.launch import TARGETS, rbac
 
     namespace = options.namespace or spec.cluster.namespace
-    return dump(rbac(namespace, account, spec.name))
+    kinds = tuple(sorted({TARGETS[launch["flags"]["target"]]
+                          for launch in compiled.launches.values()}))
+    return dump(rbac(namespace, account, spec.name, kinds))
 
 
 def _training_note(compiled: Any) -> str:
+    from baton.pipeline.kfp.launch import TARGETS
+
     if not compiled.launches:
         return "; training in its step"
     parts = []
     for stage, launch in compiled.launches.items():
         f = launch["flags"]
-        what = "a Vertex AI CustomJob" if launch["engine"] == "vertex" else "a TFJob"
+        what = "a Vertex AI CustomJob" if launch["engine"] == "vertex" else \
+            f"a {TARGETS[f['target']]}"
         parts.append(f"{stage}: {what} ({f['strategy']}, workers {f['workers']}, ps {f['ps']})")
     return "; " + "; ".join(parts)
 

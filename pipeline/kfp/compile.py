@@ -23,7 +23,7 @@ from typing import Any, Literal
 
 from baton.errors import UsageError
 from baton.pipeline.kfp import components as C
-from baton.pipeline.kfp.launch import ENGINES, KFP, VERTEX
+from baton.pipeline.kfp.launch import ENGINES, KFP, TARGETS, VERTEX
 from baton.pipeline.kfp.params import RunParam
 from baton.storage import location as L
 
@@ -51,6 +51,9 @@ class KfpOptions:
         retry_backoff_s: first wait before a retry (doubling, at most an hour).
         workers, ps, strategy: the training topology, as `baton run`'s and `baton k8s`'s flags.
         namespace: where a step creates training objects (kfp engine).
+        target: kfp engine: the training object a multi-process train step creates, as `baton
+            k8s --target`: `jobset` (default), `trainjob` or `tfjob`.
+        queue: kfp engine: the Kueue LocalQueue the training object is admitted through.
         credentials_secret: kfp engine: a Secret whose standard keys (AWS_ACCESS_KEY_ID, ...)
             become every step's environment (Vertex steps use their service account).
         service_account: the training pods' service account (kfp engine).
@@ -69,6 +72,8 @@ class KfpOptions:
     ps: int | None = None
     strategy: str | None = None
     namespace: str | None = None
+    target: str = "jobset"
+    queue: str | None = None
     credentials_secret: str | None = None
     service_account: str | None = None
     vertex_project: str | None = None
@@ -80,6 +85,9 @@ class KfpOptions:
         if self.engine not in ENGINES:
             raise UsageError(f"--engine: must be one of {', '.join(ENGINES)}. "
                              f"Received: {self.engine!r}")
+        if self.target not in TARGETS:
+            raise UsageError(f"--target: must be one of {', '.join(TARGETS)}. "
+                             f"Received: {self.target!r}")
         if self.retries < 0 or self.retry_backoff_s < 0:
             raise UsageError(f"--retries and --retry-backoff must be >= 0. Received: "
                              f"{self.retries}, {self.retry_backoff_s}")

@@ -60,10 +60,10 @@ def run(docs: list[dict[str, Any]], conditions: Mapping[str, tuple[str, str]],
         try:
             getattr(getattr(client, req.api)(api_client), req.method)(
                 **req.kwargs, _request_timeout=TIMEOUTS)
-            say(f"created {req.label} in {req.kwargs['namespace']}")
+            say(f"created {req.label} in {req.kwargs.get('namespace', 'the cluster')}")
         except ApiException as exc:
             if exc.status != 409:
-                say(f"error: {req.label}: the API server answered {exc.status} {exc.reason}: "
+                say(f"error: creating {req.label}: the API server answered {exc.status} {exc.reason}: "
                     f"{sub._api_message(exc)}")
                 return 1, lines
             if req is requests[-1]:

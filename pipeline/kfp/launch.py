@@ -4,11 +4,13 @@ A train stage whose topology is one process (one_device, mirrored over the pod's
 inside its step, like any stage. A multi-worker or parameter-server topology needs pods of its
 own, so its step starts them and waits:
 
-- Kubeflow Pipelines: the step creates the Kubernetes training object `baton k8s` generates for
-  the same spec and flags (the spec's ConfigMap, then the TFJob), whose replicas run `baton task
-  SPEC --stage train --run-dir <run on the bucket>` and whose chief commits the stage to the
-  run; the step waits on the object's conditions and deletes it when the step is deleted. The
-  RBAC this needs (`rbac`) is written beside the compiled pipeline.
+- Kubeflow Pipelines: the step creates the Kubernetes training object `baton k8s --target T`
+  generates for the same spec and flags (a JobSet by default, a TrainJob with its
+  ClusterTrainingRuntime, or a TFJob), with what it needs: the run's NetworkPolicies, the spec's
+  ConfigMap. Its replicas run `baton task SPEC --stage train --run-dir <run on the bucket>` and
+  its chief commits the stage to the run; the step waits on the object's conditions and deletes
+  it when the step is deleted. The RBAC this needs (`rbac`) is written beside the compiled
+  pipeline.
 - Vertex AI: a CustomJob with one worker pool per replica type (pipeline.kfp.vertex); Vertex
   writes TF_CONFIG itself, in the format `baton task` reads.
 - `kfp.local` (`baton kfp --run-local`): the same training object, run on this machine by
@@ -23,7 +25,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -33,11 +34,18 @@ from baton.errors import UsageError
 KFP, VERTEX = "kfp", "vertex"  # the engines a pipeline compiles for
 ENGINES = (KFP, VERTEX)
 CLUSTER, EMULATE = "cluster", "emulate"
-# training object kind -> (its success condition, its failure condition)
-CONDITIONS = {"TFJob": ("Succeeded", "Failed")}
+# training object kind -> (its success condition, its failure condition): the training
+# operator's TFJob, JobSet v1alpha2 (JobSetCompleted / JobSetFailed), Trainer v2's TrainJob
+CONDITIONS = {"TFJob": ("Succeeded", "Failed"), "JobSet": ("Completed", "Failed"),
+              "TrainJob": ("Complete", "Failed")}
 TRAINING_KINDS = tuple(CONDITIONS)
-# what the training object needs beside it, by kind (the spec's ConfigMap, an identity)
-NEEDS = ("ConfigMap", "ServiceAccount")
+TARGETS = {"jobset": "JobSet", "trainjob": "TrainJob", "tfjob": "TFJob"}  # `baton k8s --target`
+# what the training object needs beside it (of the run: its NetworkPolicies, its spec's
+# ConfigMap, an identity; a TrainJob its runtime), in `baton k8s`'s apply order
+NEEDS = ("NetworkPolicy", "ServiceAccount", "ConfigMap", "ClusterTrainingRuntime")
+# the API resources of each kind, for the RBAC
+PLURALS = {"JobSet": ("jobset.x-k8s.io", "jobsets"), "TFJob": ("kubeflow.org", "tfjobs"),
+           "TrainJob": ("trainer.kubeflow.org", "trainjobs")}
 
 
 def plan(spec: Any, the_plan: Any, options: Any, bundle: Any) -> dict[str, dict[str, Any]]:
@@ -74,7 +82,8 @@ def plan(spec: Any, the_plan: Any, options: Any, bundle: Any) -> dict[str, dict[
 def _flags(options: Any, topo: Any) -> dict[str, Any]:
     """`baton k8s`'s flags for this topology (commands.k8s.job_options reads them)."""
     return {"workers": topo.workers, "ps": topo.ps, "strategy": topo.strategy,
-            "image": options.image, "namespace": options.namespace,
+            "image": options.image, "namespace": options.namespace, "target": options.target,
+            "queue": options.queue,
             "credentials_secret": None if options.local else options.credentials_secret,
             "service_account": options.service_account}
 
@@ -90,8 +99,9 @@ def documents(launch: dict[str, Any], spec: Any, stage: str, run_id: str,
     from baton.pipeline.commands import k8s as k8s_cmd
 
     args = argparse.Namespace(
-        **launch["flags"], run_id=run_id, runs_dir=runs_dir, name=None, no_chief=False,
-        evaluator=False, service_account_annotation=[])
+        **{"target": "jobset", "queue": None, **launch["flags"]}, run_id=run_id,
+        runs_dir=runs_dir, name=None, no_chief=False, evaluator=False,
+        service_account_annotation=[], serving_image=None)
     try:
         k8s_cmd.check_train(spec, args)
         opts = k8s_cmd.job_options(spec, args)
@@ -102,8 +112,9 @@ def documents(launch: dict[str, Any], spec: Any, stage: str, run_id: str,
     docs = [d for ds in build_all(opts).values() for d in ds]
     picked = [d for d in docs if d.get("kind") in NEEDS] + \
         [d for d in docs if d.get("kind") in TRAINING_KINDS]
-    picked = [d for d in picked if d.get("kind") != "ConfigMap"
-              or d["metadata"]["name"] == f"{opts.job_name}-spec"]
+    # the run's own (a ConfigMap of the spec, the run's NetworkPolicies), not the serving's
+    picked = [d for d in picked if d.get("kind") not in ("ConfigMap", "NetworkPolicy")
+              or d["metadata"]["name"].startswith(f"{opts.job_name}-")]
     try:
         check(picked)
     except ValidationFailed as exc:
@@ -112,28 +123,54 @@ def documents(launch: dict[str, Any], spec: Any, stage: str, run_id: str,
     return picked
 
 
-def rbac(namespace: str, service_account: str, pipeline: str) -> list[dict[str, Any]]:
+def rbac(namespace: str, service_account: str, pipeline: str,
+         kinds: tuple[str, ...] = ("JobSet",)) -> list[dict[str, Any]]:
     """A Role and RoleBinding letting the pipeline's steps (running as `service_account`, KFP's
     `pipeline-runner` or a profile's `default-editor`) create, watch and delete the training
-    object, its spec ConfigMap, and read its pods' logs, in `namespace` only."""
+    objects of `kinds`, the run's spec ConfigMap and NetworkPolicies, and read its pods' logs,
+    in `namespace` only; for a TrainJob also a ClusterRole and ClusterRoleBinding for its
+    ClusterTrainingRuntime (cluster-scoped: Trainer v2 resolves a TrainJob's runtimeRef
+    there), limited to creating and reading runtimes."""
     labels = {"app.kubernetes.io/name": "baton", "app.kubernetes.io/part-of": pipeline}
     name = f"{pipeline}-kfp-training"
-    return [
+    groups: dict[str, list[str]] = {}
+    for kind in kinds:
+        group, plural = PLURALS[kind]
+        groups.setdefault(group, []).append(plural)
+    subject = {"kind": "ServiceAccount", "name": service_account, "namespace": namespace}
+    docs = [
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
          "metadata": {"name": name, "namespace": namespace, "labels": labels},
          "rules": [
-             {"apiGroups": ["kubeflow.org"], "resources": ["tfjobs"],
-              "verbs": ["create", "get", "list", "watch", "delete"]},
+             *({"apiGroups": [group], "resources": sorted(plurals),
+                "verbs": ["create", "get", "list", "watch", "delete"]}
+               for group, plurals in sorted(groups.items())),
              {"apiGroups": [""], "resources": ["configmaps"],
               "verbs": ["create", "get", "update", "delete"]},
+             {"apiGroups": ["networking.k8s.io"], "resources": ["networkpolicies"],
+              "verbs": ["create", "get"]},
              {"apiGroups": [""], "resources": ["pods", "pods/log"], "verbs": ["get", "list"]},
          ]},
         {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
          "metadata": {"name": name, "namespace": namespace, "labels": labels},
          "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name},
-         "subjects": [{"kind": "ServiceAccount", "name": service_account,
-                       "namespace": namespace}]},
+         "subjects": [subject]},
     ]
+    if "TrainJob" in kinds:
+        cluster_name = f"{name}-{namespace}-runtimes"
+        docs += [
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+             "metadata": {"name": cluster_name, "labels": labels},
+             "rules": [{"apiGroups": ["trainer.kubeflow.org"],
+                        "resources": ["clustertrainingruntimes"],
+                        "verbs": ["create", "get"]}]},
+            {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+             "metadata": {"name": cluster_name, "labels": labels},
+             "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole",
+                         "name": cluster_name},
+             "subjects": [subject]},
+        ]
+    return docs
 
 
 def train(launch: dict[str, Any], spec_path: Path, stage: str, run_id: str,
@@ -172,21 +209,21 @@ def train(launch: dict[str, Any], spec_path: Path, stage: str, run_id: str,
 
 
 def _emulate(docs: list[dict[str, Any]]) -> tuple[int, list[str]]:
-    """The training object run here by Baton's emulator of its controller."""
-    from baton.k8s.emulator import EmulatorOptions, emulate_file
+    """The training object run here by Baton's emulator of its controller (the TFJob's
+    training operator, the JobSet controller, Trainer's TrainJob controller)."""
+    from baton.k8s.emulate_files import emulate_training
     from baton.k8s.render import dump
 
     obj = docs[-1]
     with tempfile.TemporaryDirectory(prefix="baton-kfp-train-") as tmp:
         root = Path(tmp)
-        (root / "needs.yaml").write_text(dump(docs[:-1]))  # the ConfigMap the pods mount
+        (root / "needs.yaml").write_text(dump(docs[:-1]))  # the ConfigMap the pods mount, ...
         path = root / "training.yaml"
         path.write_text(dump([obj]))
         print(f"baton kfp: {obj['kind']} {obj['metadata']['name']} emulated on this machine "
               "(kfp.local: no cluster)", flush=True)
-        rc = emulate_file(path, EmulatorOptions(
-            volume_dir=root / "volume", work_dir=root / "work", manifests_dir=root,
-            stream=sys.stdout))
+        rc = emulate_training(obj["kind"], [(root / "needs.yaml", d) for d in docs[:-1]] +
+                              [(path, obj)], root / "volume", root / "work", root)
         tail: list[str] = []
         for log in sorted((root / "work").rglob("*.log")):
             lines = log.read_text(errors="replace").splitlines()[-40:]

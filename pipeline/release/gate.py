@@ -51,11 +51,27 @@ class Gate:
     change: dict[str, float] = dataclasses.field(default_factory=dict)
 
 
-def bounds(metric: str, threshold: Threshold) -> tuple[float | None, float | None]:
-    """(min, max) of a threshold; a bare number bounds the metric's bad direction."""
+def bounds(metric: str, threshold: Threshold, higher: bool | None = None
+           ) -> tuple[float | None, float | None]:
+    """(min, max) of a threshold; a bare number bounds the metric's bad direction (`higher`:
+    whether higher is better; None: Baton's direction for its name)."""
     if isinstance(threshold, Bound):
         return threshold.min, threshold.max
-    return (threshold, None) if M.higher_is_better(metric) else (None, threshold)
+    if higher is None:
+        higher = M.higher_is_better(metric)
+    return (threshold, None) if higher else (None, threshold)
+
+
+def _higher(name: str, directions: Mapping[str, bool | None] | None) -> bool | None:
+    """Whether higher is better for `name`: Baton's own metrics by their name, a Keras metric
+    as Keras records it (`directions`, its `_direction`); None when nobody knows."""
+    if M.is_known(name) or directions is None or name not in directions:
+        return M.higher_is_better(name)
+    return directions[name]
+
+
+_NO_DIRECTION = ("no direction is known for this metric (a user metric): give its threshold as "
+                 "{min: ...} or {max: ...}")
 
 
 def slice_feature(key: str) -> tuple[str, str | None]:
@@ -120,13 +136,16 @@ def decide(
     by_slice: Mapping[str, Mapping[str, Mapping[str, float]]],
     baseline: Mapping[str, float] | None,
     nonfinite_rows: int = 0,
+    directions: Mapping[str, bool | None] | None = None,
 ) -> dict[str, Any]:
     """The blessing: every check with its value, threshold and baseline, and the verdict.
 
     A metric the gate names but the evaluation did not produce (e.g. AUC when the eval split
     has one class) fails its check: a gate that silently passes on missing data is worse than
     a loud one. So do outputs that are not finite (`nonfinite_rows` of the eval rows) and any
-    overall metric that is not finite, gate or no gate.
+    overall metric that is not finite, gate or no gate. `directions`: whether higher is better
+    for the Keras metrics the evaluation computed (None: unknown, so a bare threshold or a
+    change on it fails, naming the fix); Baton's own metrics have theirs.
     """
     import math
 
@@ -141,14 +160,15 @@ def decide(
                for name, value in sorted(overall.items())
                if isinstance(value, float) and not math.isfinite(value)]
     for name, th in gate.thresholds.items():
-        checks.append(_absolute(name, th, overall.get(name), None))
+        checks.append(_absolute(name, th, overall.get(name), None, _higher(name, directions)))
     for key, ths in gate.slices.items():
         feature, only = slice_feature(key)
         values = by_slice.get(feature, {})
         targets = [only] if only is not None else sorted(values)
         for v in targets:
             for name, th in ths.items():
-                checks.append(_absolute(name, th, values.get(v, {}).get(name), f"{feature}={v}"))
+                checks.append(_absolute(name, th, values.get(v, {}).get(name), f"{feature}={v}",
+                                        _higher(name, directions)))
     for name, allowed in gate.change.items():
         value = overall.get(name)
         base = None if baseline is None else baseline.get(name)
@@ -158,16 +178,22 @@ def decide(
             check.update(passed=True, note="no blessed baseline yet")
         elif value is None:
             check.update(passed=False, note="metric not computed")
+        elif (higher := _higher(name, directions)) is None:
+            check.update(passed=False, note=_NO_DIRECTION)
         else:
-            worse = (base - value) if M.higher_is_better(name) else (value - base)
+            worse = (base - value) if higher else (value - base)
             check.update(change=value - base, passed=worse <= allowed)
         checks.append(check)
     failed = [c for c in checks if not c["passed"]]
     return {"blessed": not failed, "checks": checks, "failed": [describe(c) for c in failed]}
 
 
-def _absolute(name: str, th: Threshold, value: float | None, where: str | None) -> dict:
-    lo, hi = bounds(name, th)
+def _absolute(name: str, th: Threshold, value: float | None, where: str | None,
+              higher: bool | None) -> dict:
+    if higher is None and not isinstance(th, Bound):
+        return {"kind": "threshold", "metric": name, "slice": where, "value": value,
+                "threshold": {"min": None, "max": None}, "passed": False, "note": _NO_DIRECTION}
+    lo, hi = bounds(name, th, higher)
     check: dict[str, Any] = {"kind": "threshold", "metric": name, "slice": where,
                              "value": value, "threshold": {"min": lo, "max": hi}}
     if value is None:
@@ -183,8 +209,9 @@ def describe(check: Mapping[str, Any]) -> str:
     value = check.get("value")
     if check["kind"] == "finite":
         return str(check["note"])
-    if check.get("note") == "metric not computed":
-        return f"{check['metric']}{where}: not computed"
+    if check.get("note") in ("metric not computed", _NO_DIRECTION):
+        what = "not computed" if check["note"] == "metric not computed" else _NO_DIRECTION
+        return f"{check['metric']}{where}: {what}"
     if check["kind"] == "change":
         return (f"{check['metric']}{where} = {value:.4f} vs baseline {check['baseline']:.4f}: "
                 f"worse by more than the allowed {check['threshold']}")

@@ -66,8 +66,9 @@ def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
 
 
 def _declared_metrics(spec: Any) -> tuple[set[str], bool]:
-    """(metric names the spec's train stages declare in `metrics:`, whether one of them trains
-    an own model, whose compile() may add metrics of any name)."""
+    """(metric names the spec's train stages declare in `metrics:`, whether a name may be any:
+    an own model's compile() may add metrics of any name, and a `module:Class` metric (or a
+    function returning a Metric) reports the name its object carries, known once it exists)."""
     names: set[str] = set()
     any_name = False
     for st in getattr(spec, "stages", ()):
@@ -77,6 +78,7 @@ def _declared_metrics(spec: Any) -> tuple[set[str], bool]:
         any_name = any_name or ":" in str(config.get("model", ""))
         for m in config.get("metrics") or ():
             names.add(str(m).split(":")[-1].split(".")[-1])
+            any_name = any_name or ":" in str(m)
     return names, any_name
 
 
@@ -115,7 +117,8 @@ def run(ctx: StageContext, config: Config) -> None:
             ctx.log(f"baseline: run {base['run_id']} ({base['source']})")
     decision = gate.decide(config.gate, result["overall"], result["by_slice"],
                            base["metrics"] if base else None,
-                           nonfinite_rows=result["nonfinite_rows"])
+                           nonfinite_rows=result["nonfinite_rows"],
+                           directions=result["directions"])
     blessing = {
         "blessed": decision["blessed"],
         "checks": decision["checks"],
@@ -183,7 +186,8 @@ def evaluate_model(model_dir: Path, transform_dir: Path, split: Any, spec: Any,
             mask = col == value
             metrics.update(_keras_values(keras_metrics, split.labels[mask], raw[mask], metrics))
     result: dict[str, Any] = {"overall": overall, "by_slice": by_slice, "confusion": [],
-                              "calibration": None, "nonfinite_rows": nonfinite}
+                              "calibration": None, "nonfinite_rows": nonfinite,
+                              "directions": _directions(keras_metrics)}
     if task != "regression":
         result["confusion"] = M.confusion(outputs, split.labels, len(classes))
         result["calibration"] = M.calibration(outputs, split.labels, config.calibration_bins)
@@ -234,6 +238,17 @@ def _keras_values(keras_metrics: tuple[list[Any], dict[str, str]], labels: Any, 
     values = compute(metrics, labels, outputs)
     values.update({alias: values[name] for name, alias in aliases.items()})
     return {k: v for k, v in values.items() if k not in baton}
+
+
+def _directions(keras_metrics: tuple[list[Any], dict[str, str]]) -> dict[str, bool | None]:
+    """{name: whether higher is better} of the Keras metrics, under every name they are
+    reported by (the gate reads a bare threshold in that direction)."""
+    from baton.graphs.metric_records import higher_is_better
+
+    metrics, aliases = keras_metrics
+    out = {m.name: higher_is_better(m) for m in metrics}
+    out.update({alias: out[name] for name, alias in aliases.items()})
+    return out
 
 
 def _spec_problems(config: Config, spec: Any) -> list[str]:

@@ -638,7 +638,7 @@ def _model_notes(info: dict[str, Any]) -> list[str]:
                                            "compile()'s" if replaced else ""))
     bad = info.get("nonfinite")
     if bad:
-        lines.append(f"warning: the {bad['loss']} loss was not finite in epoch {bad['epoch']} "
-                     f"({bad['cause']}); on_nonfinite: restore put back the weights of epoch "
-                     f"{bad.get('restored_epoch')} and ended training there")
+        what = bad.get("what") or f"the {bad['loss']} loss was not finite in epoch {bad['epoch']}"
+        lines.append(f"warning: {what} ({bad['cause']}); on_nonfinite: restore put back the "
+                     f"weights of epoch {bad.get('restored_epoch')} and ended training there")
     return lines

@@ -10,7 +10,6 @@ lineage record), and the release Job's `baton run --only ...` finds it there.
 
 from __future__ import annotations
 
-import datetime as _dt
 import os
 import shutil
 from pathlib import Path
@@ -76,22 +75,21 @@ def stage_inputs(bucket: BucketRun, stage: Any) -> dict[str, dict[str, Any]]:
     return records
 
 
-def commit(bucket: BucketRun, spec: Any, stage_name: str, out: Path, outputs: tuple[str, ...],
-           inputs: dict[str, dict[str, Any]], started: str) -> None:
-    """Commit the chief's `out/<output>` directories as stage `stage_name` of the bucket run."""
-    stage = spec.stage(stage_name)
+def commit(bucket: BucketRun, stage_name: str, out: Path, outputs: tuple[str, ...],
+           inputs: dict[str, dict[str, Any]], record: dict[str, Any]) -> None:
+    """Commit the chief's `out/<output>` directories as stage `stage_name` of the bucket run,
+    with `record` (pipeline.training.task_record.succeeded_record) as its lineage: its inputs
+    are those staged from the bucket, its outputs' paths those of the committed stage."""
     work = bucket.run_dir / f"{store.TMP_PREFIX}{stage_name}-task-{os.getpid()}"
     shutil.rmtree(work, ignore_errors=True)
     for name in outputs:
         store.link_tree(out / name, work / name)
     final = bucket.run_dir / stage_name
     record = {
-        "pipeline": spec.name, "run_id": bucket.run_id, "stage": stage_name, "type": stage.type,
-        "config": dict(stage.config), "inputs": inputs, "started": started,
-        "status": "succeeded", "finished": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+        **record, "inputs": inputs,
         "outputs": {n: {"path": str(final / n), "hash": store.hash_path(work / n)}
                     for n in outputs},
-        "metrics": {}, "cache": {"hit": False}, "written_by": "baton task",
+        "written_by": "baton task",
     }
     try:
         bucket.begin(stage_name)

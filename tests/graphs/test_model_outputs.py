@@ -66,6 +66,81 @@ def test_a_subclassed_softmax_is_found_from_its_rows():
     assert not mo.rows_are_distributions(np.full((8, 3), np.nan))
 
 
+def test_a_linear_last_layer_is_logits_even_when_its_rows_sum_to_1():
+    """A Dense with no activation outputs logits, whatever its rows sum to before training
+    (a zero kernel and a 1/K bias: every row [1/3, 1/3, 1/3]). Taken for probabilities, it was
+    trained with from_logits=False and served negative "probabilities"."""
+    x = keras.Input((4,))
+    model = keras.Model(x, keras.layers.Dense(3, kernel_initializer="zeros",
+                                              bias_initializer=keras.initializers.Constant(1 / 3),
+                                              name="head")(x))
+    sample = np.asarray(model(np.ones((8, 4), "float32")))
+    assert mo.rows_are_distributions(sample)
+    out = mo.decide(model, "classification", 3, sample)
+    assert out.kind == mo.LOGITS and "'head'" in out.reason
+    # an Activation('linear') (a mixed-precision cast) is no evidence either way: the rows decide
+    cast = keras.Model(x, keras.layers.Activation("linear", dtype="float32")(
+        keras.layers.Dense(3, activation="softmax")(x)))
+    assert mo.decide(cast, "classification", 3,
+                     np.asarray(cast(np.ones((8, 4), "float32")))).probabilities
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_a_softmax_in_half_precision_is_found_from_its_rows(dtype):
+    """Under mixed_float16 / mixed_bfloat16 a softmax's rows sum to 1 only within the dtype's
+    precision (float16: 1e-3 off for 3 classes), not within 1e-4."""
+    logits = np.random.default_rng(0).normal(size=(256, 3)).astype("float32")
+    probs = np.asarray(keras.ops.softmax(keras.ops.cast(logits, dtype)))
+    assert mo.rows_are_distributions(probs)
+    assert not mo.rows_are_distributions(np.asarray(keras.ops.cast(logits, dtype)))
+
+
+def test_probabilities_found_from_rows_are_confirmed_after_training():
+    """What the rows said before training must still hold after: a model whose trained rows are
+    no distribution was not outputting probabilities (its output is served as they are)."""
+    class Scaled(keras.Model):  # rows sum to 1 at first, then do not
+        def __init__(self):
+            super().__init__()
+            self.scale = self.add_weight(shape=(), initializer="ones", name="scale")
+
+        def call(self, x):
+            return keras.ops.softmax(x[:, :3]) * self.scale
+
+    model = Scaled()
+    batch = np.random.default_rng(0).normal(size=(8, 4)).astype("float32")
+    out = mo.decide(model, "classification", 3, np.asarray(model(batch)))
+    assert out.probabilities and out.from_rows
+    mo.confirm(model, out, np.asarray(model(batch)), "'m:build'")  # still distributions
+    model.scale.assign(1.7)
+    with pytest.raises(StageError, match=r"model function 'm:build' was taken to output "
+                                         r"probabilities.*after training they do not.*"
+                                         r"row sums \[1\.7"):
+        mo.confirm(model, out, np.asarray(model(batch)), "'m:build'")
+    # a softmax found in the model's structure needs no confirming
+    mo.confirm(model, mo.Outputs(mo.PROBABILITIES, "softmax"), np.asarray(model(batch)), "m")
+
+
+@pytest.mark.parametrize(("activation", "kind"), [("sigmoid", "a sigmoid"), (None, "a logit")])
+def test_one_unit_for_two_classes_is_refused_naming_the_two_unit_fix(activation, kind):
+    """TFX's binary models end in Dense(1) (a logit, or a sigmoid's probability of one class);
+    Baton's classifiers give one value per class: the error says which two-unit head to write."""
+    from baton.graphs.feature_spec import FeatureSpec
+    from baton.graphs.model_fn import check_output
+    from baton.graphs.model_spec import ModelSpec
+
+    spec = ModelSpec.from_feature_spec(FeatureSpec.from_dict({
+        "raw_features": [{"name": "x", "dtype": "float32"}],
+        "features": [{"name": "x_xf", "kind": "numeric", "vocab_size": 0}],
+        "label": {"name": "y", "task": "classification", "vocabulary": ["no", "yes"]}}))
+    x = keras.layers.Reshape((1,))(spec.inputs["x_xf"])
+    model = keras.Model(spec.inputs, keras.layers.Dense(1, activation=activation)(x))
+    with pytest.raises(StageError, match=rf"output has shape \[B, 1\]: one unit \({kind}\) for "
+                                         r"the 2 classes of 'y' \('no', 'yes'\).*one value per "
+                                         r"class: end it in Dense\(2, activation='softmax'\) "
+                                         r"\(probabilities\) or Dense\(2\) \(logits\)"):
+        check_output(model, spec, "m:build")
+
+
 def test_regression_is_never_probabilities():
     model = _model(lambda h: keras.layers.Dense(1, activation="sigmoid")(h))
     assert mo.decide(model, "regression", 1).kind == mo.LOGITS

@@ -23,11 +23,12 @@ def _docs(out: Path) -> list[dict]:
     return [d for f in sorted(out.rglob("*.yaml")) for d in yaml.safe_load_all(f.read_text()) if d]
 
 
-def test_a_bucket_run_writes_no_claim_and_gives_every_pod_credentials(tmp_path):
+@pytest.mark.parametrize("target", ["jobset", "trainjob", "tfjob"])
+def test_a_bucket_run_writes_no_claim_and_gives_every_pod_credentials(tmp_path, target):
     out = tmp_path / "o"
     assert main(["--out", str(out), "--run-id", "r1", "--runs-dir", "s3://team-bucket/ml/runs",
                  "--credentials-secret", "s3-credentials", "--service-account", "baton",
-                 "--service-account-annotation", ROLE]) == 0
+                 "--service-account-annotation", ROLE, "--target", target]) == 0
     assert main(["validate", str(out)]) == 0
     docs = _docs(out)
     kinds = [d["kind"] for d in docs]
@@ -37,7 +38,7 @@ def test_a_bucket_run_writes_no_claim_and_gives_every_pod_credentials(tmp_path):
     assert "service-account.yaml" in yaml.safe_load((out / "kustomization.yaml").read_text())[
         "resources"]
     pods = [p for d in docs for p in pod_specs(d)]
-    assert len(pods) >= 4  # data Job, TFJob replica, release Job, serving Deployment
+    assert len(pods) >= 2  # the training object's steps (data, training, release), serving
     for pod in pods:
         assert pod["serviceAccountName"] == "baton"
         assert all(v["name"] != "artifacts" for v in pod.get("volumes", []))
@@ -46,6 +47,18 @@ def test_a_bucket_run_writes_no_claim_and_gives_every_pod_credentials(tmp_path):
             assert all(m["name"] != "artifacts" for m in c.get("volumeMounts", []))
     text = "\n".join(f.read_text() for f in out.rglob("*.yaml"))
     assert "/artifacts" not in text
+    (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy"
+                 and d["metadata"]["name"].endswith("-object-storage")]
+    components = policy["spec"]["podSelector"]["matchExpressions"][0]["values"]
+    assert "serving" in components and "train" in components  # both reach the bucket
+    deploy = yaml.safe_load((out / "serving-deployment.yaml").read_text())
+    server = deploy["spec"]["template"]["spec"]["containers"][0]
+    assert server["command"] == ["baton", "serve"] and server["image"].startswith("baton:")
+    assert "--model_base_path=s3://team-bucket/ml/models/penguins" in server["args"]
+    assert "--run-dir s3://team-bucket/ml/runs/penguins/r1" in " ".join(
+        a for p in pods for c in p["containers"] for a in c.get("args") or [])
+    if target != "tfjob":
+        return
     job = yaml.safe_load((out / "tfjob.yaml").read_text())
     (replica,) = job["spec"]["tfReplicaSpecs"].values()
     container = replica["template"]["spec"]["containers"][0]
@@ -53,13 +66,11 @@ def test_a_bucket_run_writes_no_claim_and_gives_every_pod_credentials(tmp_path):
     gate = replica["template"]["spec"]["initContainers"][0]
     assert gate["command"][:3] == ["python", "-m", "baton.storage.wait"]
     assert "s3://team-bucket/ml/runs/penguins/r1/transform/lineage.json" in gate["command"]
+    failed = gate["command"][gate["command"].index("--failed") + 1]
+    assert failed == "s3://team-bucket/ml/runs/penguins/r1/transform.failed.json"
     data = yaml.safe_load((out / "data-job.yaml").read_text())
     args = data["spec"]["template"]["spec"]["containers"][0]["args"]
     assert args[args.index("--runs-dir") + 1] == "s3://team-bucket/ml/runs"
-    deploy = yaml.safe_load((out / "serving-deployment.yaml").read_text())
-    server = deploy["spec"]["template"]["spec"]["containers"][0]
-    assert server["command"] == ["baton", "serve"] and server["image"] == "baton:latest"
-    assert "--model_base_path=s3://team-bucket/ml/models/penguins" in server["args"]
     spec_cm = yaml.safe_load((out / "pipeline-spec.yaml").read_text())
     push = [s for s in yaml.safe_load(spec_cm["data"]["pipeline.yaml"])["stages"]
             if s["type"] == "push"]
@@ -129,7 +140,7 @@ stages:
     runs = f"{s3}/runs"
     out = tmp_path / "o"
     assert main([str(spec), "--out", str(out), "--run-id", "r1", "--runs-dir", runs,
-                 "--credentials-secret", "s3-credentials"]) == 0
+                 "--credentials-secret", "s3-credentials", "--target", "tfjob"]) == 0
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
     shipped = tmp_path / "configmap" / "pipeline.yaml"  # the spec as the pods read it
     shipped.parent.mkdir()

@@ -184,29 +184,52 @@ def test_bad_flags_exit_2_naming_them_and_write_nothing(tmp_path, capsys, args, 
     _refused(capsys, tmp_path, args, *needles)
 
 
-def test_the_training_object_and_its_rbac_for_a_multi_worker_topology(tmp_path, capsys):
+@pytest.mark.parametrize("target, kind, plural", [
+    ("jobset", "JobSet", "jobsets"), ("trainjob", "TrainJob", "trainjobs"),
+    ("tfjob", "TFJob", "tfjobs")])
+def test_the_training_object_and_its_rbac_for_a_multi_worker_topology(tmp_path, capsys, target,
+                                                                      kind, plural):
     import json
 
     from baton.k8s.validate import check
+    from baton.pipeline.kfp import launch as L
+    from baton.pipeline.spec import load_spec
 
     out = tmp_path / "dist.yaml"
     compile_ok(capsys, "--out", str(out), "--pipeline-root", "s3://bkt/root", "--workers", "2",
                "--strategy", "multi_worker_mirrored", "--namespace", "ml",
-               "--credentials-secret", "s3-credentials")
+               "--credentials-secret", "s3-credentials", "--target", target)
     spec, _ = pipeline_spec(out)
     launch = json.loads(spec.root.dag.tasks["train"].inputs.parameters["launch"]
                         .runtime_value.constant.string_value)
     assert launch["engine"] == "kfp" and launch["mode"] == "cluster"
     assert launch["flags"] | {"image": None} == {
         "workers": 2, "ps": 0, "strategy": "multi_worker_mirrored", "image": None,
-        "namespace": "ml", "credentials_secret": "s3-credentials", "service_account": None}
+        "namespace": "ml", "credentials_secret": "s3-credentials", "service_account": None,
+        "target": target, "queue": None}
     assert all(t.inputs.parameters["launch"].runtime_value.constant.string_value == ""
                for n, t in spec.root.dag.tasks.items() if n not in ("train", "plan-run",
                                                                      "finish-run"))
+    # what the step creates at run time: `baton k8s --target`'s object, validated, last
+    docs = L.documents(launch, load_spec(DEFAULT), "train", "r-1", "s3://bkt/runs")
+    assert docs[-1]["kind"] == kind
+    assert {d["kind"] for d in docs[:-1]} >= {"ConfigMap", "NetworkPolicy"}
+    assert all(d["metadata"]["name"].startswith("penguins-r-1") for d in docs)
     rbac = list(yaml.safe_load_all((tmp_path / "dist.rbac.yaml").read_text()))
-    assert [d["kind"] for d in rbac] == ["Role", "RoleBinding"]
+    assert [d["kind"] for d in rbac][:2] == ["Role", "RoleBinding"]
     check(rbac)  # Kubernetes' own schemas
     rules = {tuple(r["resources"]): r["verbs"] for r in rbac[0]["rules"]}
-    assert "create" in rules[("tfjobs",)] and "delete" in rules[("tfjobs",)]
+    assert "create" in rules[(plural,)] and "delete" in rules[(plural,)]
+    assert "create" in rules[("networkpolicies",)] and "update" in rules[("configmaps",)]
     assert rbac[1]["subjects"] == [{"kind": "ServiceAccount", "name": "pipeline-runner",
                                     "namespace": "ml"}]
+    # every kind the step creates is one the RBAC lets it create
+    allowed = {res for doc in rbac if doc["kind"] in ("Role", "ClusterRole")
+               for rule in doc["rules"] if "create" in rule["verbs"] for res in rule["resources"]}
+    assert {_plural(d["kind"]) for d in docs} <= allowed
+    if target == "trainjob":  # its runtime is cluster-scoped
+        assert [d["kind"] for d in rbac][2:] == ["ClusterRole", "ClusterRoleBinding"]
+
+
+def _plural(kind: str) -> str:
+    return {"NetworkPolicy": "networkpolicies"}.get(kind, kind.lower() + "s")

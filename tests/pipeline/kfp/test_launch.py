@@ -75,9 +75,10 @@ class FakeApiServer:
         return reply
 
 
-def _docs(workers: int = 2, strategy: str = "multi_worker_mirrored") -> list[dict]:
+def _docs(workers: int = 2, strategy: str = "multi_worker_mirrored",
+          target: str = "tfjob") -> list[dict]:
     options = K.KfpOptions(pipeline_root="s3://bkt/root", workers=workers, strategy=strategy,
-                           namespace="ml")
+                           namespace="ml", target=target)
     spec = load_spec(DEFAULT)
     from baton.pipeline.plan import plan
 
@@ -89,19 +90,29 @@ def _cond(kind: str, status: str = "True", message: str = "") -> dict:
     return {"type": kind, "status": status, "reason": kind, "message": message}
 
 
-def test_the_step_creates_the_object_and_returns_when_it_succeeds(capsys):
-    docs = _docs()
-    assert [d["kind"] for d in docs][-1] == "TFJob"
+@pytest.mark.parametrize("target, kind, url, done", [
+    ("tfjob", "TFJob", "/apis/kubeflow.org/v1/namespaces/ml/tfjobs", "Succeeded"),
+    ("jobset", "JobSet", "/apis/jobset.x-k8s.io/v1alpha2/namespaces/ml/jobsets", "Completed"),
+    ("trainjob", "TrainJob", "/apis/trainer.kubeflow.org/v1alpha1/namespaces/ml/trainjobs",
+     "Complete"),
+])
+def test_the_step_creates_the_object_and_returns_when_it_succeeds(capsys, target, kind, url,
+                                                                  done):
+    docs = _docs(target=target)
+    assert [d["kind"] for d in docs][-1] == kind
     server = FakeApiServer([[], [_cond("Created")], [_cond("Created"), _cond("Running")],
-                            [_cond("Created"), _cond("Running", "False"), _cond("Succeeded")]])
+                            [_cond("Created"), _cond("Running", "False"), _cond(done)]])
     rc, lines = k8s_wait.run(docs, launch.CONDITIONS, server.api, poll_s=0, sleep=lambda s: None)
     assert rc == 0, lines
     posts = [p for m, p in server.sent if m == "POST"]
-    assert posts[-1] == "/apis/kubeflow.org/v1/namespaces/ml/tfjobs"
+    assert posts[-1] == url
     assert "/api/v1/namespaces/ml/configmaps" in posts  # the spec's ConfigMap, first
+    assert "/apis/networking.k8s.io/v1/namespaces/ml/networkpolicies" in posts
+    if target == "trainjob":  # its runtime, cluster-scoped
+        assert "/apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes" in posts
     name = docs[-1]["metadata"]["name"]
-    assert any(f"TFJob/{name}: Running=True" in line for line in lines)
-    assert any(f"TFJob/{name}: Succeeded=True" in line for line in lines)
+    assert any(f"{kind}/{name}: Running=True" in line for line in lines)
+    assert any(f"{kind}/{name}: {done}=True" in line for line in lines)
     assert "baton kfp: created" in capsys.readouterr().out  # said in the step's log
 
 

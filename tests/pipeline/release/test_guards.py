@@ -48,6 +48,27 @@ def test_the_gate_takes_keras_metric_names():
     assert not G.spec_problems(mine, [], any_name=True)
 
 
+def test_a_keras_metric_is_gated_in_the_direction_keras_records():
+    overall = {"sparse_categorical_crossentropy": 0.13, "top2": 0.99, "mine": 0.3}
+    directions = {"sparse_categorical_crossentropy": False, "top2": True, "mine": None}
+    good = G.decide(G.Gate(thresholds={"sparse_categorical_crossentropy": 0.5, "top2": 0.9},
+                           change={"sparse_categorical_crossentropy": 0.05}),
+                    overall, {}, {"sparse_categorical_crossentropy": 0.2}, directions=directions)
+    assert good["blessed"], good["failed"]
+    worse = G.decide(G.Gate(change={"sparse_categorical_crossentropy": 0.05}),
+                     overall, {}, {"sparse_categorical_crossentropy": 0.05}, directions=directions)
+    assert worse["failed"] == ["sparse_categorical_crossentropy = 0.1300 vs baseline 0.0500: "
+                               "worse by more than the allowed 0.05"]
+    # a metric of no recorded direction: a bare number is ambiguous (Keras' EarlyStopping
+    # refuses mode='auto' on it too); an explicit bound is not
+    bare = G.decide(G.Gate(thresholds={"mine": 0.5}), overall, {}, None, directions=directions)
+    assert bare["failed"] == ["mine: no direction is known for this metric (a user metric): "
+                              "give its threshold as {min: ...} or {max: ...}"]
+    explicit = G.decide(G.Gate(thresholds={"mine": G.Bound(max=0.5)}), overall, {}, None,
+                        directions=directions)
+    assert explicit["blessed"]
+
+
 def test_check_reports_nan_outputs_as_nan():
     got = [{"probabilities": [[NAN, NAN, NAN]], "class_ids": [0]},
            {"probabilities": [[0.2, 0.3, 0.5]], "class_ids": [2]}]

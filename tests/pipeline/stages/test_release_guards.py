@@ -48,6 +48,15 @@ def sigmoid(spec):
     return keras.Model(spec.inputs, keras.layers.Dense(spec.num_classes, activation="sigmoid")(d))
 
 
+def zero_kernel(spec):
+    """Logits whose rows sum to 1 before training (a zero kernel, a 1/K bias)."""
+    d = keras.layers.Dense(16, activation="relu")(_numeric(spec))
+    k = spec.num_classes
+    return keras.Model(spec.inputs, keras.layers.Dense(
+        k, kernel_initializer="zeros", bias_initializer=keras.initializers.Constant(1.0 / k),
+        name="head")(d))
+
+
 def compiled_from_logits(spec):
     model = softmax(spec)
     model.compile(loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
@@ -131,6 +140,19 @@ def test_a_softmax_model_is_trained_and_served_as_probabilities(art, code, tmp_p
     assert metrics["blessed"] and metrics["calibration_error"] < 0.1
 
 
+def test_logits_whose_rows_sum_to_1_before_training_are_trained_as_logits(art, code, tmp_path):
+    """Taken for probabilities from its initial rows, this model was trained with
+    from_logits=False and blessed serving "probabilities" below 0 (audit of issue 35)."""
+    out, _ = _train(art, code, tmp_path, model="guard_models:zero_kernel", epochs=5)
+    info = json.loads((out["model"] / "train_info.json").read_text())
+    assert info["outputs"] == {"kind": "logits",
+                               "reason": "the last layer 'head' has no activation"}
+    ev, metrics = run_stage("evaluate", {"gate": {"thresholds": {"accuracy": 0.8}}},
+                            {"model": out["model"], "transform_graph": art["transform_graph"],
+                             "examples": art["examples"]}, tmp_path)
+    assert metrics["blessed"] and metrics["calibration_error"] < 0.15
+
+
 def test_a_sigmoid_over_the_classes_is_refused_before_training(art, code, tmp_path):
     with pytest.raises(StageError, match=r"model function 'guard_models:sigmoid' returned a model "
                                          r"whose last layer 'dense_\d+' applies a sigmoid to 3 "
@@ -198,6 +220,37 @@ def test_a_diverged_training_restores_the_last_finite_epoch(art, code, tmp_path)
 
     weights = load_model(out["model"]).get_weights()
     assert all(np.isfinite(w).all() for w in weights)
+
+
+def test_nan_features_that_fused_kernels_hide_from_the_loss_still_stop_training(code, tmp_path):
+    """TensorFlow's default executor runs Dense(relu) as one fused oneDNN kernel whose ReLU
+    turns NaN into 0 on the way forward, while the backward pass writes NaN into the first
+    kernel: every loss stays finite and the model becomes a constant predictor (what multi-worker
+    and parameter-server runs, and large one-device models, do). The weights are checked at
+    every epoch end (audit of issue 35: such a run trained to the end and wrote the model)."""
+    import csv
+
+    from baton.pipeline.datasets import PENGUINS_CSV
+
+    with PENGUINS_CSV.open() as f:
+        rows = list(csv.DictReader(f))
+    for i in range(0, len(rows), 15):  # missing values in the train split too
+        rows[i]["bill_depth_mm"] = "NA"
+    path = tmp_path / "penguins_nan.csv"
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=list(rows[0]))
+        w.writeheader()
+        w.writerows(rows)
+    ex, _ = run_stage("ingest", {"source": "csv", "path": str(path), "label": "species",
+                                 "task": "classification"}, {}, tmp_path)
+    tr, _ = run_stage("transform", {"preprocessing_fn": "guard_models:passthrough"},
+                      {"examples": ex["examples"]}, tmp_path, spec_dir=code)
+    with pytest.raises(StageError) as err:
+        _train(tr, code, tmp_path, model="mlp", epochs=2, executor="default")
+    message = str(err.value)
+    assert re.match(r"the model's weights are not finite at the end of epoch 1, while its "
+                    r"losses were finite .*: feature 'bill_depth_mm_xf' is NaN in \d+ of the 32 "
+                    r"train rows of batch 1", message), message
 
 
 def test_a_model_answering_nan_is_not_blessed_and_check_says_nan(nan_data, code, tmp_path):

@@ -181,6 +181,32 @@ def test_steps_and_epochs_together_are_refused_at_plan_time(code, tmp_path):
         plan(load_spec(path))
 
 
+def test_the_gate_takes_a_metric_class_the_train_stage_names_by_its_own_name(tmp_path):
+    """A `module:Class` metric reports its own name (Keras snake-cases the class), not the
+    reference's last part: the spec check must not refuse it with a built-in model."""
+    import yaml
+
+    from baton.pipeline.plan import plan
+    from baton.pipeline.spec import load_spec
+
+    (tmp_path / "my_metrics.py").write_text(
+        "import keras\n\n\nclass BalancedHits(keras.metrics.SparseCategoricalAccuracy):\n"
+        "    pass\n")
+    spec = {"pipeline": "p", "stages": [
+        {"name": "ingest", "type": "ingest"},
+        {"name": "transform", "type": "transform", "inputs": {"examples": "ingest.examples"}},
+        {"name": "train", "type": "train", "config": {"metrics": ["my_metrics:BalancedHits"]},
+         "inputs": {"transformed": "transform.transformed",
+                    "transform_graph": "transform.transform_graph"}},
+        {"name": "evaluate", "type": "evaluate",
+         "config": {"gate": {"thresholds": {"balanced_hits": {"min": 0.5}}}},
+         "inputs": {"model": "train.model", "transform_graph": "transform.transform_graph",
+                    "examples": "ingest.examples"}}]}
+    path = tmp_path / "p.yaml"
+    path.write_text(yaml.safe_dump(spec))
+    plan(load_spec(path))  # no SpecError: the name is settled once the model has trained
+
+
 def test_custom_config_and_hyperparameters_reach_the_model_function(art, code, tmp_path):
     record = tmp_path / "spec.json"
     _train(art, code, tmp_path, model="tfx_like:records", learning_rate=0.02, batch_size=16,
@@ -220,10 +246,18 @@ def test_the_gate_takes_the_keras_metrics_the_model_reports(art, code, tmp_path)
                     metrics=["sparse_top_k_categorical_accuracy"])
     inputs = {"model": out["model"], "transform_graph": art["transform_graph"],
               "examples": art["examples"]}
+    # a Keras metric that is lower-is-better (Keras records its direction, "down") is gated as
+    # such: a bare number is its highest acceptable value, as for Baton's `loss`
     gate = {"thresholds": {"sparse_top_k_categorical_accuracy": 0.9,
-                           "sparse_categorical_accuracy": 0.8}}
+                           "sparse_categorical_accuracy": 0.8,
+                           "sparse_categorical_crossentropy": 1.0},
+            "change": {"sparse_categorical_crossentropy": 0.5}}
     ev, metrics = run_stage("evaluate", {"gate": gate}, inputs, tmp_path)
     overall = json.loads((ev["evaluation"] / "metrics.json").read_text())["overall"]
     assert overall["sparse_top_k_categorical_accuracy"] == 1.0  # top 5 of 3 classes
     assert overall["sparse_categorical_accuracy"] == pytest.approx(overall["accuracy"])
-    assert metrics["blessed"]
+    assert overall["sparse_categorical_crossentropy"] == pytest.approx(overall["loss"], rel=1e-4)
+    checks = json.loads((ev["blessing"] / "blessing.json").read_text())["checks"]
+    xent = next(c for c in checks if c["metric"] == "sparse_categorical_crossentropy")
+    assert xent["threshold"] == {"min": None, "max": 1.0}, xent
+    assert metrics["blessed"], checks
