@@ -21,11 +21,13 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from baton.errors import EXIT_PREEMPTED, EXIT_TRANSIENT
+
 POLL_SECONDS = 10.0
 UNREACHABLE_S = 300.0
-EXIT_STOPPED = 143
+EXIT_STOPPED = EXIT_PREEMPTED  # 143: the step told to stop
 TIMEOUTS = (10.0, 60.0)  # connect, read (seconds): a call that hangs is an outage
-EXIT_LOST = 129  # Baton's "lost peer": retryable
+EXIT_LOST = EXIT_TRANSIENT  # 129, Baton's "lost peer": retryable
 
 
 def run(docs: list[dict[str, Any]], conditions: Mapping[str, tuple[str, str]],

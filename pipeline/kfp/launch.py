@@ -29,7 +29,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from baton.errors import UsageError
+from baton.errors import EXIT_FAILED, EXIT_INTERRUPTED, EXIT_OK, EXIT_PREEMPTED, UsageError
 
 KFP, VERTEX = "kfp", "vertex"  # the engines a pipeline compiles for
 ENGINES = (KFP, VERTEX)
@@ -229,4 +229,5 @@ def _emulate(docs: list[dict[str, Any]]) -> tuple[int, list[str]]:
             lines = log.read_text(errors="replace").splitlines()[-40:]
             print(f"--- {log.name} (last lines)", *lines, sep="\n", flush=True)
             tail += lines
-    return (0 if rc == 0 else 143 if rc in (130, 143) else 1), tail
+    stopped = rc in (EXIT_INTERRUPTED, EXIT_PREEMPTED)
+    return (EXIT_OK if rc == 0 else EXIT_PREEMPTED if stopped else EXIT_FAILED), tail

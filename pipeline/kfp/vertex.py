@@ -22,7 +22,7 @@ import signal
 import time
 from typing import Any
 
-from baton.errors import UsageError
+from baton.errors import EXIT_PREEMPTED, UsageError
 
 API = "https://{location}-aiplatform.googleapis.com/v1"
 DONE = {"JOB_STATE_SUCCEEDED": 0, "JOB_STATE_FAILED": 1, "JOB_STATE_CANCELLED": 1,
@@ -124,7 +124,7 @@ def run_on_vertex(v: dict[str, Any], body: dict[str, Any]) -> tuple[int, list[st
             if stop:
                 session.post(f"{base}/{name}:cancel", timeout=60)
                 say(f"stopped: cancelled {name}")
-                return 143, lines
+                return EXIT_PREEMPTED, lines
             job = session.get(f"{base}/{name}", timeout=60).json()
             if job.get("state") != state:
                 state = str(job.get("state"))

@@ -1,0 +1,85 @@
+"""The default pipeline and examples/own_model/ compiled, loaded back by the kfp SDK and run by
+KFP's own local runner (kfp.local, each step a subprocess) to a pushed model:
+
+- the default pipeline on a bucket (a real S3 server, SeaweedFS), its train step training on
+  two workers: the JobSet `baton k8s` writes, started by the step and run by Baton's emulator
+  of the JobSet controller, its replicas staging their inputs from the bucket and the chief
+  committing the stage there, as on a cluster;
+- examples/own_model/ (the user's model, loss, optimizer and layer modules shipped inside the
+  pipeline) with a local runs directory, one-process training inside its step.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from baton.pipeline.release import versions as V
+from baton.storage import location as L
+from baton.storage import objects
+
+ROOT = Path(__file__).resolve().parents[3]
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+
+
+def baton_kfp(cwd: Path, *args: str, timeout: float = 1500) -> subprocess.CompletedProcess:
+    import os
+
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2"}
+    return subprocess.run([sys.executable, "-m", "baton.pipeline.cli", "kfp", *args], cwd=cwd,
+                          env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def test_default_pipeline_through_kfp_local_on_a_bucket_training_on_a_jobset(s3, tmp_path):
+    runs, models = L.join(s3, "runs"), L.join(s3, "models", "penguins")
+    out = tmp_path / "penguins.yaml"
+    res = baton_kfp(tmp_path, "--out", str(out), "--run-local", "--pipeline-root",
+                    str(tmp_path / "root"), "--runs-dir", runs, "--workers", "2",
+                    "--strategy", "multi_worker_mirrored", "--param", "run_id=kfp-e2e")
+    log = res.stdout + res.stderr
+    assert res.returncode == 0, log[-6000:]
+    from kfp import components
+
+    assert components.load_component_from_file(str(out)).name == "penguins"  # loads back
+    assert "JobSet penguins-kfp-e2e emulated on this machine" in log
+    run = L.join(runs, "penguins", "kfp-e2e")
+    record = objects.read_json(L.join(run, "run.json"))
+    assert record["status"] == "succeeded"
+    stages = [s["name"] for s in yaml.safe_load((ROOT / "pipeline" / "specs" /
+                                                 "penguins.yaml").read_text())["stages"]]
+    assert [s["name"] for s in record["stages"]] == stages
+    assert [s["status"] for s in record["stages"]] == ["succeeded"] * len(stages)
+    train = objects.read_json(L.join(run, "train", "lineage.json"))
+    cluster = objects.read_json(L.join(run, "train", "model", "baton_model.json")) or {}
+    assert train["status"] == "succeeded"
+    assert len(cluster.get("cluster", {}).get("worker", [])) + \
+        len(cluster.get("cluster", {}).get("chief", [])) == 2, cluster.get("cluster")
+    assert V.versions(models) == [1]  # models/<pipeline> beside the runs directory
+    assert "saved_model.pb" in objects.list_tree(L.join(models, "1"))
+    assert not (tmp_path / "runs").exists()  # nothing of the run outside the bucket
+
+
+def test_own_model_example_through_kfp_local(tmp_path):
+    example = tmp_path / "own_model"
+    shutil.copytree(ROOT / "examples" / "own_model", example,
+                    ignore=shutil.ignore_patterns("runs", "models", "__pycache__"))
+    res = baton_kfp(tmp_path, str(example / "pipeline.yaml"), "--run-local",
+                    "--pipeline-root", str(tmp_path / "root"), "--runs-dir",
+                    str(tmp_path / "runs"), "--param", "run_id=own-e2e")
+    log = res.stdout + res.stderr
+    assert res.returncode == 0, log[-6000:]
+    run = tmp_path / "runs" / "own-model" / "own-e2e"
+    record = json.loads((run / "run.json").read_text())
+    assert [s["status"] for s in record["stages"]] == ["succeeded"] * 7
+    # the user's modules reached the steps as they are in the example
+    for name in ("penguin_model.py", "penguin_layers.py"):
+        assert (run / ".kfp" / "spec" / name).read_text() == (example / name).read_text()
+    models = tmp_path / "models" / "own-model"
+    assert V.versions(str(models)) == [1]
+    assert (models / "1" / "saved_model.pb").is_file()
