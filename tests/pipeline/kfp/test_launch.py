@@ -194,3 +194,58 @@ def test_vertex_without_a_machine_type_is_refused_naming_the_flag(tmp_path, caps
                  "gs://bkt/root", "--workers", "2", "--vertex-machine-type", ""]) == 2
     assert "--vertex-machine-type: required" in capsys.readouterr().err
     assert not out.exists()
+
+
+def _pools_body(script: str, pools: list[tuple[str, int]]) -> dict:
+    """A CustomJob body whose replicas run `script` with this Python."""
+    import sys
+
+    return {"displayName": "test-job", "jobSpec": {"workerPoolSpecs": [
+        {"replicaCount": str(n), "machineSpec": {"machineType": "n1-standard-4"},
+         "containerSpec": {"imageUri": "baton", "command": [sys.executable],
+                           "args": ["-c", script], "env": [{"name": "X_POOL", "value": task}]}}
+        for task, n in pools]}}
+
+
+def test_vertex_pools_run_here_with_vertexs_tf_config(tmp_path):
+    """kfp.local has no Vertex AI: the pools run as processes, each with the TF_CONFIG Vertex
+    AI would write; the job succeeds when the chief exits 0, and the parameter server (which
+    never exits on its own) is stopped then."""
+    from baton.pipeline.kfp.vertex_local import run_pools
+    from baton.strategies.cluster import TFConfig
+
+    script = f"""
+import json, os, pathlib, sys, time
+c = json.loads(os.environ["TF_CONFIG"]); t = c["task"]
+out = pathlib.Path({str(tmp_path)!r})
+(out / f"{{t['type']}}-{{t['index']}}.json").write_text(os.environ["TF_CONFIG"])
+if t["type"] == "ps":
+    time.sleep(600)
+if t["type"] == "chief":
+    while len(list(out.glob("*.json"))) < 4:
+        time.sleep(0.05)
+"""
+    rc, _ = run_pools(_pools_body(script, [("chief", 1), ("worker", 2), ("ps", 1)]))
+    assert rc == 0
+    configs = {p.stem: TFConfig.from_json(p.read_text()) for p in tmp_path.glob("*.json")}
+    assert set(configs) == {"chief-0", "worker-0", "worker-1", "ps-0"}
+    cluster = configs["chief-0"].cluster.as_dict()
+    assert {k: len(v) for k, v in cluster.items() if v} == {"chief": 1, "worker": 2, "ps": 1}
+    assert all(c.cluster.as_dict() == cluster and c.environment == "cloud"
+               for c in configs.values())
+
+
+def test_vertex_pools_fail_when_a_replica_fails(tmp_path):
+    from baton.pipeline.kfp.vertex_local import run_pools
+
+    script = """
+import json, os, sys, time
+t = json.loads(os.environ["TF_CONFIG"])["task"]
+if t["type"] == "worker":
+    print("worker: out of memory (the test's failure)", flush=True)
+    sys.exit(3)
+time.sleep(600)
+"""
+    rc, tail = run_pools(_pools_body(script, [("chief", 1), ("worker", 1)]))
+    assert rc == 1
+    assert any("out of memory (the test's failure)" in line for line in tail)
