@@ -249,3 +249,29 @@ time.sleep(600)
     rc, tail = run_pools(_pools_body(script, [("chief", 1), ("worker", 1)]))
     assert rc == 1
     assert any("out of memory (the test's failure)" in line for line in tail)
+
+
+def test_a_replica_without_a_configmap_reads_its_spec_and_modules_from_the_bucket(s3, tmp_path,
+                                                                                caplog):
+    """A Vertex AI worker pool has no ConfigMap: `baton task gs://<run>/.kfp/spec/<spec>`
+    copies the spec with the modules beside it (as the plan step wrote them) to the node."""
+    from baton.pipeline.commands import task
+    from baton.pipeline.training.bucket_task import fetch_spec
+    from baton.storage import location as L
+    from baton.storage import objects
+
+    where = L.join(s3, "runs", "own-model", "r-1", ".kfp", "spec")
+    files = {"pipeline.yaml": (ROOT / "examples" / "own_model" / "pipeline.yaml").read_text(),
+             "penguin_model.py": "def build(spec):\n    return None\n",
+             "lib/helpers.py": "X = 1\n"}
+    for rel, text in files.items():
+        objects.write_bytes(L.join(where, rel), text.encode())
+    spec = fetch_spec(L.join(where, "pipeline.yaml"), tmp_path / "node")
+    assert spec == tmp_path / "node" / "pipeline.yaml"
+    assert {p.relative_to(spec.parent).as_posix(): p.read_text()
+            for p in spec.parent.rglob("*") if p.is_file()} == files
+    # no spec there: baton task says so, naming it, exit 1 (permanent) and nothing run
+    missing = L.join(s3, "runs", "own-model", "r-2", ".kfp", "spec", "pipeline.yaml")
+    assert task.main([missing, "--stage", "train", "--run-dir",
+                      L.join(s3, "runs", "own-model", "r-2")]) == 1
+    assert f"SPEC: no spec at {missing}" in caplog.text  # baton task's log line
