@@ -67,6 +67,9 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--vertex-location", default="us-central1", help="Vertex: the region")
     p.add_argument("--vertex-machine-type", default="n1-standard-4",
                    help="Vertex: each worker pool's machine type")
+    p.add_argument("--vertex-accelerator", default="NVIDIA_TESLA_T4", metavar="TYPE",
+                   help="Vertex: the accelerator of steps and worker pools that get the "
+                   "spec's GPUs (cluster.resources.gpu; default NVIDIA_TESLA_T4)")
     p.add_argument("--run-local", action="store_true", help="run it here with kfp.local "
                    "(SubprocessRunner: each step a subprocess)")
     p.add_argument("--submit", action="store_true", help="create a run on --host with kfp.Client")
@@ -102,6 +105,7 @@ def main(argv: list[str]) -> int:
         credentials_secret=args.credentials_secret,
         service_account=args.service_account, vertex_project=args.vertex_project,
         vertex_location=args.vertex_location, vertex_machine_type=args.vertex_machine_type,
+        vertex_accelerator=args.vertex_accelerator,
         local=local)
     compiled = K.build(spec, options)
     values = _values(args.param, compiled.params)

@@ -59,6 +59,8 @@ class KfpOptions:
         service_account: the training pods' service account (kfp engine).
         vertex_project, vertex_location, vertex_machine_type: where and on what Vertex AI runs
             a CustomJob for distributed training.
+        vertex_accelerator: Vertex: the accelerator type (`NVIDIA_TESLA_T4`, ...) of the steps
+            and worker pools that get the spec's GPUs.
         local: compile for `kfp.local` (local pipeline root and runs directory allowed).
     """
 
@@ -79,6 +81,7 @@ class KfpOptions:
     vertex_project: str | None = None
     vertex_location: str = "us-central1"
     vertex_machine_type: str = "n1-standard-4"
+    vertex_accelerator: str = "NVIDIA_TESLA_T4"
     local: bool = False
 
     def __post_init__(self) -> None:
@@ -237,8 +240,10 @@ def _settings(task: Any, options: KfpOptions, spec: Any, name: str, gpu: bool) -
     res = spec.cluster.resources
     task.set_cpu_request(str(res.cpu)).set_cpu_limit(str(res.cpu))
     task.set_memory_request(str(res.memory)).set_memory_limit(str(res.memory))
-    if gpu and options.engine == KFP:
-        task.set_accelerator_type("nvidia.com/gpu").set_accelerator_limit(int(res.gpu))
+    if gpu:
+        task.set_accelerator_type("nvidia.com/gpu" if options.engine == KFP
+                                  else options.vertex_accelerator)
+        task.set_accelerator_limit(int(res.gpu))
     if options.engine != KFP or options.local:
         return  # Vertex AI refuses Kubernetes platform settings; kfp.local ignores them
     from kfp import kubernetes

@@ -34,7 +34,8 @@ PORT = 2222
 
 def settings(options: Any) -> dict[str, Any]:
     return {"project": options.vertex_project, "location": options.vertex_location,
-            "machine_type": options.vertex_machine_type, "image": options.image}
+            "machine_type": options.vertex_machine_type, "image": options.image,
+            "accelerator_type": options.vertex_accelerator}
 
 
 def pools(flags: dict[str, Any]) -> list[tuple[str, int]]:
@@ -63,7 +64,7 @@ def custom_job(launch: dict[str, Any], spec: Any, stage: str, run_id: str,
     machine: dict[str, Any] = {"machineType": v["machine_type"]}
     gpu = int(spec.cluster.resources.gpu)
     if gpu:
-        machine.update(acceleratorType=v.get("accelerator_type") or "NVIDIA_TESLA_T4",
+        machine.update(acceleratorType=v["accelerator_type"],
                        acceleratorCount=gpu)
     specs = []
     for _task, replicas in pools(launch["flags"]):

@@ -233,3 +233,36 @@ def test_the_training_object_and_its_rbac_for_a_multi_worker_topology(tmp_path, 
 
 def _plural(kind: str) -> str:
     return {"NetworkPolicy": "networkpolicies"}.get(kind, kind.lower() + "s")
+
+
+def test_vertex_steps_and_worker_pools_get_the_specs_gpus(tmp_path, capsys):
+    import json
+
+    data = yaml.safe_load(DEFAULT.read_text())
+    data["cluster"] = {"resources": {"gpu": 1}}
+    spec_path = tmp_path / "gpu.yaml"
+    spec_path.write_text(yaml.safe_dump(data, sort_keys=False))
+    out = tmp_path / "vertex-gpu.yaml"
+    compile_ok(capsys, str(spec_path), "--out", str(out), "--engine", "vertex",
+               "--pipeline-root", "gs://bkt/root", "--vertex-accelerator", "NVIDIA_L4",
+               "--workers", "2", "--strategy", "multi_worker_mirrored")
+    spec, _ = pipeline_spec(out)
+    executors = spec.deployment_spec.fields["executors"].struct_value.fields
+
+    def accelerator(name: str) -> dict:
+        container = executors[f"exec-{name}"].struct_value.fields["container"].struct_value
+        from google.protobuf import json_format
+
+        return json_format.MessageToDict(container).get("resources", {}).get("accelerator", {})
+
+    assert accelerator("train").items() >= {"resourceType": "NVIDIA_L4",
+                                            "resourceCount": "1"}.items()
+    assert accelerator("ingest") == {}  # the data stages run on CPUs
+    launch = json.loads(spec.root.dag.tasks["train"].inputs.parameters["launch"]
+                        .runtime_value.constant.string_value)
+    from baton.pipeline.kfp import vertex
+    from baton.pipeline.spec import load_spec
+
+    body = vertex.custom_job(launch, load_spec(spec_path), "train", "r-1", "gs://bkt/runs")
+    assert {s["machineSpec"]["acceleratorType"] for s in body["jobSpec"]["workerPoolSpecs"]} == \
+        {"NVIDIA_L4"}
