@@ -36,6 +36,7 @@ def baton_kfp(cwd: Path, *args: str, timeout: float = 1500) -> subprocess.Comple
                           env=env, capture_output=True, text=True, timeout=timeout)
 
 
+@pytest.mark.multi_worker  # the JobSet's replicas: a local cluster on 127.0.0.1
 def test_default_pipeline_through_kfp_local_on_a_bucket_training_on_a_jobset(s3, tmp_path):
     runs, models = L.join(s3, "runs"), L.join(s3, "models", "penguins")
     out = tmp_path / "penguins.yaml"
@@ -56,10 +57,15 @@ def test_default_pipeline_through_kfp_local_on_a_bucket_training_on_a_jobset(s3,
     assert [s["name"] for s in record["stages"]] == stages
     assert [s["status"] for s in record["stages"]] == ["succeeded"] * len(stages)
     train = objects.read_json(L.join(run, "train", "lineage.json"))
-    cluster = objects.read_json(L.join(run, "train", "model", "baton_model.json")) or {}
     assert train["status"] == "succeeded"
-    assert len(cluster.get("cluster", {}).get("worker", [])) + \
-        len(cluster.get("cluster", {}).get("chief", [])) == 2, cluster.get("cluster")
+    from baton.pipeline.bucket_run import BucketRun
+
+    info = BucketRun(L.join(runs, "penguins"), "kfp-e2e").fetch_file("train",
+                                                                    "model/train_info.json")
+    assert info is not None, sorted(train.get("manifest", {}))[:20]
+    cluster = json.loads(info.read_text())["cluster"]  # the JobSet's two replicas trained
+    assert len(cluster.get("worker", [])) + len(cluster.get("chief", [])) == 2, cluster
+    assert "starting (multi_worker_mirrored)" in log
     assert V.versions(models) == [1]  # models/<pipeline> beside the runs directory
     assert "saved_model.pb" in objects.list_tree(L.join(models, "1"))
     assert not (tmp_path / "runs").exists()  # nothing of the run outside the bucket
