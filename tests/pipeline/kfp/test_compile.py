@@ -92,6 +92,7 @@ def test_vertex_gets_a_gcs_root_and_no_kubernetes_settings(tmp_path, capsys):
     assert not (tmp_path / "vertex.rbac.yaml").exists()
 
 
+@pytest.mark.slow  # imports the user's Keras model (TensorFlow) to find its modules
 def test_own_model_ships_its_modules_as_they_are(tmp_path, capsys):
     import json
 
