@@ -6,7 +6,12 @@ KFP's own local runner (kfp.local, each step a subprocess) to a pushed model:
   of the JobSet controller, its replicas staging their inputs from the bucket and the chief
   committing the stage there, as on a cluster;
 - examples/own_model/ (the user's model, loss, optimizer and layer modules shipped inside the
-  pipeline) with a local runs directory, one-process training inside its step.
+  pipeline) compiled for Vertex AI, its train step's CustomJob run here as processes.
+
+Every other stage of both runs in its own step (`baton run --only STAGE`), as one-process
+training does; tests/pipeline/kfp/test_local_runs.py covers that path's mechanics in seconds.
+Each test costs minutes (a Python process and a TensorFlow import per step): two keep CI's
+budget.
 """
 
 from __future__ import annotations
@@ -71,21 +76,33 @@ def test_default_pipeline_through_kfp_local_on_a_bucket_training_on_a_jobset(s3,
     assert not (tmp_path / "runs").exists()  # nothing of the run outside the bucket
 
 
-def test_own_model_example_through_kfp_local(tmp_path):
+@pytest.mark.multi_worker  # the CustomJob's pools: a local cluster on 127.0.0.1
+def test_own_model_for_vertex_through_kfp_local_training_on_a_custom_job(s3, tmp_path):
+    """examples/own_model/ compiled for Vertex AI, training on two workers: the train step's
+    CustomJob runs its pools here with the TF_CONFIG Vertex AI writes, each replica reading
+    the spec and the user's modules from the run on the bucket (a CustomJob has no
+    ConfigMap)."""
     example = tmp_path / "own_model"
     shutil.copytree(ROOT / "examples" / "own_model", example,
                     ignore=shutil.ignore_patterns("runs", "models", "__pycache__"))
-    res = baton_kfp(tmp_path, str(example / "pipeline.yaml"), "--run-local",
-                    "--pipeline-root", str(tmp_path / "root"), "--runs-dir",
-                    str(tmp_path / "runs"), "--param", "run_id=own-e2e")
+    runs = L.join(s3, "runs")
+    res = baton_kfp(tmp_path, str(example / "pipeline.yaml"), "--engine", "vertex",
+                    "--run-local", "--pipeline-root", str(tmp_path / "root"), "--runs-dir", runs,
+                    "--workers", "2", "--strategy", "multi_worker_mirrored",
+                    "--param", "run_id=vertex-e2e")
     log = res.stdout + res.stderr
     assert res.returncode == 0, log[-6000:]
-    run = tmp_path / "runs" / "own-model" / "own-e2e"
-    record = json.loads((run / "run.json").read_text())
+    assert "CustomJob own-model-vertex-e2e-train run on this machine" in log
+    run = L.join(runs, "own-model", "vertex-e2e")
+    record = objects.read_json(L.join(run, "run.json"))
     assert [s["status"] for s in record["stages"]] == ["succeeded"] * 7
-    # the user's modules reached the steps as they are in the example
-    for name in ("penguin_model.py", "penguin_layers.py"):
-        assert (run / ".kfp" / "spec" / name).read_text() == (example / name).read_text()
-    models = tmp_path / "models" / "own-model"
-    assert V.versions(str(models)) == [1]
-    assert (models / "1" / "saved_model.pb").is_file()
+    from baton.pipeline.bucket_run import BucketRun
+
+    info = BucketRun(L.join(runs, "own-model"), "vertex-e2e").fetch_file(
+        "train", "model/train_info.json")
+    assert info is not None
+    cluster = json.loads(info.read_text())["cluster"]
+    assert len(cluster.get("chief", [])) == 1 and len(cluster.get("worker", [])) == 1, cluster
+    models = L.join(s3, "models", "own-model")
+    assert V.versions(models) == [1]
+    assert "saved_model.pb" in objects.list_tree(L.join(models, "1"))
