@@ -149,6 +149,29 @@ def test_an_api_server_outage_is_waited_out_then_retryable():
     assert "has not answered for 300s" in lines[-1]
 
 
+def test_a_stopped_step_deletes_its_training_object():
+    """The run cancelled (KFP deletes the step's pod: SIGTERM): the object and its pods go too,
+    and the step exits 143."""
+    import os
+    import signal
+
+    server = FakeApiServer([[_cond("Running")]])
+    polls = []
+
+    def sleep(_seconds: float) -> None:
+        polls.append(1)
+        if len(polls) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)  # handled by the step: no exit yet
+
+    before = signal.getsignal(signal.SIGTERM)
+    rc, lines = k8s_wait.run(_docs(), launch.CONDITIONS, server.api, poll_s=0, sleep=sleep)
+    assert rc == k8s_wait.EXIT_STOPPED == 143
+    name = _docs()[-1]["metadata"]["name"]
+    assert ("DELETE", f"/apis/kubeflow.org/v1/namespaces/ml/tfjobs/{name}") in server.sent
+    assert "deleted TFJob" in lines[-1]
+    assert signal.getsignal(signal.SIGTERM) is before  # the step's own handler restored
+
+
 def test_a_refusal_is_permanent_naming_the_api_servers_words():
     server = FakeApiServer([[]], forbid=True)
     rc, lines = k8s_wait.run(_docs(), launch.CONDITIONS, server.api, poll_s=0,
