@@ -89,6 +89,11 @@ def main(argv: list[str]) -> int:
     if args.run_local and args.submit:
         raise UsageError("--run-local runs here and --submit on a KFP host: give one")
     out = _check_out(args.out) if args.out else None
+    try:
+        import kfp  # noqa: F401 - the optional extra, checked before anything else happens
+    except ImportError:
+        raise UsageError("baton kfp needs the kfp SDK, an optional extra: "
+                         "pip install 'baton[kfp]'") from None
     from baton.pipeline.kfp import compile as K
     from baton.pipeline.spec import load_spec
 

@@ -267,3 +267,11 @@ def test_vertex_steps_and_worker_pools_get_the_specs_gpus(tmp_path, capsys):
     body = vertex.custom_job(launch, load_spec(spec_path), "train", "r-1", "gs://bkt/runs")
     assert {s["machineSpec"]["acceleratorType"] for s in body["jobSpec"]["workerPoolSpecs"]} == \
         {"NVIDIA_L4"}
+
+
+def test_without_the_kfp_extra_the_command_says_how_to_install_it(tmp_path, capsys, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "kfp", None)  # as if not installed: import fails
+    _refused(capsys, tmp_path, ["--pipeline-root", "s3://bkt/root"],
+             "pip install 'baton[kfp]'")
