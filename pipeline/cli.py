@@ -22,6 +22,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("gc", "baton.pipeline.commands.gc", "delete a bucket runs directory's stored objects no run names"),
     ("k8s", "baton.pipeline.commands.k8s", "TFJob/serving manifests: generate, validate, emulate, submit"),
     ("task", "baton.pipeline.commands.task", "run one task of a distributed stage (TF_CONFIG from env)"),
+    ("kfp", "baton.pipeline.kfp.command", "compile for Kubeflow/Vertex AI Pipelines; run locally, submit"),
 ]
 
 USAGE = """usage: baton <command> [options]
