@@ -24,7 +24,7 @@ from typing import Any
 from baton.serving.http2 import frames as f
 from baton.serving.http2.hpack import Decoder
 from baton.serving.http2.limits import WindowCounter
-from baton.serving.http2.receive import ConnectionError_, Receiver
+from baton.serving.http2.receive import H2ConnectionError, Receiver
 from baton.serving.http2.send import Sender
 from baton.serving.http2.stream import Stream
 
@@ -226,7 +226,7 @@ class H2Connection(Receiver, Sender, asyncio.Protocol):
                 self._need = 9 + length
                 try:  # refuse what can be refused before its payload is buffered
                     self._check_length(ftype, length)
-                except ConnectionError_ as e:
+                except H2ConnectionError as e:
                     return self.fail(e.code, str(e))
                 break
             flags = data[pos + 4]
@@ -235,13 +235,13 @@ class H2Connection(Receiver, Sender, asyncio.Protocol):
             pos = end
             try:
                 if self.headers_sid and ftype != f.CONTINUATION:
-                    raise ConnectionError_(f.PROTOCOL_ERROR, f"{f.FRAME_NAMES.get(ftype, ftype)}"
+                    raise H2ConnectionError(f.PROTOCOL_ERROR, f"{f.FRAME_NAMES.get(ftype, ftype)}"
                                            " inside a header block")
                 if not self.settings_seen and ftype != f.SETTINGS:
-                    raise ConnectionError_(f.PROTOCOL_ERROR, "the first frame is not "
+                    raise H2ConnectionError(f.PROTOCOL_ERROR, "the first frame is not "
                                                              "SETTINGS")
                 self._frame(ftype, flags, sid, payload)
-            except ConnectionError_ as e:
+            except H2ConnectionError as e:
                 return self.fail(e.code, str(e))
             except Exception as e:  # noqa: BLE001 - a bug must not cost the whole server
                 log.debug("HTTP/2 frame handling failed", exc_info=True)

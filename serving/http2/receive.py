@@ -18,6 +18,7 @@ import struct
 from collections.abc import Callable
 from typing import Any
 
+from baton.errors import BatonError
 from baton.serving.http2 import frames as f
 from baton.serving.http2.headers import MalformedHeaders, check_trailers, parse_request
 from baton.serving.http2.hpack import CompressionError, Decoder, HeaderListTooLarge
@@ -30,7 +31,10 @@ _FIXED_SIZE = {f.PRIORITY: 5, f.RST_STREAM: 4, f.PING: 8, f.WINDOW_UPDATE: 4}
 _FRAMING = 261  # what padding and priority fields may add to a header block fragment
 
 
-class ConnectionError_(Exception):  # noqa: N801, N818 - an HTTP/2 connection error
+class H2ConnectionError(BatonError):
+    """An HTTP/2 connection error (RFC 9113 section 5.4.1): the peer broke the protocol, so the
+    connection ends with GOAWAY carrying `code`."""
+
     def __init__(self, code: int, message: str):
         super().__init__(message)
         self.code = code
@@ -39,10 +43,10 @@ class ConnectionError_(Exception):  # noqa: N801, N818 - an HTTP/2 connection er
 def _unpad(payload: bytes, fixed: int = 0) -> bytes:
     """A PADDED frame's payload without its pad length, `fixed` header bytes kept."""
     if not payload:
-        raise ConnectionError_(f.PROTOCOL_ERROR, "PADDED frame without a pad length")
+        raise H2ConnectionError(f.PROTOCOL_ERROR, "PADDED frame without a pad length")
     pad = payload[0]
     if pad + fixed >= len(payload):  # RFC 9113 6.1: padding as long as the payload
-        raise ConnectionError_(f.PROTOCOL_ERROR, f"padding of {pad} bytes in a frame of "
+        raise H2ConnectionError(f.PROTOCOL_ERROR, f"padding of {pad} bytes in a frame of "
                                                  f"{len(payload)}")
     return payload[1:len(payload) - pad]
 
@@ -89,7 +93,7 @@ class Receiver:
     def _idle_frame(self, what: str) -> None:
         self.idle_frames += 1
         if self.idle_frames > self.limits.max_idle_frames:
-            raise ConnectionError_(f.ENHANCE_YOUR_CALM,
+            raise H2ConnectionError(f.ENHANCE_YOUR_CALM,
                                    f"more than {self.limits.max_idle_frames} frames that do "
                                    f"no work between two responses (last: {what})")
 
@@ -98,26 +102,26 @@ class Receiver:
         """Errors a frame's length alone shows (its payload still to come)."""
         if ftype == f.DATA:
             if length > self.recv_window:
-                raise ConnectionError_(f.FLOW_CONTROL_ERROR,
+                raise H2ConnectionError(f.FLOW_CONTROL_ERROR,
                                        f"DATA of {length} bytes, window {self.recv_window}")
         elif ftype == f.HEADERS or ftype == f.CONTINUATION:
             if self.headers_size + length > self.limits.max_header_list_size + _FRAMING:
-                raise ConnectionError_(f.ENHANCE_YOUR_CALM, "header block larger than "
+                raise H2ConnectionError(f.ENHANCE_YOUR_CALM, "header block larger than "
                                        "SETTINGS_MAX_HEADER_LIST_SIZE")
         elif ftype in _FIXED_SIZE or ftype == f.SETTINGS:
             self._check_fixed(ftype, length)
         elif ftype > f.CONTINUATION and length > f.DEFAULT_FRAME_SIZE:
-            raise ConnectionError_(f.ENHANCE_YOUR_CALM, f"unknown frame type {ftype} of "
+            raise H2ConnectionError(f.ENHANCE_YOUR_CALM, f"unknown frame type {ftype} of "
                                                         f"{length} bytes")
 
     @staticmethod
     def _check_fixed(ftype: int, length: int) -> None:
         want = _FIXED_SIZE.get(ftype)
         if want is not None and length != want and ftype != f.PRIORITY:
-            raise ConnectionError_(f.FRAME_SIZE_ERROR,
+            raise H2ConnectionError(f.FRAME_SIZE_ERROR,
                                    f"{f.FRAME_NAMES[ftype]} of {length} bytes, not {want}")
         if ftype == f.SETTINGS and (length % 6 or length > 600):
-            raise ConnectionError_(f.FRAME_SIZE_ERROR, f"SETTINGS of {length} bytes")
+            raise H2ConnectionError(f.FRAME_SIZE_ERROR, f"SETTINGS of {length} bytes")
 
     def _frame(self, ftype: int, flags: int, sid: int, payload: bytes) -> None:
         if ftype == f.DATA:
@@ -138,11 +142,11 @@ class Receiver:
             self._priority(sid, payload)
         elif ftype == f.GOAWAY:
             if sid or len(payload) < 8:
-                raise ConnectionError_(f.PROTOCOL_ERROR if sid else f.FRAME_SIZE_ERROR,
+                raise H2ConnectionError(f.PROTOCOL_ERROR if sid else f.FRAME_SIZE_ERROR,
                                        "malformed GOAWAY")
             self.goaway()
         elif ftype == f.PUSH_PROMISE:
-            raise ConnectionError_(f.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
+            raise H2ConnectionError(f.PROTOCOL_ERROR, "PUSH_PROMISE from a client")
         else:  # unknown frame types are ignored (RFC 9113 5.5), within the budget
             self._idle_frame(f"type {ftype}")
 
@@ -161,16 +165,16 @@ class Receiver:
         """A frame for a stream we do not have: idle (never opened) is a connection
         error; closed (we answered or reset it) is ignored, within the budget."""
         if sid > self.last_sid or not sid & 1:
-            raise ConnectionError_(f.PROTOCOL_ERROR, f"{what} on idle stream {sid}")
+            raise H2ConnectionError(f.PROTOCOL_ERROR, f"{what} on idle stream {sid}")
         self._idle_frame(f"{what} on a closed stream")
 
     # -- DATA --------------------------------------------------------------------------
     def _data(self, flags: int, sid: int, payload: bytes) -> None:
         n = len(payload)  # the padding counts against the windows too
         if not sid:
-            raise ConnectionError_(f.PROTOCOL_ERROR, "DATA on stream 0")
+            raise H2ConnectionError(f.PROTOCOL_ERROR, "DATA on stream 0")
         if n > self.recv_window:
-            raise ConnectionError_(f.FLOW_CONTROL_ERROR,
+            raise H2ConnectionError(f.FLOW_CONTROL_ERROR,
                                    f"DATA of {n} bytes, connection window {self.recv_window}")
         self.recv_window -= n
         if flags & f.PADDED:
@@ -183,7 +187,7 @@ class Receiver:
             self._consumed(n)
             return self._stream_error(sid, f.STREAM_CLOSED, "DATA after END_STREAM")
         if n > s.recv_window:
-            raise ConnectionError_(f.FLOW_CONTROL_ERROR, f"DATA of {n} bytes on stream "
+            raise H2ConnectionError(f.FLOW_CONTROL_ERROR, f"DATA of {n} bytes on stream "
                                                          f"{sid}, window {s.recv_window}")
         s.recv_window -= n
         end = flags & f.END_STREAM
@@ -220,17 +224,17 @@ class Receiver:
     # -- header blocks -----------------------------------------------------------------
     def _headers(self, flags: int, sid: int, payload: bytes) -> None:
         if not sid or not sid & 1:
-            raise ConnectionError_(f.PROTOCOL_ERROR, f"HEADERS on stream {sid}")
+            raise H2ConnectionError(f.PROTOCOL_ERROR, f"HEADERS on stream {sid}")
         if flags & f.PADDED:
             payload = _unpad(payload, 5 if flags & f.PRIORITY_FLAG else 0)
         self_dependent = False
         if flags & f.PRIORITY_FLAG:
             if len(payload) < 5:
-                raise ConnectionError_(f.FRAME_SIZE_ERROR, "HEADERS too short for PRIORITY")
+                raise H2ConnectionError(f.FRAME_SIZE_ERROR, "HEADERS too short for PRIORITY")
             self_dependent = int.from_bytes(payload[:4], "big") & 0x7FFFFFFF == sid
             payload = payload[5:]
         if len(payload) > self.limits.max_header_list_size:
-            raise ConnectionError_(f.ENHANCE_YOUR_CALM, "header block larger than "
+            raise H2ConnectionError(f.ENHANCE_YOUR_CALM, "header block larger than "
                                                         "SETTINGS_MAX_HEADER_LIST_SIZE")
         if flags & f.END_HEADERS:
             self._header_block(sid, flags, payload, self_dependent)
@@ -242,15 +246,15 @@ class Receiver:
 
     def _continuation(self, flags: int, sid: int, payload: bytes) -> None:
         if not self.headers_sid or sid != self.headers_sid:
-            raise ConnectionError_(f.PROTOCOL_ERROR, "CONTINUATION without a header block")
+            raise H2ConnectionError(f.PROTOCOL_ERROR, "CONTINUATION without a header block")
         self.continuations += 1
         if self.continuations > self.limits.max_continuation_frames:
-            raise ConnectionError_(f.ENHANCE_YOUR_CALM, f"a header block in more than "
+            raise H2ConnectionError(f.ENHANCE_YOUR_CALM, f"a header block in more than "
                                    f"{self.limits.max_continuation_frames} CONTINUATION "
                                    "frames")
         self.headers_size += len(payload)
         if self.headers_size > self.limits.max_header_list_size:
-            raise ConnectionError_(f.ENHANCE_YOUR_CALM, "header block larger than "
+            raise H2ConnectionError(f.ENHANCE_YOUR_CALM, "header block larger than "
                                                         "SETTINGS_MAX_HEADER_LIST_SIZE")
         self.headers_parts.append(payload)
         if flags & f.END_HEADERS:
@@ -262,9 +266,9 @@ class Receiver:
         try:
             return self.decoder.decode(block, convert)
         except CompressionError as e:
-            raise ConnectionError_(f.COMPRESSION_ERROR, str(e)) from None
+            raise H2ConnectionError(f.COMPRESSION_ERROR, str(e)) from None
         except HeaderListTooLarge as e:
-            raise ConnectionError_(f.ENHANCE_YOUR_CALM, str(e)) from None
+            raise H2ConnectionError(f.ENHANCE_YOUR_CALM, str(e)) from None
 
     def _header_block(self, sid: int, flags: int, block: bytes, self_dependent: bool) -> None:
         s = self.streams.get(sid)
@@ -282,9 +286,9 @@ class Receiver:
             return self._request_complete(s)
         if sid <= self.last_sid:
             if sid in self.recently_closed:  # RFC 9113 5.1, "closed"
-                raise ConnectionError_(f.STREAM_CLOSED, f"HEADERS on closed stream {sid}")
+                raise H2ConnectionError(f.STREAM_CLOSED, f"HEADERS on closed stream {sid}")
             # RFC 9113 5.1.1: stream ids increase
-            raise ConnectionError_(f.PROTOCOL_ERROR, f"stream id {sid} after {self.last_sid}")
+            raise H2ConnectionError(f.PROTOCOL_ERROR, f"stream id {sid} after {self.last_sid}")
         self.last_sid = sid
         try:
             request = self._decode(block, parse_request)
@@ -319,10 +323,10 @@ class Receiver:
         inc = int.from_bytes(payload, "big") & 0x7FFFFFFF
         if sid == 0:
             if not inc:
-                raise ConnectionError_(f.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
+                raise H2ConnectionError(f.PROTOCOL_ERROR, "WINDOW_UPDATE of 0")
             self.send_window += inc
             if self.send_window > f.MAX_WINDOW:
-                raise ConnectionError_(f.FLOW_CONTROL_ERROR, "connection window overflow")
+                raise H2ConnectionError(f.FLOW_CONTROL_ERROR, "connection window overflow")
         else:
             s = self.streams.get(sid)
             if s is None:
@@ -339,7 +343,7 @@ class Receiver:
     def _rst_stream(self, sid: int, payload: bytes) -> None:
         self._check_fixed(f.RST_STREAM, len(payload))
         if not sid:
-            raise ConnectionError_(f.PROTOCOL_ERROR, "RST_STREAM on stream 0")
+            raise H2ConnectionError(f.PROTOCOL_ERROR, "RST_STREAM on stream 0")
         s = self.streams.get(sid)
         if s is None:
             return self._closed_or_idle(sid, "RST_STREAM")
@@ -347,17 +351,17 @@ class Receiver:
         self.abandon(s)
         self.maybe_close()
         if not self.resets.spend():
-            raise ConnectionError_(f.ENHANCE_YOUR_CALM,
+            raise H2ConnectionError(f.ENHANCE_YOUR_CALM,
                                    f"more than {self.limits.max_resets} stream resets in "
                                    f"{self.limits.reset_window:g} s")
         return None
 
     def _settings(self, flags: int, sid: int, payload: bytes) -> None:
         if sid:
-            raise ConnectionError_(f.PROTOCOL_ERROR, "SETTINGS on a stream")
+            raise H2ConnectionError(f.PROTOCOL_ERROR, "SETTINGS on a stream")
         if flags & f.ACK:
             if payload:
-                raise ConnectionError_(f.FRAME_SIZE_ERROR, "SETTINGS ACK with a payload")
+                raise H2ConnectionError(f.FRAME_SIZE_ERROR, "SETTINGS ACK with a payload")
             return
         self._check_fixed(f.SETTINGS, len(payload))
         if self.settings_seen:
@@ -366,19 +370,19 @@ class Receiver:
             key, value = struct.unpack_from(">HI", payload, i)
             if key == f.INITIAL_WINDOW_SIZE:
                 if value > f.MAX_WINDOW:
-                    raise ConnectionError_(f.FLOW_CONTROL_ERROR, "initial window too large")
+                    raise H2ConnectionError(f.FLOW_CONTROL_ERROR, "initial window too large")
                 delta = value - self.peer_initial_window
                 self.peer_initial_window = value
                 for s in self.streams.values():
                     s.send_window += delta
                     if s.send_window > f.MAX_WINDOW:
-                        raise ConnectionError_(f.FLOW_CONTROL_ERROR, "window overflow")
+                        raise H2ConnectionError(f.FLOW_CONTROL_ERROR, "window overflow")
             elif key == f.MAX_FRAME_SIZE:
                 if not f.DEFAULT_FRAME_SIZE <= value <= f.MAX_FRAME_SIZE_LIMIT:
-                    raise ConnectionError_(f.PROTOCOL_ERROR, f"max frame size {value}")
+                    raise H2ConnectionError(f.PROTOCOL_ERROR, f"max frame size {value}")
                 self.peer_frame_size = value
             elif key == f.ENABLE_PUSH and value > 1:
-                raise ConnectionError_(f.PROTOCOL_ERROR, f"enable push {value}")
+                raise H2ConnectionError(f.PROTOCOL_ERROR, f"enable push {value}")
         self.transport.write(f.frame(f.SETTINGS, f.ACK, 0))
         if not self.settings_seen:
             self.settings_seen = True
@@ -391,14 +395,14 @@ class Receiver:
     def _ping(self, flags: int, sid: int, payload: bytes) -> None:
         self._check_fixed(f.PING, len(payload))
         if sid:
-            raise ConnectionError_(f.PROTOCOL_ERROR, "PING on a stream")
+            raise H2ConnectionError(f.PROTOCOL_ERROR, "PING on a stream")
         if flags & f.ACK:
             return self._idle_frame("PING ACK")  # we send no PING
         now = self.loop.time()
         if not self.worked and now - self.last_ping < self.limits.min_ping_interval:
             self.ping_strikes += 1
             if self.ping_strikes > self.limits.max_ping_strikes:
-                raise ConnectionError_(f.ENHANCE_YOUR_CALM, "too_many_pings")
+                raise H2ConnectionError(f.ENHANCE_YOUR_CALM, "too_many_pings")
         else:
             self.ping_strikes = 0
         self.worked = False
@@ -408,7 +412,7 @@ class Receiver:
 
     def _priority(self, sid: int, payload: bytes) -> None:
         if not sid:
-            raise ConnectionError_(f.PROTOCOL_ERROR, "PRIORITY on stream 0")
+            raise H2ConnectionError(f.PROTOCOL_ERROR, "PRIORITY on stream 0")
         if len(payload) != 5:  # RFC 9113 6.3: a stream error
             return self._stream_error(sid, f.FRAME_SIZE_ERROR, "PRIORITY of "
                                                                f"{len(payload)} bytes")
