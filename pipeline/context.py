@@ -188,6 +188,12 @@ class StageContext:
             _STAGE_LOG.info(message, extra={"stage": self.stage, "pipeline": self.pipeline,
                                             "run_id": self.run_id})
 
+    def warn(self, message: str) -> None:
+        """A line the operator must see (a setting that weakens a guarantee): logged at WARNING
+        level, with `--quiet` too, which silences progress only."""
+        _STAGE_LOG.warning(f"WARNING: {message}", extra={
+            "stage": self.stage, "pipeline": self.pipeline, "run_id": self.run_id})
+
     def record(self, **metrics: Any) -> None:
         """Numbers and short strings that go into this stage's lineage record and summary."""
         json.dumps(metrics)  # fail early on values the lineage record could not hold

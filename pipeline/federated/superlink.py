@@ -23,6 +23,10 @@ reach the SuperNodes' port reaches the other two.
   secret, this launcher starts Flower's `flower-superexec` itself (what `subprocess` mode does,
   plus the secret, TLS-verified against `--ssl-ca-certfile`).
 
+Without `--insecure` (a local rehearsal) the launcher refuses (exit 2) to start a SuperLink
+that leaves any of these open: no token, no `--enable-supernode-auth` (any SuperNode could
+join), or no `--isolation process` with a secret (anyone could take the ServerApp's tasks).
+
 Everything else is Flower's: its flags, its FastAPI app, its uvicorn server.
 """
 
@@ -32,7 +36,7 @@ import hmac
 import os
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -104,6 +108,22 @@ def superexec_command(host: str, port: int, secret_file: str, ca_certfile: str |
             secret_file, "--parent-pid", str(os.getpid())]
 
 
+def open_doors(parsed: Any, environ: Mapping[str, str]) -> list[str]:
+    """What a TLS SuperLink started with these flags would leave open (empty: nothing): its
+    Control API without the token, any SuperNode admitted, its Runtime API (the ServerApp's
+    tasks) without the SuperExec secret. Only `--insecure` (a local rehearsal) may."""
+    out = []
+    if not environ.get(TOKEN_ENV):
+        out.append(f"{TOKEN_ENV} is not set: a SuperLink with TLS keeps its Control API "
+                   "behind a token")
+    if not parsed.enable_supernode_auth:
+        out.append("--enable-supernode-auth is missing: any SuperNode could join")
+    if parsed.isolation != "process" or not parsed.superexec_auth_secret_file:
+        out.append("needs --isolation process and --superexec-auth-secret-file: anyone could "
+                   "take the ServerApp's tasks")
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     """Run the SuperLink (blocks until it is stopped)."""
     import importlib
@@ -114,12 +134,14 @@ def main(argv: Sequence[str] | None = None) -> None:
     sys.argv = ["flower-superlink", *args]
     parsed = fs._parse_args_run_superlink().parse_args(args)
     config = fs._parse_superlink_lifespan_config()  # Flower's own checks and messages
+    refused = [] if config.insecure else open_doors(parsed, os.environ)
+    if refused:
+        sys.stderr.write("baton superlink: " + "; ".join(refused) + ". Received: "
+                         + " ".join(args) + "\n")
+        sys.exit(2)
     token_file = os.environ.get(TOKEN_ENV)
     if token_file:
         config.authn_plugin = BearerTokenPlugin(Path(token_file).read_text().strip())
-    elif not config.insecure:
-        sys.exit(f"{TOKEN_ENV} is not set: a SuperLink with TLS keeps its Control API behind "
-                 "a token (pipeline/federated/superlink.py)")
     child = None
     if config.isolation == "process" and parsed.superexec_auth_secret_file:
         child = subprocess.Popen(superexec_command(  # noqa: S603 - our own argv

@@ -368,9 +368,9 @@ def run(ctx: StageContext, config: Config) -> None:
         raise StageError("federated: inject-failure kills processes this stage started; with "
                          f"--superlink it starts none. Received: {ctx.options.inject_failure!r}")
     if config.insecure:
-        ctx.log("WARNING: insecure: true: the SuperLink and SuperNodes talk plaintext HTTP and "
-                "the SuperLink admits any SuperNode (no TLS, no node authentication); a local "
-                "rehearsal on 127.0.0.1 only, never for silos on other machines")
+        ctx.warn("insecure: true: the SuperLink and SuperNodes talk plaintext HTTP and "
+                 "the SuperLink admits any SuperNode (no TLS, no node authentication); a local "
+                 "rehearsal on 127.0.0.1 only, never for silos on other machines")
     secrets = ctx.work_dir / "credentials"  # private keys: removed when the stage ends
     started = time.perf_counter()
     try:

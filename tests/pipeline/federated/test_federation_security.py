@@ -16,6 +16,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import shutil
@@ -140,6 +141,22 @@ def _flwr_register(tmp: Path, public_key: Path, port: int, ca: Path | None
                           timeout=120)
 
 
+def _listening(pids: list[int]) -> set[tuple[str, int]]:
+    """(address, port) of every listening TCP socket of these processes and their children."""
+    import psutil
+
+    out = set()
+    for pid in pids:
+        root = psutil.Process(pid)
+        for p in [root, *root.children(recursive=True)]:
+            try:
+                conns = p.net_connections(kind="inet")
+            except psutil.NoSuchProcess:
+                continue
+            out |= {(c.laddr.ip, c.laddr.port) for c in conns if c.status == psutil.CONN_LISTEN}
+    return out
+
+
 def _stop(procs: list[subprocess.Popen]) -> None:
     for p in procs:
         if p.poll() is None:
@@ -229,6 +246,11 @@ def test_a_leaked_token_runs_a_foreign_serverapp_but_no_node_runs_its_clientapp(
         # tasks (its Runtime API shares the public port), not the node's ClientApp tasks
         args = fed.nodes["client-0"].popen.args
         node_port = args[args.index("--port") + 1]
+        # nothing the federation started listens beyond the loopback: the SuperLink, its
+        # SuperExec, the SuperNode's ClientAppIo (Runtime) API, the ClientApp host
+        sockets = _listening([fed.superlink.popen.pid, fed.nodes["client-0"].popen.pid])
+        assert ("127.0.0.1", int(node_port)) in sockets and ("127.0.0.1", fed.port) in sockets
+        assert {ip for ip, _ in sockets} <= {"127.0.0.1", "::1"}, sockets
         for url, verify in ((f"https://127.0.0.1:{fed.port}", str(creds.ca_cert)),
                             (f"http://127.0.0.1:{node_port}", False)):
             res = httpx.post(f"{url}/v1/runtime/acquire-task", verify=verify, content=b"",
@@ -271,6 +293,11 @@ def test_an_insecure_rehearsal_still_talks_only_to_the_nodes_it_started(tmp_path
         except Exception as exc:  # noqa: BLE001 - reported below
             result["error"] = exc
 
+    # the warning reaches the operator though the run is --quiet (run_stage's default)
+    warned: list[logging.LogRecord] = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = warned.append  # type: ignore[method-assign]
+    logging.getLogger("baton.stage").addHandler(handler)
     thread = threading.Thread(target=stage)
     thread.start()
     rogue = None
@@ -282,8 +309,11 @@ def test_an_insecure_rehearsal_still_talks_only_to_the_nodes_it_started(tmp_path
         if rogue is not None:
             _stop([rogue])
         thread.join(timeout=60)
+        logging.getLogger("baton.stage").removeHandler(handler)
     assert "error" not in result, result.get("error")
     assert scheme == "http"
+    assert any(r.levelno == logging.WARNING and "insecure: true" in r.getMessage()
+               and "plaintext" in r.getMessage() for r in warned), warned
     text = (attacker / "rogue.log").read_text(errors="replace")
     assert "SuperNode ID" in text, text[-2000:]  # admitted by the insecure SuperLink...
     assert "Receiving:" not in text, text[-2000:]  # ...and never sent a message
