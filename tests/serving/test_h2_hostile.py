@@ -105,10 +105,13 @@ def test_hpack_bomb_is_refused_within_the_header_list_size(server):
     base = baseline_p50(server.call)
     rss0 = server.rss()
     with LatencyProbe(server.call) as probe:
-        for _ in range(5):
+        rounds, t0 = 0, time.monotonic()
+        while rounds < 3 or time.monotonic() - t0 < 2:
             _hpack_bombs(server.port)
+            rounds += 1
         grown = server.rss() - rss0
-    record("HPACK bomb (1 MB and 15 KB blocks of 4 KB references), x5", probe, grown, base)
+    record(f"HPACK bomb (1 MB and 15 KB blocks of 4 KB references) x{rounds}", probe,
+           grown, base)
     assert grown < 50 * MiB
     assert probe.p50() < _probe_bound(base), (probe.p50(), base)
     assert not probe.errors, probe.errors[:3]
@@ -323,15 +326,17 @@ def test_floods_of_frames_that_do_no_work_are_cut_off(server, flood, request):
     base = baseline_p50(server.call)
     cpu0, rss0 = server.cpu_seconds(), server.rss()
     with LatencyProbe(server.call) as probe:
-        for _ in range(5):
+        rounds, t0 = 0, time.monotonic()
+        while rounds < 3 or time.monotonic() - t0 < 2:
             peer = Peer(server.port)
             peer.send(head + rest * 5000)
             code, debug = peer.goaway()
             assert code == ENHANCE_YOUR_CALM and b"no work" in debug, debug
             peer.close()
-    record(f"flood of {request.node.callspec.id} frames (5 x 5000)", probe,
-           server.rss() - rss0, base)
-    assert server.cpu_seconds() - cpu0 < 5.0
+            rounds += 1
+    record(f"flood of {request.node.callspec.id} frames ({rounds} connections x 5000)",
+           probe, server.rss() - rss0, base)
+    assert server.cpu_seconds() - cpu0 < 0.5 * rounds  # each flood is cut off early
     assert probe.p50() < _probe_bound(base), (probe.p50(), base)
     assert not probe.errors, probe.errors[:3]
 
@@ -364,7 +369,9 @@ def test_slowloris_and_idle_connections_cost_other_clients_nothing(server):
     closed = 0
     for s in slow:  # handshake_timeout (2 s here) has passed: closed by the server
         try:
-            closed += s.recv(100) == b""
+            while s.recv(4096):  # the server's SETTINGS, then the end
+                pass
+            closed += 1
         except ConnectionResetError:
             closed += 1
         except TimeoutError:
