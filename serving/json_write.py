@@ -264,7 +264,7 @@ def predict_json(outputs: dict[str, np.ndarray], row: bool) -> bytes:
         items = derived.get(_ROWS)
         if items is None:
             items = derived[_ROWS] = _row_items(names, full)
-        start, end = outputs.rows
+        start, end = outputs.rows  # type: ignore[attr-defined] # a batcher.BatchSlice
         items = items[start:end]
     return ('{"predictions":[' + ",".join(items) + "]}").encode()
 
