@@ -17,8 +17,8 @@ boolean tensors by orjson; a float tensor of 48 values or more by rounding its v
 the digits TF Serving writes with numpy (orjson's shortest form of such a double is that
 decimal) and one orjson call, rows holding a value that needs another form (exponents,
 NaN, a possible rounding tie) value by value; smaller ones value by value. With
-batching, a float output is rendered once per batch and each request takes its rows
-(batcher.BatchSlice).
+batching, the row format's text of every row of a batch is written once and each request
+takes its rows (batcher.BatchSlice); columnar outputs share each numeric output's rows.
 """
 
 from __future__ import annotations
@@ -256,17 +256,30 @@ def predict_json(outputs: dict[str, np.ndarray], row: bool) -> bytes:
             raise invalid(f"Tensor name: {k} has inconsistent batch size: {v.shape[0]} "
                           f"expecting: {batch}")
         batch = v.shape[0]
-    columns = []
-    for k in names:
-        rows = _rows_text(k, outputs)
-        columns.append(item_jsons(k, outputs[k]) if rows is None else rows)
-    if len(names) == 1:
-        items = columns[0]
-    else:
-        keys = [_key(k) for k in names]
-        items = ["{" + ",".join(f"{k}:{col[i]}" for k, col in zip(keys, columns, strict=True))
-                 + "}" for i in range(batch)]
+    shared = getattr(outputs, "batch", None)
+    if shared is None:
+        items = _row_items(names, outputs)
+    else:  # every row of the batch written once; this request takes its own
+        full, derived = shared
+        items = derived.get(_ROWS)
+        if items is None:
+            items = derived[_ROWS] = _row_items(names, full)
+        start, end = outputs.rows  # type: ignore[attr-defined] # a batcher.BatchSlice
+        items = items[start:end]
     return ('{"predictions":[' + ",".join(items) + "]}").encode()
+
+
+_ROWS = ("row format",)  # the key of a batch's row texts among its derived values
+
+
+def _row_items(names: list[str], outputs: dict[str, np.ndarray]) -> list[str]:
+    """The JSON text of each row: its value when there is one output, else an object."""
+    columns = [item_jsons(k, outputs[k]) for k in names]
+    if len(names) == 1:
+        return columns[0]
+    keys = [_key(k) for k in names]
+    return ["{" + ",".join(f"{k}:{col[i]}" for k, col in zip(keys, columns, strict=True))
+            + "}" for i in range(len(columns[0]))]
 
 
 def classify_json(rows: list[list[tuple[str, float]]]) -> bytes:

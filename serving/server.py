@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import functools
 import gc
+import ipaddress
 import logging
 import os
 import stat
@@ -157,6 +158,22 @@ class ServerOptions:
     connection_idle_timeout_seconds: float = IDLE_TIMEOUT
     prefer_tflite_model: bool = False  # <version>/model.tflite through LiteRT (loader.py)
     num_tflite_pools: int = 1
+
+
+def exposure_warning(host: str) -> str | None:
+    """The warning for a --host beyond this machine: neither API has TLS or authentication
+    (as TF Serving's REST port), so any host that reaches the port can call every model
+    and read its metadata. None for loopback (the default) and Unix sockets."""
+    if not host or host == "localhost":
+        return None
+    try:
+        if ipaddress.ip_address(host.strip("[]")).is_loopback:
+            return None
+    except ValueError:  # a host name: it may resolve beyond this machine
+        pass
+    return (f"Serving on {host} without TLS or authentication: anyone who can reach these "
+            "ports can call every model. Put TLS and authentication in front (a proxy or "
+            "mesh; see docs/serving.md) or bind 127.0.0.1.")
 
 
 class ModelServer:
@@ -300,6 +317,9 @@ class ModelServer:
 
         o = self.options
         loop = asyncio.get_running_loop()
+        exposed = exposure_warning(o.host)
+        if exposed:
+            log.warning("%s", exposed)
         self._rest_listeners: list[Listener] = []
         if o.rest_api_port or o.bind_free_ports:
             socks = bind_sockets(o.host, 0 if o.bind_free_ports else o.rest_api_port)

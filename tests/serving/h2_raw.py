@@ -235,9 +235,27 @@ class LatencyProbe:
         self._thread.join(30)
 
     def p50(self) -> float:
+        return self.quantile(0.5)
+
+    def p99(self) -> float:
+        return self.quantile(0.99)
+
+    def quantile(self, q: float) -> float:
         xs = sorted(self.latencies)
         assert xs, f"no call answered: {self.errors[:3]}"
-        return xs[len(xs) // 2]
+        return xs[min(len(xs) - 1, int(q * len(xs)))]
+
+
+FIGURES: list[dict] = []  # one row per attack: what a normal client saw, the server's RSS
+
+
+def record(attack: str, probe: LatencyProbe, rss_growth: int, base: float) -> None:
+    """Keeps one attack's figures; conftest writes them to $BATON_HOSTILE_FIGURES (JSON)
+    when set, for docs/benchmarks-serving.md."""
+    FIGURES.append({"attack": attack, "calls": len(probe.latencies),
+                    "errors": len(probe.errors), "p50_ms": probe.p50() * 1e3,
+                    "p99_ms": probe.p99() * 1e3, "baseline_p50_ms": base * 1e3,
+                    "rss_growth_mib": rss_growth / (1 << 20)})
 
 
 def baseline_p50(call, n: int = 30) -> float:

@@ -162,6 +162,15 @@ def test_idle_connections_under_a_256_descriptor_limit_leave_the_model_served(
                                     timeout=10) as r:
             status = json.load(r)["model_version_status"]
         assert [s["state"] for s in status] == ["AVAILABLE"]
+        for s in held:  # the flood ends: the model is still loaded and served
+            s.close()
+        held = []
+        time.sleep(0.5)  # more polls
+        assert _predict(ports["rest"]) == 200
+        with urllib.request.urlopen(f"http://127.0.0.1:{ports['rest']}/v1/models/m",
+                                    timeout=10) as r:
+            status = json.load(r)["model_version_status"]
+        assert [s["state"] for s in status] == ["AVAILABLE"]
     finally:
         for s in held:
             s.close()
@@ -196,6 +205,10 @@ def test_accept_backs_off_when_descriptors_run_out(mlp_base, tmp_path):
             except OSError:
                 assert time.monotonic() < deadline
                 time.sleep(0.2)
+        with urllib.request.urlopen(f"http://127.0.0.1:{ports['rest']}/v1/models/m",
+                                    timeout=10) as r:  # the model stayed loaded
+            assert [s["state"] for s in json.load(r)["model_version_status"]] == [
+                "AVAILABLE"]
     finally:
         for s in held:
             s.close()

@@ -9,6 +9,10 @@ before (seconds of a blocked loop, gigabytes of RSS), not milliseconds.
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import socket
 import time
 
 import pytest
@@ -18,10 +22,12 @@ from h2_raw import (
     END_HEADERS,
     END_STREAM,
     ENHANCE_YOUR_CALM,
+    FIGURES,
     GOAWAY,
     HEADERS,
     PADDED,
     PING,
+    PREFACE,
     PRIORITY,
     PROTOCOL_ERROR,
     RST_STREAM,
@@ -34,12 +40,26 @@ from h2_raw import (
     frame,
     headers,
     message,
+    record,
     request_block,
 )
 from hpack import Decoder, Encoder
 
 MiB = 1 << 20
 pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module", autouse=True)
+def figures():
+    """With $BATON_HOSTILE_FIGURES set, each attack's figures (a normal client's p50 and
+    p99 during it, the server's RSS growth) are appended there as JSON lines."""
+    yield
+    path = os.environ.get("BATON_HOSTILE_FIGURES")
+    if path:
+        with open(path, "a") as f:
+            for row in FIGURES:
+                f.write(json.dumps(row) + "\n")
+    FIGURES.clear()
 
 
 @pytest.fixture()
@@ -61,7 +81,7 @@ def test_continuation_flood_of_one_byte_frames_is_cut_off(server):
     blocked 15 s. Now: the block's frames are budgeted (GOAWAY ENHANCE_YOUR_CALM) and
     buffered as a list, joined once."""
     base = baseline_p50(server.call)
-    cpu0 = server.cpu_seconds()
+    cpu0, rss0 = server.cpu_seconds(), server.rss()
     peer = Peer(server.port)
     block = request_block()
     flood = frame(HEADERS, 0, 1, block[:1]) + b"".join(
@@ -70,6 +90,7 @@ def test_continuation_flood_of_one_byte_frames_is_cut_off(server):
         peer.send(flood)
         code, debug = peer.goaway()
         time.sleep(0.3)
+    record("CONTINUATION flood (200,000 1-byte frames)", probe, server.rss() - rss0, base)
     assert code == ENHANCE_YOUR_CALM, debug
     assert b"CONTINUATION" in debug
     assert server.cpu_seconds() - cpu0 < 2.0
@@ -81,9 +102,25 @@ def test_hpack_bomb_is_refused_within_the_header_list_size(server):
     """Was: a 1 MB block of references to one 4 KB dynamic-table entry, on an unknown
     method, took RSS from 1.8 to 4.7 GB. Now: decoding stops at
     SETTINGS_MAX_HEADER_LIST_SIZE, the block size is bounded before it is decoded."""
+    base = baseline_p50(server.call)
     rss0 = server.rss()
+    with LatencyProbe(server.call) as probe:
+        rounds, t0 = 0, time.monotonic()
+        while rounds < 3 or time.monotonic() - t0 < 2:
+            _hpack_bombs(server.port)
+            rounds += 1
+        grown = server.rss() - rss0
+    record(f"HPACK bomb (1 MB and 15 KB blocks of 4 KB references) x{rounds}", probe,
+           grown, base)
+    assert grown < 50 * MiB
+    assert probe.p50() < _probe_bound(base), (probe.p50(), base)
+    assert not probe.errors, probe.errors[:3]
+    assert server.call(b"fine") == b"enif"
+
+
+def _hpack_bombs(port: int) -> None:
     for size in (1 * MiB, 15000):  # over the block limit; within it, decoding over
-        peer = Peer(server.port)
+        peer = Peer(port)
         enc = Encoder()
         seed = enc.encode([(":method", "POST"), (":scheme", "http"), (":path", "/no/Such"),
                            ("content-type", "application/grpc"), ("x-bomb", "a" * 4000)])
@@ -99,8 +136,6 @@ def test_hpack_bomb_is_refused_within_the_header_list_size(server):
         assert code == ENHANCE_YOUR_CALM, debug
         assert b"SETTINGS_MAX_HEADER_LIST_SIZE" in debug
         peer.close()
-    assert server.rss() - rss0 < 50 * MiB
-    assert server.call(b"fine") == b"enif"
 
 
 @pytest.mark.parametrize("server", [{"limits": {"max_buffered_request_bytes": 32 * MiB}}],
@@ -110,6 +145,7 @@ def test_250_streams_of_unended_data_hold_bounded_memory(server):
     Now: each stream is granted its message limit at most, the server's unfinished
     messages a budget (32 MiB here, a quarter of it per connection); streams past it are
     answered RESOURCE_EXHAUSTED and reset, their data discarded."""
+    base = baseline_p50(server.call)
     rss0 = server.rss()
     peer = Peer(server.port)
     enc = Encoder()
@@ -128,6 +164,7 @@ def test_250_streams_of_unended_data_hold_bounded_memory(server):
             if i % 16 == 0:  # what the server writes back (WINDOW_UPDATE, RST_STREAM)
                 peer.drain()
         grown = server.rss() - rss0
+    record("250 streams x 4 MiB of DATA, never ended", probe, grown, base)
     assert sent >= 250 * 4 * MiB, f"the server closed the connection after {sent} bytes"
     assert grown < 80 * MiB, f"RSS grew by {grown / MiB:.0f} MiB"
     assert not probe.errors, probe.errors[:3]
@@ -146,6 +183,7 @@ def test_rapid_reset_is_cut_off_and_others_stay_fast(server):
     reset budget, normal calls' p50 3.1 s. Now: GOAWAY ENHANCE_YOUR_CALM after the
     budget (200 resets per 30 s per connection), other clients' median latency bounded."""
     base = baseline_p50(server.call)
+    rss0 = server.rss()
     goaways = 0
     reset = frame(RST_STREAM, 0, 0, b"")[:0]
     with LatencyProbe(server.call) as probe:
@@ -160,6 +198,8 @@ def test_rapid_reset_is_cut_off_and_others_stay_fast(server):
             code, _ = peer.goaway()
             goaways += code == ENHANCE_YOUR_CALM
             peer.close()
+    record("rapid reset (HEADERS+DATA+RST_STREAM, new connection per GOAWAY), 3 s", probe,
+           server.rss() - rss0, base)
     assert goaways >= 1
     assert probe.p50() < _probe_bound(base), (probe.p50(), base)
     assert not probe.errors, probe.errors[:3]
@@ -281,11 +321,63 @@ def test_ping_flood_is_three_strikes(server):
     frame(PRIORITY, 0, 3, b"\0\0\0\1\x10"), frame(SETTINGS, 0, 0, b""),
     headers(1) + frame(DATA, 0, 1, b""), frame(0x42, 0, 0, b"unknown")],
     ids=["PRIORITY", "SETTINGS", "empty DATA", "unknown type"])
-def test_floods_of_frames_that_do_no_work_are_cut_off(server, flood):
-    peer = Peer(server.port)
+def test_floods_of_frames_that_do_no_work_are_cut_off(server, flood, request):
     head, rest = (flood[:-9], flood[-9:]) if flood.startswith(headers(1)) else (b"", flood)
-    cpu0 = server.cpu_seconds()
-    peer.send(head + rest * 5000)
-    code, debug = peer.goaway()
-    assert code == ENHANCE_YOUR_CALM and b"no work" in debug, debug
-    assert server.cpu_seconds() - cpu0 < 1.0
+    base = baseline_p50(server.call)
+    cpu0, rss0 = server.cpu_seconds(), server.rss()
+    with LatencyProbe(server.call) as probe:
+        rounds, t0 = 0, time.monotonic()
+        while rounds < 3 or time.monotonic() - t0 < 2:
+            peer = Peer(server.port)
+            peer.send(head + rest * 5000)
+            code, debug = peer.goaway()
+            assert code == ENHANCE_YOUR_CALM and b"no work" in debug, debug
+            peer.close()
+            rounds += 1
+    record(f"flood of {request.node.callspec.id} frames ({rounds} connections x 5000)",
+           probe, server.rss() - rss0, base)
+    assert server.cpu_seconds() - cpu0 < 0.5 * rounds  # each flood is cut off early
+    assert probe.p50() < _probe_bound(base), (probe.p50(), base)
+    assert not probe.errors, probe.errors[:3]
+
+
+@pytest.mark.parametrize("server", [{"limits": {"handshake_timeout": 2.0}}], indirect=True)
+def test_slowloris_and_idle_connections_cost_other_clients_nothing(server):
+    """200 connections dribbling their preface a byte at a time (slowloris) and 200 that
+    sent theirs and then nothing: normal calls beside them keep their latency, RSS stays
+    bounded, and the slow ones are closed once handshake_timeout passes."""
+    base = baseline_p50(server.call)
+    rss0 = server.rss()
+    slow = [socket.create_connection(("127.0.0.1", server.port), timeout=5)
+            for _ in range(200)]
+    idle = [Peer(server.port) for _ in range(200)]
+    with LatencyProbe(server.call) as probe:
+        t0 = time.monotonic()
+        for i in range(len(PREFACE) - 1):  # never the whole preface
+            for s in slow:
+                with contextlib.suppress(OSError):
+                    s.send(PREFACE[i:i + 1])
+            if time.monotonic() - t0 > 3:
+                break
+            time.sleep(0.1)
+        grown = server.rss() - rss0
+    record("slowloris (200 prefaces a byte per 0.1 s) + 200 idle connections", probe,
+           grown, base)
+    assert grown < 50 * MiB, grown
+    assert probe.p50() < _probe_bound(base), (probe.p50(), base)
+    assert not probe.errors, probe.errors[:3]
+    closed = 0
+    for s in slow:  # handshake_timeout (2 s here) has passed: closed by the server
+        try:
+            while s.recv(4096):  # the server's SETTINGS, then the end
+                pass
+            closed += 1
+        except ConnectionResetError:
+            closed += 1
+        except TimeoutError:
+            pass
+        s.close()
+    assert closed == len(slow)
+    for p in idle:
+        p.close()
+    assert server.call(b"after") == b"retfa"

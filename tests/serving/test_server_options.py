@@ -162,3 +162,18 @@ def test_model_config_file_is_polled_and_applied(built, tmp_path, caplog):
         assert http(port, "GET", "/v1/models/penguins/versions/1")[0] == 200
     finally:
         s.stop(grace=2)
+
+
+@pytest.mark.parametrize("host, warned", [
+    ("127.0.0.1", False), ("::1", False), ("[::1]", False), ("localhost", False),
+    ("127.0.0.2", False), ("0.0.0.0", True), ("::", True), ("10.1.2.3", True),
+    ("serving.example", True)])
+def test_a_host_beyond_loopback_is_warned_about(host, warned):
+    """Neither API has TLS or authentication: binding beyond loopback is the user's
+    explicit choice (--host), and it is logged as a warning that names the remedy."""
+    from baton.serving.server import exposure_warning
+
+    text = exposure_warning(host)
+    assert (text is not None) == warned
+    if warned:
+        assert host in text and "without TLS or authentication" in text
