@@ -276,8 +276,8 @@ def _job(args: argparse.Namespace, tf_config: Any, form: Any = None) -> tuple[An
         return TrainJob.from_json(Path(args.job).read_text()), Path(args.out)
     if not args.run_dir:
         raise ValueError("give SPEC --run-dir DIR, or --job FILE --out DIR. Received: run_dir=None")
+    from baton.configs import build_config
     from baton.pipeline import registry
-    from baton.pipeline.configs import build_config
     from baton.pipeline.context import RunOptions
     from baton.pipeline.spec import load_spec
     from baton.pipeline.stages import train as train_stage

@@ -147,10 +147,9 @@ class Config:
 
     def __post_init__(self) -> None:
         if self.model not in BUILTIN_MODELS and ":" not in self.model:
-            import difflib
+            from baton.configs import did_you_mean
 
-            hint = difflib.get_close_matches(self.model, BUILTIN_MODELS, n=1)
-            mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+            mean = did_you_mean(self.model, BUILTIN_MODELS)
             raise ValueError(
                 f"model must be one of {', '.join(BUILTIN_MODELS)} or a model function "
                 f"'module:function'{mean}. Received: model={self.model!r}"
