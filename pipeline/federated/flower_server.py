@@ -162,7 +162,7 @@ class FederatedRun:
         if problems:
             raise RuntimeError("; ".join(problems))
         rounds_left = plan.rounds - start_round + 1
-        strategy = make_strategy(plan, self, start_round)
+        strategy = flower_strategy(plan, self, start_round)
         strategy_core(strategy).dtypes = [w.dtype for w in model.get_weights()]
         copies = strategy_core(strategy).copies
         if copies is not None:  # clients that built the very model the server starts from
@@ -255,7 +255,7 @@ def strategy_core(strategy: Any) -> Any:
     return getattr(strategy, "strategy", strategy)
 
 
-def make_strategy(plan: Plan, run: FederatedRun, first_round: int = 1) -> Any:
+def flower_strategy(plan: Plan, run: FederatedRun, first_round: int = 1) -> Any:
     from flwr.serverapp import strategy as S
 
     base = {"fedavg": S.FedAvg, "fedprox": S.FedProx, "fedadam": S.FedAdam}[plan.algorithm]
