@@ -274,11 +274,11 @@ _LOCAL_BATCH_CHECK = "config.batch_size:"
 
 
 def _replica_config(stage):  # noqa: ANN001, ANN202 - a StageSpec -> train.Config
-    """The train config a replica checks and runs (train.replica_config)."""
+    """The train config a replica checks and runs (TrainSettings.for_replica)."""
     from baton.configs import build_config
     from baton.pipeline.stages import train as train_stage
 
-    return train_stage.replica_config(build_config(train_stage.Config, stage.config))
+    return build_config(train_stage.Config, stage.config).for_replica()
 
 
 def _flag_options(args: argparse.Namespace):  # noqa: ANN202 - a RunOptions
