@@ -20,6 +20,9 @@ machine before a cluster sees them:
   claim `volume_dir`, a claim named in `volumes` its own directory (a real silo's data), a
   `subPath` inside it. A mount the manifest makes read-only is checked: a file created, changed
   or removed under it while its pod ran fails the run, naming the pod, the mount and the files.
+  A **Secret** (the federation's keys and certificates, k8s.federated.build_secrets) is found
+  beside the manifests and materialised like a ConfigMap (its `data` base64-decoded, its
+  `items` at their paths), in a directory of its pod's own, files mode 0600.
 
 The processes are one `strategies.supervisor.ProcessGroup` (a member per pod); SIGTERM or SIGINT
 deletes everything, as deleting the objects would: every pod is stopped (SIGTERM, the grace
@@ -46,6 +49,7 @@ from baton.k8s.emulator_pods import (
     controller_exit,
     deleted_on_signals,
     find_configmaps,
+    find_documents,
     mount_dirs,
     plan_steps,
     read_only_mounts,
@@ -187,7 +191,9 @@ class FederationEmulator:
     # ------------------------------------------------------------------ setup
     def _plan(self) -> None:
         configmaps = find_configmaps(self.opts.manifests_dir)
+        secrets = find_secrets(self.opts.manifests_dir)
         for pod in self.pods.values():
+            pod.spec = _secrets_as_configmaps(pod, secrets, configmaps)
             containers = [(c, False) for c in pod.spec.get("initContainers") or []]
             main = pod.spec["containers"][0]
             containers.append((main, True))
@@ -199,6 +205,10 @@ class FederationEmulator:
                 pod.spec, main, pod.name, self.opts.volume_dir, self.opts.work_dir, configmaps,
                 self.opts.volumes).items()}
             pod.read_only = {m: dirs[m] for m in read_only_mounts(pod.spec, main) if m in dirs}
+        for secret_dir in (self.opts.work_dir / "configmaps").glob("secret-*"):
+            secret_dir.chmod(0o700)  # a Secret's files: this user's only
+            for f in secret_dir.rglob("*"):
+                f.chmod(0o700 if f.is_dir() else 0o600)
         mapping = {"services": self.addresses,
                    "pods": {p.name: {str(k): v for k, v in p.ports.items()}
                             for p in self.pods.values()}}
@@ -343,6 +353,39 @@ class FederationEmulator:
                     self.problems.append(f"Job {p.object} exceeded activeDeadlineSeconds={limit}")
                     return "Failed"
             exits = self.group.wait(self.opts.poll_seconds)
+
+
+def find_secrets(manifests_dir: Path | None) -> dict[str, dict[str, str]]:
+    """Secret name -> its data (decoded), from every YAML file in `manifests_dir`."""
+    import base64
+
+    out: dict[str, dict[str, str]] = {}
+    for d in find_documents(manifests_dir, "Secret"):
+        data = {k: base64.b64decode(v).decode() for k, v in (d.get("data") or {}).items()}
+        data.update({k: str(v) for k, v in (d.get("stringData") or {}).items()})
+        out[d["metadata"]["name"]] = data
+    return out
+
+
+def _secrets_as_configmaps(pod: _Pod, secrets: Mapping[str, Mapping[str, str]],
+                           configmaps: dict[str, dict[str, str]]) -> dict[str, Any]:
+    """`pod`'s spec with each Secret volume as a ConfigMap volume of its own (the kubelet
+    projects both the same way; a per-pod name keeps one pod's keys out of another's files)."""
+    volumes = []
+    for vol in pod.spec.get("volumes") or []:
+        if "secret" not in vol:
+            volumes.append(vol)
+            continue
+        name = vol["secret"]["secretName"]
+        if name not in secrets:
+            raise EmulationError(f"pod {pod.name} mounts Secret {name!r}, which is not in the "
+                                 "manifests beside it (pass the directory `baton k8s` wrote)")
+        local = f"secret-{pod.name}-{name}"
+        configmaps[local] = dict(secrets[name])
+        source = {"name": local, **({"items": vol["secret"]["items"]}
+                                    if vol["secret"].get("items") else {})}
+        volumes.append({"name": vol["name"], "configMap": source})
+    return {**pod.spec, "volumes": volumes}
 
 
 def _files(root: Path) -> dict[str, tuple[int, int]]:

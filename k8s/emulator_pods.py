@@ -68,11 +68,11 @@ class PodPlan:
     grace_seconds: float
 
 
-def find_configmaps(manifests_dir: Path | None) -> dict[str, dict[str, str]]:
-    """ConfigMap name -> data, from every YAML file in `manifests_dir`."""
+def find_documents(manifests_dir: Path | None, kind: str) -> list[dict[str, Any]]:
+    """Every document of `kind` in the YAML files of `manifests_dir` (unreadable files skipped)."""
     import yaml
 
-    out: dict[str, dict[str, str]] = {}
+    out: list[dict[str, Any]] = []
     if manifests_dir is None or not manifests_dir.is_dir():
         return out
     for f in sorted(manifests_dir.rglob("*.y*ml")):
@@ -80,10 +80,14 @@ def find_configmaps(manifests_dir: Path | None) -> dict[str, dict[str, str]]:
             docs = list(yaml.safe_load_all(f.read_text()))
         except yaml.YAMLError:
             continue
-        for d in docs:
-            if isinstance(d, dict) and d.get("kind") == "ConfigMap":
-                out[d["metadata"]["name"]] = {k: str(v) for k, v in (d.get("data") or {}).items()}
+        out += [d for d in docs if isinstance(d, dict) and d.get("kind") == kind]
     return out
+
+
+def find_configmaps(manifests_dir: Path | None) -> dict[str, dict[str, str]]:
+    """ConfigMap name -> data, from every YAML file in `manifests_dir`."""
+    return {d["metadata"]["name"]: {k: str(v) for k, v in (d.get("data") or {}).items()}
+            for d in find_documents(manifests_dir, "ConfigMap")}
 
 
 def read_only_mounts(pod: Mapping, container: Mapping) -> list[str]:

@@ -1,5 +1,5 @@
 """Kubernetes' own schemas for built-in kinds (Deployment, Service, ConfigMap, Job, PVC,
-ServiceAccount, Namespace, NetworkPolicy).
+Secret, ServiceAccount, Namespace, NetworkPolicy).
 
 The schemas are the PyPI package `kubernetes-validate`'s (a dependency): the JSON schemas
 generated from the Kubernetes OpenAPI spec for each minor release (1.25 ... 1.37), including
@@ -23,6 +23,7 @@ _KINDS = {
     ("v1", "Service"),
     ("v1", "PersistentVolumeClaim"),
     ("v1", "Pod"),
+    ("v1", "Secret"),  # a federation's TLS keys and tokens (k8s.federated)
     ("v1", "ServiceAccount"),  # a bucket run's cloud identity (k8s.object_storage)
     ("v1", "Namespace"),
     ("networking.k8s.io/v1", "NetworkPolicy"),

@@ -8,7 +8,9 @@ TFJob replicas, the release Job and the model server agree on paths without copy
 from __future__ import annotations
 
 import shlex
+import signal
 
+from baton.errors import EXIT_PREEMPTED, EXIT_TRANSIENT
 from baton.k8s.options import QUEUE_LABEL, JobOptions, pull_policy
 
 SPEC_DIR = "/etc/baton"
@@ -21,7 +23,7 @@ ISTIO_OFF = {"sidecar.istio.io/inject": "false"}
 SECURITY_CONTEXT = {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001,
                     "seccompProfile": {"type": "RuntimeDefault"}}
 FAILED_SUFFIX = ".failed.json"  # a stage that failed for good (the runner's, `baton task`'s)
-RETRYABLE_EXIT_CODES = [129, 137, 143]  # transient (a peer died), SIGKILL, SIGTERM (preempted)
+RETRYABLE_EXIT_CODES = [EXIT_TRANSIENT, 128 + signal.SIGKILL, EXIT_PREEMPTED]  # a peer died, killed, preempted
 # Every Baton Job's (a JobSet step's, the data and release Jobs'): evictions and preemptions are
 # not the pod's fault; a permanent exit code fails the Job at once; a retryable one re-creates
 # the pod (counted against backoffLimit). The TFJob operator's ExitCode policy, in Job fields.

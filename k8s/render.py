@@ -139,6 +139,8 @@ def write_manifests(opts: JobOptions, out: str | Path, validate: bool = True,
         path = root / name
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(dump(docs))
+        if any(d.get("kind") == "Secret" for d in docs):  # private keys: the owner's only
+            path.chmod(0o600)
         written.append(path)
     path = root / KUSTOMIZATION
     path.write_text(dump([kust]))

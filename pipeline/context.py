@@ -39,6 +39,9 @@ class RunOptions:
     # HOST:PORT of a running Flower SuperLink: the federated stage submits its run there and
     # starts no SuperLink or SuperNode of its own (`baton run --superlink`, the k8s run Job)
     superlink: str | None = None
+    # with `superlink`: a directory with its CA (ca.crt), Control API token (control.token)
+    # and the clients' public keys (nodes/<client>.pub); the k8s run Job mounts its Secret here
+    superlink_credentials: str | None = None
     extra: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
 

@@ -58,6 +58,12 @@ SERVER_FLAGS: dict[str, tuple[flags.ArgumentParser, Any, str]] = {
                         "ours: bind both APIs to free ports and print them"),
     "ports_file": (flags.ArgumentParser(), "",
                    "ours: write {'grpc','rest','pid'} JSON here once listening"),
+    "max_connections": (_NON_NEGATIVE, 0,
+                        "ours: open connections of both APIs together (0: the descriptor "
+                        "limit less a reserve, at most 10000)"),
+    "connection_idle_timeout_seconds": (
+        flags.FloatParser(0.0), 60.0,
+        "ours: a connection without a request in progress is closed after this (0: never)"),
     "grpc_socket_path": (flags.ArgumentParser(), "",
                          "also serve gRPC on this Unix socket (with --port=0: only there)"),
     "grpc_channel_arguments": (flags.ArgumentParser(), "",

@@ -25,6 +25,8 @@ from tensorflow_serving.apis import (
 )
 
 from baton.serving import examples as ex
+from baton.serving import predict_wire as pw
+from baton.serving import tensor_wire as tw
 from baton.serving.config import ConfigError, model_configs_from_proto
 from baton.serving.conventions import (
     CLASSIFY_METHOD_NAME,
@@ -59,6 +61,7 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
     def __init__(self, service: ModelService):
         self.service = service
         self.manager = service.manager
+        self._specs: dict[tuple, bytes] = {}  # serialized ModelSpecs of Predict responses
 
     async def _call(self, api, request, context, body):
         """Runs `body`; `api` ("Predict", ...) is recorded as TF Serving does, None: not."""
@@ -80,23 +83,99 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
         if api is not None:
             self.service.record(name, api, "GRPC", err, t0)
 
+    def _predict_request(self, request):
+        """(servable, signature, feeds, wanted outputs) of a PredictRequest, checked."""
+        servable = self.manager.resolve(*_spec_args(request.model_spec))
+        sig = _predict_signature(servable, request.model_spec.signature_name)
+        feeds = check_feeds(sig, {k: _to_ndarray(v) for k, v in request.inputs.items()})
+        return servable, sig, feeds, _output_filter(sig, request.output_filter)
+
+    def _predict_response_bytes(self, servable, sig, out, wanted):
+        """The serialized PredictResponse, written by hand (predict_wire.py) when every
+        output has that form, else through the message."""
+        content = self.service.tensor_content
+        tensors = []
+        for k in wanted or out:
+            t = tw.encode_tensor(out[k], content)
+            if t is None:
+                return self._predict_response(servable, sig, out, wanted).SerializeToString()
+            tensors.append((k, t))
+        key = (servable.model_name, servable.version, sig.name)
+        spec = self._specs.get(key)
+        if spec is None:
+            if len(self._specs) >= 1024:
+                self._specs.clear()
+            spec = self._specs[key] = pw.model_spec(*key)
+        return pw.predict_response(tensors, spec)
+
+    def _predict_response(self, servable, sig, out, wanted):
+        resp = predict_pb2.PredictResponse()
+        resp.model_spec.name = servable.model_name
+        resp.model_spec.version.value = servable.version
+        resp.model_spec.signature_name = sig.name
+        content = self.service.tensor_content
+        for k in wanted or out:
+            from_ndarray(out[k], resp.outputs[k], content)
+        return resp
+
     async def Predict(self, request, context):
         async def body():
-            servable = self.manager.resolve(*_spec_args(request.model_spec))
-            sig = _predict_signature(servable, request.model_spec.signature_name)
-            feeds = check_feeds(sig, {k: to_ndarray(v) for k, v in request.inputs.items()})
-            wanted = _output_filter(sig, request.output_filter)
+            servable, sig, feeds, wanted = self._predict_request(request)
             out = await self.service.run(servable, sig, feeds, "Predict")
-            resp = predict_pb2.PredictResponse()
-            resp.model_spec.name = servable.model_name
-            resp.model_spec.version.value = servable.version
-            resp.model_spec.signature_name = sig.name
-            content = self.service.tensor_content
-            for k in wanted or out:
-                from_ndarray(out[k], resp.outputs[k], content)
-            return resp
+            return self._predict_response(servable, sig, out, wanted)
 
         return await self._call("Predict", request, context, body)
+
+    def predict_now(self, raw: bytes, context, reply) -> None:
+        """Predict in the native server's callback form: the same checks, answers and
+        metrics, with no task, coroutine or future per call: the request is read from
+        its bytes (predict_wire.py; anything unusual through the PredictRequest message),
+        submitted to the batcher at the end of this loop iteration (the requests read in
+        it reach the batcher together) and answered from its completion through
+        `reply(serialized response)` or `reply(None, code, details)`."""
+        t0 = time.perf_counter()
+        parts = pw.parse_predict_request(raw)
+        name = parts.name if parts is not None else ""
+        try:
+            if parts is not None:
+                if not name:
+                    raise invalid("Missing ModelSpec name")
+                servable = self.manager.resolve(name, parts.version, parts.label)
+                sig = _predict_signature(servable, parts.signature_name)
+                feeds = check_feeds(sig, parts.inputs)
+                wanted = _output_filter(sig, parts.output_filter)
+            else:
+                try:
+                    request = predict_pb2.PredictRequest.FromString(raw)
+                except Exception as e:  # noqa: BLE001 - as the server answers a bad message
+                    return reply(None, grpc.StatusCode.INTERNAL, f"Failed to parse request: {e}")
+                name = request.model_spec.name
+                servable, sig, feeds, wanted = self._predict_request(request)
+        except ServingError as e:
+            return self._fail(name, t0, reply, e)
+        except Exception as e:  # noqa: BLE001 - surface as INTERNAL, as Predict does
+            return self._fail(name, t0, reply, ServingError(Code.INTERNAL, str(e)))
+
+        def done(out, err):
+            if err is None:
+                try:
+                    resp = self._predict_response_bytes(servable, sig, out, wanted)
+                except ServingError as e:
+                    err = e
+                except Exception as e:  # noqa: BLE001
+                    err = ServingError(Code.INTERNAL, str(e))
+            if err is not None:
+                return self._fail(name, t0, reply, err)
+            self.service.record(name, "Predict", "GRPC", None, t0)
+            return reply(resp)
+
+        loop = asyncio.get_running_loop()
+        loop.call_soon(self.service.submit, servable, sig, feeds, done, loop, "Predict")
+        return None
+
+    def _fail(self, name: str, t0: float, reply, err: ServingError) -> None:
+        self.service.record(name, "Predict", "GRPC", err, t0)
+        reply(None, _GRPC_CODE.get(int(err.code), grpc.StatusCode.UNKNOWN), err.message)
 
     async def Classify(self, request, context):
         async def body():
@@ -188,6 +267,12 @@ class PredictionServicer(prediction_service_pb2_grpc.PredictionServiceServicer):
             return resp
 
         return await self._call(None, request, context, body)  # not counted by TF Serving
+
+
+def _to_ndarray(proto):
+    """to_ndarray, through the wire format where tensor_wire reads it (the common inputs)."""
+    arr = tw.decode_tensor(proto.SerializeToString())
+    return arr if arr is not None else to_ndarray(proto)
 
 
 def _predict_signature(servable, name: str):
@@ -282,8 +367,13 @@ class ModelServicer(model_service_pb2_grpc.ModelServiceServicer):
 
 
 def add_services(server, service: ModelService) -> None:
-    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(
-        PredictionServicer(service), server)
+    predict = PredictionServicer(service)
+    prediction_service_pb2_grpc.add_PredictionServiceServicer_to_server(predict, server)
+    if hasattr(server, "add_callback_handlers"):  # the native server: Predict's hot path
+        server.add_callback_handlers("tensorflow.serving.PredictionService", {
+            "Predict": grpc.unary_unary_rpc_method_handler(
+                predict.predict_now, request_deserializer=None,  # it reads the bytes
+                response_serializer=None)})  # and replies serialized bytes
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(service), server)
     if service.profiler:
         add_profiler_service(server)

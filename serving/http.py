@@ -20,6 +20,13 @@ The timeout is `--rest_api_timeout_in_ms`, which TF Serving applies to the model
 request whose run outlives it is answered 504 with DirectSession's DEADLINE_EXCEEDED
 message. A request still waiting in a batching queue is left to the batcher, which fails
 it with 429 RESOURCE_EXHAUSTED when it is taken too late (see batcher).
+
+Connections are admitted by `serving.connections` (a cap shared with gRPC, idle eviction
+at the cap). A connection with no request in progress is closed after `idle_timeout`
+seconds (keep-alive's end: clients reconnect); a request whose head is not complete
+`HEAD_TIMEOUT` seconds after its first byte, or whose body is not complete
+`BODY_TIMEOUT` seconds after it, is answered 408 and the connection closed (slow
+clients cannot hold a connection and its buffers for ever).
 """
 
 from __future__ import annotations
@@ -32,14 +39,19 @@ from collections.abc import Callable
 
 import httptools
 
+from baton.serving.connections import IDLE_TIMEOUT, ConnectionTable, default_max_connections
+
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
-            404: "Not Found", 405: "Method Not Allowed", 409: "Conflict",
-            411: "Length Required", 413: "Payload Too Large", 429: "Too Many Requests",
+            404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
+            409: "Conflict", 411: "Length Required", 413: "Payload Too Large",
+            429: "Too Many Requests",
             431: "Request Header Fields Too Large", 499: "Client Closed Request",
             500: "Internal Server Error", 501: "Not Implemented",
             503: "Service Unavailable", 504: "Gateway Timeout"}
 MAX_HEADER_BYTES = 64 * 1024
 MAX_PIPELINE = 32  # parsed requests waiting behind the one in flight before reading pauses
+HEAD_TIMEOUT = 10.0  # seconds from a request's first byte to the end of its head
+BODY_TIMEOUT = 60.0  # seconds from a request's first byte to the end of its body
 # (status, content type) -> response head up to the Content-Length value
 _HEAD_CACHE: dict[tuple[int, bytes], bytes] = {}
 _METHODS: dict[bytes, str] = {}  # llhttp's method names (a fixed set) as str
@@ -54,6 +66,16 @@ def error_body(message: str) -> bytes:
     return json.dumps({"error": message}).encode()
 
 
+def _refusal() -> bytes:
+    body = error_body("Too many connections")
+    return (b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+            b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+
+
+# What a connection refused at the connection cap reads before it is closed.
+REFUSAL = _refusal()
+
+
 class _Reject(Exception):  # noqa: N818 - raised in a parser callback: answer and close
     def __init__(self, status: int, message: str):
         super().__init__(message)
@@ -64,12 +86,16 @@ class _Reject(Exception):  # noqa: N818 - raised in a parser callback: answer an
 class HttpServerState:
     """Shared by all connections: handler, limits, in-flight tracking, shutdown flag."""
 
-    def __init__(self, handler: Callable, max_body_bytes: int, timeout_s: float):
+    def __init__(self, handler: Callable, max_body_bytes: int, timeout_s: float,
+                 table: ConnectionTable | None = None, idle_timeout: float = IDLE_TIMEOUT):
         self.handler = handler  # handler(conn, method, target, body) -> None
         self.max_body_bytes = max_body_bytes
         self.timeout_s = timeout_s
         self.connections: set[HttpProtocol] = set()
         self.closing = False
+        self.table = (table if table is not None
+                      else ConnectionTable(default_max_connections()))
+        self.idle_timeout = idle_timeout
 
     @property
     def in_flight(self) -> int:
@@ -98,7 +124,8 @@ class HttpProtocol(asyncio.Protocol):
     """One connection. The parser calls the on_* methods back from `feed_data`."""
 
     __slots__ = ("state", "transport", "parser", "busy", "keep_alive", "started", "seq",
-                 "task", "queue", "_dead", "_paused", "_drain_left", "_drain_transport",
+                 "task", "queue", "idle_timeout", "loop",
+                 "_dead", "_paused", "_drain_left", "_drain_transport",
                  "_url", "_body", "_parts", "_length", "_te", "_expect", "_keep",
                  "_in_body", "_head_bytes", "_head_size", "_body_bytes")
 
@@ -114,6 +141,8 @@ class HttpProtocol(asyncio.Protocol):
         # parsed requests behind the one in flight: (method, target, body, keep alive),
         # or (None, status, message, False) for a refused one, answered in its turn
         self.queue: deque[tuple] = deque()
+        self.idle_timeout = state.idle_timeout  # for the ConnectionTable
+        self.loop: asyncio.AbstractEventLoop | None = None
         self._dead = False  # refused or upgraded: nothing more is parsed
         self._paused = False
         self._drain_left = 0  # body bytes still to swallow after a 413 before closing
@@ -136,9 +165,12 @@ class HttpProtocol(asyncio.Protocol):
     def connection_made(self, transport):
         self.transport = transport
         self.state.connections.add(self)
+        self.state.table.add(self)
+        self.loop = asyncio.get_running_loop()
 
     def connection_lost(self, exc):
         self.state.connections.discard(self)
+        self.state.table.discard(self)
         self.busy = False
         self.transport = None
         self.task = None
@@ -346,12 +378,41 @@ class HttpProtocol(asyncio.Protocol):
             self._dead = True
             self.queue.clear()
             self.state.connections.discard(self)
+            self.state.table.discard(self)
             if self._drain_left > 0:
                 self._drain_transport = transport
-                asyncio.get_running_loop().call_later(5.0, transport.close)
+                self.loop.call_later(5.0, transport.close)  # type: ignore[union-attr]
             else:
                 transport.close()
         elif self.queue:
-            asyncio.get_running_loop().call_soon(self._next)
+            self.loop.call_soon(self._next)  # type: ignore[union-attr]
         elif self._expect:
             self._continue()
+
+    # -- the ConnectionTable's hooks ---------------------------------------------------
+    @property
+    def progress(self) -> int:
+        return self.seq
+
+    def active(self) -> bool:
+        """A request in progress, waiting, or arriving."""
+        return bool(self.busy or self.queue or self._in_body or self._head_bytes)
+
+    def receiving(self) -> bool:
+        return bool(self._in_body or self._head_bytes) and not self._dead
+
+    def close_idle(self) -> None:
+        """Idle too long, or evicted at the connection cap: closed without a word (RFC
+        9112 9.5: a client must expect a kept-alive connection to close)."""
+        if self.transport is not None and not self.busy:
+            self._dead = True
+            self.transport.close()
+
+    def check_receive(self, seconds: float) -> None:
+        """408 for a request arriving too slowly (a head, or a whole request)."""
+        if self._dead:
+            return
+        if seconds > BODY_TIMEOUT or (seconds > HEAD_TIMEOUT and not self._in_body):
+            what = "request" if self._in_body else "request head"
+            self._refuse(408, f"The {what} did not arrive within "
+                              f"{BODY_TIMEOUT if self._in_body else HEAD_TIMEOUT:g} s")

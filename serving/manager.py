@@ -2,9 +2,11 @@
 
 Availability-preserving, like TF Serving's default policy: a new version is loaded and
 warmed up in the background and only then published; the old one is unloaded after
-that. A version that fails to load (corrupt, half-copied, failing warmup) is treated as
-absent, so the serving version stays, and it is retried when its directory changes (a
-copy that completes) or after `retry_seconds`. Requests read an immutable snapshot
+that. A base path that cannot be listed (missing, out of descriptors) unloads nothing:
+the error is logged once and the next poll tries again. A version that fails to load
+(corrupt, half-copied, failing warmup) is treated as absent, so the serving version
+stays, and it is retried when its directory changes (a copy that completes) or after
+`retry_seconds`. Requests read an immutable snapshot
 (`_Model.serving`) that is swapped atomically, so the hot path takes no lock.
 
 A base path may be a bucket URL (`s3://`, `gs://`): serving.bucket_models lists its complete
@@ -50,6 +52,7 @@ class _Model:
         self.latest: Servable | None = None
         self.labels: dict[str, int] = dict(config.labels)
         self.dirs: dict[int, str] = {}  # version -> its directory name under base_path
+        self.unreadable = False  # the last poll could not list base_path
 
     def publish(self, serving: dict[int, Servable]) -> None:
         self.serving = serving
@@ -59,15 +62,25 @@ class _Model:
 def version_dirs(base_path: str) -> dict[int, str]:
     """Integer-named subdirectories of base_path (TF Serving's layout): version -> the
     directory name as found (`00000123` is version 123, read from `00000123/`); {} if
-    base_path is missing. When two names give one version (`123`, `0123`), the shortest
-    (then the first in sort order) is taken, so the choice is stable across polls. A bucket
-    URL: its complete versions (serving.bucket_models; StorageError when unreachable)."""
+    base_path cannot be read. When two names give one version (`123`, `0123`), the
+    shortest (then the first in sort order) is taken, so the choice is stable across
+    polls. A bucket URL: its complete versions (serving.bucket_models; StorageError when
+    unreachable)."""
     if bucket_models.is_remote(base_path):
         return bucket_models.version_dirs(base_path)
     try:
-        entries = sorted(os.listdir(base_path), key=lambda e: (len(e), e))
+        return read_version_dirs(base_path)
     except OSError:
         return {}
+
+
+def read_version_dirs(base_path: str) -> dict[int, str]:
+    """version_dirs, raising OSError when a local base_path cannot be listed (missing,
+    EMFILE, EACCES, ...) and StorageError when a bucket cannot be reached: the poller must
+    not take either for "no versions"."""
+    if bucket_models.is_remote(base_path):
+        return bucket_models.version_dirs(base_path)
+    entries = sorted(os.listdir(base_path), key=lambda e: (len(e), e))
     out: dict[int, str] = {}
     for e in entries:
         if e.isdigit() and e.isascii() and os.path.isdir(os.path.join(base_path, e)):
@@ -169,10 +182,22 @@ class ModelManager:
     def _reconcile(self, model: _Model) -> None:
         cfg = model.config
         try:
-            dirs = version_dirs(cfg.base_path)
-        except StorageError as e:  # a store out of reach: keep serving what is loaded
-            log.warning("Cannot poll base path %s of servable %s: %s", cfg.base_path, cfg.name, e)
+            dirs = read_version_dirs(cfg.base_path)
+        except (OSError, StorageError) as e:
+            # As TF Serving's file system source: a base path that cannot be read (missing,
+            # out of descriptors, no permission, a store out of reach) is an error of this
+            # poll, never "no versions": what is loaded stays and the next poll tries again.
+            if not model.unreadable:
+                why = e.strerror if isinstance(e, OSError) and e.strerror else e
+                log.error("Cannot read base path %s of servable %s: %s; keeping versions "
+                          "%s and trying again every poll", cfg.base_path, cfg.name,
+                          why, sorted(model.serving))
+            model.unreadable = True
             return
+        if model.unreadable:
+            log.info("Base path %s of servable %s is readable again", cfg.base_path,
+                     cfg.name)
+            model.unreadable = False
         model.dirs = dirs
         on_disk = sorted(dirs)
         if not on_disk and not model.serving:

@@ -190,7 +190,7 @@ def _check(request) -> str | None:
 
 def add_profiler_service(server, profiler: Profiler | None = None) -> Profiler:
     """Registers Profile, Terminate (and Monitor, unimplemented as in TSL) on `server`
-    (grpc.aio or the native h2grpc server); the handlers take and return bytes."""
+    (grpc.aio or the native serving.http2 server); the handlers take and return bytes."""
     profiler = profiler or Profiler()
     req_t, resp_t, term_t, term_resp_t = _messages()
 

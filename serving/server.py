@@ -34,8 +34,17 @@ from baton.serving.config import (
     load_model_config_file,
     load_monitoring_config,
 )
+from baton.serving.connections import (
+    IDLE_TIMEOUT,
+    ConnectionTable,
+    Listener,
+    bind_sockets,
+    default_max_connections,
+    raise_descriptor_limit,
+    sweep_forever,
+)
 from baton.serving.conventions import DEFAULT_GRPC_PORT, DEFAULT_REST_PORT, SERVING
-from baton.serving.http import HttpProtocol, HttpServerState
+from baton.serving.http import REFUSAL, HttpProtocol, HttpServerState
 from baton.serving.loader import load_servable
 from baton.serving.manager import ModelManager
 from baton.serving.metrics import Metrics
@@ -76,7 +85,7 @@ def import_runtime() -> None:
     import tensorflow  # noqa: F401
 
     import baton.serving.grpc_service  # noqa: F401
-    import baton.serving.h2grpc  # noqa: F401
+    import baton.serving.http2  # noqa: F401
 
 
 def new_event_loop() -> asyncio.AbstractEventLoop:
@@ -96,7 +105,7 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 def grpc_implementation() -> str:
-    """"native" (h2grpc.py: HTTP/2 on the serving loop) unless BATON_SERVING_GRPC=grpcio.
+    """"native" (serving/http2: HTTP/2 on the serving loop) unless BATON_SERVING_GRPC=grpcio.
 
     Every method of TF Serving's API is unary; the native server answers them with the
     same servicers at about 3x grpc.aio's calls per second on this loop
@@ -141,6 +150,11 @@ class ServerOptions:
     tensorflow_intra_op_parallelism: int = 0
     tensorflow_inter_op_parallelism: int = 0
     allow_version_labels_for_unavailable_models: bool = False
+    # ours: connections of both APIs together (0: the descriptor limit less a reserve,
+    # at most connections.DEFAULT_MAX_CONNECTIONS), and seconds before a connection
+    # without a request in progress is closed (0: never)
+    max_connections: int = 0
+    connection_idle_timeout_seconds: float = IDLE_TIMEOUT
     prefer_tflite_model: bool = False  # <version>/model.tflite through LiteRT (loader.py)
     num_tflite_pools: int = 1
 
@@ -214,8 +228,12 @@ class ModelServer:
         if 0 < g0 < GC_GEN0_THRESHOLD:
             gc.set_threshold(GC_GEN0_THRESHOLD, g1, g2)
         timeout_s = max(o.rest_api_timeout_in_ms, 0) / 1e3
+        # descriptors: as many as the hard limit allows, and connections capped below it
+        self.connections = ConnectionTable(
+            o.max_connections or default_max_connections(raise_descriptor_limit()))
         self._http = HttpServerState(RestApi(self.service, metrics_path, timeout_s),
-                                     o.rest_api_max_body_bytes, timeout_s)
+                                     o.rest_api_max_body_bytes, timeout_s, self.connections,
+                                     o.connection_idle_timeout_seconds)
         self._loop = new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="serving-loop",
                                         daemon=True)
@@ -278,16 +296,17 @@ class ModelServer:
         import grpc
 
         from baton.serving.grpc_service import add_services
-        from baton.serving.h2grpc import GrpcServer, channel_options
+        from baton.serving.http2 import GrpcServer, Http2Limits, channel_options
 
         o = self.options
         loop = asyncio.get_running_loop()
-        self._rest_server = None
+        self._rest_listeners: list[Listener] = []
         if o.rest_api_port or o.bind_free_ports:
-            self._rest_server = await loop.create_server(
-                lambda: HttpProtocol(self._http), o.host,
-                0 if o.bind_free_ports else o.rest_api_port, backlog=2048, reuse_address=True)
-            self.rest_port = self._rest_server.sockets[0].getsockname()[1]
+            socks = bind_sockets(o.host, 0 if o.bind_free_ports else o.rest_api_port)
+            self._rest_listeners = [
+                Listener(loop, sock, lambda: HttpProtocol(self._http), self.connections,
+                         REFUSAL, "REST") for sock in socks]
+            self.rest_port = socks[0].getsockname()[1]
         mb = o.grpc_max_message_bytes
         want = 0 if o.bind_free_ports else o.port
         # --grpc_socket_path: gRPC on a Unix socket too; with --port=0 on it only (TF Serving)
@@ -296,8 +315,9 @@ class ModelServer:
         if grpc_implementation() == "native":
             # the message sizes and grpc.max_concurrent_streams, as grpc core reads them
             # (the user's value wins over --grpc_max_message_bytes, as for grpcio)
-            kwargs, ignored = channel_options(channel_args, mb, mb)
-            native = GrpcServer(**kwargs)
+            kwargs, ignored = channel_options(
+                channel_args, mb, mb, Http2Limits(idle_timeout=o.connection_idle_timeout_seconds))
+            native = GrpcServer(**kwargs, table=self.connections)
             self._grpc = native
             add_services(native, self.service)
             if ignored:  # grpc core's other settings; the native server has no grpc core
@@ -329,6 +349,7 @@ class ModelServer:
                     raise OSError(f"cannot bind gRPC to {o.host}:{want}")
             await aio.start()
         self._sweeper = loop.create_task(self._sweep())
+        self._connection_sweeper = loop.create_task(sweep_forever(self.connections, loop))
         if self.grpc_port:
             log.info("Running gRPC ModelServer at %s:%s ...", o.host, self.grpc_port)
         if o.grpc_socket_path:
@@ -376,9 +397,8 @@ class ModelServer:
 
     async def _shutdown(self, grace: float) -> None:
         self._http.closing = True
-        rest_server = getattr(self, "_rest_server", None)
-        if rest_server is not None:
-            rest_server.close()
+        for listener in getattr(self, "_rest_listeners", ()):
+            listener.close()
         stop_grpc = None
         if getattr(self, "_grpc", None) is not None:
             stop_grpc = asyncio.ensure_future(self._grpc.stop(grace))
@@ -390,8 +410,10 @@ class ModelServer:
                 c.transport.close()
         if stop_grpc is not None:
             await stop_grpc
-        if getattr(self, "_sweeper", None) is not None:
-            self._sweeper.cancel()
+        for task in (getattr(self, "_sweeper", None),
+                     getattr(self, "_connection_sweeper", None)):
+            if task is not None:
+                task.cancel()
 
     def __enter__(self) -> ModelServer:
         return self.start()

@@ -13,6 +13,8 @@ tensorflow.serving.Input (gRPC Classify/Regress, and their warmup logs) likewise
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from baton.serving.status import invalid
@@ -51,7 +53,7 @@ def to_ndarray(proto) -> np.ndarray:
     shape = [d.size for d in proto.tensor_shape.dim]
     if any(s < 0 for s in shape):
         raise invalid(f"tensor shape must be fully defined. Received: {shape}")
-    n = int(np.prod(shape)) if shape else 1
+    n = math.prod(shape)
     if dt == DT_STRING:
         vals = list(proto.string_val)
         arr = np.empty(len(vals), dtype=object)
@@ -80,7 +82,8 @@ def to_ndarray(proto) -> np.ndarray:
     raise invalid(f"tensor has {arr.size} values but shape {shape} needs {n}")
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
+    """n as a protobuf varint (n >= 0)."""
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
@@ -110,7 +113,7 @@ def from_ndarray(arr: np.ndarray, proto, tensor_content: bool = False) -> None:
     elif dt in _PACKED_TAG:
         data = np.ascontiguousarray(arr, dtype=arr.dtype.newbyteorder("<")).tobytes()
         if data:
-            proto.MergeFromString(_PACKED_TAG[dt] + _varint(len(data)) + data)
+            proto.MergeFromString(_PACKED_TAG[dt] + varint(len(data)) + data)
     elif dt == 19:  # half_val holds each float16's bits as an int
         proto.half_val.extend(arr.reshape(-1).view(np.uint16).tolist())
     elif dt in _COMPLEX_PART:  # scomplex_val/dcomplex_val: real, imag, real, imag, ...

@@ -9,7 +9,9 @@ Every case is a fresh subprocess running Baton's stages on the same rows:
 - a synthetic table (20,000 rows, 8 numeric + 2 categorical columns, 3 classes) split
   Dirichlet(0.5) over 4 clients, with a larger MLP so the weights dominate the wire: update
   compression none / fp16 / int8 (bytes per round counted on the wire by the relays, accuracy);
-- the same table iid over 8 clients: rounds per minute on this machine;
+- rounds per minute at 8 clients (before and after the warm ClientApp hosts, with and without
+  TLS, beside Flower's simulation engine): bench_rounds.py, whose section of the report this
+  script keeps;
 - the Dirichlet run with client-level DP (clip 1.0, noise 0.5): seconds per round beside the
   run without, and the epsilon spent;
 - the Dirichlet run with SecAgg+ (`secure_aggregation: true`) beside the same run without:
@@ -131,7 +133,6 @@ def main() -> None:
         log(f"wrote {report}")
         return
 
-    small = {"hidden_units": [16]}
     res.update(penguin_cases(work, rounds, epochs, log))
     synth = json.dumps(SYNTHETIC)
     res["compression"] = compression_cases(work, crounds, log)
@@ -142,9 +143,6 @@ def main() -> None:
         clients=4, partition={"dirichlet": 0.5}, rounds=crounds, model_params=BIG_MLP,
         privacy={"clip_norm": 1.0, "noise_multiplier": 0.5}))
     log("dp done")
-    res["eight"] = child("iid-8", f"{work}/i8", synth, fed_cfg(
-        clients=8, partition={"iid": True}, rounds=2, model_params=small))
-    log("8 clients done")
     res["secagg"] = secagg_cases(work, crounds, log)
     out.mkdir(parents=True, exist_ok=True)
     (out / "federated.json").write_text(json.dumps(res, indent=1) + "\n")
@@ -298,15 +296,10 @@ def write_report(r: dict, path: Path) -> None:
               "the compressed difference to it; `full`: float32 weights. Round 1's train "
               "message is a `copy` when the initial model a client built at setup has the "
               "server's digest, else `full`.", ""]
-    dp, e8 = r["dp"], r["eight"]
+    dp = r["dp"]
     eps = dp["rounds"][-1].get("epsilon")
-    rpm = 60 / _round_s(e8)
     lines += [
-        "### Rounds per minute, and the cost of privacy", "",
-        f"- 8 clients (iid, small MLP): **{rpm:.2f} rounds per minute** ({_round_s(e8):.0f} s "
-        "per round). Flower 1.42 starts a fresh ClientApp process per message, so each "
-        "client imports TensorFlow for every train and evaluate message: on 2 cores that, not "
-        "training, is the round.",
+        "### The cost of privacy", "",
         f"- Client-level DP (clip 1.0, noise multiplier 0.5): {_round_s(dp):.1f} s per round "
         f"against {_round_s(comp['none']):.1f} s without; eval accuracy "
         f"{dp['eval_accuracy']:.4f} against {comp['none']['eval_accuracy']:.4f}; epsilon after "
@@ -320,6 +313,12 @@ def write_report(r: dict, path: Path) -> None:
     else:
         lines += ["- SecAgg+: not measured in this run.", ""]
     path.write_text("\n".join(lines))
+    rounds = ROOT / "bench" / "federated" / "results" / "rounds.json"
+    if rounds.is_file():  # bench_rounds.py's section, kept
+        sys.path.insert(0, str(Path(__file__).parent))
+        import bench_rounds
+
+        bench_rounds.write_section(json.loads(rounds.read_text()), path)
 
 
 def secagg_report(sa: dict) -> list[str]:
@@ -348,8 +347,9 @@ def secagg_report(sa: dict) -> list[str]:
         "of the updates is not otherwise isolated). Its steps per round: "
         + ", ".join(f"{k.replace('_', ' ')} {v:.1f} s" for k, v in stage.items())
         + ". Collect includes the clients' training; setup, share keys and unmask "
-        f"({extra:.1f} s) are the protocol's own: three more train messages per client, "
-        "each a fresh ClientApp process; on a loaded machine they are the direct measure, "
+        f"({extra:.1f} s) are the protocol's own: three more train messages per client (each "
+        "a fresh ClientApp process when this was measured); on a loaded machine they are the "
+        "direct measure, "
         "the difference between the two runs moves with the load. The server received "
         f"{min(s['masked_vectors'] for s in steps)} masked vectors and "
         f"{max(s['unmasked_arrays_seen'] for s in steps)} unmasked arrays in every round.", ""]

@@ -158,7 +158,7 @@ def federation(spec):
         return None
     stage = stages[0]
     inputs = tuple(sorted({r.replace(".", "/") for r in stage.inputs.values()}))
-    return Federation.from_config(stage.name, stage.config, inputs)
+    return Federation.from_config(stage.name, stage.config, inputs, spec_dir=spec.spec_dir)
 
 
 def spec_code_files(spec) -> tuple[tuple[str, str], ...]:

@@ -52,6 +52,10 @@ def parser() -> argparse.ArgumentParser:
                    help="federated stage: submit to this running Flower SuperLink and start no "
                    "SuperLink or SuperNodes here (the SuperNodes read <run dir>/<stage>.federation/"
                    "clients/<client> in a rehearsal; see docs/kubernetes.md)")
+    p.add_argument("--superlink-credentials", metavar="DIR",
+                   help="with --superlink: the SuperLink's CA (ca.crt), Control API token "
+                   "(control.token) and the clients' public keys (nodes/<client>.pub), which "
+                   "the stage registers before it submits (docs/federated.md)")
     p.add_argument("--check", action="store_true", help="validate the spec and print the plan only")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress output")
     return p
@@ -79,6 +83,10 @@ def main(argv: list[str]) -> int:
             raise UsageError(f"--{name} must be >= {0 if flag == 'ps' else 1}. Received: {value}")
     if args.superlink is not None:
         _check_address(args.superlink)
+    if args.superlink_credentials is not None and args.superlink is None:
+        raise UsageError("--superlink-credentials goes with --superlink (the credentials of "
+                         f"that SuperLink). Received: --superlink-credentials "
+                         f"{args.superlink_credentials} alone")
     from baton.pipeline.context import RunOptions
     from baton.pipeline.plan import plan
     from baton.pipeline.runner import open_rapl, run_pipeline
@@ -90,6 +98,7 @@ def main(argv: list[str]) -> int:
         workers=args.workers, workers_auto=auto, ps=args.ps, strategy=args.strategy, min_workers=args.min_workers,
         no_cache=args.no_cache, inject_failure=inject, inject_slowdown=args.inject_slowdown,
         quiet=args.quiet, superlink=args.superlink,
+        superlink_credentials=args.superlink_credentials,
     )
     only = [s.strip() for s in args.only.split(",") if s.strip()] if args.only else None
     _check_options(the_plan, options, only, "--inject-failure" if args.inject_failure

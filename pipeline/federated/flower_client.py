@@ -21,11 +21,16 @@ its name (`client`). Messages from the server:
 With `compression` set, the global weights of train and evaluate messages come down as a
 delta against the node's copy of the last global model (pipeline.federated.downlink):
 `downlink_mod` rebuilds the weights before the handler sees them, keeps the copy in
-`context.state` and answers with its digest. Flower 1.42 starts a fresh ClientApp process per
-message, but the SuperNode keeps the run's context between them (the process pushes its
-context back with its reply; `flwr.supernode`'s runtime handlers store it per run), so the copy
-lasts as long as the SuperNode and the run; a restarted SuperNode or a new run starts without
-one, and the server's first message to it carries the full weights.
+`context.state` and answers with its digest. The SuperNode keeps the run's context between
+messages (the ClientApp host pushes it back with each reply; `flwr.supernode`'s runtime
+handlers store it per run), so the copy lasts as long as the SuperNode and the run; a restarted
+SuperNode or a new run starts without one, and the server's first message to it carries the
+full weights.
+
+One long-lived process runs every message of a SuperNode (pipeline.federated.clientapp_host),
+so `_LOCAL` keeps the client's data, transformed splits and built model from message to
+message; the node's name is the ServerApp's registry's, whatever `client` says here
+(pipeline.federated.admission).
 
 Everything that leaves the node goes through pipeline.federated.codec (no pickle) or Flower's
 own ArrayRecord/MetricRecord.
@@ -48,8 +53,9 @@ from flwr.clientapp import ClientApp
 from baton.pipeline.federated import codec, compression, downlink
 
 app = ClientApp()
-# setup digest -> Local: Flower 1.42 starts a fresh ClientApp process per message, so this
-# saves work only when one process answers several (simulation, tests)
+# (setup digest, data dir) -> Local, data dir -> ClientData: built once per ClientApp host
+# process, which answers every message of its SuperNode (clientapp_host), and per simulation
+# actor, which answers several virtual nodes
 _LOCAL: dict[str, Any] = {}
 STATE = "baton"
 COPY = "baton-copy"  # context.state: the node's copy of the global model (an ArrayRecord)
@@ -85,12 +91,14 @@ def _local(context: Context) -> Any:
         raise RuntimeError("this node has no transform setup yet: the server sends it before "
                            "training")
     raw = codec.field(context.state[STATE], "setup")
-    digest = hashlib.sha256(raw).hexdigest()
-    if digest not in _LOCAL:
+    # the setup is the same for every client: the key names the client's data too, or a
+    # process serving several nodes (a simulation's actor) trains them all on the first's
+    key = hashlib.sha256(raw).hexdigest() + ":" + str(context.node_config["data-dir"])
+    if key not in _LOCAL:
         setup = codec.loads(raw)
-        _LOCAL[digest] = Local(FnSpec(**setup["fn"]), setup["resolved"], setup["label"],
-                               _data(context), Settings(**setup["settings"]))
-    return _LOCAL[digest]
+        _LOCAL[key] = Local(FnSpec(**setup["fn"]), setup["resolved"], setup["label"],
+                            _data(context), Settings(**setup["settings"]))
+    return _LOCAL[key]
 
 
 def _reply(msg: Message, **payload: Any) -> Message:

@@ -5,10 +5,12 @@ config's `baton-plan` names the plan file the stage wrote (plan.Plan: the transf
 settings, the algorithm, where outputs go). In order:
 
 1. wait until the clients are connected (`min_clients` at least, all of them within
-   `round_timeout_s`);
+   `round_timeout_s`): the plan's registered nodes only, each under its registered name
+   (pipeline.federated.admission; any other node is never sent a message);
 2. the transform, federated: one `analyze` query per analyzer phase, merged here
    (pipeline.federated.server.federated_transform); the `transform_graph` is written, and
-   every client gets its analyzer values (`setup`);
+   every client gets its analyzer values (`setup`), and declares its train and eval examples:
+   no update of its weighs more;
 3. training: Flower's FedAvg, FedProx or FedAdam strategy (`strategy.start`), under Flower's
    client-side fixed-clipping DP wrapper when `privacy` is set; with `secure_aggregation`,
    round by round through Flower's SecAgg+ workflow (pipeline.federated.secagg), so only the
@@ -28,18 +30,20 @@ import json
 import os
 import time
 from pathlib import Path
-from typing import Any, cast
-
-import numpy as np
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, RecordDict
+from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from baton.pipeline.federated import codec, compression, downlink, wire
+from baton.pipeline.federated.admission import Admission
+from baton.pipeline.federated.flower_strategy import flower_strategy, strategy_core
 from baton.pipeline.federated.grid import QuickGrid
 from baton.pipeline.federated.plan import Plan, RoundLog
+
+__all__ = ["FederatedRun", "app", "epsilon", "flower_strategy", "strategy_core"]
 
 app = ServerApp()
 
@@ -52,11 +56,14 @@ def main(grid: Grid, context: Context) -> None:
 
 class FederatedRun:
     def __init__(self, plan: Plan, grid: Grid, context: Context | None = None) -> None:
-        # Flower's deployment Grid polls replies every 3 s; QuickGrid every 1 s
-        self.plan, self.grid, self.context = plan, QuickGrid(grid), context
+        self.admission = Admission(plan.nodes)
+        # Flower's deployment Grid polls replies every 3 s; QuickGrid every 1 s, and shows
+        # the strategies only the admitted nodes
+        self.plan, self.context = plan, context
+        self.grid = QuickGrid(grid, admit=self.admission.allowed)
         self.out = Path(plan.out_dir)
         self.log = RoundLog(self.out / "rounds.jsonl")
-        self.names: dict[int, str] = {}  # node id -> client name
+        self.names: dict[int, str] = dict(self.admission.registry)  # node id -> client name
         self.initial: dict[int, str] = {}  # node id -> digest of the initial model it built
 
     # ------------------------------------------------------------------ messages
@@ -82,11 +89,20 @@ class FederatedRun:
         replies = list(self.grid.send_and_receive(msgs, timeout=self.plan.round_timeout_s))
         out = []
         for m in replies:
-            if m.has_error():
+            node = m.metadata.src_node_id
+            if m.has_error() or not self.admission.allowed([node]):
                 continue
             reply = codec.loads(codec.field(m.content["baton"]))
-            self.names[m.metadata.src_node_id] = str(reply.get("client"))
-            out.append({**reply, "node": m.metadata.src_node_id} if op == "setup" else reply)
+            if not self.admission.claims(node, str(reply.get("client"))):
+                continue
+            self.names[node] = self.admission.name(node, str(reply.get("client")))
+            reply["client"] = self.names[node]
+            if op == "setup":
+                self.admission.declare(node, int(reply["train"]), int(reply["eval"]))
+            out.append({**reply, "node": node} if op == "setup" else reply)
+        events = self.admission.take_events()
+        if events:
+            self.log.write({"event": "admission", "op": op, "events": events})
         if len(out) < self.plan.min_clients:
             raise RuntimeError(f"{op}: {len(out)} of {len(nodes)} clients answered within "
                                f"round_timeout_s={self.plan.round_timeout_s:g}; min_clients is "
@@ -248,241 +264,6 @@ class FederatedRun:
         self.log.write(rec)
         self._round_start = {"time": time.time(), "wire": now}
         strategy_core(strategy).pending = {}
-
-
-def strategy_core(strategy: Any) -> Any:
-    """The Recording strategy inside a DP wrapper (or the strategy itself)."""
-    return getattr(strategy, "strategy", strategy)
-
-
-def flower_strategy(plan: Plan, run: FederatedRun, first_round: int = 1) -> Any:
-    from flwr.serverapp import strategy as S
-
-    base = {"fedavg": S.FedAvg, "fedprox": S.FedProx, "fedadam": S.FedAdam}[plan.algorithm]
-    common: dict[str, Any] = dict(
-        fraction_train=plan.fraction_fit, fraction_evaluate=1.0,
-        min_train_nodes=plan.min_clients, min_evaluate_nodes=plan.min_clients,
-        min_available_nodes=plan.min_clients)
-    if plan.algorithm == "fedprox":
-        common["proximal_mu"] = plan.proximal_mu
-    if plan.algorithm == "fedadam":
-        common.update(eta=plan.server_learning_rate, eta_l=plan.settings["learning_rate"])
-    strategy = recording(base)(run=run, first_round=first_round, **common)
-    if plan.privacy:
-        strategy = carrying_on(S.DifferentialPrivacyClientSideFixedClipping)(
-            strategy, noise_multiplier=float(plan.privacy["noise_multiplier"]),
-            clipping_norm=float(plan.privacy["clip_norm"]),
-            num_sampled_clients=max(1, round(plan.fraction_fit * len(plan.clients))))
-    return strategy
-
-
-def carrying_on(dp: type) -> type:
-    """Flower's client-side DP wrapper with fewer players: Flower 1.42 skips a round's
-    aggregation (and keeps the old model) when any reply is an error, which is what a killed or
-    late client's message becomes; a federation with DP then stops learning whenever a client
-    drops. Here the round aggregates the clients that answered (`min_clients` still applies, in
-    the wrapped strategy, which also counts the failures) and the noise is scaled to them:
-    std = noise_multiplier x clip_norm / answered, the Gaussian mechanism on the mean of
-    `answered` clipped updates with the same noise multiplier, so the epsilon the round log
-    reports (from the noise multiplier and the rounds) still holds."""
-
-    class CarryingOn(dp):  # type: ignore[misc, valid-type]
-        def aggregate_train(self, server_round: int, replies: Any) -> Any:
-            replies = list(replies)
-            ok = [m for m in replies if not m.has_error()]
-            strategy_core(self).pending["errors_before_dp"] = len(replies) - len(ok)
-            sampled = int(getattr(self, "num_sampled_clients"))  # noqa: B009 - Flower's
-            self.num_sampled_clients = max(1, len(ok))  # the noise's and the check's count
-            try:
-                return super().aggregate_train(server_round, ok)
-            finally:
-                self.num_sampled_clients = sampled
-
-    return CarryingOn
-
-
-DOWNLINK = "baton-downlink"  # a reply's record: the digest of the client's copy, or "stale"
-LATE_S = "baton-late-s"  # a train config entry: answer this many seconds late (a rehearsal)
-
-
-def recording(base: type) -> type:
-    """`base` with Baton's bookkeeping: compressed updates decoded before aggregation, the
-    global model sent down as a compressed delta against each client's copy (downlink), the
-    clients that answered named, too few answers refused, metrics kept for the round record."""
-
-    class Recording(base):  # type: ignore[misc, valid-type]
-        def __init__(self, *args: Any, run: FederatedRun, first_round: int,
-                     **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.run, self.first_round = run, first_round
-            self.pending: dict[str, Any] = {}
-            self._global: list[Any] = []
-            method = run.plan.compression
-            self.copies = downlink.ServerCopies(method) if method != "none" else None
-            self._grid: Grid | None = None
-            self._sent: dict[str, tuple[list[Any], str, dict[str, Any]]] = {}
-            self.dtypes: list[Any] = []  # the model's weights' (set by the server app)
-
-        def _as_model(self, arrays: ArrayRecord | None) -> ArrayRecord | None:
-            """`arrays` in the model's dtypes. Flower's FedOpt family computes in float64
-            (numpy 2 promotes float32 by its float64 scalars), and DP noise is float64: left
-            alone, the global model went down the wire at twice its size."""
-            if arrays is None or not self.dtypes:
-                return arrays
-            items = list(arrays.items())
-            if all(a.dtype == str(d) for (_, a), d in zip(items, self.dtypes, strict=True)):
-                return arrays
-            return ArrayRecord({k: Array(np.asarray(a.numpy(), dtype=d))
-                                for (k, a), d in zip(items, self.dtypes, strict=True)})
-
-        def configure_train(self, server_round: int, arrays: ArrayRecord, config: Any,
-                            grid: Grid) -> Any:
-            arrays = cast(ArrayRecord, self._as_model(arrays))
-            self._global = arrays.to_numpy_ndarrays()
-            msgs = self._expiring(self._late(self._downlink(
-                list(super().configure_train(server_round, arrays, config, grid)),
-                self._global, grid), server_round))
-            self.pending["sampled"] = [self.run.names.get(m.metadata.dst_node_id, "?")
-                                       for m in msgs]
-            self.run.log.write({"event": "train_start", "round": self._number(server_round),
-                                "clients": self.pending["sampled"]})
-            return msgs
-
-        def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: Any,
-                               grid: Grid) -> Any:
-            arrays = cast(ArrayRecord, self._as_model(arrays))
-            msgs = list(super().configure_evaluate(server_round, arrays, config, grid))
-            return self._expiring(self._downlink(msgs, arrays.to_numpy_ndarrays(), grid))
-
-        def _late(self, msgs: list[Any], server_round: int) -> list[Any]:
-            """The rehearsed slow client's train message asks it to answer `seconds` late
-            (`--inject-failure client:N@round:R:slow`); its own copy of the content, since
-            Flower's FedAvg shares one RecordDict between a round's messages."""
-            number = self._number(server_round)
-            late = {d["client"]: float(d["seconds"]) for d in self.run.plan.late_clients
-                    if int(d["round"]) == number}
-            if not late:
-                return msgs
-            out = []
-            for m in msgs:
-                name = self.run.names.get(m.metadata.dst_node_id)
-                if name in late:
-                    content = RecordDict({k: m.content[k] for k in m.content})
-                    content["config"] = ConfigRecord({**dict(m.content["config"]),
-                                                      LATE_S: late[name]})
-                    m = Message(content=content, message_type=m.metadata.message_type,
-                                dst_node_id=m.metadata.dst_node_id,
-                                group_id=m.metadata.group_id)
-                out.append(m)
-            return out
-
-        def _expiring(self, msgs: list[Any]) -> list[Any]:
-            """A round's messages live `round_timeout_s` (Flower's default TTL is 12 hours).
-            The SuperLink hands a client only unexpired messages and refuses a reply to an
-            expired one, so a client slower than the timeout, or back from a stall, never
-            trains on a round that went on without it: it picks up the next round's message."""
-            for m in msgs:
-                m.metadata.ttl = float(self.run.plan.round_timeout_s)
-            return msgs
-
-        # ---------------------------------------------------------------- downlink
-        def _downlink(self, msgs: list[Any], weights: list[Any], grid: Grid) -> list[Any]:
-            """Each message's weights as full, a delta against the client's copy, or a
-            reference to it (pipeline.federated.downlink)."""
-            if self.copies is None or not msgs:
-                return msgs
-            self._grid = grid
-            of = downlink.digest(weights)
-            kind = msgs[0].metadata.message_type
-            config = dict(msgs[0].content["config"])
-            self._sent[kind] = (weights, of, config)
-            return [self._message(kind, m.metadata.dst_node_id, weights, of, config)
-                    for m in msgs]
-
-        def _message(self, kind: str, node: int, weights: list[Any], of: str,
-                     config: dict[str, Any]) -> Any:
-            assert self.copies is not None
-            entries, sent = self.copies.prepare(node, weights, of)
-            counts = self.pending.setdefault("downlink", {"full": 0, "delta": 0, "copy": 0})
-            counts[entries["downlink"]] += 1
-            content = RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in sent.items()}),
-                                  "config": ConfigRecord({**config, **entries})})
-            return Message(content=content, message_type=kind, dst_node_id=node)
-
-        def _answers(self, replies: list[Any]) -> list[Any]:
-            """Confirm each client's copy from its answer; a client whose copy was not the
-            message's base gets the full weights now, within the round."""
-            if self.copies is None:
-                return replies
-            out, stale = [], []
-            for m in replies:
-                node = m.metadata.src_node_id
-                rec = None if m.has_error() else m.content.get(DOWNLINK)
-                if rec is not None and "stale" in rec:
-                    self.copies.forget(node)
-                    stale.append(node)
-                    continue
-                self.copies.confirm(node, None if rec is None else str(rec.get("copy")))
-                if rec is not None:
-                    del m.content[DOWNLINK]
-                out.append(m)
-            if stale and self._grid is not None:
-                kind = replies[0].metadata.message_type
-                weights, of, config = self._sent[kind]
-                self.run.log.write({"event": "downlink_stale", "kind": kind,
-                                    "clients": [self.run.names.get(n, "?") for n in stale]})
-                again = self._expiring([self._message(kind, n, weights, of, config)
-                                        for n in stale])
-                for m in self._grid.send_and_receive(again,
-                                                     timeout=self.run.plan.round_timeout_s):
-                    rec = None if m.has_error() else m.content.get(DOWNLINK)
-                    self.copies.confirm(m.metadata.src_node_id,
-                                        None if rec is None else str(rec.get("copy")))
-                    if rec is not None:
-                        del m.content[DOWNLINK]
-                    out.append(m)
-            return out
-
-        def _number(self, server_round: int) -> int:
-            return server_round + self.first_round - 1
-
-        def aggregate_train(self, server_round: int, replies: Any) -> Any:
-            replies = self._answers(list(replies))
-            ok = [m for m in replies if not m.has_error()]
-            self.pending["clients"] = sorted(self.run.names.get(m.metadata.src_node_id, "?")
-                                             for m in ok)
-            self.pending["failed"] = (len(replies) - len(ok)
-                                      + self.pending.pop("errors_before_dp", 0))
-            if len(ok) < self.run.plan.min_clients:
-                raise RuntimeError(
-                    f"round {self._number(server_round)}: {len(ok)} clients trained "
-                    f"(of {len(self.pending.get('sampled', []))} asked) within round_timeout_s="
-                    f"{self.run.plan.round_timeout_s:g}; min_clients is "
-                    f"{self.run.plan.min_clients}")
-            method = self.run.plan.compression
-            for m in ok:
-                if method != "none":
-                    sent = {k: v.numpy() for k, v in m.content["arrays"].items()}
-                    update = compression.decode(sent, len(self._global))
-                    m.content["arrays"] = ArrayRecord(
-                        [g + u for g, u in zip(self._global, update, strict=True)])
-            arrays, metrics = super().aggregate_train(server_round, ok)
-            arrays = self._as_model(arrays)
-            if metrics is not None and "train_loss" in metrics:
-                self.pending["train_loss"] = float(metrics["train_loss"])
-            return arrays, metrics
-
-        def aggregate_evaluate(self, server_round: int, replies: Any) -> Any:
-            replies = [m for m in self._answers(list(replies)) if not m.has_error()]
-            metrics = super().aggregate_evaluate(server_round, replies)
-            if metrics is not None:
-                for key in ("loss", "accuracy", "mse"):
-                    if key in metrics:
-                        self.pending[key] = float(metrics[key])
-                self.pending["evaluated"] = len(replies)
-            return metrics
-
-    return Recording
 
 
 def epsilon(plan: Plan, rounds: int) -> float:

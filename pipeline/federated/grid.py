@@ -17,7 +17,7 @@ against 257 and 262 alone on 2 cores, and took 224 and 230 s against 254 and 262
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from flwr.app import Message
@@ -27,10 +27,14 @@ POLL_S = 1.0
 
 
 class QuickGrid(Grid):
-    """Delegates to `grid`; `send_and_receive` polls the replies every `poll_s` seconds."""
+    """Delegates to `grid`; `send_and_receive` polls the replies every `poll_s` seconds.
+    With `admit`, the nodes it reports are only those `admit` keeps (the registered nodes,
+    pipeline.federated.admission): a strategy samples from these, so no other node is ever
+    sent a message."""
 
-    def __init__(self, grid: Grid, poll_s: float = POLL_S) -> None:
-        self._grid, self._poll_s = grid, poll_s
+    def __init__(self, grid: Grid, poll_s: float = POLL_S,
+                 admit: Callable[[Iterable[int]], list[int]] | None = None) -> None:
+        self._grid, self._poll_s, self._admit = grid, poll_s, admit
 
     # -- delegated ---------------------------------------------------------------------
     def set_run(self, run: Any) -> None:
@@ -44,10 +48,15 @@ class QuickGrid(Grid):
         return self._grid.create_message(*args, **kwargs)
 
     def get_node_ids(self) -> Iterable[int]:
-        return self._grid.get_node_ids()
+        nodes = self._grid.get_node_ids()
+        return nodes if self._admit is None else self._admit(nodes)
 
     def get_nodes(self) -> Iterable[Any]:
-        return self._grid.get_nodes()
+        nodes = list(self._grid.get_nodes())
+        if self._admit is None:
+            return nodes
+        keep = set(self._admit(n.node_id for n in nodes))
+        return [n for n in nodes if n.node_id in keep]
 
     def push_messages(self, messages: Iterable[Message]) -> Iterable[str]:
         return self._grid.push_messages(messages)

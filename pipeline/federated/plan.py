@@ -37,6 +37,10 @@ class Plan:
     # rehearsed slow clients (--inject-failure client:N@round:R:slow): [{client, round,
     # seconds}]; that client's ClientApp answers round R's training `seconds` late
     late_clients: list[dict[str, Any]] = dataclasses.field(default_factory=list)
+    # the registry: client name -> the node id its key was registered under (control.Control.
+    # register); the ServerApp talks to these nodes only (admission.Admission). Empty: any
+    # node, under the name it reports (a plan from before registration existed)
+    nodes: dict[str, int] = dataclasses.field(default_factory=dict)
 
     def save(self, path: Path) -> Path:
         tmp = path.with_suffix(".tmp")

@@ -85,6 +85,33 @@ class Timed(SecAggPlusWorkflow):
                 state.sampled_node_ids = set(state.active_node_ids)
         self.shares, self.threshold = state.num_shares, state.threshold
 
+    def unmask_stage(self, grid: Any, context: Any, state: Any) -> bool:
+        """Flower's unmask stage, keeping the sum of the clients' quantized weights (the first
+        entry of the unmasked vector, which Flower divides out of the mean): `weight_sum`."""
+        from flwr.server.workflow.secure_aggregation import secaggplus_workflow as flower
+
+        extract = flower.factor_extract
+        self.q_total: int | None = None
+
+        def keep(parameters: Any) -> Any:
+            total, rest = extract(parameters)
+            self.q_total = int(total)
+            return total, rest
+
+        flower.factor_extract = keep
+        try:
+            return bool(super().unmask_stage(grid, context, state))
+        finally:
+            flower.factor_extract = extract
+
+    def weight_sum(self) -> float | None:
+        """The sum of the examples the round's clients weighed their updates by, as their
+        masked vectors carried it (each client's ratio examples / max_weight, quantized)."""
+        total: int | None = getattr(self, "q_total", None)
+        if total is None:
+            return None
+        return float(total) * self.max_weight / self.quantization_range
+
 
 class Mean(Strategy):
     """FedAvg (or FedProx: its proximal term is the clients') over SecAgg+'s unmasked mean.
@@ -99,6 +126,7 @@ class Mean(Strategy):
         self.run, self.core, self.global_ = run, core, weights
         self.number, self.relative = number, relative
         self.result: list[np.ndarray] | None = None
+        self.workflow: Timed | None = None  # set by run_rounds: the round's unmasked totals
 
     def initialize_parameters(self, client_manager: Any) -> Any:
         return None
@@ -136,6 +164,8 @@ class Mean(Strategy):
         assert all(r.parameters is results[0][1].parameters for _, r in results), \
             "SecAgg+ hands every result the same unmasked mean"
         new = [(g + u).astype(g.dtype) for g, u in zip(self.global_, mean, strict=True)]
+        if not self._weights_declared([p.node_id for p, _ in results]):
+            new = [np.array(g, copy=True) for g in self.global_]  # the round moves nothing
         if plan.privacy:
             z, c = float(plan.privacy["noise_multiplier"]), float(plan.privacy["clip_norm"])
             n = max(1, round(plan.fraction_fit * len(plan.clients)))
@@ -147,6 +177,30 @@ class Mean(Strategy):
         self.core.pending["train_loss"] = loss
         self.result = new
         return ndarrays_to_parameters(new), {"train_loss": loss}
+
+    def _weights_declared(self, nodes: list[int]) -> bool:
+        """Whether the weights summed under the masks stay within what the round's nodes
+        declared at setup. One client's weight cannot be seen under SecAgg+, their sum can:
+        a node that inflates its example count pushes the sum past the declared total (the
+        honest ones weigh exactly what they declared), and the round is refused whole (the
+        global model stays as it was, the record says why)."""
+        workflow = self.workflow
+        weight = workflow.weight_sum() if workflow is not None else None
+        if workflow is None or weight is None:
+            return True
+        limits = [self.run.admission.limit(n, "train") for n in nodes]
+        if any(limit is None for limit in limits):  # no setup answered: nothing to hold to
+            return True
+        declared = float(sum(limits))  # type: ignore[arg-type]
+        # each client's ratio is rounded to 1/quantization_range of max_weight
+        slack = len(nodes) * workflow.max_weight / workflow.quantization_range
+        if weight <= declared + slack + 1e-9:
+            return True
+        self.core.pending.setdefault("admission", []).append(
+            {"refused": "secure aggregation round: weights above the declared examples",
+             "weight_sum": round(weight, 3), "declared": declared,
+             "clients": sorted(self.run.names.get(n, "?") for n in nodes)})
+        return False
 
     def configure_evaluate(self, server_round: int, parameters: Any,
                            client_manager: Any) -> Any:
@@ -191,6 +245,7 @@ def run_rounds(run: Any, core: Any, context: Context, weights: list[np.ndarray],
                          quantization_range=int(sa["quantization_range"]),
                          timeout=plan.round_timeout_s)
         watched = Watched(grid)
+        mean.workflow = workflow
         workflow(watched, legacy)
         if mean.result is None:
             raise RuntimeError(

@@ -21,6 +21,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+CONNECT_S = 60.0  # how long a client's connection waits for the server to (re)appear
+
 
 class Relay:
     """127.0.0.1:<port> -> target; counts bytes up (client -> server) and down."""
@@ -47,11 +49,19 @@ class Relay:
             threading.Thread(target=self._pipe, args=(conn,), daemon=True).start()
 
     def _pipe(self, client: socket.socket) -> None:
-        try:
-            server = socket.create_connection(self.target, timeout=5)
-        except OSError:
-            client.close()
-            return
+        # the server may be restarting (a rehearsed SuperLink fault): hold the client's
+        # connection while it comes back, as a network would, rather than accept and drop it
+        # at once (over TLS a dropped handshake is an SSL error, which Flower does not retry)
+        deadline = time.monotonic() + CONNECT_S
+        while True:
+            try:
+                server = socket.create_connection(self.target, timeout=5)
+                break
+            except OSError:
+                if self._stop.is_set() or time.monotonic() > deadline:
+                    client.close()
+                    return
+                time.sleep(0.2)
         server.settimeout(None)
         sel = selectors.DefaultSelector()
         sel.register(client, selectors.EVENT_READ, (server, "up"))

@@ -46,7 +46,9 @@ from typing import Any, Literal
 
 from baton.errors import StageError
 from baton.pipeline.context import StageContext
-from baton.pipeline.dataplane.column_plan import TransformSettings, plan_columns
+from baton.pipeline.dataplane.column_plan import TransformSettings
+from baton.pipeline.federated.silos import FEDERATION_SUFFIX as FEDERATION_SUFFIX
+from baton.pipeline.federated.stage_run import federation_dir as federation_dir
 from baton.strategies.faults import split_fault
 
 INPUTS = {"examples": False}
@@ -56,13 +58,40 @@ CODE_DEPS = ("baton.pipeline.federated", "baton.graphs.column_kinds", "baton.gra
              "baton.graphs.models", "baton.graphs.model_fn", "baton.graphs.objectives",
              "baton.pipeline.dataplane.partition")
 CACHEABLE = True
-FEDERATION_SUFFIX = ".federation"  # <run dir>/<stage>.federation: an external federation's files
 
 
 @dataclasses.dataclass(frozen=True)
 class Silo:
+    """A real silo: its examples on its own storage, and its SuperNode's key pair (OpenSSH EC
+    keys; absent, one is generated, as in a rehearsal). `public_key` is what the SuperLink
+    registers; `private_key` stays with the silo's SuperNode and is needed only where that
+    SuperNode is started from this spec (`baton run` here, `baton k8s`). `claim`: the
+    PersistentVolumeClaim of its examples on Kubernetes."""
+
     name: str
     examples: Path
+    public_key: Path | None = None
+    private_key: Path | None = None
+    claim: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TLSSettings:
+    """The SuperLink's TLS material, the operator's own: the CA every SuperNode trusts, the
+    SuperLink's certificate (its subjectAltName must name 127.0.0.1, where its SuperExec dials
+    it, and every address the SuperNodes dial) and key. Left out, a CA and certificate are
+    generated for the run; `hosts` adds names to a generated certificate."""
+
+    ca_certfile: Path | None = None
+    certfile: Path | None = None
+    keyfile: Path | None = None
+    hosts: list[str] = dataclasses.field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        given = [f for f in ("ca_certfile", "certfile", "keyfile") if getattr(self, f)]
+        if given and len(given) != 3:
+            raise ValueError("tls: give ca_certfile, certfile and keyfile together (the "
+                             f"operator's own), or none (generated). Received: {given}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -155,9 +184,19 @@ class Config:
     optimizer: str | dict[str, Any] = "adam"
     loss: str = ""
     seed: int = 42
+    # TLS on every connection and SuperNode authentication are the default; `insecure: true`
+    # drops both for a local rehearsal on 127.0.0.1 only (a warning is logged)
+    insecure: bool = False
+    tls: TLSSettings = dataclasses.field(default_factory=TLSSettings)
 
     def __post_init__(self) -> None:
         n = self.clients if isinstance(self.clients, int) else len(self.clients)
+        if self.insecure and (self.tls.ca_certfile or self.tls.hosts or (
+                not isinstance(self.clients, int)
+                and any(s.public_key or s.private_key for s in self.clients))):
+            raise ValueError("insecure: true runs without TLS and node authentication, so it "
+                             "takes no tls settings and no client keys; leave insecure out "
+                             "to use them. Received: insecure=True with keys or tls")
         if n < 1:
             raise ValueError(f"clients must be >= 1. Received: {self.clients}")
         for name in ("rounds", "local_epochs", "batch_size", "min_clients"):
@@ -266,6 +305,17 @@ def check_options(config: Config, options: Any, stage: Any, spec: Any) -> list[s
                 "inject-failure client:N@round:R:slow delays a client's train reply, and under "
                 "secure_aggregation the round is SecAgg+'s own messages; rehearse a lost client "
                 f"(client:N@round:R) there. Received: {options.inject_failure!r}")
+    if getattr(options, "superlink", None) and not getattr(options, "superlink_credentials",
+                                                           None):
+        problems.append(
+            f"--superlink {options.superlink} needs --superlink-credentials DIR: the "
+            "SuperLink's CA (ca.crt), its Control API token (control.token) and the clients' "
+            "public keys (nodes/<client>.pub), which the stage registers before it submits")
+    if config.insecure and getattr(options, "superlink", None):
+        problems.append(
+            "insecure: true is for a local rehearsal on 127.0.0.1; a SuperLink elsewhere "
+            f"(--superlink {options.superlink}) is reached over TLS with node authentication: "
+            "remove insecure from the stage's config")
     if faults and getattr(options, "superlink", None):
         problems.append(
             "inject-failure kills a SuperNode or the SuperLink this stage started, and with "
@@ -294,9 +344,11 @@ def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
 
 def external_inputs(config: Config, spec_dir: Path | None) -> list[Path]:
     """Silo data and the user's code are part of the stage's identity (cache key)."""
+    from baton.pipeline.federated.silos import silo_path
+
     out: list[Path] = []
     if not isinstance(config.clients, int):
-        out += [_silo_path(s, spec_dir) / "schema.json" for s in config.clients]
+        out += [silo_path(s.examples, spec_dir) / "schema.json" for s in config.clients]
     refs = [r for r in (config.transform.preprocessing_fn, config.model, config.loss)
             if r and ":" in r]
     if refs:
@@ -306,248 +358,74 @@ def external_inputs(config: Config, spec_dir: Path | None) -> list[Path]:
     return out
 
 
-def _silo_path(silo: Silo, spec_dir: Path | None) -> Path:
-    p = Path(silo.examples)
-    return p if p.is_absolute() or spec_dir is None else (spec_dir / p)
-
-
-def federation_dir(ctx: StageContext) -> Path:
-    """An external federation's files, outside the stage's temporary directory (which is renamed
-    when the stage ends): `<run dir>/<stage>.federation/` (k8s.federated.federation_dir)."""
-    return ctx.run_dir / f"{ctx.stage}{FEDERATION_SUFFIX}"
-
-
-def _clients(ctx: StageContext, config: Config, external: bool = False) -> dict[str, Path]:
-    from baton.pipeline.dataplane import partition as P
-    from baton.pipeline.dataplane.schema_file import ExamplesSchema
-
-    if not isinstance(config.clients, int):
-        out = {}
-        for silo in config.clients:
-            path = _silo_path(silo, ctx.spec_dir)
-            if external:  # the silo is on its SuperNode's machine, not necessarily here
-                out[silo.name] = path
-                continue
-            if not (path / "schema.json").is_file() or not any((path / "train").glob("*")):
-                raise StageError(f"federated.clients.{silo.name}: no examples at {path} "
-                                 "(expected schema.json and train/ shards of an ingest run)")
-            out[silo.name] = path
-        return out
-    examples = ctx.inputs["examples"]
-    part = config.partition or PartitionSettings(iid=True)
-    partition = P.Partition(by=part.by, dirichlet=part.dirichlet, iid=part.iid, seed=part.seed)
-    schema = ExamplesSchema.load(examples)
-    names = P.client_names(partition, schema, examples,
-                           None if part.by else config.clients)
-    if part.by and len(names) != config.clients:
-        raise StageError(f"federated.partition.by {part.by!r} makes {len(names)} clients "
-                         f"({names}); clients is {config.clients}")
-    root = (federation_dir(ctx) if external else ctx.work_dir) / "clients"
-    # an external federation's SuperNodes were set up from `clients: N` alone (the Kubernetes
-    # manifests), so its silos are client-0 ... client-N-1 whatever the partition calls them
-    dirs = [f"client-{i}" for i in range(len(names))] if external else names
-    if external:
-        _empty_silos(root, dirs)
-    else:
-        shutil.rmtree(root, ignore_errors=True)
-    counts = P.split(examples, [root / d for d in dirs], partition)
-    ctx.log(f"partition {partition.describe()}: " + ", ".join(
-        f"{d}{f' ({n})' if d != n else ''} {counts[n].get('train', 0)}/"
-        f"{counts[n].get('eval', 0)}" for d, n in zip(dirs, names, strict=True))
-        + " train/eval rows" + (f" in {root}" if external else ""))
-    return {d: root / d for d in dirs}
-
-
-def _empty_silos(root: Path, dirs: list[str]) -> None:
-    """Empty each silo directory but keep the directory itself: a SuperNode pod may already
-    have it mounted (a subPath is a bind mount of that very directory, and one removed and
-    created again would leave the pod looking at the deleted one, waiting forever)."""
-    for d in dirs:
-        silo = root / d
-        silo.mkdir(parents=True, exist_ok=True)
-        for child in silo.iterdir():
-            if child.is_dir() and not child.is_symlink():
-                shutil.rmtree(child)
-            else:
-                child.unlink()
-
-
 def run(ctx: StageContext, config: Config) -> None:
-    from baton.pipeline.dataplane.schema_file import ExamplesSchema
-    from baton.pipeline.federated.local import FnSpec
-    from baton.pipeline.federated.plan import Plan, RoundLog
-    from baton.pipeline.federated.processes import Control, Federation
+    from baton.pipeline.federated import silos, stage_run
+    from baton.pipeline.federated.control import Control
 
     external = ctx.options.superlink
-    clients = _clients(ctx, config, external=bool(external))
-    faults = parse_faults(ctx.options.inject_failure, len(clients))
+    faults = parse_faults(ctx.options.inject_failure, _count(config))
     if faults and external:  # check_options refuses it first; this is the stage's own guard
         raise StageError("federated: inject-failure kills processes this stage started; with "
                          f"--superlink it starts none. Received: {ctx.options.inject_failure!r}")
-    spec_dir = str(ctx.spec_dir) if ctx.spec_dir else None
-    if config.transform.preprocessing_fn:
-        fn = FnSpec(preprocessing_fn=config.transform.preprocessing_fn, search_dir=spec_dir)
-    else:
-        first = next(iter(clients.values()))
-        if not (first / "schema.json").is_file():  # only an external federation's real silos
-            raise StageError(
-                "federated.transform.preprocessing_fn: the column plan needs a client's "
-                f"schema.json, which is not readable here ({first / 'schema.json'}) with "
-                f"--superlink {external}; give transform.preprocessing_fn or make one silo's "
-                "schema.json readable at its examples path. Received: no preprocessing_fn")
-        fn = FnSpec(columns=plan_columns(config.transform, ExamplesSchema.load(first)))
-    work = federation_dir(ctx) if external else ctx.work_dir / "federation"
-    if external:  # keep the silos (the SuperNodes read them); a fresh server directory
-        shutil.rmtree(work / "server", ignore_errors=True)
-    else:
-        shutil.rmtree(work, ignore_errors=True)
-    server = work / "server"
-    server.mkdir(parents=True)
-    plan = Plan(
-        clients=list(clients), out_dir=str(server),
-        wire_path="" if external else str(work / "wire.json"),
-        fn=fn.to_dict(),
-        settings={"model": config.model, "model_params": dict(config.model_params),
-                  "batch_size": config.batch_size, "learning_rate": config.learning_rate,
-                  "optimizer": config.optimizer, "loss": config.loss, "seed": config.seed,
-                  "search_dir": spec_dir},
-        rounds=config.rounds, local_epochs=config.local_epochs, algorithm=config.algorithm,
-        proximal_mu=config.proximal_mu, server_learning_rate=config.server_learning_rate,
-        fraction_fit=config.fraction_fit, min_clients=config.min_clients,
-        round_timeout_s=config.round_timeout_s, compression=config.compression,
-        privacy=dataclasses.asdict(config.privacy) if config.privacy else {}, edge=config.edge,
-        secure_aggregation=dataclasses.asdict(config.secagg) if config.secagg else {},
-        late_clients=[{"client": list(clients)[index], "round": number,
-                       "seconds": config.round_timeout_s + 5.0}
-                      for kind, index, number in faults if kind == "slow"])
-    plan_path = plan.save(work / "plan.json")
-    log = RoundLog(server / "rounds.jsonl")
+    if config.insecure:
+        ctx.log("WARNING: insecure: true: the SuperLink and SuperNodes talk plaintext HTTP and "
+                "the SuperLink admits any SuperNode (no TLS, no node authentication); a local "
+                "rehearsal on 127.0.0.1 only, never for silos on other machines")
+    secrets = ctx.work_dir / "credentials"  # private keys: removed when the stage ends
     started = time.perf_counter()
-    if external:
-        control = Control(ctx.work_dir / "flwr", external)
-        ctx.log(f"external SuperLink at {external}: no SuperLink or SuperNode started here; "
-                f"plan {plan_path}; bytes on the wire are not counted (no relays between the "
-                "SuperNodes and the SuperLink), so the rounds have no bytes fields")
-        try:
-            control.wait_reachable(timeout=120)
-            run_id = control.submit(plan_path)
-            ctx.log(f"run {run_id} submitted to {external}")
-            _follow(ctx, control, run_id, plan_path, log, [])
-        finally:
-            control.close()
-        _publish(ctx, server, log, config, time.perf_counter() - started)
-        return
-    fed = Federation(work, clients)
     try:
-        fed.start()
-        ctx.log(f"{len(clients)} SuperNodes connected to the SuperLink on 127.0.0.1:{fed.port}")
-        run_id = fed.submit(plan_path)
-        _follow(ctx, fed, run_id, plan_path, log,
-                [f for f in faults if f[0] != "slow"])  # the slow ones are the plan's
+        if not external:
+            clients = silos.for_stage(ctx, config)
+            creds = _credentials(ctx, config, list(clients), secrets, None)
+            server = stage_run.run_local(ctx, config, clients, creds, faults)
+        else:
+            # an external federation's names: client-<i> in a rehearsal (its SuperNodes were
+            # set up from `clients: N`), else the silos'. Registered before the silos are
+            # written: a SuperNode starts when its silo appears and must find its key admitted
+            names = [f"client-{i}" for i in range(config.clients)] \
+                if isinstance(config.clients, int) else [s.name for s in config.clients]
+            creds = _credentials(ctx, config, names, secrets, external)
+            control = Control(ctx.work_dir / "flwr", external, creds)
+            try:
+                server = stage_run.run_external(ctx, config, control, creds, names)
+            finally:
+                control.close()
     finally:
-        fed.stop()
-    _publish(ctx, server, log, config, time.perf_counter() - started)
+        shutil.rmtree(secrets, ignore_errors=True)
+    from baton.pipeline.federated.follow import publish
+    from baton.pipeline.federated.plan import RoundLog
+
+    publish(ctx, server, RoundLog(server / "rounds.jsonl"), _count(config),
+            time.perf_counter() - started)
 
 
-def _follow(ctx: StageContext, fed: Any, run_id: int, plan_path: Path, log: Any,
-            faults: list[tuple[str, int, int]]) -> None:
-    """Wait for the run; inject each fault at its round; resume after a server restart."""
-    seen = 0
-    names = list(getattr(fed, "clients", ()))  # a Federation's (the faults need processes)
-    pending = list(faults)
-    while True:
-        records = log.read()
-        for rec in records[seen:]:
-            _say(ctx, rec)
-            due = [f for f in pending
-                   if rec.get("event") == "train_start" and rec.get("round") == f[2]]
-            for kind, index, number in due:
-                pending.remove((kind, index, number))
-                if kind == "client":
-                    ctx.log(f"inject-failure: SIGKILL client {names[index]}'s SuperNode")
-                    fed.nodes[names[index]].kill()
-                else:
-                    ctx.log("inject-failure: SIGKILL the SuperLink and its ServerApp")
-                    fed.superlink.kill()
-                    fed.start_superlink()
-                    run_id = fed.submit(plan_path)
-                    ctx.log(f"SuperLink restarted; run {run_id} resumes after the last round")
-        seen = len(records)
-        status = fed.status(run_id)
-        if status.startswith("finished"):
-            if status != "finished:completed":
-                detail = fed.logs_of(run_id)
-                lines = [ln for ln in detail.splitlines()
-                         if "Error" in ln or "error" in ln or "raise" in ln][-6:]
-                raise StageError(f"federated: run {run_id} {status}: "
-                                 + ("; ".join(ln.strip() for ln in lines) or detail[-1500:]))
-            for rec in log.read()[seen:]:
-                _say(ctx, rec)
-            return
-        time.sleep(2.0)
+def _count(config: Config) -> int:
+    return config.clients if isinstance(config.clients, int) else len(config.clients)
 
 
-def _say(ctx: StageContext, rec: dict[str, Any]) -> None:
-    if rec.get("event") == "round":
-        metric = (f"accuracy {rec['accuracy']:.4f}" if "accuracy" in rec
-                  else f"mse {rec['mse']:.4f}" if "mse" in rec
-                  else "no evaluate reply within round_timeout_s")
-        eps = f", epsilon {rec['epsilon']:.3f}" if "epsilon" in rec else ""
-        if "secure_aggregation" in rec:
-            sa = rec["secure_aggregation"]
-            eps += (f", SecAgg+: {sa['masked_vectors']} masked vectors, "
-                    f"{sa['unmasked_arrays_seen']} unmasked arrays, "
-                    f"{sa['overhead_seconds']:.1f} s in its key and unmask steps")
-        ctx.log(f"round {rec['round']}: {len(rec.get('clients', []))} clients "
-                f"{rec.get('clients')}, loss {rec.get('loss', float('nan')):.4f}, {metric}, "
-                + (f"{rec['bytes_up']:,} B up / {rec['bytes_down']:,} B down"
-                   if "bytes_up" in rec else "bytes not measured")
-                + f"{eps}, {rec['seconds']:.1f} s")
-    elif rec.get("event") == "edge":
-        for name, r in rec["clients"].items():
-            key = "accuracy" if "edge_accuracy" in r else "mse"
-            ctx.log(f"edge ({rec['variant']} TFLite, {rec['size_bytes']:,} B) on {name}: "
-                    f"{key} {r[f'edge_{key}']:.4f} (cloud {r[f'cloud_{key}']:.4f})")
-    elif rec.get("event") == "transform":
-        ctx.log(f"federated transform: {rec['analyzers']} analyzers in {rec['phases']} phases "
-                f"from {len(rec['rows'])} clients' summaries ({sum(rec['rows'].values())} rows "
-                "never left them)")
+def _credentials(ctx: StageContext, config: Config, clients: list[str], directory: Path,
+                 external: str | None) -> Any:
+    """The spec's key material, paths resolved against its directory (credentials.for_stage)."""
+    from baton.pipeline.federated import credentials as C
+
+    def at(p: Path | None) -> Path | None:
+        return None if p is None else p if Path(p).is_absolute() or ctx.spec_dir is None \
+            else ctx.spec_dir / p
+
+    def at_(p: Path) -> Path:
+        return p if Path(p).is_absolute() or ctx.spec_dir is None else ctx.spec_dir / p
+
+    silos = [] if isinstance(config.clients, int) else config.clients
+    own = C.Operator(ca_certfile=at(config.tls.ca_certfile), certfile=at(config.tls.certfile),
+                     keyfile=at(config.tls.keyfile),
+                     public_keys={s.name: at_(s.public_key) for s in silos if s.public_key},
+                     private_keys={s.name: at_(s.private_key) for s in silos if s.private_key})
+    remote = getattr(ctx.options, "superlink_credentials", None) if external else None
+    if external and not remote:
+        raise StageError("federated: --superlink needs --superlink-credentials DIR (the "
+                         "SuperLink's CA as ca.crt, its Control API token as control.token, "
+                         "each client's public key as nodes/<client>.pub)")
+    return C.for_stage(directory, clients, own, list(config.tls.hosts),
+                       Path(remote) if remote else None)
 
 
-PER_ROUND = ("round", "clients", "loss", "accuracy", "mse", "bytes_up", "bytes_down", "epsilon")
-
-
-def _publish(ctx: StageContext, server: Path, log: Any, config: Config, seconds: float) -> None:
-    import json
-
-    model, graph = server / "model", server / "transform_graph"
-    rounds = [r for r in log.read() if r.get("event") == "round"]
-    if not model.is_dir() or not rounds:
-        raise StageError("federated: no round completed; no global model is written")
-    shutil.copytree(model, ctx.output("model"), dirs_exist_ok=True)
-    (ctx.output("model") / "rounds.json").write_text(json.dumps(rounds, indent=1) + "\n")
-    edge = [r for r in log.read() if r.get("event") == "edge"]
-    if edge:
-        (ctx.output("model") / "edge.json").write_text(json.dumps(edge[-1], indent=1) + "\n")
-        shutil.copyfile(server / "edge" / "model.tflite", ctx.output("model") / "model.tflite")
-    shutil.copytree(graph, ctx.output("transform_graph"), dirs_exist_ok=True)
-    last = rounds[-1]
-    numbers: dict[str, Any] = {
-        "rounds": len(rounds), "clients": len(config.clients) if not isinstance(
-            config.clients, int) else config.clients, "seconds": round(seconds, 3),
-        # the round records in the lineage record itself (rounds.json in the model has the rest:
-        # downlink counts, SecAgg+ steps, timings); the run's summary table shows only scalars
-        "per_round": [{k: r[k] for k in PER_ROUND if k in r} for r in rounds]}
-    if all("bytes_up" in r for r in rounds):  # absent with --superlink: no relays counted them
-        traffic = [r["bytes_up"] + r["bytes_down"] for r in rounds]
-        numbers["bytes_per_round"] = round(sum(traffic) / len(traffic))
-        numbers["bytes_up_per_round"] = round(sum(r["bytes_up"] for r in rounds) / len(rounds))
-    for key in ("accuracy", "mse", "loss", "epsilon"):
-        if key in last:
-            numbers[key] = round(float(last[key]), 6)
-    numbers["server_restarts"] = sum(1 for r in log.read() if r.get("event") == "resume")
-    secure = [r["secure_aggregation"] for r in rounds if "secure_aggregation" in r]
-    if secure:  # what SecAgg+'s own steps (keys, shares, unmasking) cost a round
-        numbers["secagg_seconds_per_round"] = round(
-            sum(s["overhead_seconds"] for s in secure) / len(secure), 3)
-    ctx.record(**numbers)

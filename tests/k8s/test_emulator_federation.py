@@ -33,7 +33,13 @@ import os, socket, sys, time
 role, args = sys.argv[1], sys.argv[2:]
 def arg(flag):
     return args[args.index(flag) + 1]
+def secret(flag):  # a file of the pod's own Secret, materialised by the emulator
+    path = arg(flag)
+    assert os.path.isfile(path) and os.stat(path).st_mode & 0o077 == 0, path
+    return open(path).read()
 if role == "superlink":
+    assert "BEGIN CERTIFICATE" in secret("--ssl-certfile") and secret("--ssl-keyfile")
+    assert len(open(os.environ["BATON_CONTROL_TOKEN_FILE"]).read()) == 64
     s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     s.bind((arg("--host"), int(arg("--port")))); s.listen(16)
     with open(arg("--database"), "w") as fh:
@@ -41,6 +47,8 @@ if role == "superlink":
     while True:
         s.accept()[0].close()
 elif role == "supernode":
+    assert "OPENSSH PRIVATE KEY" in secret("--auth-supernode-private-key")
+    assert "BEGIN CERTIFICATE" in secret("--root-certificates")
     host, _, port = arg("--superlink").rpartition(":")
     socket.create_connection((host, int(port)), 5).close()
     config = dict(kv.split("=", 1) for kv in arg("--node-config").split())
@@ -51,7 +59,10 @@ elif role == "supernode":
     if os.environ.get("WRITE_DATA"):  # break the manifest's readOnly: the run must fail
         open(os.path.join(data, "written-by-the-node"), "w").close()
     time.sleep(600)
-else:  # the run Job: `baton run ... --superlink ADDRESS`
+else:  # the run Job: `baton run ... --superlink ADDRESS --superlink-credentials DIR`
+    creds = arg("--superlink-credentials")
+    assert sorted(os.listdir(os.path.join(creds, "nodes"))) == ["client-0.pub", "client-1.pub"]
+    assert os.path.isfile(os.path.join(creds, "ca.crt"))
     host, _, port = arg("--superlink").rpartition(":")
     socket.create_connection((host, int(port)), 5).close()
     print("run job reached", arg("--superlink"), flush=True)
@@ -181,7 +192,7 @@ def test_a_service_selecting_no_deployment_is_refused(tmp_path):
 
 
 def _descendants(pid: int) -> list[int]:
-    from baton.pipeline.federated.processes import _descendants as found
+    from baton.pipeline.federated.launch import _descendants as found
 
     return found(pid)
 
@@ -212,3 +223,13 @@ def test_emulate_cli_names_the_kinds_when_there_is_nothing_to_run(tmp_path, caps
     assert baton(["k8s", "emulate", str(tmp_path / "manifests" / "pvc.yaml")]) == 2
     assert "no TFJob, JobSet, TrainJob or federation (SuperLink Deployment) to emulate. Received kinds: " \
            "['PersistentVolumeClaim']" in capsys.readouterr().err
+
+
+def test_a_pod_mounting_a_secret_that_is_not_beside_the_manifests_is_refused(tmp_path):
+    from baton.k8s.emulator_pods import EmulationError
+
+    docs, out, volume = _federation(tmp_path)
+    (out / "federated-secrets.yaml").unlink()
+    emu = FederationEmulator(docs, _options(tmp_path, out, volume))
+    with pytest.raises(EmulationError, match="mounts Secret 'fedpen-r1-.*-credentials', which is not in the"):
+        emu.run()

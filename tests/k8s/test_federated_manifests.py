@@ -82,8 +82,12 @@ def test_rehearsal_writes_a_superlink_three_supernodes_and_the_run_job(tmp_path,
     for i, node in enumerate(nodes):
         assert node["spec"]["replicas"] == 1 and node["spec"]["strategy"] == {"type": "Recreate"}
         c = _pod(node)["containers"][0]
-        assert c["command"] == ["flower-supernode"]
-        assert c["args"][:3] == ["--insecure", "--superlink", "fedpen-r1-superlink.ml.svc:9091"]
+        assert c["command"] == ["python", "-m", "baton.pipeline.federated.supernode"]
+        assert c["args"][:6] == [
+            "--root-certificates", "/var/run/baton/flower/ca.crt",
+            "--auth-supernode-private-key", "/var/run/baton/flower/node.key",
+            "--superlink", "fedpen-r1-superlink.ml.svc:9091"]
+        assert "--insecure" not in c["args"]
         assert _node_config(node) == f"data-dir='/data' client='client-{i}'"
         assert {"name": "FLWR_HOME", "value": "/tmp/flwr"} in c["env"]
         assert node["metadata"]["labels"]["baton.dev/federated-client"] == f"client-{i}"
@@ -109,7 +113,8 @@ def test_each_supernode_mounts_only_its_own_data(tmp_path):
                 data = [m for m in c["volumeMounts"] if m["name"] == "data"]
                 assert data and all(m["mountPath"] == "/data" and m["readOnly"] for m in data)
                 # and an emptyDir at /tmp (the read-only root file system's writable place)
-                assert {m["name"] for m in c["volumeMounts"]} <= {"data", "pipeline-spec", "flwr-home", "tmp"}
+                assert {m["name"] for m in c["volumeMounts"]} <= {
+                    "data", "pipeline-spec", "flwr-home", "flower-credentials", "tmp"}
             client = re.search(r"client='([^']*)'", _node_config(node)).group(1)
             mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "data")
             if isinstance(clients, int):  # its silo of the artifacts claim, no wider
@@ -163,9 +168,15 @@ def test_the_service_selects_the_superlink_pod_and_nothing_else(tmp_path):
     assert deploy["spec"]["strategy"] == {"type": "Recreate"} and deploy["spec"]["replicas"] == 1
     c = _pod(deploy)["containers"][0]
     assert c["ports"][0] == {"name": "flower", "containerPort": 9091, "protocol": "TCP"}
+    d = "/var/run/baton/flower"
     assert c["command"] + c["args"] == [
-        "flower-superlink", "--insecure", "--host", "0.0.0.0", "--port", "9091",
-        "--database", "/state/superlink.db", "--disable-runtime-dependency-installation"]
+        "python", "-m", "baton.pipeline.federated.superlink",
+        "--ssl-ca-certfile", f"{d}/ca.crt", "--ssl-certfile", f"{d}/tls.crt",
+        "--ssl-keyfile", f"{d}/tls.key", "--enable-supernode-auth", "--isolation", "process",
+        "--superexec-auth-secret-file", f"{d}/superexec.secret", "--host", "0.0.0.0",
+        "--port", "9091", "--database", "/state/superlink.db",
+        "--disable-runtime-dependency-installation"]
+    assert {"name": "BATON_CONTROL_TOKEN_FILE", "value": f"{d}/control.token"} in c["env"]
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
     vols = {v["name"]: v for v in _pod(deploy)["volumes"]}
     assert vols[mounts["/state"]["name"]]["persistentVolumeClaim"]["claimName"] == pvc["metadata"]["name"]
@@ -188,10 +199,11 @@ def test_the_run_job_runs_the_stage_against_the_superlink(tmp_path):
     assert c["command"] == ["baton"]
     assert c["args"] == ["run", "/etc/baton/pipeline.yaml", "--run-id", "r1", "--only", "fl",
                          "--runs-dir", "/artifacts/runs",
-                         "--superlink", "fedpen-r1-superlink.ml.svc:9091"]
+                         "--superlink", "fedpen-r1-superlink.ml.svc:9091",
+                         "--superlink-credentials", "/var/run/baton/flower"]
     (data,) = files["data-job.yaml"]
     data_args = data["spec"]["template"]["spec"]["containers"][0]["args"]
-    assert c["args"][:-2] == [*data_args[:5], "fl", *data_args[6:]]  # same run id and runs dir
+    assert c["args"][:-4] == [*data_args[:5], "fl", *data_args[6:]]  # same run id and runs dir
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
     assert not mounts["/artifacts"].get("readOnly") and "/etc/baton" in mounts
     assert pod["restartPolicy"] == "Never"

@@ -73,6 +73,19 @@ def test_baton_k8s_emulate_runs_the_generated_federation(tmp_path, capsys):
     assert not (run_dir / "fl" / "federation").exists()  # no local federation's files
     node_log = (work / "logs" / "fedpen-r1-node-client-0-0.log").read_text()
     assert "container wait-for-data" in node_log and "container supernode" in node_log
+    # TLS and node authentication, from the manifests' own Secrets: the SuperLink serves
+    # HTTPS with only registered nodes; the run Job registered exactly the two clients'
+    # keys before submitting; each node proved its key (no self-registration) and its warm
+    # ClientApp host, not a process per message, answered
+    link_log = (work / "logs" / "fedpen-r1-superlink-0.log").read_text()
+    assert "Uvicorn running on https://" in link_log and "--insecure" not in link_log
+    assert "SuperNode authentication is disabled" not in link_log
+    assert "registered 2 SuperNode keys (exactly the spec's clients)" in log
+    for i in (0, 1):
+        node_log = (work / "logs" / f"fedpen-r1-node-client-{i}-0.log").read_text()
+        assert "SuperNode ID" in node_log and "served train" in node_log, node_log[-2000:]
+    keys = list((work / "configmaps").glob("secret-*/node.key"))
+    assert len(keys) == 2 and all(k.stat().st_mode & 0o077 == 0 for k in keys)
     # nothing outlives the emulation: not the daemons, nor what they spawned in their own
     # sessions (flower-superexec, flwr-serverapp, flwr-clientapp dial the daemons' ports)
     ports = [a.rsplit(":", 1)[1] for a in json.loads((work / "addresses.json").read_text())[
@@ -95,11 +108,27 @@ def _processes_mentioning(needles: list[str]) -> list[str]:
 
 def test_superlink_refuses_inject_failure_naming_the_flag(tmp_path, capsys):
     spec = _spec(tmp_path)
-    assert baton(["run", str(spec), "--superlink", "127.0.0.1:9091", "--inject-failure",
-                  "client:1@round:1", "--check"]) == 2
+    assert baton(["run", str(spec), "--superlink", "127.0.0.1:9091", "--superlink-credentials",
+                  str(tmp_path), "--inject-failure", "client:1@round:1", "--check"]) == 2
     err = capsys.readouterr().err
     assert "--inject-failure kills a SuperNode or the SuperLink this stage started" in err
     assert "'client:1@round:1' with --superlink 127.0.0.1:9091" in err
+
+
+def test_superlink_without_its_credentials_exits_2_naming_the_flag(tmp_path, capsys):
+    assert baton(["run", str(_spec(tmp_path)), "--superlink", "h:9091", "--check"]) == 2
+    err = capsys.readouterr().err
+    assert "--superlink h:9091 needs --superlink-credentials DIR" in err
+    assert baton(["run", str(_spec(tmp_path)), "--superlink-credentials", str(tmp_path),
+                  "--check"]) == 2
+    assert "--superlink-credentials goes with --superlink" in capsys.readouterr().err
+
+
+def test_insecure_with_superlink_exits_2(tmp_path, capsys):
+    spec = _spec(tmp_path, {**CONFIG, "insecure": True})
+    assert baton(["run", str(spec), "--superlink", "h:9091", "--superlink-credentials",
+                  str(tmp_path), "--check"]) == 2
+    assert "insecure: true is for a local rehearsal on 127.0.0.1" in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("address", ["nohost", "host:", ":9091", "host:port", "host:70000"])

@@ -58,7 +58,8 @@ def test_64x64x3_images_run_from_ingest_to_a_rest_prediction(tmp_path):
     accuracy = metrics["overall"]["accuracy"]
     assert accuracy >= 0.7, metrics["overall"]  # chance is 1/3
     export = json.loads((run_dir / "export" / "saved_model" / "export.json").read_text())
-    assert export["raw_inputs"] == [{"name": "image", "dtype": "float32", "shape": SHAPE}]
+    assert export["raw_inputs"] == [{"name": "image", "dtype": "float32", "shape": SHAPE,
+                                    "required": True}]
     edge = json.loads((run_dir / "edge" / "edge_model" / "edge.json").read_text())
     assert all("error" not in v for v in edge["variants"].values()), edge["variants"]
 

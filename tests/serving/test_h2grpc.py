@@ -1,4 +1,4 @@
-"""The native gRPC server (serving/h2grpc.py) against grpcio's own clients.
+"""The native gRPC server (serving/http2) against grpcio's own clients.
 
 Each case drives a GrpcServer on a background asyncio loop with real grpc channels (sync
 and aio), so what is checked is what any TF Serving client sees: status codes, details,
@@ -19,8 +19,8 @@ import grpc
 import pytest
 from hpack import Encoder
 
-from baton.serving import h2frames
-from baton.serving.h2grpc import GrpcServer, channel_options
+from baton.serving.http2 import GrpcServer, Http2Limits, channel_options
+from baton.serving.http2.hpack import CompressionError, Decoder
 
 SERVICE = "test.Echo"
 
@@ -44,9 +44,7 @@ class _Loop:
         self.loop.close()
 
 
-@pytest.fixture()
-def served():
-    events: dict = {"cancelled": threading.Event(), "started": threading.Event()}
+def _handlers(events: dict) -> dict:
 
     async def echo(request, context):
         md = dict(context.invocation_metadata())
@@ -72,11 +70,19 @@ def served():
     def plain(request, context):  # a plain function handler, as grpcio's sync servers take
         return request[::-1]
 
-    handlers = {"Echo": grpc.unary_unary_rpc_method_handler(echo, _ident, _ident),
-                "Plain": grpc.unary_unary_rpc_method_handler(plain, _ident, _ident),
-                "Stream": grpc.unary_stream_rpc_method_handler(echo, _ident, _ident)}
-    server = GrpcServer(max_receive_message_length=4 << 20)
-    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(SERVICE, handlers),))
+    return {"Echo": grpc.unary_unary_rpc_method_handler(echo, _ident, _ident),
+            "Plain": grpc.unary_unary_rpc_method_handler(plain, _ident, _ident),
+            "Stream": grpc.unary_stream_rpc_method_handler(echo, _ident, _ident)}
+
+
+@pytest.fixture()
+def served(request):
+    """(loop, server, port, channel, events); `limits` by indirect parametrization."""
+    events: dict = {"cancelled": threading.Event(), "started": threading.Event()}
+    limits = getattr(request, "param", None)
+    server = GrpcServer(max_receive_message_length=4 << 20, limits=limits)
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler(
+        SERVICE, _handlers(events)),))
     lp = _Loop()
     port = lp.run(server.bind_tcp("127.0.0.1", 0))
     ch = grpc.insecure_channel(f"127.0.0.1:{port}", options=[
@@ -223,7 +229,8 @@ def _goaway_code(frames) -> int:
      COMPRESSION_ERROR),  # a header index far out of range
     (PREFACE + _frame(4, 0, 0, b"") + _frame(1, 5, 2, b"\x83\x86\x84"),
      PROTOCOL_ERROR),  # an even (server-side) stream id
-    (PREFACE + _frame(6, 0, 0, b"1234"), FRAME_SIZE_ERROR),  # PING of 4 bytes
+    (PREFACE + _frame(4, 0, 0, b"") + _frame(6, 0, 0, b"1234"),
+     FRAME_SIZE_ERROR),  # PING of 4 bytes
 ])
 def test_broken_protocol_gets_goaway_and_close(served, data, code):
     _, _, port, ch, _ = served
@@ -252,11 +259,11 @@ def test_headers_without_grpc_content_type_get_http_status(served):
             answer = [p for t, sid, p in frames if t == 1 and sid == 1]
             if answer:
                 break
-    assert h2frames.Decoder().decode(answer[0]) == [(b":status", b"405")]
+    assert Decoder().decode(answer[0]) == [(b":status", b"405")]
 
 
 def test_hpack_decoder_matches_hpack_encoder():
-    enc, dec = Encoder(), h2frames.Decoder()
+    enc, dec = Encoder(), Decoder()
     blocks = [
         [(":method", "POST"), (":path", "/a/B"), ("content-type", "application/grpc"),
          ("te", "trailers"), ("x-custom", "v" * 300)],
@@ -271,7 +278,7 @@ def test_hpack_decoder_matches_hpack_encoder():
     block = enc.encode(blocks[1])
     assert dec.decode(block) == [(k.encode(), v.encode()) for k, v in blocks[1]]
     assert dec.size == 0
-    with pytest.raises(h2frames.CompressionError):
+    with pytest.raises(CompressionError):
         dec.decode(b"\xff\xff\xff\x0f")  # an index far out of range
 
 
@@ -313,9 +320,10 @@ def _settings_of(frames) -> dict[int, int]:
 
 
 def test_handshake_timeout_is_ten_seconds_by_default():
-    assert GrpcServer().handshake_timeout == 10.0
+    assert GrpcServer().limits.handshake_timeout == 10.0
 
 
+@pytest.mark.parametrize("served", [Http2Limits(handshake_timeout=0.3)], indirect=True)
 @pytest.mark.parametrize("data, goaway", [
     (b"", False),  # connects and says nothing
     (PREFACE[:10], False),  # a partial preface, then silence: closed, no frame
@@ -323,7 +331,6 @@ def test_handshake_timeout_is_ten_seconds_by_default():
 ])
 def test_a_connection_that_never_completes_its_preface_is_closed(served, data, goaway):
     _, server, port, ch, _ = served
-    server.handshake_timeout = 0.3
     t = time.monotonic()
     frames = _until_closed(port, data)  # socket.timeout (5 s) if never closed
     assert time.monotonic() - t < 3
@@ -333,9 +340,9 @@ def test_a_connection_that_never_completes_its_preface_is_closed(served, data, g
     assert _call(ch, "Plain", b"ok") == b"ko"
 
 
+@pytest.mark.parametrize("served", [Http2Limits(handshake_timeout=0.2)], indirect=True)
 def test_a_completed_handshake_is_not_timed_out(served):
     _, server, port, _, _ = served
-    server.handshake_timeout = 0.2
     with socket.create_connection(("127.0.0.1", port), timeout=5) as s:
         s.sendall(PREFACE[:5])
         time.sleep(0.05)
@@ -356,7 +363,7 @@ def test_a_message_declared_over_the_limit_is_refused_when_its_prefix_arrives(se
                   + _frame(0, 0, 1, prefix + b"x" * 1000))  # no END_STREAM: more to come
         frames = _frames_until(s, lambda fs: any(t == 3 and sid == 1 for t, _, sid, _ in fs))
     (trailers,) = [p for t, f, sid, p in frames if t == 1 and sid == 1 and f & 1]
-    fields = dict(h2frames.Decoder().decode(trailers))
+    fields = dict(Decoder().decode(trailers))
     assert fields[b"grpc-status"] == b"8"  # RESOURCE_EXHAUSTED, before the data
     assert fields[b"grpc-message"] == f"Received message larger than max ({100 << 20} vs. " \
         f"{4 << 20})".encode()
@@ -373,7 +380,7 @@ def test_max_concurrent_streams_is_advertised_and_enforced(served):
         frames = _frames_until(s, lambda fs: any(t == 4 for t, *_ in fs))
     assert _settings_of(frames)[3] == 1000  # SETTINGS_MAX_CONCURRENT_STREAMS
 
-    limited = GrpcServer(max_concurrent_streams=2)
+    limited = GrpcServer(limits=Http2Limits(max_concurrent_streams=2))
     limited.add_generic_rpc_handlers(server._generic)
     lp = _Loop()
     try:
@@ -413,16 +420,24 @@ def test_channel_options_map_grpc_core_arguments():
     opts, ignored = channel_options(
         [("grpc.max_concurrent_streams", 7), ("grpc.max_receive_message_length", 1000),
          ("grpc.max_send_message_length", -1), ("grpc.so_reuseaddr", 1),
-         ("grpc.max_connection_age_ms", "soon")], 64 << 20, 64 << 20)
-    assert opts == {"max_concurrent_streams": 7, "max_receive_message_length": 1000,
-                    "max_send_message_length": 2**32 - 1}
+         ("grpc.max_connection_age_ms", "soon"), ("grpc.max_metadata_size", 8192),
+         ("grpc.max_connection_idle_ms", 1500), ("grpc.http2.max_ping_strikes", 5),
+         ("grpc.http2.min_ping_interval_without_data_ms", 10000)], 64 << 20, 64 << 20)
+    assert opts == {"max_receive_message_length": 1000, "max_send_message_length": 2**32 - 1,
+                    "limits": Http2Limits(max_concurrent_streams=7, max_header_list_size=8192,
+                                          idle_timeout=1.5, max_ping_strikes=5,
+                                          min_ping_interval=10.0)}
     assert ignored == ["grpc.so_reuseaddr=1", "grpc.max_connection_age_ms=soon"]
     opts, ignored = channel_options([("grpc.max_concurrent_streams", -1),
+                                     ("grpc.max_connection_idle_ms", -1),
                                      ("grpc.max_receive_message_length", "big")], 5, 6)
-    assert opts == {"max_concurrent_streams": None, "max_receive_message_length": 5,
-                    "max_send_message_length": 6}
+    assert opts == {"max_receive_message_length": 5, "max_send_message_length": 6,
+                    "limits": Http2Limits(max_concurrent_streams=None, idle_timeout=0.0)}
     assert ignored == ["grpc.max_receive_message_length=big"]
     assert channel_options([], 5, 6) == ({"max_receive_message_length": 5,
                                           "max_send_message_length": 6}, [])
-    unlimited = GrpcServer(max_concurrent_streams=None)
-    assert 3 not in unlimited.settings and unlimited.max_concurrent_streams is None
+    base = Http2Limits(idle_timeout=9.0)
+    assert channel_options([], 5, 6, base)[0]["limits"] is not None
+    assert channel_options([], 5, 6, base)[0]["limits"].idle_timeout == 9.0
+    unlimited = GrpcServer(limits=Http2Limits(max_concurrent_streams=None))
+    assert 3 not in unlimited.settings and unlimited.limits.max_concurrent_streams is None

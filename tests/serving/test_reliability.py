@@ -175,6 +175,18 @@ def test_stop_under_grpc_load_finishes_every_started_call(built, tmp_path, monke
         return out
 
     monkeypatch.setattr(grpc_service.PredictionServicer, "Predict", counted)
+    predict_now = grpc_service.PredictionServicer.predict_now  # the native server's form
+
+    def counted_now(self, raw, context, reply):
+        started[0] += 1
+
+        def counted_reply(*args):
+            finished[0] += 1
+            return reply(*args)
+
+        return predict_now(self, raw, context, counted_reply)
+
+    monkeypatch.setattr(grpc_service.PredictionServicer, "predict_now", counted_now)
     server = ModelServer(ServerOptions(bind_free_ports=True, enable_batching=True),
                          [ModelConfig("penguins", base)]).start()
     req = predict_pb2.PredictRequest()

@@ -376,9 +376,12 @@ def test_replica_restart_counts_every_replica_against_the_backoff_limit() -> Non
 # ---------------------------------------------------------------------------------- launcher
 @pytest.fixture
 def no_children() -> Iterator[None]:
-    """The launcher leaves no child process of this test process behind."""
+    """The launcher leaves no child process of this test process behind (children this worker
+    had before the test, such as a session's S3 server, are not the launcher's)."""
+    before = {p.pid for p in psutil.Process().children(recursive=True)}
     yield
-    left = [p for p in psutil.Process().children(recursive=True) if _alive(p.pid)]
+    left = [p for p in psutil.Process().children(recursive=True)
+            if p.pid not in before and _alive(p.pid)]
     assert not left, f"processes left behind: {[p.pid for p in left]}"
 
 

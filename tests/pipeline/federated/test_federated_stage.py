@@ -114,6 +114,23 @@ def test_bad_federated_settings_name_the_field(examples, tmp_path):
     with pytest.raises(Exception, match="clip_norm"):
         run_stage("federated", {"clients": 2, "privacy": {"noise_multiplier": 1.0}},
                   {"examples": examples}, tmp_path / "4")
+    with pytest.raises(Exception, match="insecure: true runs without TLS"):
+        run_stage("federated", {"clients": 2, "insecure": True, "tls": {"hosts": ["x"]}},
+                  {"examples": examples}, tmp_path / "5")
+    with pytest.raises(Exception, match="give ca_certfile, certfile and keyfile together"):
+        run_stage("federated", {"clients": 2, "tls": {"ca_certfile": "ca.crt"}},
+                  {"examples": examples}, tmp_path / "6")
+    from baton.k8s import federation_pki as pki
+
+    ca = pki.make_authority()
+    server = pki.issue_server(pki.make_authority(), [])  # signed by another CA
+    for name, text in (("ca.crt", ca.cert_pem), ("s.crt", server.cert_pem),
+                       ("s.key", server.key_pem)):
+        (tmp_path / name).write_text(text)
+    with pytest.raises(StageError, match="tls.certfile: the certificate is not signed by the CA"):
+        run_stage("federated", {"clients": 2, "tls": {"ca_certfile": "ca.crt",
+                                                      "certfile": "s.crt", "keyfile": "s.key"}},
+                  {"examples": examples}, tmp_path / "7", spec_dir=tmp_path)
     with pytest.raises(ValueError, match="inject-failure names client 5"):
         parse_client_fault("client:5@round:1", 3)
     with pytest.raises(ValueError, match="must look like 'client:1@round:2'"):

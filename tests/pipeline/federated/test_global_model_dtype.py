@@ -16,6 +16,7 @@ from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict  # noqa
 from flwr.app.message.message import make_message  # noqa: E402
 from flwr.app.metadata import Metadata  # noqa: E402
 
+from baton.pipeline.federated.admission import Admission  # noqa: E402
 from baton.pipeline.federated.flower_server import flower_strategy, strategy_core  # noqa: E402
 from baton.pipeline.federated.plan import Plan, RoundLog  # noqa: E402
 
@@ -47,7 +48,7 @@ def test_the_global_model_sent_and_kept_is_in_the_models_dtypes(tmp_path, monkey
     plan = Plan(clients=["a", "b"], out_dir=str(tmp_path), wire_path="", fn={},
                 settings={"learning_rate": 0.01}, rounds=2, min_clients=2,
                 round_timeout_s=30, algorithm=algorithm, privacy=privacy)
-    run = types.SimpleNamespace(plan=plan, names={1: "a", 2: "b"},
+    run = types.SimpleNamespace(plan=plan, admission=Admission(), names={1: "a", 2: "b"},
                                 log=RoundLog(tmp_path / "rounds.jsonl"))
     strategy = flower_strategy(plan, run)
     strategy_core(strategy).dtypes = [np.dtype(np.float32), np.dtype(np.int64)]

@@ -128,3 +128,25 @@ def test_local_training_lowers_the_loss_and_fedprox_stays_closer_to_the_global_w
         return sum(float(np.sum((a - b) ** 2)) for a, b in zip(w, w0, strict=True))
     assert dist(w_prox) < dist(w1)
     assert 0.0 <= local.evaluate(w1)["accuracy"] <= 1.0
+
+
+def test_one_clientapp_process_serving_several_nodes_keeps_each_on_its_own_data(islands):
+    """A warm process answers many messages, and a simulation actor several virtual nodes:
+    the setup is the same for every client, so the client's data must be part of what its
+    built transform and model are cached by (each island trains on its own rows)."""
+    from flwr.app import ConfigRecord, Context, RecordDict
+
+    from baton.pipeline.federated import flower_client
+
+    root, names, counts = islands
+    datas = {n: ClientData(root / n) for n in names}
+    fed = federated_transform(FnSpec(columns=PLAN), _ask(datas))
+    setup = codec.dumps({"fn": FnSpec(columns=PLAN).to_dict(), "resolved": fed.resolved,
+                         "label": fed.label, "settings": {"model_params": {"hidden_units": [4]}}})
+    seen = {}
+    for n in names:
+        ctx = Context(run_id=1, node_id=1, node_config={"data-dir": str(root / n), "client": n},
+                      state=RecordDict({flower_client.STATE: ConfigRecord({"setup": setup})}),
+                      run_config={})
+        seen[n] = flower_client._local(ctx).examples("train")
+    assert seen == {n: counts[n]["train"] for n in names}

@@ -16,6 +16,7 @@ from flwr.app import ArrayRecord, Error, MetricRecord, RecordDict  # noqa: E402
 from flwr.app.message.message import make_message  # noqa: E402
 from flwr.app.metadata import Metadata  # noqa: E402
 
+from baton.pipeline.federated.admission import Admission  # noqa: E402
 from baton.pipeline.federated.flower_server import flower_strategy, strategy_core  # noqa: E402
 from baton.pipeline.federated.plan import Plan, RoundLog  # noqa: E402
 
@@ -35,7 +36,7 @@ def _strategy(tmp_path, privacy, min_clients=2):
     plan = Plan(clients=["a", "b", "c"], out_dir=str(tmp_path), wire_path="", fn={},
                 settings={"learning_rate": 0.01}, rounds=2, min_clients=min_clients,
                 round_timeout_s=30, privacy=privacy)
-    run = types.SimpleNamespace(plan=plan, names={1: "a", 2: "b", 3: "c"},
+    run = types.SimpleNamespace(plan=plan, admission=Admission(), names={1: "a", 2: "b", 3: "c"},
                                 log=RoundLog(tmp_path / "rounds.jsonl"))
     strategy = flower_strategy(plan, run)
     if privacy:

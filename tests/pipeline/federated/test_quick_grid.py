@@ -64,7 +64,7 @@ def test_the_daemons_superexecs_keep_flowers_poll_unless_the_user_sets_one(tmp_p
     """Flower's SuperExec asks for an app to launch every 1 s by default, and the federation
     keeps it (each ask costs a daemon an HTTP call); a value in the user's environment
     reaches the daemons."""
-    from baton.pipeline.federated.processes import flower_env
+    from baton.pipeline.federated.launch import flower_env
 
     variable = "FLWR_SUPEREXEC_TASK_POLL_INTERVAL"
     monkeypatch.delenv(variable, raising=False)

@@ -13,10 +13,12 @@ import pytest
 
 class Run:
     def __init__(self, plan, tmp_path):
+        from baton.pipeline.federated.admission import Admission
         from baton.pipeline.federated.plan import RoundLog
 
         self.plan, self.names = plan, {}
         self.log = RoundLog(tmp_path / "rounds.jsonl")
+        self.admission = Admission()  # nothing declared: the weight check has nothing to hold
 
 
 class Core:
@@ -88,6 +90,44 @@ class Grid:
         return out
 
 
+def secagg_round(run, core, weights, nodes, call, dead=None, max_weight=134.0):
+    """One SecAgg+ round of Flower's workflow (secagg.Timed) over `nodes`, the Mean strategy
+    aggregating, the clients called through `call`: (workflow, mean, watched grid)."""
+    from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
+    from flwr.server.client_manager import SimpleClientManager
+    from flwr.server.client_proxy import ClientProxy
+    from flwr.server.compat.legacy_context import LegacyContext
+    from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD, Key
+
+    from baton.pipeline.federated import secagg
+
+    class Proxy(ClientProxy):
+        def __init__(self, node):
+            super().__init__(str(node))
+            self.node_id = node
+
+        def get_properties(self, *a): ...
+        def get_parameters(self, *a): ...
+        def fit(self, *a): ...
+        def evaluate(self, *a): ...
+        def reconnect(self, *a): ...
+
+    manager = SimpleClientManager()
+    for node in nodes:
+        manager.register(Proxy(node))
+    mean = secagg.Mean(run, core, weights, 1, 1)
+    ctx = LegacyContext(Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
+                                run_config={}), strategy=mean, client_manager=manager)
+    ctx.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord({Key.CURRENT_ROUND: 1,
+                                                                   Key.START_TIME: 0.0})
+    ctx.state.array_records[MAIN_PARAMS_RECORD] = ArrayRecord(weights)
+    workflow = secagg.Timed(1.0, 0.67, max_weight=max_weight, timeout=10)
+    mean.workflow = workflow
+    grid = secagg.Watched(Grid(call, dead))
+    workflow(grid, ctx)
+    return workflow, mean, grid
+
+
 @pytest.mark.parametrize(("clip", "dead"), [(None, None), (0.01, None), (None, (33, 0)),
                                             (None, (33, 1)), (None, (33, 2))])
 def test_secagg_round_gives_fedavg_s_weights_and_the_server_sees_masks(tmp_path, monkeypatch,
@@ -96,14 +136,8 @@ def test_secagg_round_gives_fedavg_s_weights_and_the_server_sees_masks(tmp_path,
     clip_norm inside the SecAgg+ mod before it is masked. A client that dies at setup, at
     the key shares or before its masked vector (its masks are removed with the others'
     shares) leaves the FedAvg of the other two."""
-    from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
-    from flwr.server.client_manager import SimpleClientManager
-    from flwr.server.client_proxy import ClientProxy
-    from flwr.server.compat.legacy_context import LegacyContext
-    from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD, Key
     from flwr.supercore.task_identity import TaskIdentity
 
-    from baton.pipeline.federated import secagg
     from baton.pipeline.federated.plan import Plan
 
     # what a ServerApp process has set when the workflow builds its messages
@@ -119,30 +153,7 @@ def test_secagg_round_gives_fedavg_s_weights_and_the_server_sees_masks(tmp_path,
                 privacy={"clip_norm": clip, "noise_multiplier": 0.0} if clip else {})
     run, core = Run(plan, tmp_path), Core()
     run.names = {11: "a", 22: "b", 33: "c"}
-    manager = SimpleClientManager()
-
-    class Proxy(ClientProxy):
-        def __init__(self, node):
-            super().__init__(str(node))
-            self.node_id = node
-
-        def get_properties(self, *a): ...
-        def get_parameters(self, *a): ...
-        def fit(self, *a): ...
-        def evaluate(self, *a): ...
-        def reconnect(self, *a): ...
-
-    for node in examples:
-        manager.register(Proxy(node))
-    mean = secagg.Mean(run, core, weights, 1, 1)
-    ctx = LegacyContext(Context(run_id=1, node_id=0, node_config={}, state=RecordDict(),
-                                run_config={}), strategy=mean, client_manager=manager)
-    ctx.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord({Key.CURRENT_ROUND: 1,
-                                                                   Key.START_TIME: 0.0})
-    ctx.state.array_records[MAIN_PARAMS_RECORD] = ArrayRecord(weights)
-    workflow = secagg.Timed(1.0, 0.67, max_weight=134.0, timeout=10)
-    grid = secagg.Watched(Grid(call, dead))
-    workflow(grid, ctx)
+    workflow, mean, grid = secagg_round(run, core, weights, list(examples), call, dead)
 
     assert workflow.halted is None and mean.result is not None
     assert (workflow.shares, workflow.threshold) == (3, 2)
