@@ -12,7 +12,8 @@ COPY graphs ./graphs
 COPY strategies ./strategies
 COPY serving ./serving
 COPY k8s ./k8s
-RUN pip install --no-cache-dir --prefix=/install .
+# the kfp extra: the steps of a compiled KFP / Vertex AI pipeline run this image (baton kfp)
+RUN pip install --no-cache-dir --prefix=/install '.[kfp]'
 
 FROM python:3.11-slim
 ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 TF_CPP_MIN_LOG_LEVEL=1

@@ -32,6 +32,7 @@ from typing import Any, TextIO
 from baton.k8s import tfconfig
 from baton.k8s.emulator_pods import (
     EmulationError,
+    InitWatch,
     PodPlan,
     controller_exit,
     deleted_on_signals,
@@ -119,6 +120,7 @@ class Emulator:
         self.policy = ReplicaRestart({}, self.backoff_limit)
         self.started = time.monotonic()
         self.start_time = ""
+        self.init_watch = InitWatch()  # what a pod's init container waits for, on the console
 
     @property
     def total_restarts(self) -> int:
@@ -252,6 +254,17 @@ class Emulator:
         self._event("started", name, pid=pid, container=command.label, attempt=pod.restarts)
         if command.label == "tensorflow" or index == len(pod.plan.steps) - 1:
             self._say(f"{name}: started pid {pid} (attempt {pod.restarts})")
+        else:
+            self._say(f"{name}: init container {command.label} (pid {pid})")
+
+    def _relay_init(self) -> None:
+        """Say what each pod held by an init container waits for (InitWatch)."""
+        now = time.monotonic()
+        for name, pod in self.pods.items():
+            if pod.phase == "Running" and pod.step < len(pod.plan.steps) - 1:
+                line = self.init_watch.news(name, self.opts.work_dir / "logs" / f"{name}.log", now)
+                if line:
+                    self._say(f"{name}: {pod.plan.steps[pod.step].name}: {line}")
 
     def _stop_all(self) -> list[str]:
         """Delete every pod still running, all at once as the API server does: SIGTERM each
@@ -390,6 +403,7 @@ class Emulator:
                                    f"exceeded activeDeadlineSeconds={self.deadline}.",
                                    reason="DeadlineExceeded")
                 return "Failed"
+            self._relay_init()
             exits = self.group.wait(self.opts.poll_seconds)
 
 

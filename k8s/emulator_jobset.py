@@ -52,6 +52,7 @@ from baton.k8s.emulator_jobs import ChildJob, JobPod, jobset_labels
 from baton.k8s.emulator_jobs import plain_jobs as plain_jobs
 from baton.k8s.emulator_pods import (
     EmulationError,
+    InitWatch,
     controller_exit,
     deleted_on_signals,
     find_configmaps,
@@ -102,6 +103,7 @@ class JobSetEmulator:
         self.created: set[str] = set()
         self.attempts: dict[str, int] = {}  # host name -> pods created for it (all restarts)
         self.waiting_said: dict[str, str] = {}
+        self.init_watch = InitWatch()  # what a pod's init container waits for, on the console
         self.conditions: list[dict[str, str]] = []
         self.signalled: int | None = None
         self.result = ""
@@ -279,6 +281,14 @@ class JobSetEmulator:
         if probe:  # a pod without a probe is Ready as it starts: nothing worth a line
             self._say(f"pod {pod.hostname}: Ready (its port {probe.get('port')} accepts connections)")
 
+    def _relay_init(self, pod: JobPod) -> None:
+        """Say what a pod held by an init container waits for (InitWatch)."""
+        if pod.phase == "Running" and not pod.started_main:
+            line = self.init_watch.news(pod.hostname, self.opts.work_dir / "logs" /
+                                        f"{pod.hostname}.log", time.monotonic())
+            if line:
+                self._say(f"pod {pod.hostname}: {line}")
+
     # ------------------------------------------------------------------ controller
     def _reached(self, rj: Mapping[str, Any]) -> str | None:
         """None when every dependsOn entry of `rj` is reached, else what it waits for."""
@@ -417,6 +427,7 @@ class JobSetEmulator:
                         return self.result
                 for pod in job.pods.values():
                     self._probe(pod)
+                    self._relay_init(pod)
             if self._succeeded():
                 self.condition("Completed", "AllJobsCompleted", "jobset completed successfully")
                 return "Succeeded"

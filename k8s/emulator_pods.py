@@ -298,3 +298,42 @@ def controller_exit(result: str, signalled: int | None, ok: bool = True) -> int:
         assert signalled is not None
         return EXIT_PREEMPTED if signalled == signal.SIGTERM else EXIT_INTERRUPTED
     return EXIT_OK if result == "Succeeded" and ok else EXIT_FAILED
+
+
+class InitWatch:
+    """What a running init container says it waits for, on the console once per change.
+
+    A pod held by its `wait-for-inputs` gate printed 'waiting for inputs: ...' only into its
+    log file, so the console of `baton k8s emulate tfjob.yaml` on a fresh volume said 'Running'
+    and nothing else while every pod waited (issue 37). The controllers call `news` for each pod
+    whose init container runs; it returns the last complete line the pod's log gained since the
+    last look (at most one look a second per pod), when it differs from the last one said.
+    """
+
+    def __init__(self, every: float = 1.0) -> None:
+        self.every = every
+        self._offsets: dict[Path, int] = {}
+        self._said: dict[str, str] = {}
+        self._looked: dict[str, float] = {}
+
+    def news(self, pod: str, log: Path, now: float) -> str | None:
+        if now - self._looked.get(pod, -self.every) < self.every:
+            return None
+        self._looked[pod] = now
+        start = self._offsets.get(log, 0)
+        try:
+            with open(log, "rb") as f:
+                f.seek(start)
+                data = f.read(1 << 16)
+        except OSError:
+            return None
+        end = data.rfind(b"\n")
+        if end < 0:
+            return None
+        self._offsets[log] = start + end + 1
+        lines = [ln.strip() for ln in data[:end].decode(errors="replace").splitlines()
+                 if ln.strip() and not ln.startswith("===== ")]
+        if not lines or self._said.get(pod) == lines[-1][:300]:
+            return None
+        self._said[pod] = lines[-1][:300]
+        return self._said[pod]

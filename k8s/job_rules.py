@@ -75,12 +75,38 @@ def check_topology(spec: Any, path: str = "spec") -> list[Violation]:
         for j, c in enumerate(pod.get("containers") or []):
             env = _env(c)
             raw = (env.get(jobset_cluster.TOPOLOGY_ENV) or {}).get("value")
-            if raw is None:
-                continue
             where = f"{path}.replicatedJobs[{i}].template.spec.template.spec.containers[{j}]"
+            if raw is None:
+                out += _lost_topology(env, c, where)
+                continue
+            job = (rj.get("template") or {}).get("spec") or {}
+            if job.get("completionMode") != "Indexed":
+                out.append(Violation(
+                    f"{path}.replicatedJobs[{i}].template.spec.completionMode", "must be Indexed: "
+                    "a pod takes its TensorFlow task from its completion index (annotation "
+                    f"{jobset_cluster.COMPLETION_INDEX_ANNOTATION}), which only an Indexed Job "
+                    f"gives. Received: {job.get('completionMode')!r}", "baton"))
             out += [v for v in _check_one(raw, where, env, c, by_name, network, path, rj.get("name"))
                     if v not in out]  # every training container reads the same topology
     return out
+
+
+def _runs_baton_task(container: dict) -> bool:
+    argv = [str(a) for a in [*(container.get("command") or []), *(container.get("args") or [])]]
+    return any(a.rsplit("/", 1)[-1] == "baton" and argv[k + 1:k + 2] == ["task"]
+               for k, a in enumerate(argv))
+
+
+def _lost_topology(env: dict, container: dict, where: str) -> list[Violation]:
+    """A JobSet container that runs `baton task` or reads the JobSet's labels, without the
+    topology: each of its pods would train alone (a chief of its own)."""
+    reads = sorted(n for n in jobset_cluster.DOWNWARD if n in env)
+    if not reads and not _runs_baton_task(container):
+        return []
+    why = f"it reads {', '.join(reads)}" if reads else "it runs `baton task`"
+    return [Violation(f"{where}.env[{jobset_cluster.TOPOLOGY_ENV}]", f"is missing, but {why}: "
+                      "without the topology `baton k8s` writes, every pod of this step would "
+                      "train alone as a chief of its own", "baton")]
 
 
 def _check_one(raw: str, where: str, env: dict, container: dict, by_name: dict, network: dict,

@@ -1,5 +1,5 @@
 """Kubernetes' own schemas for built-in kinds (Deployment, Service, ConfigMap, Job, PVC,
-Secret, ServiceAccount, Namespace, NetworkPolicy).
+Secret, ServiceAccount, Namespace, NetworkPolicy, and the RBAC kinds `baton kfp` writes).
 
 The schemas are the PyPI package `kubernetes-validate`'s (a dependency): the JSON schemas
 generated from the Kubernetes OpenAPI spec for each minor release (1.25 ... 1.37), including
@@ -29,6 +29,11 @@ _KINDS = {
     ("networking.k8s.io/v1", "NetworkPolicy"),
     ("apps/v1", "Deployment"),
     ("batch/v1", "Job"),
+    # what a pipeline step needs to start a training object (`baton kfp`'s RBAC)
+    ("rbac.authorization.k8s.io/v1", "Role"),
+    ("rbac.authorization.k8s.io/v1", "RoleBinding"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRole"),
+    ("rbac.authorization.k8s.io/v1", "ClusterRoleBinding"),
 }
 
 

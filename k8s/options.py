@@ -30,6 +30,8 @@ from baton.strategies.factory import (
 CLEAN_POD_POLICIES = ("None", "Running", "All")
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# Kubernetes' own namespaces: their pods are privileged (network plugin, kube-proxy, DNS)
+SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
 CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")
 CONFIGMAP_MAX_BYTES = 1000 * 1024  # the API server refuses ConfigMaps over 1 MiB; leave room
 
@@ -354,6 +356,11 @@ class JobOptions:
             )
         if not DNS1123_LABEL.match(self.namespace or "") or len(self.namespace) > 63:
             raise ManifestError("namespace", f"must be a DNS-1123 label. Received: {self.namespace!r}")
+        if self.namespace in SYSTEM_NAMESPACES:
+            raise ManifestError("namespace", f"{self.namespace!r} is Kubernetes' own: namespace.yaml "
+                                "would label it to enforce the restricted Pod Security Standard, "
+                                "and its privileged system pods (network plugin, kube-proxy) could "
+                                "no longer start; give a namespace of your own")
         for field in ("image", "serving_image"):
             check_image(field, getattr(self, field))
         if self.target not in TARGETS:

@@ -23,6 +23,7 @@ ISTIO_OFF = {"sidecar.istio.io/inject": "false"}
 SECURITY_CONTEXT = {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001,
                     "seccompProfile": {"type": "RuntimeDefault"}}
 FAILED_SUFFIX = ".failed.json"  # a stage that failed for good (the runner's, `baton task`'s)
+LINEAGE = "lineage.json"  # a stage's record, written when it succeeded (pipeline.lineage)
 RETRYABLE_EXIT_CODES = [EXIT_TRANSIENT, 128 + signal.SIGKILL, EXIT_PREEMPTED]  # a peer died, killed, preempted
 # Every Baton Job's (a JobSet step's, the data and release Jobs'): evictions and preemptions are
 # not the pod's fault; a permanent exit code fails the Job at once; a retryable one re-creates
@@ -111,18 +112,24 @@ def gate_container(opts: JobOptions, inputs: tuple[str, ...], mounts: list[dict]
 
     Kubernetes has no "start after that Job" ordering; waiting for the artifacts themselves is
     the ordering that survives retries and partial re-runs. The artifact store writes outputs
-    by rename, so an existing path is a complete one.
+    by rename, so an existing path is a complete one; but the step that reads them (`baton run
+    --only ...`) also needs each upstream stage's `lineage.json` saying it succeeded, and a
+    train stage run by `baton task` renames `model` into place first and writes its record
+    after (hashing the model: seconds for a large one), so the gate waits for both: on the
+    output alone the release Job started in that window and failed for good ("stage 'train'
+    ... has no finished outputs").
     """
     if not inputs:
         return None
-    paths = [f"{opts.run_dir}/{p}" for p in inputs]
-    test = " && ".join(f"[ -e {shlex.quote(p)} ]" for p in paths)
     # an upstream stage that failed for good leaves <stage>.failed.json: end, do not wait forever
     stages = sorted({p.split("/")[0] for p in inputs})
+    paths = [f"{opts.run_dir}/{p}" for p in inputs] + [
+        f"{opts.run_dir}/{st}/{LINEAGE}" for st in stages]
+    test = " && ".join(f"[ -e {shlex.quote(p)} ]" for p in paths)
     if opts.storage:  # on a bucket: the upstream stages' commit objects (baton.storage.wait)
         command = ["python", "-m", "baton.storage.wait", "--every", "10",
                    *(a for st in stages for a in ("--failed", f"{opts.run_dir}/{st}{FAILED_SUFFIX}")),
-                   *(f"{opts.run_dir}/{st}/lineage.json" for st in stages)]
+                   *(f"{opts.run_dir}/{st}/{LINEAGE}" for st in stages)]
     else:
         failed = " ".join(shlex.quote(f"{opts.run_dir}/{st}{FAILED_SUFFIX}") for st in stages)
         command = ["sh", "-c", (

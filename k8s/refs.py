@@ -22,6 +22,14 @@ DNS1123_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z
 QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 DEFAULT_IMAGE = f"baton:{__version__}"
 _DIGEST = re.compile(r"@sha256:[0-9a-f]{64}$")
+# The reference grammar of the container runtimes (github.com/distribution/reference,
+# regexp.go): [domain[:port]/]path[:tag][@digest]; anything else is a pod stuck in
+# InvalidImageName, which the API server accepts and no Job's backoff ever ends.
+_PATH = r"[a-z0-9]+(?:(?:\.|_|__|-+)[a-z0-9]+)*"
+_HOST = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
+_DOMAIN = rf"(?:{_HOST}(?:\.{_HOST})*|\[[a-fA-F0-9:]+\])(?::[0-9]+)?"
+_REFERENCE = re.compile(
+    rf"(?:{_DOMAIN}/)?{_PATH}(?:/{_PATH})*(?::[\w][\w.-]{{0,127}})?(?:@sha256:[0-9a-f]{{64}})?")
 
 
 def check_image(field: str, value: object) -> str:
@@ -33,11 +41,17 @@ def check_image(field: str, value: object) -> str:
     """
     if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value):
         raise ManifestError(field, f"must be a container image reference. Received: {value!r}")
-    if _DIGEST.search(value):
-        return value
-    if "@" in value:
+    if "@" in value and not _DIGEST.search(value):
         raise ManifestError(field, "a digest must be '@sha256:' and 64 lower-case hex digits. "
                             f"Received: {value!r}")
+    name = value.partition("@")[0]
+    if not _REFERENCE.fullmatch(value) or len(name.rpartition(":")[0] or name) > 255:
+        raise ManifestError(field, "is not an image reference a container runtime accepts: "
+                            "[registry[:port]/]path[:tag][@sha256:digest], the path in lower case, "
+                            "a tag of letters, digits, '_', '.' and '-' (at most 128); the pod "
+                            f"would wait in InvalidImageName. Received: {value!r}")
+    if _DIGEST.search(value):
+        return value
     last = value.rsplit("/", 1)[-1]
     tag = last.rpartition(":")[2] if ":" in last else ""
     if not tag or tag == "latest":

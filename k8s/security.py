@@ -5,7 +5,7 @@ and TrainJob-runtime replicated jobs) and gives it what the Kubernetes Pod Secur
 `restricted` asks (https://kubernetes.io/docs/concepts/security/pod-security-standards/), and
 a little more:
 
-* pod: `runAsNonRoot`, uid/gid 1000 (the image's user, Dockerfile) and `fsGroup` (the claim is
+* pod: `runAsNonRoot`, uid/gid 10001 (the image's user, Dockerfile) and `fsGroup` (the claim is
   writable for it), `seccompProfile: RuntimeDefault`; `automountServiceAccountToken: false`:
   no Baton pod calls the Kubernetes API (the steps are ordered by controllers, not by pods
   watching objects), so none gets a token and none needs a Role;
@@ -24,11 +24,11 @@ would refuse), rule `security` for Baton's own (read-only root, no token, pinned
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from baton.k8s.errors import ManifestError, Violation
-from baton.k8s.options import pull_policy
+from baton.k8s.options import SYSTEM_NAMESPACES, pull_policy
 from baton.k8s.pods import SECURITY_CONTEXT
 
 CONTAINER_SECURITY = {
@@ -43,6 +43,16 @@ TMP_VOLUME = "tmp"
 # the restricted standard's volume types
 ALLOWED_VOLUMES = ("configMap", "csi", "downwardAPI", "emptyDir", "ephemeral",
                    "persistentVolumeClaim", "projected", "secret")
+# The baseline controls the restricted standard includes (pod-security-admission v1.30,
+# policy/check_*.go): the sysctls it calls safe, the SELinux types a container may take.
+SAFE_SYSCTLS = ("kernel.shm_rmid_forced", "net.ipv4.ip_local_port_range",
+                "net.ipv4.ip_unprivileged_port_start", "net.ipv4.tcp_syncookies",
+                "net.ipv4.ping_group_range", "net.ipv4.ip_local_reserved_ports",
+                "net.ipv4.tcp_keepalive_time", "net.ipv4.tcp_fin_timeout",
+                "net.ipv4.tcp_keepalive_intvl", "net.ipv4.tcp_keepalive_probes")
+SELINUX_TYPES = ("", "container_t", "container_init_t", "container_kvm_t")
+APPARMOR_TYPES = ("RuntimeDefault", "Localhost")
+APPARMOR_ANNOTATION = "container.apparmor.security.beta.kubernetes.io/"
 ENFORCE_LABELS = {
     "pod-security.kubernetes.io/enforce": "restricted",
     "pod-security.kubernetes.io/enforce-version": "v1.30",
@@ -150,6 +160,14 @@ def check_pod(pod: dict, path: str) -> list[Violation]:
                 f"standard (allowed: {', '.join(ALLOWED_VOLUMES)})")
     if psc.get("runAsUser") == 0:
         bad("securityContext.runAsUser", "must not be 0 (root). Received: 0")
+    if psc.get("runAsNonRoot") is False:  # PSA refuses it even where every container says true
+        bad("securityContext.runAsNonRoot", "must not be false. Received: False")
+    for i, sysctl in enumerate(psc.get("sysctls") or []):
+        name = sysctl.get("name") if isinstance(sysctl, dict) else sysctl
+        if name not in SAFE_SYSCTLS:
+            bad(f"securityContext.sysctls[{i}].name", f"is not one of the safe sysctls "
+                f"({', '.join(SAFE_SYSCTLS)}). Received: {name!r}")
+    _baseline_context(psc, "securityContext", bad)
     pod_seccomp = (psc.get("seccompProfile") or {}).get("type")
     if pod_seccomp not in (None, "RuntimeDefault", "Localhost"):
         bad("securityContext.seccompProfile.type", "must be RuntimeDefault or Localhost. "
@@ -178,6 +196,10 @@ def check_pod(pod: dict, path: str) -> list[Violation]:
         if seccomp not in ("RuntimeDefault", "Localhost"):
             bad(f"{where}.securityContext.seccompProfile.type", "must be RuntimeDefault or "
                 f"Localhost (here or in the pod's securityContext). Received: {seccomp!r}")
+        if csc.get("procMount") not in (None, "Default"):
+            bad(f"{where}.securityContext.procMount", "must be unset or Default. Received: "
+                f"{csc['procMount']!r}")
+        _baseline_context(csc, f"{where}.securityContext", bad)
         for j, port in enumerate(c.get("ports") or []):
             if isinstance(port, dict) and port.get("hostPort"):
                 bad(f"{where}.ports[{j}].hostPort", f"must not be set. Received: {port['hostPort']!r}")
@@ -191,9 +213,38 @@ def check_pod(pod: dict, path: str) -> list[Violation]:
     return out
 
 
+def _baseline_context(sc: dict, where: str, bad: Callable[[str, str], None]) -> None:
+    """The baseline controls a pod's or a container's securityContext can break: AppArmor,
+    SELinux, Windows host processes."""
+    apparmor = (sc.get("appArmorProfile") or {}).get("type")
+    if apparmor is not None and apparmor not in APPARMOR_TYPES:
+        bad(f"{where}.appArmorProfile.type", f"must be RuntimeDefault or Localhost. Received: "
+            f"{apparmor!r}")
+    selinux = sc.get("seLinuxOptions") or {}
+    if selinux.get("type", "") not in SELINUX_TYPES:
+        bad(f"{where}.seLinuxOptions.type", f"must be one of {', '.join(SELINUX_TYPES[1:])} "
+            f"or unset. Received: {selinux['type']!r}")
+    for key in ("user", "role"):
+        if selinux.get(key):
+            bad(f"{where}.seLinuxOptions.{key}", f"must not be set. Received: {selinux[key]!r}")
+    if (sc.get("windowsOptions") or {}).get("hostProcess"):
+        bad(f"{where}.windowsOptions.hostProcess", "must not be true. Received: True")
+
+
+def _apparmor_annotations(template: dict, path: str) -> list[Violation]:
+    """The AppArmor annotations of a pod template (before Kubernetes 1.30's field)."""
+    annotations = (template.get("metadata") or {}).get("annotations") or {}
+    return [Violation(f"{path}.metadata.annotations['{key}']" if path else
+                      f"metadata.annotations['{key}']", "must be runtime/default or "
+                      f"localhost/<profile>. Received: {value!r}", "pss")
+            for key, value in annotations.items() if key.startswith(APPARMOR_ANNOTATION)
+            and not (value == "runtime/default" or str(value).startswith("localhost/"))]
+
+
 def check(doc: Any) -> list[Violation]:
     """Every security violation of one manifest (its pod templates; a Namespace's labels)."""
     out = [v for path, pod in pod_specs(doc) for v in check_pod(pod, path)]
+    out += [v for path, tmpl in pod_templates(doc) for v in _apparmor_annotations(tmpl, path)]
     if isinstance(doc, dict) and doc.get("kind") == "Namespace":
         labels = (doc.get("metadata") or {}).get("labels") or {}
         key = "pod-security.kubernetes.io/enforce"
@@ -201,4 +252,10 @@ def check(doc: Any) -> list[Violation]:
             out.append(Violation(f"metadata.labels.{key}", "must be 'restricted': the namespace "
                                  f"enforces the restricted Pod Security Standard. Received: "
                                  f"{labels.get(key)!r}", "security"))
+        name = (doc.get("metadata") or {}).get("name")
+        if name in SYSTEM_NAMESPACES:
+            out.append(Violation("metadata.name", f"{name!r} is Kubernetes' own: enforcing the "
+                                 "restricted standard there stops its privileged system pods "
+                                 "(network plugin, kube-proxy); use a namespace of your own",
+                                 "security"))
     return out

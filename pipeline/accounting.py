@@ -18,6 +18,7 @@ import os
 import threading
 import time
 from types import TracebackType
+from typing import Any
 
 import psutil
 
@@ -64,6 +65,19 @@ class Usage:
         if self.j_per_example is not None:
             out["j_per_example"] = _significant(self.j_per_example)
         return out
+
+
+def recorded_usage(recorded: dict[str, Any], energy_config: dict[str, Any]) -> Usage:
+    """A stage's Usage as a record holds it: a RAPL reading is kept as read, an estimate
+    recomputed from the same times and memory (equal to the record up to its rounding)."""
+    pue = float(energy_config.get("pue", 1.0))
+    measured = recorded.get("energy_method") == energy.RAPL
+    return Usage(
+        wall_s=float(recorded.get("wall_s") or 0.0), cpu_s=float(recorded.get("cpu_s") or 0.0),
+        peak_rss_mb=float(recorded.get("peak_rss_mb") or 0.0),
+        rapl_j=float(recorded["energy_j"]) / pue if measured else None, pue=pue,
+        carbon_intensity=float(energy_config.get("carbon_intensity", energy.CARBON_INTENSITY)),
+    )
 
 
 def _significant(x: float, digits: int = 4) -> float:

@@ -5,20 +5,23 @@ directories, as on a local run. The runner keeps a node-local mirror of the run 
 (`<cache>/runs/<scheme>/<bucket>/<prefix>/<pipeline>/<run id>`, see baton.storage.node_cache)
 and this module moves it to and from the store, with the guarantees rename gives a local disk:
 
-- a stage's files go to `<run>/<stage>/data-<attempt>/...` (a fresh prefix per attempt, so no
-  object a reader may hold is ever overwritten) and its lineage record, with the manifest of
-  every file (path, size, sha256, key), is written last as `<run>/<stage>/lineage.json`: the
-  commit. Readers (the runner, the cache, `baton inspect`, later runs' baselines) trust only
-  commits; a writer killed at any point leaves objects no commit names, which nothing reads.
-- Beam stages may write their shards straight to the attempt's prefix (`direct_output`), as
-  Dataflow, Flink or Spark workers would; at commit they are listed, hashed from the bytes the
-  store holds and named in the manifest like the rest.
+- a stage's files are stored by content, `<pipeline>/.objects/<aa>/<sha256>`
+  (pipeline.bucket_objects: an object never changes once written, so none a reader may hold
+  is ever overwritten), and its lineage record, with the manifest of every file (path, size,
+  sha256, key), is written last as `<run>/<stage>/lineage.json`: the commit. Readers (the
+  runner, the cache, `baton inspect`, later runs' baselines) trust only commits; a writer
+  killed at any point leaves objects no commit names, which nothing reads (`baton gc`).
+- Beam stages may write their shards straight to the attempt's prefix
+  `<run>/<stage>/data-<attempt>/` (`direct_output`), as Dataflow, Flink or Spark workers
+  would; at commit they are listed, hashed from the bytes the store holds, copied to their
+  content key on the store and named in the manifest like the rest.
 - inputs are staged by manifest (`hydrate`): each output a stage reads is downloaded once into
   the content-addressed node cache and hard-linked into the mirror, so a rerun, a later stage
   or a later run on this node fetches nothing twice.
 - a cache hit copies nothing: the new commit names the objects of the execution it reuses
-  (`reuse`). Deleting a run's prefix therefore deletes outputs later runs may name; the cache
-  notices (its records are checked against a listing) and such a run's stages rerun.
+  (`reuse`). Deleting the earlier run's prefix leaves them (they are not under it), so the
+  later run still stages, serves and inspects; the cache still checks that every object a
+  record names is there (with its size) before it reuses it.
 """
 
 from __future__ import annotations
@@ -34,7 +37,9 @@ from typing import Any
 
 from baton import logs
 from baton.errors import BatonError, UsageError
+from baton.pipeline import bucket_objects as stored
 from baton.pipeline import lineage
+from baton.pipeline.bucket_objects import BucketCache
 from baton.storage import location as L
 from baton.storage import manifest as M
 from baton.storage import node_cache, objects, trees
@@ -105,6 +110,25 @@ class BucketRun:
         """The URL under which other processes (Beam workers) write output `name` of `stage`."""
         return L.join(self.url, stage, self._attempts[stage], name)
 
+    def scratch(self, stage: str) -> str:
+        """A prefix for the small results other processes hand back to this one (`.tmp-`
+        names are never part of a commit); the stage deletes it, an abort with the attempt."""
+        return L.join(self.url, stage, self._attempts[stage], ".tmp-results")
+
+    def committed_objects(self, path: Path) -> dict[str, dict[str, Any]]:
+        """The objects of an artifact staged at `path` (`<mirror>/<run>/<stage>/<output>`),
+        as its commit names them: rel -> {url, sha256, size}. A commit of this run still
+        uploading in the background is waited for first: other machines read these."""
+        run_id, stage, output = path.relative_to(self.local_root).parts[:3]
+        pending = self._pending.get(stage) if run_id == self.run_id else None
+        if pending is not None:
+            pending[0].result()  # its StorageError, naming the URL, if the upload failed
+        source = self if run_id == self.run_id else BucketRun(self.root, run_id)
+        rec = source.read_commit(stage) or {}
+        return {rel: {"url": L.join(self.root, e["key"]), "sha256": e["sha256"],
+                      "size": e["size"]}
+                for rel, e in M.below(rec.get("manifest", {}), output).items()}
+
     def commit(self, stage: str, work: Path, record: dict[str, Any],
                final: Path | None = None) -> dict[str, Any]:
         """Publish a finished stage: objects written straight to the store are staged into
@@ -123,11 +147,9 @@ class BucketRun:
 
         objects.each(stage_in, missing)
         files = M.of_directory(work, skip=[lineage.FILENAME])
-        key = f"{self.run_id}/{stage}/{attempt}"
-        record = {**record, "manifest": {rel: {**e, "key": f"{key}/{rel}"}
+        record = {**record, "manifest": {rel: {**e, "key": stored.key_of(e["sha256"])}
                                          for rel, e in files.items()}}
         for name, out in record.get("outputs", {}).items():
-            out["url"] = L.join(prefix, name)
             out["hash"] = M.digest(M.below(files, name))  # store.hash_path of the directory
         payload = objects.dump_json(record)  # now: the caller may go on adding to its record
         objects.write_bytes(str(work / lineage.FILENAME), payload)
@@ -135,9 +157,12 @@ class BucketRun:
         if final is not None:
             os.replace(work, final)
 
-        def publish() -> None:  # the files, then the commit naming them
-            trees.upload(source, prefix, files, present=written)
+        direct = {rel: L.join(prefix, rel) for rel in written if rel in files}
+
+        def publish() -> None:  # the files (by content), then the commit naming them
+            stored.publish(self.root, source, files, direct)
             objects.write_bytes(self.commit_url(stage), payload)
+            objects.delete_many(direct.values())  # their content is under .objects/ now
 
         if final is None:
             publish()
@@ -332,30 +357,3 @@ def open_run(url: str) -> BucketRun:
         raise UsageError(f"RUN_DIR: {url} is not a run directory (no run.json). "
                          "Expected <runs dir>/<pipeline>/<run id>")
     return BucketRun(url, runs[-1])
-
-
-class BucketCache:
-    """The execution cache's index on the store: `<root>/.cache/<key>.json` (cache.Cache's
-    records, with their manifests). A record is reused only while every object it names is
-    still there with its size (one listing per output prefix)."""
-
-    def __init__(self, root: str) -> None:
-        self.dir = L.join(root, ".cache")
-        self.root = root
-
-    def lookup(self, key: str) -> dict[str, Any] | None:
-        rec = objects.read_json(L.join(self.dir, f"{key}.json"))
-        if not isinstance(rec, dict):
-            return None
-        prefixes: dict[str, dict[str, int]] = {}
-        for entry in rec.get("manifest", {}).values():
-            run_id, stage, attempt, rel = entry["key"].split("/", 3)  # see BucketRun.commit
-            where = f"{run_id}/{stage}/{attempt}"
-            if where not in prefixes:
-                prefixes[where] = objects.list_tree(L.join(self.root, where))
-            if prefixes[where].get(rel) != entry["size"]:
-                return None
-        return rec
-
-    def store(self, key: str, record: dict[str, Any]) -> None:
-        objects.write_json(L.join(self.dir, f"{key}.json"), record)

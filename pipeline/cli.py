@@ -19,8 +19,10 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("transform", "baton.pipeline.commands.transform", "dry-run a preprocessing_fn on a sample (--dry-run)"),
     ("serve", "baton.pipeline.commands.serve", "TensorFlow Serving-compatible model server (REST+gRPC)"),
     ("rollback", "baton.pipeline.commands.rollback", "point serving back at an earlier model version"),
+    ("gc", "baton.pipeline.commands.gc", "delete a bucket runs directory's stored objects no run names"),
     ("k8s", "baton.pipeline.commands.k8s", "TFJob/serving manifests: generate, validate, emulate, submit"),
     ("task", "baton.pipeline.commands.task", "run one task of a distributed stage (TF_CONFIG from env)"),
+    ("kfp", "baton.pipeline.kfp.command", "compile for Kubeflow/Vertex AI Pipelines; run locally, submit"),
 ]
 
 USAGE = """usage: baton <command> [options]

@@ -149,6 +149,22 @@ class StageContext:
         self.output(name)
         return str(self.bucket.direct_output(self.stage, name))
 
+    def input_objects(self, name: str, elsewhere: bool = True) -> dict[str, Any] | None:
+        """What processes on other machines (Beam workers) read input `name` from: on a
+        bucket run whose readers run `elsewhere`, its committed objects (rel -> {url, sha256,
+        size}; see dataplane.shard_source); None when they read `inputs[name]` here."""
+        if self.bucket is None or not elsewhere:
+            return None
+        return dict(self.bucket.committed_objects(self.inputs[name]))
+
+    def results_prefix(self, elsewhere: bool = True) -> str | None:
+        """Where other processes (Beam workers) write small results for this stage to read
+        back: a scratch prefix on the store for a bucket run whose workers run `elsewhere`,
+        None when a local scratch directory does (the stage deletes what it wrote)."""
+        if self.bucket is None or not elsewhere:
+            return None
+        return str(self.bucket.scratch(self.stage))
+
     def fetch(self, path: str | Path) -> Path:
         """An artifact path found in an earlier record (a baseline model), staged on this
         node when the run directory is on an object store; a local path as it is."""

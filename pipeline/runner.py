@@ -34,7 +34,13 @@ from baton.pipeline.bucket_run import BucketRun, mirror_root
 from baton.pipeline.context import RunOptions, StageContext
 from baton.pipeline.plan import Plan
 from baton.pipeline.spec import PipelineSpec
-from baton.pipeline.summary import StageResult, summary_fields, summary_table, write_run_record
+from baton.pipeline.summary import (
+    StageResult,
+    committed_result,
+    summary_fields,
+    summary_table,
+    write_run_record,
+)
 from baton.storage import location as L
 
 __all__ = ["RunResult", "StageResult", "open_rapl", "run_pipeline", "runs_location",
@@ -116,23 +122,30 @@ def run_pipeline(
     cache: Any = bucket.cache if bucket else cache_mod.Cache(runs_root)
     started = _now()
     results: list[StageResult] = []
+    # the rows run.json gives the stages `only` leaves out: their commits in this run, made by
+    # earlier invocations (`--only`, pipeline steps), so the record describes the whole run
+    committed: dict[str, StageResult] = {}
     _say(stream, options, f"baton: pipeline {spec.name!r}, run {run_id} -> "
                           f"{bucket.url if bucket else run_dir}")
-    write_run_record(run_dir, spec.name, run_id, started, "running", results, options,
-                      spec.energy, bucket)
+    write_run_record(run_dir, spec.name, run_id, started, "running", _rows(results, committed),
+                     options, spec.energy, bucket)
     early_checked: set[str] = set()
     try:
         for i, name in enumerate(plan.order, 1):
             label = f"[{i}/{len(plan.order)}] {name}"
             problems = _early_checks(plan, run_dir, plan.order[i - 1:], early_checked, bucket)
             if problems:
-                write_run_record(run_dir, spec.name, run_id, started, "failed", results, options,
-                                  spec.energy, bucket)
+                write_run_record(run_dir, spec.name, run_id, started, "failed",
+                                 _rows(results, committed), options, spec.energy, bucket)
                 raise SpecError([f"{msg} (found from the data before stage {name!r} ran)" for msg in problems])
             if only and name not in only:
                 if name in needed:
                     _require_outputs(plan, run_dir, name, bucket)
                 results.append(StageResult(name, plan.spec.stage(name).type, "skipped"))
+                rec = bucket.read_commit(name) if bucket is not None else \
+                    lineage.read(run_dir / name)
+                if rec is not None and rec.get("status") == "succeeded":
+                    committed[name] = committed_result(rec, config_to_dict(spec.energy))
                 _say(stream, options, f"- {label}: skipped (outputs already in {run_dir.name})")
                 continue
             res = _run_stage(plan, name, run_dir, runs_root, cache, options, stream, label, rapl,
@@ -147,8 +160,8 @@ def run_pipeline(
         stopped = getattr(exc, INTERRUPTED_STAGE, None)
         if stopped is not None:  # its energy is in the run's totals and its row
             results.append(stopped)
-        write_run_record(run_dir, spec.name, run_id, started, "interrupted", results,
-                          options, spec.energy, bucket)
+        write_run_record(run_dir, spec.name, run_id, started, "interrupted",
+                         _rows(results, committed), options, spec.energy, bucket)
         raise
     failed = bucket.flush() if bucket is not None else {}  # the commits still uploading
     for r in results:
@@ -156,14 +169,19 @@ def run_pipeline(
             r.status, r.error = "failed", f"its commit failed: {failed[r.name]}"
     result = RunResult(run_id, run_dir, results, bucket.url if bucket else None)
     status = "succeeded" if result.ok else "failed"
-    write_run_record(run_dir, spec.name, run_id, started, status, results, options,
-                      spec.energy, bucket)
+    write_run_record(run_dir, spec.name, run_id, started, status, _rows(results, committed),
+                     options, spec.energy, bucket)
     if not options.quiet:
         if logs.json_output():  # a log router gets the rows as fields, not a drawn table
             _LOG.info("summary", extra=summary_fields(results))
         else:
             stream.write(summary_table(results) + "\n")
     return result
+
+
+def _rows(results: list[StageResult], committed: dict[str, StageResult]) -> list[StageResult]:
+    """`results` with each skipped stage's row replaced by its commit's, where it has one."""
+    return [committed.get(r.name, r) if r.status == "skipped" else r for r in results]
 
 
 def open_rapl(spec: PipelineSpec) -> energy.RaplCounter | None:

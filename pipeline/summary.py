@@ -10,7 +10,7 @@ from typing import Any
 from baton.configs import config_to_dict
 from baton.errors import BatonError
 from baton.pipeline import store
-from baton.pipeline.accounting import Usage, totals
+from baton.pipeline.accounting import Usage, recorded_usage, totals
 
 
 @dataclasses.dataclass
@@ -21,6 +21,16 @@ class StageResult:
     usage: Usage = dataclasses.field(default_factory=Usage)
     metrics: dict[str, Any] = dataclasses.field(default_factory=dict)
     error: str = ""
+
+
+def committed_result(rec: dict[str, Any], energy_config: dict[str, Any]) -> StageResult:
+    """The row of a stage as its committed lineage record tells it (a stage that ran in an
+    earlier invocation of the same run, `baton run --only` or a pipeline step)."""
+    hit = bool((rec.get("cache") or {}).get("hit"))
+    return StageResult(str(rec.get("stage")), str(rec.get("type")),
+                       "cached" if hit else "succeeded",
+                       Usage() if hit else recorded_usage(rec.get("usage") or {}, energy_config),
+                       dict(rec.get("metrics") or {}))
 
 
 def summary_table(results: list[StageResult]) -> str:

@@ -295,6 +295,12 @@ def tf_config_from_env(environ: Mapping[str, str],
     no TF_CONFIG to a job that is not distributed.
     """
     if not is_jobset_pod(environ):
+        given = sorted(n for n in DOWNWARD if (environ.get(n) or "").strip())
+        if given:  # a JobSet pod that lost its topology would train alone beside its peers
+            raise JobSetEnvError(
+                f"{TOPOLOGY_ENV} is missing: this pod has {', '.join(given)} (a JobSet pod's "
+                f"labels) but not the topology `baton k8s` writes into each training container; "
+                "without it every pod would train alone as a chief of its own")
         return TFConfig.from_env(environ)
     if (environ.get("TF_CONFIG") or "").strip():
         raise JobSetEnvError(

@@ -67,6 +67,15 @@ def s3_server():
 
 
 @pytest.fixture
+def s3_outage(s3_server):
+    """The session's S3 server, for a test that stops it mid-way: started again (its data
+    kept) after the test, whatever happened. A server of its own would cost a start."""
+    yield s3_server
+    if s3_server.proc is None:
+        s3_server.start()
+
+
+@pytest.fixture
 def s3(s3_server, monkeypatch, request):
     """The S3 server's standard client variables set, and a fresh bucket: `s3://<bucket>`."""
     import re

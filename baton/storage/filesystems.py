@@ -123,7 +123,10 @@ def errors(loc: str, doing: str) -> Iterator[None]:
     """Turn the store's failures inside the block into one-line StorageErrors naming `loc`.
 
     FileNotFoundError passes through (a missing object is an answer, not a failure), except
-    when the bucket itself is missing, which is named as such.
+    when the bucket itself is missing, which is named as such. An object deleted between the
+    lookup pyarrow makes when it opens it and the read (a version pruned while a server polls
+    it) is missing too: the read fails (S3: NoSuchKey; SeaweedFS: an internal failure), pyarrow
+    raises an OSError, and a lookup then finds no object there.
     """
     try:
         yield
@@ -135,9 +138,29 @@ def errors(loc: str, doing: str) -> Iterator[None]:
                                "exist") from None
         raise exc from None
     except (OSError, ValueError, RuntimeError) as exc:
+        if L.is_remote(loc) and _vanished(loc, exc):
+            raise FileNotFoundError(f"{loc}: {_first_line(exc)}") from None
         if not L.is_remote(loc):
             raise StorageError(f"{doing} {loc}: {_first_line(exc)}") from None
         raise StorageError(f"{doing} {loc}: {describe(loc, exc)}") from None
+
+
+_VANISHED = re.compile(r"RESOURCE_NOT_FOUND|NoSuchKey|NO_SUCH_KEY|No such object|"
+                       r"INTERNAL_FAILURE")
+
+
+def _vanished(loc: str, exc: BaseException) -> bool:
+    """Whether a failed request was about an object that is no longer there (see `errors`)."""
+    import pyarrow.fs as pafs
+
+    if not _VANISHED.search(str(exc)):
+        return False
+    fs, path = resolve(loc)
+    try:
+        gone = fs.get_file_info(path).type == pafs.FileType.NotFound
+    except (OSError, ValueError):
+        return False
+    return gone and bucket_exists(loc)
 
 
 def describe(loc: str, exc: BaseException) -> str:

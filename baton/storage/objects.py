@@ -73,6 +73,16 @@ def exists(loc: str) -> bool:
         return bool(fs.get_file_info(path).type != pafs.FileType.NotFound)
 
 
+def size(loc: str) -> int | None:
+    """The size of the object or file at `loc`; None when there is none."""
+    import pyarrow.fs as pafs
+
+    fs, path = resolve(loc)
+    with errors(loc, "cannot look up"):
+        info = fs.get_file_info(path)
+    return int(info.size or 0) if info.type == pafs.FileType.File else None
+
+
 def list_tree(loc: str) -> dict[str, int]:
     """Every file below `loc`, recursively: relative path (with `/`) -> size; {} if none."""
     import pyarrow.fs as pafs

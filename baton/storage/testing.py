@@ -130,7 +130,9 @@ class LocalS3(_Server):
             "-s3", f"-s3.port={self.port}", f"-s3.port.grpc={self.s3_grpc}",
             "-s3.config=identities.json", "-s3.port.iceberg=0", "-s3.port.lance=0",
             "-s3.autoCreateBucket=false", "-master.telemetry=false", "-volume.max=0",
-            "-master.volumeSizeLimitMB=256"])
+            "-master.volumeSizeLimitMB=256",
+            # a restart (the fault tests) need not wait ~10 s for the one-node raft election
+            "-master.resumeState=false"])
         self._wait_http(self.endpoint, timeout)
         self._wait_ready(timeout)
         return self

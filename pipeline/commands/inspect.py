@@ -107,18 +107,10 @@ def _failed_lineage(run_dir: Path, stage: dict[str, Any]) -> list[str]:
 
 
 def _usage(recorded: dict[str, Any], energy_config: dict[str, Any]) -> Any:
-    """A stage's Usage as recorded: a RAPL reading is kept as read, an estimate recomputed
-    from the same times and memory (equal to the record up to its rounding)."""
-    from baton.energy import CARBON_INTENSITY, RAPL
-    from baton.pipeline.accounting import Usage
+    """A stage's Usage as recorded (accounting.recorded_usage)."""
+    from baton.pipeline.accounting import recorded_usage
 
-    pue = float(energy_config.get("pue", 1.0))
-    measured = recorded.get("energy_method") == RAPL
-    return Usage(
-        **{k: recorded[k] for k in ("wall_s", "cpu_s", "peak_rss_mb")},
-        rapl_j=recorded["energy_j"] / pue if measured else None, pue=pue,
-        carbon_intensity=float(energy_config.get("carbon_intensity", CARBON_INTENSITY)),
-    )
+    return recorded_usage(recorded, energy_config)
 
 
 def cost_table(run: dict[str, Any]) -> list[str]:

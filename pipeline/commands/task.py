@@ -3,6 +3,7 @@
     baton task SPEC --stage train --run-dir DIR [--out DIR]     inputs from DIR/<upstream>/<output>
     baton task SPEC --stage train --run-dir s3://.../<run id>   a bucket run: inputs staged from
                                                                 its commits, the stage committed
+                                                                (SPEC too may be on the bucket)
     baton task --job JOB.json --out DIR [--backup-dir DIR]      explicit form (the local launcher)
 
 This is the edge: TF_CONFIG (which task am I), BATON_INJECT_FAILURE / BATON_ATTEMPT (fault
@@ -73,6 +74,8 @@ def main(argv: list[str]) -> int:
     spec_form = SpecRecords(args.stage, args.run_dir if not args.job and not args.out else None)
     bucket = None
     try:
+        if args.spec and args.spec.startswith(("s3://", "gs://")):  # on a bucket: Vertex AI
+            args.spec = str(bucket_task.fetch_spec(args.spec))
         tf_config = jobset_cluster.tf_config_from_env(os.environ, say=_say)
         attempt = int(os.environ.get("BATON_ATTEMPT", "0") or 0)
         fault = parse_fault(os.environ.get("BATON_INJECT_FAILURE")) if attempt == 0 else None

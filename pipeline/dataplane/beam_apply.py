@@ -32,6 +32,7 @@ from baton.pipeline.dataplane.fn_source import FnSource
 from baton.pipeline.dataplane.reader import encoded_columns
 from baton.pipeline.dataplane.schema_file import Column
 from baton.pipeline.dataplane.shard_sink import shard_path
+from baton.pipeline.dataplane.shard_source import local_shard
 from baton.pipeline.dataplane.user_errors import UserErrors
 
 
@@ -67,7 +68,7 @@ class ApplyPreprocessing(beam.DoFn):
         self.label = self.label_meta["name"]
         self.labels: dict[tuple[bytes, ...], Any] = {}  # distinct label values -> their ids
 
-    def process(self, element: tuple[str, str, int], merged: bytes) -> Iterator[Any]:
+    def process(self, element: tuple[str, Any, int], merged: bytes) -> Iterator[Any]:
         import tensorflow as tf
 
         from baton.pipeline.dataplane.ordered_threads import ordered_map
@@ -75,12 +76,12 @@ class ApplyPreprocessing(beam.DoFn):
 
         if self.built is None:
             self._build(pickle.loads(merged))
-        split, path, index = element
+        split, ref, index = element
         needed = [c for c in self.columns if c.name in self.feeder.used]
         read = [*needed, next(c for c in self.columns if c.name == self.label)]
         rows = dropped = 0
         # out_dir: a local directory or a bucket prefix (dataplane.shard_sink uploads the shard)
-        with UserErrors(f"{self.source.where}: applying"), \
+        with UserErrors(f"{self.source.where}: applying"), local_shard(ref) as path, \
                 shard_path(self.out_dir, split, f"part-{index:05d}.tfrecord") as target, \
                 tf.io.TFRecordWriter(target) as writer:
             batches = group_batches(read_batches(path, read, self.batch_rows),

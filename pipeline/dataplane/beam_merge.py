@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
@@ -57,4 +56,8 @@ class SumCounts(beam.CombineFn):
 
 
 def write_json(value: Any, path: str) -> None:
-    Path(path).write_text(json.dumps(value, indent=1) + "\n")
+    """`value` at `path`: a local file, or an object (written by a worker on another machine
+    for the driver to read back, dataplane.shard_source.result_location)."""
+    from baton.storage import objects
+
+    objects.write_bytes(path, (json.dumps(value, indent=1) + "\n").encode())

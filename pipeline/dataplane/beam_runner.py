@@ -33,7 +33,9 @@ test_portable_runner.py). What Baton does, and needs, for them:
   it pipes the worker's stdout without reading it, so a worker printing more than 64 KiB to
   stdout blocks (logging goes to stderr and is fine).
 - paths in the pipeline (the examples' shards, the run directory's outputs) are opened by the
-  workers: they must be on a volume every worker mounts at the same path.
+  workers: on a local runs directory they must be on a volume every worker mounts at the same
+  path; on a bucket run (`--runs-dir s3://...`) the workers read the shards' objects and write
+  their outputs and results on the store (dataplane.shard_source, dataplane.shard_sink).
 """
 
 from __future__ import annotations

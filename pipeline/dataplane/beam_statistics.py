@@ -23,13 +23,15 @@ class StatsShard(beam.DoFn):
     def __init__(self, columns: Sequence[Column], batch_rows: int) -> None:
         self.columns, self.batch_rows = list(columns), batch_rows
 
-    def process(self, element: tuple[str, str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    def process(self, element: tuple[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
         from baton.pipeline.dataplane.reader import read_batches
+        from baton.pipeline.dataplane.shard_source import local_shard
 
-        split, path = element
+        split, ref = element  # a path, or a remote shard fetched into this worker's cache
         accs = accs_mod.new_accumulators(self.columns)
-        for batch in read_batches(path, self.columns, self.batch_rows, keep_nan=True):
-            accs_mod.update(accs, batch, keep_nan=True)
+        with local_shard(ref) as path:
+            for batch in read_batches(path, self.columns, self.batch_rows, keep_nan=True):
+                accs_mod.update(accs, batch, keep_nan=True)
         yield split, accs
 
 
@@ -40,7 +42,7 @@ class MergeToStats(MergeShardAccumulators):
         return split_stats(acc)
 
 
-def build(p: Any, *, shards: list[tuple[str, str]], columns: Sequence[Column],
+def build(p: Any, *, shards: list[tuple[str, Any]], columns: Sequence[Column],
           batch_rows: int, out_path: str) -> None:
     from baton.pipeline.dataplane.beam_merge import write_json
 

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
@@ -29,7 +28,9 @@ from baton.pipeline.dataplane.beam_apply import ApplyPreprocessing
 from baton.pipeline.dataplane.fn_source import FnSource
 from baton.pipeline.dataplane.reader import encoded_columns
 from baton.pipeline.dataplane.schema_file import Column
+from baton.pipeline.dataplane.shard_source import local_shard
 from baton.pipeline.dataplane.user_errors import UserErrors
+from baton.storage import objects
 
 
 class AnalyzePhase(beam.DoFn):
@@ -66,14 +67,18 @@ class AnalyzePhase(beam.DoFn):
         if self.phase is not None and self.phase.analyzers:
             _ = self.phase.feeder  # traced here, not by the first batches' threads at once
 
-    def process(self, element: tuple[str, str, int]) -> Iterator[Any]:
+    def process(self, element: tuple[str, Any, int]) -> Iterator[Any]:
+        split, ref, _ = element
+        if split != "train":
+            return
+        with local_shard(ref) as path:  # (a remote shard: fetched into this worker's cache)
+            yield from self._analyze(path)
+
+    def _analyze(self, path: str) -> Iterator[Any]:
         from baton.pipeline.dataplane import accumulators as accs_mod
         from baton.pipeline.dataplane.ordered_threads import ordered_map
         from baton.pipeline.dataplane.reader import batch_rows_for, group_batches, read_batches
 
-        split, path, _ = element
-        if split != "train":
-            return
         phase = self.phase if self.phase is not None and self.phase.analyzers else None
         label_col = next(c for c in self.columns if c.name == self.label)
         label_acc = accs_mod.new_accumulators([label_col]) if self.with_label else None
@@ -138,10 +143,10 @@ class MergePhase(beam.CombineFn):
         return acc
 
 
-def build_phase(p: Any, *, shards: list[tuple[str, str, int]], dofn: AnalyzePhase,
+def build_phase(p: Any, *, shards: list[tuple[str, Any, int]], dofn: AnalyzePhase,
                 kinds: Mapping[int, str], result_path: str) -> None:
-    def write(value: bytes) -> None:
-        Path(result_path).write_bytes(value)
+    def write(value: bytes) -> None:  # a local path, or an object (a remote worker's)
+        objects.write_bytes(result_path, value)
 
     (p | "Shards" >> beam.Create(shards)
        | "Analyze" >> beam.ParDo(dofn)
@@ -149,15 +154,15 @@ def build_phase(p: Any, *, shards: list[tuple[str, str, int]], dofn: AnalyzePhas
        | "Write" >> beam.Map(write))
 
 
-def build_last(p: Any, *, shards: list[tuple[str, str, int]], dofn: AnalyzePhase,
+def build_last(p: Any, *, shards: list[tuple[str, Any, int]], dofn: AnalyzePhase,
                kinds: Mapping[int, str], result_path: str, apply: ApplyPreprocessing,
                counts_path: str) -> None:
     """The last analyzer phase and the apply step in one pipeline: the phase's merged
     accumulators are written for the driver and reach the apply DoFn as a side input."""
     from baton.pipeline.dataplane.beam_merge import SumCounts, write_json
 
-    def write(value: bytes) -> None:
-        Path(result_path).write_bytes(value)
+    def write(value: bytes) -> None:  # a local path, or an object (a remote worker's)
+        objects.write_bytes(result_path, value)
 
     shard_items = p | "Shards" >> beam.Create(shards)
     merged = (shard_items

@@ -25,6 +25,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from baton.errors import EXIT_USAGE
+
 RETRY_S = 5.0
 NOT_ADMITTED = "Exit Code: 305"  # flwr's SUPERNODE_CONNECTION_ERROR (its process exits 1)
 # flwr 1.42's SuperNode lines after which it is alive but no longer a node: it says it
@@ -105,11 +107,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write("baton supernode: needs --isolation process and "
                          "--superexec-auth-secret-file (the warm ClientApp host takes the "
                          f"node's tasks). Received: {' '.join(args)}\n")
-        return 2
+        return EXIT_USAGE
     if flags.host not in ("127.0.0.1", "localhost", "::1"):
         sys.stderr.write("baton supernode: the ClientAppIo (Runtime) API binds the loopback "
                          f"only. Received: --host {flags.host}\n")
-        return 2
+        return EXIT_USAGE
     logging.basicConfig(level=logging.INFO, stream=sys.stdout,
                         format="%(asctime)s baton-host %(levelname)s %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per poll otherwise

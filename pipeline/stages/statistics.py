@@ -8,10 +8,11 @@ Outputs:
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 
-from baton.errors import StageError
+from baton.errors import BatonError, StageError
 from baton.pipeline.context import StageContext
 
 INPUTS = {"examples": True}
@@ -36,21 +37,35 @@ class Config:
 def run(ctx: StageContext, config: Config) -> None:
     from baton.pipeline.dataplane import beam_runner, beam_statistics, render, stats
     from baton.pipeline.dataplane.schema_file import ExamplesSchema, shard_files
+    from baton.pipeline.dataplane.shard_source import result_location, shard_refs
+    from baton.storage import objects
 
     examples = ctx.inputs["examples"]
     schema = ExamplesSchema.load(examples)
     if config.reference_split not in schema.splits:
         raise StageError(f"statistics.reference_split: no split {config.reference_split!r}; "
                          f"splits are {sorted(schema.splits)}")
-    shards = [(s, str(f)) for s in schema.splits for f in shard_files(examples, s)]
+    files = {s: shard_files(examples, s) for s in schema.splits}
     out_s, out_schema = ctx.output("statistics"), ctx.output("schema")
     path = out_s / stats.STATS_FILE
     args, placed = beam_runner.plan_workers(config.beam_pipeline_args,
-                                            rows=sum(schema.splits.values()), work_items=len(shards))
-    beam_runner.run(lambda p: beam_statistics.build(
-        p, shards=shards, columns=list(schema.columns), batch_rows=config.batch_rows,
-        out_path=str(path)), args)
-    result = json.loads(path.read_text())
+                                            rows=sum(schema.splits.values()),
+                                            work_items=sum(map(len, files.values())))
+    # workers on other machines read the shards' objects and write the result to the store
+    elsewhere = beam_runner.runner_name(args) not in beam_runner.LOCAL
+    remote = ctx.input_objects("examples", elsewhere)
+    shards = [(s, ref) for s in schema.splits for ref in shard_refs(files[s], examples, remote)]
+    results = ctx.results_prefix(elsewhere)
+    out = result_location(path, results)
+    try:
+        beam_runner.run(lambda p: beam_statistics.build(
+            p, shards=shards, columns=list(schema.columns), batch_rows=config.batch_rows,
+            out_path=out), args)
+        result = json.loads(objects.read_bytes(out))
+    finally:
+        if results is not None:  # best effort: a failed attempt's prefix goes with it
+            with contextlib.suppress(BatonError):
+                objects.delete_tree(results)
     result["label"], result["task"] = schema.label, schema.task
     stats.save_json(result, path)
     inferred = stats.infer_schema(result, schema.label, schema.task,

@@ -28,6 +28,7 @@ records each image, with its shape, for the CNN.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import json
@@ -37,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from baton.errors import StageError
+from baton.errors import BatonError, StageError
 from baton.pipeline.context import StageContext
 from baton.pipeline.dataplane.column_plan import (  # noqa: F401 - ColumnTransform: the config's
     ColumnTransform,
@@ -156,7 +157,9 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
     from baton.pipeline.dataplane import beam_apply, beam_runner, beam_tft, local_objects
     from baton.pipeline.dataplane.analysis import label_analysis, save_transform_graph
     from baton.pipeline.dataplane.schema_file import shard_files
+    from baton.pipeline.dataplane.shard_source import result_location, shard_refs
     from baton.pipeline.dataplane.transformed_io import write_metadata
+    from baton.storage import objects
 
     where = source.where
     try:
@@ -170,12 +173,18 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
     raw_all = [*raw_feats, (label, "float32" if label_col.is_numeric else "string", ())]
     names = {name for name, _, _ in raw_all}
     columns = [c for c in schema.columns if c.name in names]
-    shards = [(split, str(f), i) for split in schema.splits
-              for i, f in enumerate(shard_files(examples, split))]
-    args, placed = beam_runner.plan_workers(config.beam_pipeline_args,
-                                            rows=sum(schema.splits.values()), work_items=len(shards))
+    args, placed = beam_runner.plan_workers(
+        config.beam_pipeline_args, rows=sum(schema.splits.values()),
+        work_items=sum(len(shard_files(examples, s)) for s in schema.splits))
+    # workers on other machines (a bucket run on Dataflow, Flink, Spark...) read the shards'
+    # objects and hand their results back through the store (dataplane.shard_source)
+    elsewhere = beam_runner.runner_name(args) not in beam_runner.LOCAL
+    remote = ctx.input_objects("examples", elsewhere)
+    shards = [(split, ref, i) for split in schema.splits for i, ref in
+              enumerate(shard_refs(shard_files(examples, split), examples, remote))]
     scratch = ctx.work_dir / ".beam-results"
     scratch.mkdir(exist_ok=True)
+    results = ctx.results_prefix(elsewhere)
     ctx.log(f"{sum(schema.splits.values())} rows in {len(shards)} shards on "
             f"{beam_runner.runner_name(args)}, {placed['beam_workers']} worker(s) "
             f"({placed['beam_running_mode']}; {placed['beam_workers_reason']})")
@@ -189,7 +198,7 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
     phases = tft_engine.Phases(fn, tft_engine.raw_specs(raw_all))
     label_acc = None
     out_t, out_g = ctx.output("transformed"), ctx.output("transform_graph")
-    counts_path = scratch / "counts.json"
+    counts_path = result_location(scratch / "counts.json", results)
 
     def analyze(phase: Any, key: str) -> Any:
         return beam_tft.AnalyzePhase(source, raw_all, phases.resolved, columns, label,
@@ -202,15 +211,15 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
             with user_errors("tracing"):
                 phase = phases.next()
             kinds = {k: r.kind for k, r in (phase.analyzers.items() if phase else [])}
-            result = scratch / f"phase-{phases.number}.pkl"
+            result = result_location(scratch / f"phase-{phases.number}.pkl", results)
             if phase is None or phase.last:
                 break
             with user_errors(f"analyzer phase {phase.number}"), \
                     local_objects.lend((phase,)) as key:
                 beam_runner.run(functools.partial(
                     beam_tft.build_phase, shards=shards, dofn=analyze(phase, key), kinds=kinds,
-                    result_path=str(result)), args)
-            merged = pickle.loads(result.read_bytes())
+                    result_path=result), args)
+            merged = pickle.loads(objects.read_bytes(result))
             label_acc = label_acc if label_acc is not None else merged["label"]
             phases.finish(phase, merged["tft"])
             ctx.log(f"analyzer phase {phase.number}: {len(phase.analyzers)} analyzers "
@@ -223,14 +232,13 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
             apply = beam_apply.ApplyPreprocessing(
                 source, list(raw_feats), phases.resolved,
                 tft_engine.finishing(phase) if phase else {}, label_meta, label_acc, columns,
-                ctx.direct_output("transformed", elsewhere=beam_runner.runner_name(args)
-                                  not in beam_runner.LOCAL), config.batch_rows,
+                ctx.direct_output("transformed", elsewhere), config.batch_rows,
                 config.chunk_rows, box_key=box_key,
                 threads=threads)
             beam_runner.run(functools.partial(
                 beam_tft.build_last, shards=shards, dofn=analyze(phase, key), kinds=kinds,
-                result_path=str(result), apply=apply, counts_path=str(counts_path)), args)
-        merged = pickle.loads(result.read_bytes())
+                result_path=result, apply=apply, counts_path=counts_path), args)
+        merged = pickle.loads(objects.read_bytes(result))
         label_acc = label_acc if label_acc is not None else merged["label"]
         if phase is not None:
             phases.finish(phase, merged["tft"])
@@ -243,9 +251,12 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
             with user_errors("building the transform"):
                 built = tft_module.build_module(fn, list(raw_feats), analysis["label"],
                                                 phases.resolved)
-        counts = json.loads(counts_path.read_text())
+        counts = json.loads(objects.read_bytes(counts_path))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+        if results is not None:  # best effort: a failed attempt's prefix goes with it
+            with contextlib.suppress(BatonError):
+                objects.delete_tree(results)
     beam_s = time.perf_counter() - started
     spec = tft_module.feature_spec(built, raw_feats, analysis["label"],
                                    _images(ctx, schema, plan) if plan is not None else ())

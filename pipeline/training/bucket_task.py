@@ -29,6 +29,27 @@ def open_run(run_dir: str | None) -> BucketRun | None:
     return BucketRun(L.parent(url), L.basename(url))
 
 
+def fetch_spec(url: str, directory: Path | None = None) -> Path:
+    """A spec on a bucket (`s3://.../spec/pipeline.yaml`, where a pipeline step left it, with
+    the user's modules beside it) copied with every file beside it into `directory` (default:
+    this node's mirror of its prefix); the local spec's path. A replica with no ConfigMap, a
+    Vertex AI worker pool, reads its spec so."""
+    from baton.errors import UsageError
+    from baton.storage import objects
+
+    url = L.normalize(url, "SPEC")
+    where = L.parent(url)
+    target = directory if directory is not None else node_cache.mirror_dir(where)
+    files = objects.list_tree(where)
+    if L.basename(url) not in files:
+        raise UsageError(f"SPEC: no spec at {url}. Received: {url}")
+    for rel in files:
+        path = target / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(objects.read_bytes(L.join(where, rel)))
+    return target / L.basename(url)
+
+
 def backup_dir(given: str | None, out: Path) -> Path:
     """`--backup-dir`: a bucket URL becomes this node's mirror of it (synced by backup_sync);
     default `OUT/backup`, which on a bucket run is inside the mirror as well."""

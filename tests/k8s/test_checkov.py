@@ -4,11 +4,13 @@ checkov (Bridgecrew/Prisma's policy scanner, the one the security probe ran: 198
 then) checks built-in kinds only: it skips a JobSet, a TrainJob, its runtime and a TFJob. So it
 also scans what their controllers create from them: the batch/v1 Jobs of every replicated job
 (JobSet, and the JobSet Trainer makes of a TrainJob and its runtime), and the Pods of every
-TFJob replica type. Only the checks justified in docs/kubernetes.md may fail: CKV_K8S_43 ("Image
-should use digest") when no digest was given, and on a TFJob's replica Pods (checkov does not
-apply them to Jobs) CKV_K8S_8 / CKV_K8S_9 (liveness / readiness probes: a training task is no
-service, and a probe on its gRPC port would kill a task still importing TensorFlow, or one that
-runs alone without a server); with `--image` and `--serving-image` pinned by digest, only those.
+TFJob replica type, and a spec with a federated stage (its SuperLink, SuperNodes and run Job).
+Only the checks justified in docs/kubernetes.md may fail: CKV_K8S_43 ("Image should use
+digest") when no digest was given, and on a TFJob's replica Pods (checkov does not apply them to
+Jobs) and the SuperNodes' Deployments CKV_K8S_8 / CKV_K8S_9 (liveness / readiness probes: a
+training task is no service, and a probe on its gRPC port would kill a task still importing
+TensorFlow, or one that runs alone without a server; nothing routes to a SuperNode); with
+`--image` and `--serving-image` pinned by digest, only those.
 
 checkov pins its own dependencies, so it lives in a virtualenv of its own, `.venv-checkov`,
 created here with uv on first use (a few seconds from uv's cache; measured in
@@ -92,6 +94,24 @@ def _generate(root: Path, strategies: list[list[str]], *flags: str) -> None:
             assert _controllers_make(out, root / "made" / out.name) > 0
 
 
+def _federated(root: Path, *flags: str) -> None:
+    """A spec with a federated stage (the SuperLink, SuperNodes and run Job beside the data and
+    release Jobs), generated as any other."""
+    from baton.pipeline.cli import main as baton
+
+    spec = root / "federated.yaml"
+    spec.parent.mkdir(parents=True, exist_ok=True)
+    spec.write_text(yaml.safe_dump({"pipeline": "fedpen", "stages": [
+        {"name": "ingest", "type": "ingest", "config": {"source": "penguins"}},
+        {"name": "federated", "type": "federated", "inputs": {"examples": "ingest.examples"},
+         "config": {"clients": 2, "rounds": 1}},
+        {"name": "evaluate", "type": "evaluate", "inputs": {
+            "model": "federated.model", "transform_graph": "federated.transform_graph",
+            "examples": "ingest.examples"}}]}))
+    assert baton(["k8s", str(spec), "--out", str(root / "federated"), "--run-id", "r1",
+                  "--namespace", "ml", *flags]) == 0
+
+
 MWM = ["--strategy", "multi_worker_mirrored", "--workers", "2"]
 PS = ["--strategy", "parameter_server", "--workers", "2", "--ps", "1"]
 
@@ -102,8 +122,10 @@ def scanned(tmp_path_factory) -> tuple[dict[str, list[str]], dict]:
     the default images (`plain/`), and every target with images pinned by digest (`digest/`)."""
     root = tmp_path_factory.mktemp("checkov")
     _generate(root / "plain", [MWM, PS])
-    _generate(root / "digest", [MWM], "--image", f"reg.io/ml/baton{DIGEST}",
-              "--serving-image", f"tensorflow/serving{DIGEST}")
+    _federated(root / "plain")
+    digests = ["--image", f"reg.io/ml/baton{DIGEST}", "--serving-image", f"tensorflow/serving{DIGEST}"]
+    _generate(root / "digest", [MWM], *digests)
+    _federated(root / "digest", *digests)
     proc = subprocess.run([str(_checkov()), "-d", str(root), "--framework", "kubernetes",
                            "--quiet", "--compact", "-o", "json"],
                           capture_output=True, text=True, timeout=500)
@@ -122,9 +144,13 @@ def _under(failed: dict[str, list[str]], prefix: str) -> dict[str, list[str]]:
 
 
 def _only_tfjob_pods_lack_probes(failed: dict[str, list[str]]) -> None:
+    """... and the SuperNodes' Deployments (docs/kubernetes.md: nothing routes to a SuperNode,
+    it dials the SuperLink)."""
     for check in PROBES:
         for where in failed.get(check, []):
-            assert "/made/tfjob-" in where and ":Pod." in where, (check, where)
+            tfjob_pod = "/made/tfjob-" in where and ":Pod." in where
+            supernode = "/federated/federated-supernodes.yaml:Deployment." in where
+            assert tfjob_pod or supernode, (check, where)
 
 
 def test_only_justified_checks_fail_on_every_target(scanned):

@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -193,6 +194,7 @@ def test_replica_environment_is_the_operators(tmp_path):
     job = build_tfjob(opts)
     gate = tmp_path / "vol" / "runs" / "penguins" / opts.run_id / "transform" / "transformed"
     gate.mkdir(parents=True)
+    (gate.parent / "lineage.json").write_text('{"status": "succeeded"}')  # the runner's record
     rc, em, _ = _run(tmp_path, job, {"chief_0": "0@worker-1:1", "worker_0": "-1", "worker_1": "-1", "ps_0": "-1"},
                      manifests=tmp_path / "m")
     assert rc == 0
@@ -329,3 +331,33 @@ def test_a_signal_to_the_emulator_deletes_its_pods(tmp_path, signum, code):
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGKILL)
         proc.wait(timeout=10)
+
+
+def test_a_pod_held_by_its_input_gate_says_so_on_the_console(tmp_path):
+    """Issue 37: `baton k8s emulate tfjob.yaml` on a fresh volume printed 'Running' and nothing
+    else while every pod waited in wait-for-inputs (the waiting lines went only to the pods' log
+    files). Each pod's init container, and what it waits for, is now on the console."""
+    write_manifests(make_options(workers=2), tmp_path / "m")  # Chief + Worker
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "baton", "k8s", "emulate", str(tmp_path / "m" / "tfjob.yaml"),
+         "--work-dir", str(tmp_path / "w")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    seen: list[str] = []
+    reader = threading.Thread(target=lambda: seen.extend(iter(proc.stdout.readline, "")), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 120  # the pods' `sh` start at once; TensorFlow is not imported
+        while sum("wait-for-inputs: waiting for inputs: transform/transformed" in ln
+                  for ln in list(seen)) < 2:
+            assert time.monotonic() < deadline and proc.poll() is None, "".join(seen)
+            time.sleep(0.1)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        reader.join(timeout=10)
+    said = "".join(seen)
+    job = make_options().job_name
+    for pod in (f"{job}-chief-0", f"{job}-worker-0"):
+        assert f"{pod}: init container wait-for-inputs (pid" in said, said
+        assert f"{pod}: wait-for-inputs: waiting for inputs: transform/transformed" in said, said
+    assert said.count("waiting for inputs") == 2, said  # once per pod, not every 10 s

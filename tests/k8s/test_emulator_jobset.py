@@ -290,3 +290,28 @@ def test_emulate_refuses_an_invalid_manifest_before_running_anything(tmp_path, c
     assert baton(["k8s", "emulate", str(out), "--work-dir", str(tmp_path / "w")]) == 2
     assert "DependsOn can't be set for the first ReplicatedJob" in capsys.readouterr().err
     assert not (tmp_path / "w" / "logs").exists()
+
+
+def test_a_job_held_by_its_init_container_says_what_it_waits_for(tmp_path):
+    """The release Job of a TFJob pipeline (and the federation's run Job) waits in
+    `wait-for-inputs`; what that init container prints goes to the console once per change
+    (it used to reach only the pod's log file)."""
+    import io
+
+    from baton.k8s.emulator_jobs import plain_jobs
+
+    gate = ("echo 'waiting for inputs: train/model'; sleep 1.5; "
+            "echo 'waiting for inputs: train/model'; sleep 1.5")
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "rel", "namespace": "ml"},
+           "spec": {"backoffLimit": 0, "template": {"spec": {
+               "restartPolicy": "Never",
+               "initContainers": [{"name": "wait-for-inputs", "image": "i:1", "command": ["sh", "-c", gate]}],
+               "containers": [{"name": "baton", "image": "i:1", "command": ["true"]}]}}}}
+    console = io.StringIO()
+    rc = JobSetEmulator(plain_jobs([job]), JobSetOptions(
+        volume_dir=tmp_path / "vol", work_dir=tmp_path / "work", stream=console, label="Job"),
+        plain=True).run()
+    said = console.getvalue()
+    assert rc == 0, said
+    assert "pod rel-0: init container wait-for-inputs" in said
+    assert said.count("pod rel-0: waiting for inputs: train/model") == 1, said

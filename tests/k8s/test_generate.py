@@ -150,4 +150,27 @@ def test_an_input_gate_ends_when_its_stage_failed_for_good(tmp_path):
     assert proc.returncode == 1 and "upstream stage failed for good" in proc.stdout
     assert "boom" in proc.stdout
     (run_dir / "train" / "model").mkdir(parents=True)  # a later success wins over the record
+    (run_dir / "train" / "lineage.json").write_text('{"status": "succeeded"}')
     assert subprocess.run(["sh", "-c", script], timeout=30).returncode == 0
+
+
+def test_an_input_gate_waits_for_the_stages_record_not_only_its_output(tmp_path):
+    """`baton task`'s chief renames train/model into place, then hashes it and writes
+    train/lineage.json; the release Job's `baton run --only evaluate,...` refuses a train stage
+    without that record ("has no finished outputs", a permanent exit). A gate that opened on
+    train/model alone let the release Job start in that window and fail the pipeline for good
+    (target tfjob, and every gate on a volume): it must wait for the record too."""
+    import subprocess
+
+    from baton.k8s import pods
+
+    opts = make_options()
+    _, mounts = pods.volumes(opts)
+    gate = pods.gate_container(opts, ("train/model",), mounts)
+    script = gate["command"][2].replace(opts.mount_path, str(tmp_path))
+    train = tmp_path / "runs" / "penguins" / opts.run_id / "train"
+    (train / "model").mkdir(parents=True)  # renamed into place, the record not yet written
+    with pytest.raises(subprocess.TimeoutExpired):
+        subprocess.run(["sh", "-c", script], capture_output=True, timeout=3)
+    (train / "lineage.json").write_text('{"status": "succeeded"}')
+    assert subprocess.run(["sh", "-c", script], capture_output=True, timeout=30).returncode == 0

@@ -112,6 +112,9 @@ def test_the_namespace_enforces_the_restricted_standard():
     bad = copy.deepcopy(ns)
     bad["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] = "baseline"
     assert [v.rule for v in validate_doc(bad)] == ["security"]
+    system = copy.deepcopy(ns)
+    system["metadata"]["name"] = "kube-system"  # its network plugin and kube-proxy are privileged
+    assert [(v.path, v.rule) for v in validate_doc(system)] == [("metadata.name", "security")]
 
 
 C = "spec.replicatedJobs[1].template.spec.template.spec"
@@ -134,6 +137,23 @@ EDITS = [
      f"{C}.containers[0].securityContext.readOnlyRootFilesystem", "security"),
     (lambda p: p["containers"][0].update(image="baton:latest"), f"{C}.containers[0].image", "security"),
     (lambda p: p["containers"][0]["ports"][0].update(hostPort=2222), f"{C}.containers[0].ports[0].hostPort", "pss"),
+    # the baseline controls the restricted standard includes (pod-security-admission v1.30):
+    # each passed `baton k8s validate` before this audit, and the API server refuses each
+    (lambda p: p["securityContext"].update(runAsNonRoot=False), f"{C}.securityContext.runAsNonRoot", "pss"),
+    (lambda p: p["securityContext"].update(sysctls=[{"name": "net.ipv4.tcp_syncookies", "value": "1"},
+                                                    {"name": "kernel.msgmax", "value": "65536"}]),
+     f"{C}.securityContext.sysctls[1].name", "pss"),
+    (lambda p: p["containers"][0]["securityContext"].update(procMount="Unmasked"),
+     f"{C}.containers[0].securityContext.procMount", "pss"),
+    (lambda p: p["containers"][0]["securityContext"].update(appArmorProfile={"type": "Unconfined"}),
+     f"{C}.containers[0].securityContext.appArmorProfile.type", "pss"),
+    (lambda p: p["securityContext"].update(seLinuxOptions={"type": "spc_t"}),
+     f"{C}.securityContext.seLinuxOptions.type", "pss"),
+    (lambda p: p.setdefault("initContainers", []).append({"name": "x", "image": "a:1", "securityContext": {
+        **p["containers"][0]["securityContext"], "seLinuxOptions": {"user": "system_u"}}}),
+     f"{C}.initContainers[0].securityContext.seLinuxOptions.user", "pss"),
+    (lambda p: p["securityContext"].update(windowsOptions={"hostProcess": True}),
+     f"{C}.securityContext.windowsOptions.hostProcess", "pss"),
 ]
 
 
@@ -143,6 +163,26 @@ def test_hand_edited_pods_are_refused_naming_the_field(edit, path, rule):
     edit(js["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]["spec"])
     found = [(v.path, v.rule) for v in validate_doc(js) if v.rule in ("pss", "security")]
     assert (path, rule) in found, found
+
+
+def test_what_the_restricted_standard_allows_passes_and_an_apparmor_annotation_is_checked():
+    [js] = [copy.deepcopy(d) for d in _docs("jobset") if d["kind"] == "JobSet"]
+    tmpl = js["spec"]["replicatedJobs"][1]["template"]["spec"]["template"]
+    pod = tmpl["spec"]
+    pod["securityContext"].update(sysctls=[{"name": "net.ipv4.ip_local_port_range", "value": "1 2"}],
+                                  seLinuxOptions={"type": "container_t", "level": "s0:c1"})
+    pod["containers"][0]["securityContext"].update(
+        procMount="Default", appArmorProfile={"type": "RuntimeDefault"},
+        capabilities={"drop": ["ALL"], "add": ["NET_BIND_SERVICE"]})
+    tmpl["metadata"]["annotations"][f"{APPARMOR}tensorflow"] = "localhost/my-profile"
+    assert [v for v in validate_doc(js) if v.rule in ("pss", "security")] == []
+    tmpl["metadata"]["annotations"][f"{APPARMOR}tensorflow"] = "unconfined"
+    found = [(v.path, v.rule) for v in validate_doc(js) if v.rule in ("pss", "security")]
+    assert found == [(f"spec.replicatedJobs[1].template.spec.template.metadata.annotations"
+                      f"['{APPARMOR}tensorflow']", "pss")], found
+
+
+APPARMOR = "container.apparmor.security.beta.kubernetes.io/"
 
 
 def test_a_directory_whose_pods_no_policy_selects_is_refused():

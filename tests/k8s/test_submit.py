@@ -18,6 +18,12 @@ class _FakeResponse:
         self.status, self.reason, self.data = status, "Created" if status < 300 else "Forbidden", data
         self.headers = {"content-type": "application/json"}
 
+    def getheaders(self):
+        return self.headers
+
+    def getheader(self, name, default=None):
+        return self.headers.get(name, default)
+
 
 def _client(status: int = 201):
     """A real ApiClient whose HTTP layer records requests instead of sending them."""
@@ -28,11 +34,20 @@ def _client(status: int = 201):
     api = client.ApiClient(cfg)
     sent = []
 
-    def request(method, url, headers=None, body=None, post_params=None, _request_timeout=None):
+    def request(method, url, headers=None, body=None, post_params=None, _request_timeout=None,
+                query_params=None, **_):
+        # kubernetes < 31 (the version kfp pins, `baton[kfp]`) passes the query apart
+        if query_params:
+            from urllib.parse import urlencode
+
+            url = f"{url}?{urlencode(query_params)}"
         sent.append({"method": method, "url": url, "body": body, "headers": headers})
         reply = body if status < 300 else {"kind": "Status", "message": "tfjobs is forbidden"}
         # as the client's REST layer does: any status comes back; ApiClient raises on >= 300
-        return rest.RESTResponse(_FakeResponse(status, json.dumps(reply).encode()))
+        response = rest.RESTResponse(_FakeResponse(status, json.dumps(reply).encode()))
+        if status >= 300 and not hasattr(response, "read"):
+            raise rest.ApiException(http_resp=response)  # kubernetes < 31 raises in this layer
+        return response
 
     api.rest_client.request = request
     return api, sent

@@ -183,12 +183,28 @@ def _all_containers(doc: dict) -> list[dict]:
     (["--name", "p" * 50], "--name: the 'release' pods would be named like"),
     (["--target", "trainjob", "--name", "p" * 50], "--name: the 'release' pods would be named like"),
     (["--target", "argo"], "invalid choice: 'argo'"),
+    # not references a runtime accepts: the API server takes them, the pod waits in
+    # InvalidImageName until activeDeadlineSeconds (a day)
+    (["--image", "reg.io/baton:0.1.0;rm"], "--image: is not an image reference a container runtime accepts"),
+    (["--image", "reg.io/Baton:0.1.0"], "Received: 'reg.io/Baton:0.1.0'"),
+    (["--serving-image", "tensorflow/serving:-x"], "--serving-image: is not an image reference"),
+    # Kubernetes' own namespace: namespace.yaml would enforce the restricted standard on it
+    (["--namespace", "kube-system"], "--namespace: 'kube-system' is Kubernetes' own"),
 ])
 def test_bad_input_exits_2_naming_the_flag(tmp_path, capsys, argv, needle):
     assert baton(["k8s", "--out", str(tmp_path / "o"), "--run-id", "r1", *argv]) == 2
     err = capsys.readouterr().err
     assert needle in err, err
     assert not (tmp_path / "o").exists()
+
+
+def test_image_references_a_runtime_accepts_are_kept():
+    from baton.k8s.refs import check_image
+
+    for ok in ("baton:0.1.0", "localhost:5000/ml/baton:0.1.0", "[::1]:5000/baton:1.0",
+               "Reg.Example.com:443/team/sub_dir/baton--x:v1.2_rc.3",
+               "reg.io/ml/baton:0.1.0@sha256:" + "a" * 64, "reg.io/ml/baton@sha256:" + "0" * 64):
+        assert check_image("image", ok) == ok
 
 
 def test_a_long_pipeline_name_names_the_derived_job_name(tmp_path, capsys):
@@ -233,3 +249,31 @@ def test_a_hand_edited_jobset_without_tf_config_inputs_is_refused_naming_them(tm
                "metadata.labels['jobset.sigs.k8s.io/job-index']" in ln and "[baton]" in ln for ln in lines)
     assert any("spec.replicatedJobs[2].template.spec.parallelism: is 3 but BATON_TF_TOPOLOGY says 1"
                in ln for ln in lines), lines
+
+
+@pytest.mark.parametrize("edit,needle", [
+    # the topology gone, the downward-API variables kept: every pod would train alone
+    (lambda job, c: c.update(env=[e for e in c["env"] if e["name"] != "BATON_TF_TOPOLOGY"]),
+     "containers[0].env[BATON_TF_TOPOLOGY]: is missing, but it reads BATON_COMPLETION_INDEX"),
+    # every Baton variable gone: the container still runs `baton task`
+    (lambda job, c: c.update(env=[e for e in c["env"] if not e["name"].startswith("BATON_")]),
+     "containers[0].env[BATON_TF_TOPOLOGY]: is missing, but it runs `baton task`"),
+    # no completion index without an Indexed Job: the pods could not tell their tasks apart
+    (lambda job, c: job.pop("completionMode"),
+     "spec.replicatedJobs[2].template.spec.completionMode: must be Indexed"),
+])
+def test_a_hand_edited_training_step_that_would_train_alone_is_refused(tmp_path, capsys, edit, needle):
+    from baton.pipeline.commands.k8s import main
+
+    out = tmp_path / "m"
+    assert main(["--out", str(out), "--run-id", "r1", "--workers", "2",
+                 "--strategy", "multi_worker_mirrored"]) == 0
+    js = yaml.safe_load((out / "jobset.yaml").read_text())
+    job = _steps(js["spec"])["worker"]["template"]["spec"]
+    [c] = job["template"]["spec"]["containers"]
+    edit(job, c)
+    (out / "jobset.yaml").write_text(yaml.safe_dump(js))
+    capsys.readouterr()
+    assert main(["validate", str(out)]) == 1
+    said = capsys.readouterr().out
+    assert needle in said and "[baton]" in said, said

@@ -78,28 +78,22 @@ def test_serves_from_a_bucket_and_hot_reloads_only_committed_versions(built, s3)
         server.stop(grace=1)
 
 
-def test_a_store_out_of_reach_keeps_the_served_version(built, tmp_path, monkeypatch):
-    from baton.storage.testing import LocalS3
-    from baton.strategies.cluster import free_ports
-
-    with LocalS3(free_ports(LocalS3.PORTS)).start() as store:
-        for k, v in store.env().items():
-            monkeypatch.setenv(k, v)
-        monkeypatch.setenv("BATON_CACHE_DIR", str(tmp_path / "cache"))
-        base = L.join(store.bucket("outage"), "models", "penguins")
-        push(built["penguins1"], base, 1)
-        opts = ServerOptions(bind_free_ports=True, file_system_poll_wait_seconds=0.1)
-        server = ModelServer(opts, [ModelConfig("penguins", base)]).start()
-        try:
-            store.stop()
-            time.sleep(1.5)  # several polls fail
-            assert state_of(server, 1) == "AVAILABLE"
-            assert predict_class(server) == EXPECTED_CLASS[1]
-            store.start()
-            push(built["penguins2"], base, 2)
-            wait_for(lambda: state_of(server, 2) == "AVAILABLE")
-        finally:
-            server.stop(grace=1)
+def test_a_store_out_of_reach_keeps_the_served_version(built, s3, s3_outage):
+    store = s3_outage
+    base = L.join(s3, "models", "penguins")
+    push(built["penguins1"], base, 1)
+    opts = ServerOptions(bind_free_ports=True, file_system_poll_wait_seconds=0.1)
+    server = ModelServer(opts, [ModelConfig("penguins", base)]).start()
+    try:
+        store.stop()
+        time.sleep(1.5)  # several polls fail
+        assert state_of(server, 1) == "AVAILABLE"
+        assert predict_class(server) == EXPECTED_CLASS[1]
+        store.start()
+        push(built["penguins2"], base, 2)
+        wait_for(lambda: state_of(server, 2) == "AVAILABLE")
+    finally:
+        server.stop(grace=1)
 
 
 def test_missing_bucket_and_wrong_credentials_are_one_line_errors(s3, monkeypatch):

@@ -143,3 +143,18 @@ def test_gcs_through_the_same_layer(tmp_path, monkeypatch):
         assert (tmp_path / "d" / "f").read_bytes() == b"data"
         with pytest.raises(StorageError, match="bucket 'no-such-gcs-bucket' does not exist"):
             check_bucket("gs://no-such-gcs-bucket/x", "--runs-dir")
+
+
+def test_an_object_deleted_between_open_and_read_reads_as_missing(s3):
+    """pyarrow looks an object up when it opens it and GETs it on the first read; one deleted
+    in between (a version pruned while a server polls it) is missing, not a store failure."""
+    from baton.storage.filesystems import errors, resolve
+
+    loc = L.join(s3, "gone.json")
+    objects.write_json(loc, {"a": 1})
+    fs, path = resolve(loc)
+    with pytest.raises(FileNotFoundError), errors(loc, "cannot read"), \
+            fs.open_input_stream(path) as f:
+        objects.delete(loc)
+        f.read()
+    assert objects.read_json(loc) is None

@@ -171,3 +171,14 @@ def test_baton_task_refuses_two_sources_and_runs_a_one_task_topology_alone(monke
     single = _topo(("chief", 1, 1, [["chief", 1]]))
     assert tf_config_from_env(_env(single, "chief", 0)) is None  # as the operator: not distributed
     assert tf_config_from_env({}) is None
+
+
+def test_a_jobset_pod_that_lost_its_topology_exits_instead_of_training_alone():
+    """A hand-edited JobSet whose training container kept the downward-API variables but lost
+    BATON_TF_TOPOLOGY: every pod used to run alone (no TF_CONFIG), each a chief of its own
+    writing the same model; now the pod fails (exit 1 in `baton task`) naming the variable."""
+    env = _env(TOPO, "worker", 1)
+    del env[jc.TOPOLOGY_ENV]
+    with pytest.raises(jc.JobSetEnvError, match="BATON_TF_TOPOLOGY is missing: this pod has "
+                                                "BATON_COMPLETION_INDEX, BATON_JOBSET_NAME"):
+        jc.tf_config_from_env(env)

@@ -1,6 +1,7 @@
 """transform (with a preprocessing_fn) and statistics on the PortableRunner: Beam's Python job
 service and an external worker pool, each its own process (the portability protocol Flink,
-Spark and Dataflow use), against the in-process FnApiRunner run of the same rows.
+Spark and Dataflow use), against the in-process FnApiRunner run of the same rows: on a local
+runs directory (shards passed as paths) and on a bucket (the workers read the shards' objects).
 
 The workers see neither the spec's directory (renamed away before the first job starts; the
 pool's cwd and PYTHONPATH exclude it) nor the test's sys.path: they import the user's module,
@@ -10,6 +11,7 @@ wrote. A missing job service and a worker that never connects are stage errors i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -21,6 +23,7 @@ import textwrap
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,6 +31,7 @@ import baton
 from baton.errors import StageError
 from baton.pipeline.dataplane import beam_runner
 from baton.pipeline.testing import run_stage
+from baton.storage import manifest as M
 
 pytestmark = [pytest.mark.slow, pytest.mark.multi_worker]
 
@@ -97,13 +101,22 @@ class Service:
 
 
 @pytest.fixture(scope="module")
-def beam_services(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[int, int]]:
-    """(job service port, worker pool port), both on free ports (bound to 0, read back)."""
+def worker_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The workers' node cache (BATON_CACHE_DIR): another node's, not the driver's."""
+    return tmp_path_factory.mktemp("worker-node") / "cache"
+
+
+@pytest.fixture(scope="module")
+def beam_services(tmp_path_factory: pytest.TempPathFactory, s3_server: Any,
+                  worker_cache: Path) -> Iterator[tuple[int, int]]:
+    """(job service port, worker pool port), both on free ports (bound to 0, read back); the
+    workers hold the S3 server's credentials and a node cache of their own."""
     d = tmp_path_factory.mktemp("beam-services")
     cwd = d / "cwd"  # an empty directory: nothing of the spec's on the workers' path
     cwd.mkdir()
     baton_root = str(Path(baton.__file__).parent.parent)
-    env = {**os.environ, "PYTHONPATH": baton_root, "TF_CPP_MIN_LOG_LEVEL": "3",
+    env = {**os.environ, **s3_server.env(), "BATON_CACHE_DIR": str(worker_cache),
+           "PYTHONPATH": baton_root, "TF_CPP_MIN_LOG_LEVEL": "3",
            # the pool starts each worker as `python -c ...`: this environment's python
            "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     services: list[Service] = []
@@ -140,41 +153,71 @@ def _tree(root: Path) -> dict[str, bytes]:
             if p.is_file()}
 
 
-def test_transform_and_statistics_on_the_portable_runner(tmp_path, beam_services, examples,
-                                                         monkeypatch):
-    job, pool = beam_services
-    code, log = tmp_path / "spec", tmp_path / "imports.jsonl"
+REF = "portable_pre:preprocessing_fn"
+
+
+@pytest.fixture(scope="module")
+def user_code(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
+    """(the spec's directory with the user's module and its helper, the imports log)."""
+    d = tmp_path_factory.mktemp("user-code")
+    code, log = d / "spec", d / "imports.jsonl"
     code.mkdir()
     (code / "portable_pre.py").write_text(MODULE.format(log=str(log)))
     (code / "portable_helpers.py").write_text(HELPERS)
-    ref = "portable_pre:preprocessing_fn"
+    return code, log
 
-    local_t, local_m = run_stage("transform", {"preprocessing_fn": ref},
-                                 {"examples": examples}, tmp_path, spec_dir=code, run_id="local")
-    local_s, _ = run_stage("statistics", {}, {"examples": examples}, tmp_path, run_id="local")
 
-    # the driver imports the module first; the spec's directory is gone before any worker starts
-    real_run, hidden = beam_runner.run, tmp_path / "spec-hidden"
+@pytest.fixture(scope="module")
+def local_outputs(tmp_path_factory: pytest.TempPathFactory, examples: Path,
+                  user_code: tuple[Path, Path]) -> tuple[dict, dict, dict]:
+    """(transform outputs, its metrics, statistics outputs) of the in-process FnApiRunner:
+    what every portable run must equal."""
+    d = tmp_path_factory.mktemp("local")
+    local_t, local_m = run_stage("transform", {"preprocessing_fn": REF}, {"examples": examples},
+                                 d, spec_dir=user_code[0], run_id="local")
+    local_s, _ = run_stage("statistics", {}, {"examples": examples}, d, run_id="local")
+    return local_t, local_m, local_s
+
+
+@contextlib.contextmanager
+def spec_dir_hidden(monkeypatch: pytest.MonkeyPatch, code: Path) -> Iterator[None]:
+    """The driver imports the module first; the spec's directory is gone while each Beam job
+    runs (as on workers of other machines), back between jobs and after the block."""
+    real_run, hidden = beam_runner.run, code.with_name("spec-hidden")
 
     def run_hidden(build, args):  # noqa: ANN001, ANN202
-        if code.exists():
-            code.rename(hidden)
-        return real_run(build, args)
+        code.rename(hidden)
+        try:
+            return real_run(build, args)
+        finally:
+            hidden.rename(code)
 
     monkeypatch.setattr(beam_runner, "run", run_hidden)
+    try:
+        yield
+    finally:
+        monkeypatch.setattr(beam_runner, "run", real_run)
+        if hidden.exists():
+            hidden.rename(code)
+
+
+def test_transform_on_the_portable_runner(tmp_path, beam_services, examples, monkeypatch,
+                                          user_code, local_outputs):
+    """A local runs directory (a volume the workers mount): shards passed as paths. Statistics
+    on this runner: the bucket run below."""
+    job, pool = beam_services
+    code, log = user_code
+    ref = REF
+    local_t, local_m, _ = local_outputs
+
     args = portable_args(job, pool)
     started = time.perf_counter()
-    try:
+    with spec_dir_hidden(monkeypatch, code):
         port_t, port_m = run_stage("transform", {"preprocessing_fn": ref,
                                                  "beam_pipeline_args": args},
                                    {"examples": examples}, tmp_path, spec_dir=code,
                                    run_id="portable")
-    finally:
-        if hidden.exists():
-            hidden.rename(code)
-    port_s, _ = run_stage("statistics", {"beam_pipeline_args": args}, {"examples": examples},
-                          tmp_path, run_id="portable")
-    print(f"portable transform + statistics: {time.perf_counter() - started:.1f} s")
+    print(f"portable transform: {time.perf_counter() - started:.1f} s")
 
     # identical transformed rows (byte for byte), analyzer values, feature spec, vocabulary
     assert (port_m["phases"], port_m["analyzers"]) == (local_m["phases"], local_m["analyzers"])
@@ -183,9 +226,6 @@ def test_transform_and_statistics_on_the_portable_runner(tmp_path, beam_services
     for name in ("analysis.json", "feature_spec.json", "assets/island"):
         assert (port_t["transform_graph"] / name).read_bytes() == \
             (local_t["transform_graph"] / name).read_bytes(), name
-    # identical statistics and schema
-    assert _tree(port_s["statistics"]) == _tree(local_s["statistics"])
-    assert _tree(port_s["schema"]) == _tree(local_s["schema"])
 
     # the workers imported the user's names from the staged copy, never from the spec's dir
     imports = [json.loads(line) for line in log.read_text().splitlines()]
@@ -197,6 +237,58 @@ def test_transform_and_statistics_on_the_portable_runner(tmp_path, beam_services
         assert staged.name.startswith("baton-user-code-"), i
         assert Path(i["helper"]) == staged / "portable_helpers.py", i
         assert not Path(i["file"]).resolve().is_relative_to(tmp_path.resolve()), i
+
+
+def test_a_bucket_runs_workers_read_and_write_its_shards_on_the_store(
+        s3, beam_services, worker_cache, user_code, local_outputs, monkeypatch):
+    """`--runs-dir s3://...` with the workers in other processes that share no disk with the
+    driver's node cache (nor the spec's directory): statistics and transform workers fetch the
+    examples' shards from the bucket by their commit's manifest (into their own node cache),
+    write the transformed shards and their results to the store, and the outputs equal an
+    in-process run's."""
+    from baton.pipeline.context import RunOptions
+    from baton.pipeline.plan import plan
+    from baton.pipeline.runner import run_pipeline
+    from baton.pipeline.spec import load_spec
+    from baton.pipeline.store import hash_path
+    from baton.storage import location as L
+    from baton.storage import objects
+
+    code, _ = user_code
+    local_t, local_m, local_s = local_outputs
+    args = portable_args(*beam_services)
+    spec = code / "bucket-spec.yaml"
+    spec.write_text(json.dumps({"pipeline": "portable", "stages": [
+        {"name": "ingest", "type": "ingest"},
+        {"name": "statistics", "type": "statistics", "inputs": {"examples": "ingest.examples"},
+         "config": {"beam_pipeline_args": args}},
+        {"name": "transform", "type": "transform", "inputs": {"examples": "ingest.examples"},
+         "config": {"preprocessing_fn": REF, "beam_pipeline_args": args}}]}))
+    planned = plan(load_spec(spec))
+    with spec_dir_hidden(monkeypatch, code):
+        res = run_pipeline(planned, RunOptions(quiet=True), runs_dir=L.join(s3, "runs"))
+    assert res.ok, [s.error for s in res.stages]
+
+    def commit(stage: str) -> dict[str, Any]:
+        return objects.read_json(L.join(res.url, stage, "lineage.json"))
+
+    shards = {rel: e for rel, e in commit("ingest")["manifest"].items()
+              if rel.endswith((".tfrecord", ".arrow"))}
+    assert any(r.startswith("examples/columnar/") for r in shards) and len(shards) >= 4
+    fetched = {p.name for p in (worker_cache / "objects").rglob("*") if p.is_file()}
+    assert {e["sha256"] for e in shards.values()} <= fetched  # read from the store
+    transform = commit("transform")
+    assert transform["metrics"]["beam_running_mode"] == "PortableRunner"
+    assert not [r for r in objects.list_tree(res.url) if ".tmp-results" in r]
+    assert (transform["metrics"]["rows"], transform["metrics"]["phases"]) == \
+        (local_m["rows"], local_m["phases"])
+    assert transform["outputs"]["transformed"]["hash"] == hash_path(local_t["transformed"])
+    files = {rel: e["sha256"] for rel, e in transform["manifest"].items()}
+    for name in ("analysis.json", "feature_spec.json", "assets/island"):
+        assert files[f"transform_graph/{name}"] == \
+            M.hash_file(local_t["transform_graph"] / name)[0], name
+    for out in ("statistics", "schema"):  # identical statistics and schema
+        assert commit("statistics")["outputs"][out]["hash"] == hash_path(local_s[out]), out
 
 
 def test_a_missing_job_service_fails_at_once(tmp_path, examples):

@@ -74,19 +74,31 @@ def test_a_reader_polling_during_a_push_never_sees_a_half_version(s3, tmp_path):
     base = L.join(s3, "models", "m")
     pushing.push(_model(tmp_path, "m0", size=50_000), base)
     seen: list[tuple[int, bool]] = []
+    failed: list[BaseException] = []  # the reader must keep polling through prunes
     stop = threading.Event()
 
     def poll() -> None:
         while not stop.is_set():
-            found, _ = MV.scan(base)
-            for v, info in found.items():
-                if info.state == MV.COMMITTED:
-                    commit = MV.read_commit(base, info.name) or {}
-                    files = objects.list_tree(L.join(base, info.name))
-                    seen.append((v, all(files.get(rel) == e["size"]
-                                        for rel, e in commit["files"].items())))
-                else:
-                    seen.append((v, True))
+            try:
+                look()
+            except BaseException as exc:  # noqa: BLE001 - reported by the test
+                failed.append(exc)
+                return
+
+    def look() -> None:
+        found, _ = MV.scan(base)
+        for v, info in found.items():
+            if info.state == MV.COMMITTED:
+                commit = MV.read_commit(base, info.name)
+                if commit is None:  # pruned since the scan: gone whole, not half
+                    continue
+                files = objects.list_tree(L.join(base, info.name))
+                whole = all(files.get(rel) == e["size"] for rel, e in commit["files"].items())
+                if not whole and MV.read_commit(base, info.name) is None:
+                    continue  # pruned while listed: its commit went first
+                seen.append((v, whole))
+            else:
+                seen.append((v, True))
 
     reader = threading.Thread(target=poll)
     reader.start()
@@ -96,44 +108,41 @@ def test_a_reader_polling_during_a_push_never_sees_a_half_version(s3, tmp_path):
     finally:
         stop.set()
         reader.join()
+    assert not failed, failed
     assert seen and all(complete for _, complete in seen)
     assert {v for v, _ in seen} >= {1, 2}
 
 
-def test_a_push_stopped_midway_leaves_a_pending_version_no_one_loads(tmp_path, monkeypatch):
+def test_a_push_stopped_midway_leaves_a_pending_version_no_one_loads(s3, s3_outage, tmp_path,
+                                                                    monkeypatch):
     """The server stopped mid-push: the push fails naming the URL; the half version is
     pending (never committed), a rerun pushes a new version above it, and a later push sweeps
     it once it is stale."""
-    from baton.storage.testing import LocalS3
-    from baton.strategies.cluster import free_ports
+    server = s3_outage
+    base = L.join(s3, "models", "m")
+    real = objects.upload_file
+    calls = []
 
-    with LocalS3(free_ports(LocalS3.PORTS)).start() as server:
-        for k, v in server.env().items():
-            monkeypatch.setenv(k, v)
-        base = L.join(server.bucket("push-faults"), "models", "m")
-        real = objects.upload_file
-        calls = []
+    def stop_midway(local, loc):
+        real(local, loc)
+        calls.append(loc)
+        if len(calls) == 1:
+            server.stop()
 
-        def stop_midway(local, loc):
-            real(local, loc)
-            calls.append(loc)
-            if len(calls) == 1:
-                server.stop()
-
-        monkeypatch.setattr(objects, "upload_file", stop_midway)
-        m0 = _model(tmp_path, "m0")
-        with pytest.raises(StorageError, match=rf"^cannot (upload to|write) {base}/1/[^\n]*: "
-                           r"(cannot reach http://127\.0\.0\.1|the store failed)[^\n]*$"):
-            pushing.push(m0, base)
-        monkeypatch.setattr(objects, "upload_file", real)
-        server.start()
-        found, _ = MV.scan(base)
-        assert found[1].state == MV.PENDING_STATE and V.versions(base) == []
-        again = pushing.push(m0, base)
-        assert again["version"] == 2 and V.versions(base) == [2]
-        monkeypatch.setattr(MV, "STALE_S", 0.0)
-        pushing.push(_model(tmp_path, "m1"), base)
-        assert 1 not in MV.scan(base)[0] and V.versions(base) == [2, 3]
+    monkeypatch.setattr(objects, "upload_file", stop_midway)
+    m0 = _model(tmp_path, "m0")
+    with pytest.raises(StorageError, match=rf"^cannot (upload to|write) {base}/1/[^\n]*: "
+                       r"(cannot reach http://127\.0\.0\.1|the store failed)[^\n]*$"):
+        pushing.push(m0, base)
+    monkeypatch.setattr(objects, "upload_file", real)
+    server.start()
+    found, _ = MV.scan(base)
+    assert found[1].state == MV.PENDING_STATE and V.versions(base) == []
+    again = pushing.push(m0, base)
+    assert again["version"] == 2 and V.versions(base) == [2]
+    monkeypatch.setattr(MV, "STALE_S", 0.0)
+    pushing.push(_model(tmp_path, "m1"), base)
+    assert 1 not in MV.scan(base)[0] and V.versions(base) == [2, 3]
 
 
 def test_a_second_push_racing_for_the_version_is_refused(s3, tmp_path, monkeypatch):
