@@ -58,7 +58,7 @@ class EnergyConfig:
 
 class EnergySettingsError(ConfigError):
     """Every bad `energy:` value at once, so one edit of the spec fixes them all. `errors` lists
-    them as pipeline.configs.ConfigErrors does (a layer this module sits below), and the spec
+    them as baton.configs.ConfigErrors does, and the spec
     loader reports each with its own line."""
 
     def __init__(self, errors: list[ConfigError]) -> None:

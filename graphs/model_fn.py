@@ -37,10 +37,9 @@ def resolve(name: str, search_dir: Path | str | None = None) -> Callable[[ModelS
     if name in MODELS:
         return MODELS[name].function
     if not is_ref(name):
-        import difflib
+        from baton.configs import did_you_mean
 
-        hint = difflib.get_close_matches(name, list(MODELS), n=1)
-        mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+        mean = did_you_mean(name, MODELS)
         raise RefError(
             f"model must be one of {', '.join(MODELS)} or a model function 'module:function'"
             f"{mean}. Received: {name!r}"

@@ -141,10 +141,9 @@ def builtin_config(kind: str, params: Any) -> Any:
     fields = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(params or {}) - fields)
     if unknown:
-        import difflib
+        from baton.configs import did_you_mean
 
-        hint = difflib.get_close_matches(unknown[0], sorted(fields), n=1)
-        mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+        mean = did_you_mean(unknown[0], sorted(fields))
         raise ValueError(
             f"model {kind} has no parameter {unknown[0]!r}{mean}; its parameters: "
             f"{', '.join(sorted(fields))}. Received: {dict(params)}"

@@ -22,12 +22,12 @@ reduction over the batch itself (a scalar is refused: it would be averaged twice
 
 from __future__ import annotations
 
-import difflib
 import inspect
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from baton.configs import did_you_mean
 from baton.graphs.user_refs import RefError, import_ref, is_ref
 
 # "accuracy" in Keras' compile() means the accuracy that fits the targets; here, class ids.
@@ -88,8 +88,7 @@ def optimizer_names() -> list[str]:
 
 
 def _unknown(kind: str, value: str, names: list[str]) -> str:
-    match = difflib.get_close_matches(value, names, n=1, cutoff=0.5)
-    mean = f" (did you mean {match[0]!r}?)" if match else ""
+    mean = did_you_mean(value, names, cutoff=0.5)
     return (
         f"unknown Keras {kind} {value!r}{mean}; give a Keras {kind} identifier "
         f"({', '.join(names[:12])}, ...) or 'module:function'. Received: {value!r}"
@@ -182,7 +181,7 @@ def _check_optimizer_mapping(value: Mapping[str, Any], field: str) -> list[str]:
     if cls is None:
         known = [c.__name__ for c in classes.values()]
         return [
-            f"unknown Keras optimizer {name!r}{did_you_mean(name, known)}; give one of "
+            f"unknown Keras optimizer {name!r}{did_you_mean(name, known, ignore_case=True)}; give one of "
             f"{', '.join(known)} (or optimizer: 'module:function'). Received: {field}.class_name={name!r}"
         ]
     problems = check_arguments(cls, config, f"{field}.config")
@@ -214,22 +213,13 @@ def _check_learning_rate(value: Any, field: str) -> list[str]:
     classes = _schedule_classes()
     if name not in classes:
         return [
-            f"unknown Keras learning-rate schedule {name!r}{did_you_mean(name, classes)}; give "
+            f"unknown Keras learning-rate schedule {name!r}{did_you_mean(name, classes, ignore_case=True)}; give "
             f"one of {', '.join(sorted(classes))}. Received: {field}.class_name={name!r}"
         ]
     return check_arguments(classes[name], config, f"{field}.config")
 
 
 # ------------------------------------------------------------------ arguments by signature
-def did_you_mean(name: str, choices: Iterable[str]) -> str:
-    """` (did you mean 'X'?)` for the choice closest to `name` ignoring case, or "".
-
-    pipeline.configs has the same hint for config keys; graphs cannot import pipeline."""
-    by_lower = {c.lower(): c for c in choices}
-    match = difflib.get_close_matches(name.lower(), list(by_lower), n=1, cutoff=0.6)
-    return f" (did you mean {by_lower[match[0]]!r}?)" if match else ""
-
-
 def check_arguments(target: Any, config: Mapping[str, Any], field: str) -> list[str]:
     """Keyword arguments `config` gives `target` (a class, or a function) that it does not take,
     with a did-you-mean, and the ones it needs that `config` lacks, read from its signature.
@@ -240,7 +230,7 @@ def check_arguments(target: Any, config: Mapping[str, Any], field: str) -> list[
     for key, val in config.items():
         if accepted is None or key in accepted:
             continue
-        hint = did_you_mean(str(key), accepted)
+        hint = did_you_mean(str(key), accepted, ignore_case=True)
         hinted.add(hint)
         takes = "" if hint else f"; it takes: {', '.join(accepted) or 'no arguments'}"
         problems.append(

@@ -56,10 +56,9 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     by_name = {name: module for name, module, _ in COMMANDS}
     if args[0] not in by_name:
-        import difflib
+        from baton.configs import did_you_mean
 
-        match = difflib.get_close_matches(args[0], list(by_name), n=1)
-        hint = f" (did you mean {match[0]!r}?)" if match else ""
+        hint = did_you_mean(args[0], by_name)
         sys.stderr.write(f"baton: unknown command {args[0]!r}{hint}\n\n{_usage()}")
         return EXIT_USAGE
     # TensorFlow's C++ INFO/WARNING lines drown the progress output; users can still opt in.

@@ -12,9 +12,9 @@ import dataclasses
 from collections.abc import Iterable
 from typing import Any
 
+from baton.configs import ConfigError, build_config, did_you_mean
 from baton.errors import SpecError
 from baton.pipeline import registry
-from baton.pipeline.configs import ConfigError, build_config, did_you_mean
 from baton.pipeline.spec import PipelineSpec, StageSpec
 
 

@@ -9,7 +9,6 @@ path, `my.module:fn` (a function `fn(ctx, config)`, config a plain dict unless t
 from __future__ import annotations
 
 import dataclasses
-import difflib
 import importlib
 import importlib.util
 import sys
@@ -18,6 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from baton.configs import did_you_mean
 from baton.errors import EXIT_USAGE, BatonError
 from baton.pipeline.hooks import HOOKS, StageDeclaration, guarded, normalize_inputs, user_line
 
@@ -109,8 +109,7 @@ def is_known(name: str) -> bool:
 
 
 def hint(name: str) -> str:
-    match = difflib.get_close_matches(name, known_names(), n=1, cutoff=0.5)
-    return f" (did you mean {match[0]!r}?)" if match else ""
+    return did_you_mean(name, known_names(), cutoff=0.5)
 
 
 def resolve(name: str, search_dir: Path | None = None) -> StageType:

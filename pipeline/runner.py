@@ -25,12 +25,12 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from baton import energy, logs
+from baton.configs import config_to_dict
 from baton.errors import BatonError, SpecError, StageError, UsageError
 from baton.pipeline import cache as cache_mod
 from baton.pipeline import lineage, store
 from baton.pipeline.accounting import Meter, Usage
 from baton.pipeline.bucket_run import BucketRun, mirror_root
-from baton.pipeline.configs import config_to_dict
 from baton.pipeline.context import RunOptions, StageContext
 from baton.pipeline.plan import Plan
 from baton.pipeline.spec import PipelineSpec

@@ -16,13 +16,13 @@ from typing import Any, Literal
 import yaml
 
 from baton._version import __version__
+from baton.configs import ConfigError, build_config, config_to_dict, did_you_mean
 from baton.energy import EnergyConfig
 from baton.errors import SpecError
 from baton.k8s.options import (  # one definition: the same quantities become pod resources
     ReplicaResources,
     Resources,
 )
-from baton.pipeline.configs import ConfigError, build_config, config_to_dict, did_you_mean
 from baton.strategies.factory import ONE_DEVICE, PARAMETER_SERVER, Strategy
 
 DEFAULT_SPEC = Path(__file__).parent / "specs" / "penguins.yaml"

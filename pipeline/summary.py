@@ -7,10 +7,10 @@ import datetime as _dt
 from pathlib import Path
 from typing import Any
 
+from baton.configs import config_to_dict
 from baton.errors import BatonError
 from baton.pipeline import store
 from baton.pipeline.accounting import Usage, recorded_usage, totals
-from baton.pipeline.configs import config_to_dict
 
 
 @dataclasses.dataclass

@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from baton.configs import build_config
 from baton.pipeline import registry
-from baton.pipeline.configs import build_config
 from baton.pipeline.context import RunOptions, StageContext
 
 

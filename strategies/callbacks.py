@@ -267,11 +267,10 @@ def _callback_class(name: str, search_dir: Path | str | None) -> Any:
         return import_ref(name, search_dir, what="callback")
     if short in _keras_callback_names():
         return getattr(keras.callbacks, short)
-    import difflib
+    from baton.configs import did_you_mean
 
     names = _keras_callback_names()
-    hint = difflib.get_close_matches(short, names, n=1, cutoff=0.5)
-    mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+    mean = did_you_mean(short, names, cutoff=0.5)
     raise RefError(
         f"unknown Keras callback {name!r}{mean}; give one of {', '.join(names)}, a class "
         f"'module:Class' with its config, or 'module:function' returning callbacks. "

@@ -20,6 +20,8 @@ STRATEGIES: tuple[Strategy, ...] = typing.get_args(Strategy)
 ONE_DEVICE, MIRRORED, MULTI_WORKER_MIRRORED, PARAMETER_SERVER = STRATEGIES
 MULTI_WORKER: tuple[Strategy, ...] = (MULTI_WORKER_MIRRORED, PARAMETER_SERVER)  # several tasks
 SINGLE_WORKER: tuple[Strategy, ...] = (ONE_DEVICE, MIRRORED)  # one process
+# strategies whose replicas share one synchronous step: `balance: auto` sizes their batches
+BALANCED_STRATEGIES: tuple[Strategy, ...] = (MULTI_WORKER_MIRRORED, MIRRORED)
 
 Implementation = Literal["auto", "ring", "nccl"]
 Partitioning = Literal["none", "min_size", "fixed"]

@@ -24,9 +24,35 @@ import signal
 from baton.errors import EXIT_USAGE, BatonError
 from baton.strategies.cluster import TASK_TYPES, TaskId
 
+# The one grammar of a rehearsed fault, for training tasks and federated clients alike:
+# WHO[:INDEX]@WHEN:AT[:HOW] (`worker:1@step:40:term`, `client:1@round:2:slow`, `server@round:2`).
+# `split_fault` reads it; each kind of stage checks the words it takes (`parse_fault` here,
+# the federated stage's for clients and rounds).
 _RE = re.compile(
-    r"^(?P<type>[a-z]+)(?::(?P<index>\d+))?@step:(?P<step>\d+)(?::(?P<sig>kill|term|lost))?$"
+    r"^(?P<who>[a-z]+)(?::(?P<index>\d+))?@(?P<when>[a-z]+):(?P<at>\d+)(?::(?P<how>[a-z]+))?$"
 )
+SIGNALS = ("kill", "term", "lost")
+
+
+@dataclasses.dataclass(frozen=True)
+class FaultWords:
+    """A fault as written: who (and which one), when (the unit and the count), how."""
+
+    who: str
+    index: int | None
+    when: str
+    at: int
+    how: str | None
+
+
+def split_fault(text: str) -> FaultWords | None:
+    """The words of `text` in the fault grammar, or None when it does not follow it."""
+    m = _RE.match(text.strip())
+    if not m:
+        return None
+    index = m.group("index")
+    return FaultWords(m.group("who"), int(index) if index is not None else None,
+                      m.group("when"), int(m.group("at")), m.group("how"))
 
 
 class FaultSpecError(BatonError, ValueError):
@@ -60,20 +86,18 @@ def parse_fault(text: str | None) -> Fault | None:
     """`"worker:1@step:40[:kill|term|lost]"` -> Fault; None or "" -> None."""
     if not text:
         return None
-    m = _RE.match(text.strip())
-    if not m or m.group("type") not in TASK_TYPES:
+    words = split_fault(text)
+    if (words is None or words.who not in TASK_TYPES or words.when != "step"
+            or words.how not in (None, *SIGNALS)):
         raise FaultSpecError(
             "inject-failure must look like 'worker:1@step:40' (optionally ':kill', ':term' or "
             "':lost'), "
             "task type one of "
             f"{', '.join(TASK_TYPES)}. Received: {text!r}"
         )
-    step = int(m.group("step"))
-    if step < 1:
-        raise FaultSpecError(f"inject-failure step must be >= 1. Received: step={step}")
-    return Fault(
-        TaskId(m.group("type"), int(m.group("index") or 0)), step, m.group("sig") or "kill"
-    )
+    if words.at < 1:
+        raise FaultSpecError(f"inject-failure step must be >= 1. Received: step={words.at}")
+    return Fault(TaskId(words.who, words.index or 0), words.at, words.how or "kill")
 
 
 def fire(fault: Fault) -> None:

@@ -1,81 +1,61 @@
-"""One training task, from a plain job description: the body every process of a cluster runs.
+"""The job every training task runs, and the data it reads.
 
-A `TrainJob` holds plain values only (it is JSON on the command line of each task and the same
-thing in-process), so the local launcher, `baton task` on a TFJob pod and the in-process train
-stage all run exactly this code. TF_CONFIG arrives already parsed; nothing here reads the
-environment.
+A `TrainJob` is the train stage's settings as they are plus what the run resolved around them;
+it is one JSON file (the job file each task of a local cluster is handed, and the same thing
+in-process), so the local launcher, `baton task` on a TFJob pod and the in-process train stage
+all run exactly the same job (strategies/task.py runs it). Here too: the job's datasets (the
+train stream as each strategy and balance mode reads it, the eval split, the row count).
+Nothing here reads the environment.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import json
-import time
-from pathlib import Path
 from typing import Any
 
-from baton.strategies.cluster import TFConfig
-from baton.strategies.factory import ONE_DEVICE, PARAMETER_SERVER
-from baton.strategies.objectives import for_job as objectives
-from baton.strategies.trainer import TaskRole, TrainResult
+from baton.strategies.factory import ONE_DEVICE
+from baton.strategies.settings import TrainSettings
 
 # The `model` artifact `write_model_artifact` writes (the train stage's output).
 MODEL_FILE = "model.keras"
 HISTORY_FILE = "history.json"
 TRAIN_INFO_FILE = "train_info.json"
+# the settings that pick the topology (the job carries what they resolved to): not part of what
+# shapes the weights (`TrainJob.fingerprint`)
+TOPOLOGY_SETTINGS = ("strategy", "workers", "max_workers", "objective", "probe_steps", "ps",
+                     "min_workers", "max_restarts", "balance")
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainJob:
-    """Everything a task needs to train, as plain JSON-able values."""
+    """Everything a task needs to train: the stage's settings as they are, and what the run
+    resolved around them (the data, the resolved strategy and balance, the user code's place).
+
+    Plain JSON-able values only besides `settings`, which travels as its own `to_dict` and is
+    read back with the same typed checks as the spec (`from_json`).
+    """
 
     feature_spec: dict[str, Any]
+    settings: TrainSettings = dataclasses.field(default_factory=TrainSettings)
     transformed_dir: str = ""  # empty: synthetic data of `synthetic_examples` rows
     synthetic_examples: int = 0
     num_train_examples: int = 0  # counted once by the launcher so every task agrees
-    model: str = "mlp"  # a built-in (graphs.models.MODELS) or a model function "module:function"
-    model_config: dict[str, Any] = dataclasses.field(default_factory=dict)  # ModelSpec.params
-    epochs: int = 10
-    # TFX's TrainArgs(num_steps) / EvalArgs(num_steps): when > 0, training runs exactly `steps`
-    # steps (over as many epochs as that takes) and each evaluation reads the first
-    # `eval_steps` batches of the eval split
-    steps: int = 0
-    eval_steps: int = 0
-    batch_size: int = 32  # global: over all replicas
-    eval_batch_size: int = 256
-    learning_rate: float = 0.01
-    # identifier, {class_name, config}, "module:fn"; "": the model's compile() optimizer, else adam
-    optimizer: str | dict[str, Any] = ""
-    loss: str = ""  # "": the model's compile() loss, else the built-in; an identifier, "module:fn"
-    metrics: list[str] = dataclasses.field(default_factory=list)
-    callbacks: list[Any] = dataclasses.field(default_factory=list)
     # Where the user's modules are imported from (the spec's directory; on a TFJob pod the
     # mounted ConfigMap beside the spec), and a digest of their source: references travel as
     # strings and every task imports the files itself, nothing is pickled.
     code_dir: str = ""
     code_hash: str = ""
-    custom_config: dict[str, Any] = dataclasses.field(default_factory=dict)  # ModelSpec's
-    # a non-finite training or eval loss: "fail" the stage, or "restore" the weights of the
-    # last epoch whose losses were finite and end training there (strategies.nonfinite_guard)
-    on_nonfinite: str = "fail"
-    seed: int = 42
-    steps_per_execution: int = 20
-    backup_every: int = 0
-    jit_compile: bool = False
-    executor: str = "auto"  # graphs.executor: auto | single_threaded | default
-    mixed_precision: str = "off"
-    deterministic: bool = True
-    cache: bool = True
+    # the strategy the topology resolved to (`settings.strategy` may leave it to flags/cluster)
     strategy: str = ONE_DEVICE
-    # "auto": per-replica batches follow measured speed (strategies.balance); "off": equal
+    # the resolved balance: "auto": per-replica batches follow measured speed
+    # (strategies.balance); "off": equal
     balance: str = "off"
     # The group may shrink or grow mid-run (`min_workers`, strategies.elastic). With balance
     # off, every worker then reads the global batches of one stream and keeps its replicas'
     # equal slices, so a step's examples do not depend on how many workers there are (sharded
     # per worker, a resize changed them).
     elastic: bool = False
-    communication: dict[str, Any] = dataclasses.field(default_factory=dict)
-    partition: dict[str, Any] = dataclasses.field(default_factory=dict)
     # Content hash of the inputs (set by the train stage). When set, the backup fingerprint uses
     # it instead of `transformed_dir`, so a rerun whose inputs sit in another run directory (the
     # same bytes) still resumes the interrupted run's backup.
@@ -90,15 +70,13 @@ class TrainJob:
             raise ValueError(f"probe_steps must be >= 0. Received: probe_steps={self.probe_steps}")
         if self.balance not in ("auto", "off"):
             raise ValueError(f"balance must be 'auto' or 'off'. Received: balance={self.balance!r}")
-        if self.steps < 0 or self.eval_steps < 0:
-            raise ValueError(f"steps and eval_steps must be >= 0. Received: steps={self.steps}, "
-                             f"eval_steps={self.eval_steps}")
-        if self.on_nonfinite not in ("fail", "restore"):
-            raise ValueError("on_nonfinite must be 'fail' or 'restore'. Received: "
-                             f"on_nonfinite={self.on_nonfinite!r}")
+
+    def to_dict(self) -> dict[str, Any]:
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return {**data, "settings": self.settings.to_dict()}
 
     def to_json(self) -> str:
-        return json.dumps(dataclasses.asdict(self), sort_keys=True)
+        return json.dumps(self.to_dict(), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> TrainJob:
@@ -107,13 +85,18 @@ class TrainJob:
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown train job field(s) {unknown}. Received keys: {sorted(data)}")
-        return cls(**data)
+        return cls(**{**data, "settings": TrainSettings.from_dict(data.get("settings") or {})})
 
     def fingerprint(self) -> str:
-        """A digest of everything that shapes the weights (other jobs' backups are not resumed)."""
+        """A digest of everything that shapes the weights (other jobs' backups are not resumed).
+
+        The settings that choose the topology do not: the job carries the strategy they
+        resolved to, and a group that shrinks or grows (`min_workers`) resumes its backup."""
         import hashlib
 
-        data = dataclasses.asdict(self)
+        data = self.to_dict()
+        for name in TOPOLOGY_SETTINGS:
+            del data["settings"][name]
         if self.data_hash:
             del data["transformed_dir"]  # where the bytes are does not shape the weights
         del data["code_dir"]  # where the code is does not either; what it says does (code_hash)
@@ -126,27 +109,21 @@ class TrainJob:
 
     def steps_per_epoch(self) -> int:
         n = self.num_train_examples or self.synthetic_examples
-        if n < self.batch_size:
+        if n < self.settings.batch_size:
             raise ValueError(
                 f"batch_size must not exceed the training examples ({n}). "
-                f"Received: batch_size={self.batch_size}"
+                f"Received: batch_size={self.settings.batch_size}"
             )
-        return n // self.batch_size
+        return n // self.settings.batch_size
 
     def total_steps(self) -> int:
         """The steps training runs: `steps`, or every step of `epochs` epochs."""
-        return self.steps or self.epochs * self.steps_per_epoch()
+        return self.settings.steps or self.settings.epochs * self.steps_per_epoch()
 
     def planned_epochs(self) -> int:
         """Epochs the training spans (the last one partial when `steps` ends inside it)."""
-        return -(-self.steps // self.steps_per_epoch()) if self.steps else self.epochs
+        return -(-self.settings.steps // self.steps_per_epoch()) if self.settings.steps else self.settings.epochs
 
-    def hyperparameters(self) -> dict[str, Any]:
-        """ModelSpec.hyperparameters: the run's settings a TFX model reads from its `hparams`
-        (`fn_args.hyperparameters`), and every `model_params` entry."""
-        return {"learning_rate": self.learning_rate, "batch_size": self.batch_size,
-                "epochs": self.epochs, "steps": self.steps, "eval_steps": self.eval_steps,
-                "seed": self.seed, **self.model_config}
 
 
 def count_examples(job: TrainJob, split: str = "train") -> int:
@@ -174,69 +151,6 @@ def with_example_count(job: TrainJob) -> TrainJob:
     if job.num_train_examples or not job.transformed_dir:
         return job
     return dataclasses.replace(job, num_train_examples=count_examples(job))
-
-
-def build_fn(job: TrainJob, num_ps: int = 0) -> Any:
-    """A zero-argument builder of (model, optimizer), called inside the strategy scope.
-
-    The model is the job's model function (a built-in or the user's, graphs.model_fn) called on
-    a ModelSpec whose params are `job.model_config`. With `num_ps` > 1 parameter servers and
-    partitioning on, a built-in's large embedding tables are built as row shards
-    (graphs.sharded_embedding) that the strategy spreads over the PS tasks.
-    """
-    import keras
-
-    from baton.errors import StageError
-    from baton.graphs import model_fn, models
-    from baton.graphs.compiled import read as read_compiled
-    from baton.graphs.objectives import make_optimizer
-    from baton.graphs.user_refs import RefError
-
-    params = dict(job.model_config)
-    part = job.partition
-    if job.model in models.MODELS:
-        if num_ps > 1 and job.model != "cnn" and part.get("mode", "min_size") != "none":
-            params["embedding_shards"] = part.get("num_shards") or num_ps
-            if part.get("mode", "min_size") == "min_size":
-                params["shard_min_bytes"] = part.get("min_shard_bytes", 256 << 10)
-        models.builtin_config(job.model, params)  # a bad parameter fails here, before any task
-    search_dir = job.code_dir or None
-
-    def build() -> tuple[Any, Any]:
-        model = model_fn.build(job.model, job.spec(), params, seed=job.seed, search_dir=search_dir,
-                               custom_config=job.custom_config,
-                               hyperparameters=job.hyperparameters())
-        compiled = read_compiled(model, model_fn.describe(job.model))
-        try:
-            if not job.optimizer and compiled is not None and compiled.optimizer is not None:
-                opt = compiled.optimizer  # compile()'s, made in this strategy scope
-            else:
-                opt = make_optimizer(job.optimizer or "adam", job.learning_rate, search_dir)
-        except RefError as exc:
-            raise StageError(f"train.config.optimizer: {exc}") from None
-        if job.mixed_precision == "mixed_float16":
-            opt = keras.optimizers.LossScaleOptimizer(opt)
-        return model, opt
-
-    return build
-
-
-def setup_runtime(job: TrainJob) -> None:
-    """Process-wide switches, set before any op runs: determinism, seeds, precision policy."""
-    import keras
-    import tensorflow as tf
-
-    if job.deterministic:
-        tf.config.experimental.enable_op_determinism()
-    keras.utils.set_random_seed(job.seed)
-    if job.mixed_precision not in ("off", "mixed_float16", "mixed_bfloat16"):
-        raise ValueError(
-            "mixed_precision must be 'off', 'mixed_float16' or 'mixed_bfloat16'. "
-            f"Received: mixed_precision={job.mixed_precision!r}"
-        )
-    keras.mixed_precision.set_dtype_policy(
-        "float32" if job.mixed_precision == "off" else job.mixed_precision
-    )
 
 
 def row_table(job: TrainJob) -> Any:
@@ -276,10 +190,10 @@ def dataset_fns(job: TrainJob, table: Any = None) -> tuple[Any, Any]:
 
     def balanced_ds(skip: int, ctx: Any) -> Any:
         if table is not None:
-            ds = table.index_stream(job.batch_size, job.seed, skip)
+            ds = table.index_stream(job.settings.batch_size, job.settings.seed, skip)
         else:
-            ds = _make_dataset(job, "train", job.batch_size, shuffle=True, input_context=None,
-                               seed=job.seed, repeat=True)
+            ds = _make_dataset(job, "train", job.settings.batch_size, shuffle=True, input_context=None,
+                               seed=job.settings.seed, repeat=True)
             ds = ds.skip(skip) if skip else ds
         local = ctx.num_replicas_in_sync // ctx.num_input_pipelines if ctx is not None else 1
         if local > 1:  # replicas of one task take consecutive elements: give each the batch
@@ -295,10 +209,10 @@ def dataset_fns(job: TrainJob, table: Any = None) -> tuple[Any, Any]:
 
     def train_ds(skip: int, ctx: Any) -> Any:
         batch = (
-            ctx.get_per_replica_batch_size(job.batch_size) if ctx is not None else job.batch_size
+            ctx.get_per_replica_batch_size(job.settings.batch_size) if ctx is not None else job.settings.batch_size
         )
         ds = _make_dataset(
-            job, "train", batch, shuffle=True, input_context=ctx, seed=job.seed, repeat=True
+            job, "train", batch, shuffle=True, input_context=ctx, seed=job.settings.seed, repeat=True
         )
         return ds.skip(skip) if skip else ds
 
@@ -306,12 +220,12 @@ def dataset_fns(job: TrainJob, table: Any = None) -> tuple[Any, Any]:
         """The global batches of one stream (as `balanced_ds` reads it), each cut into equal
         per-replica slices of which this task keeps its replicas' (in their order: a task's
         local replicas take consecutive elements)."""
-        ds = _make_dataset(job, "train", job.batch_size, shuffle=True, input_context=None,
-                           seed=job.seed, repeat=True)
+        ds = _make_dataset(job, "train", job.settings.batch_size, shuffle=True, input_context=None,
+                           seed=job.settings.seed, repeat=True)
         ds = ds.skip(skip) if skip else ds
         if ctx is None:
             return ds
-        per = ctx.get_per_replica_batch_size(job.batch_size)
+        per = ctx.get_per_replica_batch_size(job.settings.batch_size)
         local = ctx.num_replicas_in_sync // ctx.num_input_pipelines
         first = ctx.input_pipeline_id * local
 
@@ -332,8 +246,8 @@ def dataset_fns(job: TrainJob, table: Any = None) -> tuple[Any, Any]:
         return ds.with_options(options)
 
     def eval_ds() -> Any:
-        ds = _make_dataset(job, "eval", job.eval_batch_size, shuffle=False, input_context=None)
-        return ds.take(job.eval_steps) if job.eval_steps else ds
+        ds = _make_dataset(job, "eval", job.settings.eval_batch_size, shuffle=False, input_context=None)
+        return ds.take(job.settings.eval_steps) if job.settings.eval_steps else ds
 
     if job.balance == "auto":
         return balanced_ds, eval_ds
@@ -343,7 +257,7 @@ def dataset_fns(job: TrainJob, table: Any = None) -> tuple[Any, Any]:
 def finite_split(job: TrainJob, split: str) -> Any:
     """One pass over a split in file order, in training batches: where the non-finite guard
     looks for the first non-finite feature (strategies.nonfinite_guard)."""
-    return _make_dataset(job, split, job.batch_size, shuffle=False, input_context=None,
+    return _make_dataset(job, split, job.settings.batch_size, shuffle=False, input_context=None,
                          cache=False)
 
 
@@ -370,7 +284,7 @@ def _make_dataset(
             repeat=repeat,
             seed=seed,
             input_context=input_context,
-            cache=job.cache if cache is None else cache,
+            cache=job.settings.cache if cache is None else cache,
         )
     from baton.graphs.synthetic import synthetic_dataset
 
@@ -378,145 +292,3 @@ def _make_dataset(
     return synthetic_dataset(
         job.spec(), n, batch, seed=seed, shuffle=shuffle, repeat=repeat, input_context=input_context
     )
-
-
-def run_task(job: TrainJob, tf_config: TFConfig | None, role: TaskRole) -> TrainResult | None:
-    """Run this task's part of the job. Returns the result on the task that trained (else None).
-
-    Parameter-server workers and PS tasks serve until killed; the chief coordinates.
-    The strategy is created before any TensorFlow op runs (a multi-worker strategy must
-    configure collective ops first); rows not yet counted are counted after it, and the
-    planned step count goes to `result.info["planned_steps"]`.
-    """
-    from baton.graphs.steps import StepOptions
-    from baton.strategies import factory, trainer
-
-    setup_runtime(job)
-    comm = factory.CommunicationConfig(**job.communication)
-    result: TrainResult
-    if job.strategy == PARAMETER_SERVER:
-        assert tf_config is not None, "parameter_server needs TF_CONFIG"
-        if tf_config.task.type in ("ps", "worker"):
-            factory.start_server(tf_config).join()
-            return None
-        from baton.strategies import ps_trainer
-
-        strategy = factory.make_strategy(
-            job.strategy, tf_config, partition=factory.PartitionConfig(**job.partition)
-        )
-        if role.after_strategy is not None:
-            role.after_strategy()
-        job = with_example_count(job)
-        role.fingerprint = role.fingerprint or job.fingerprint()
-        num_ps = len(tf_config.cluster.ps)
-        train_ds, eval_ds = dataset_fns(job)
-        # the builder runs inside the strategy scope, after ps_trainer's own checks
-        result = ps_trainer.train(
-            strategy, job, role, lambda: build_fn(job, num_ps)(), train_ds, eval_ds,
-            objectives(job), finite_split=lambda split: finite_split(job, split),
-        )
-        result.info.setdefault("planned_steps", job.total_steps())
-        return result
-    strategy = factory.make_strategy(job.strategy, tf_config, communication=comm)
-    if role.after_strategy is not None:
-        role.after_strategy()
-    job = with_example_count(job)
-    role.fingerprint = role.fingerprint or job.fingerprint()
-    plan = trainer.TrainPlan(
-        epochs=job.planned_epochs(),
-        steps_per_epoch=job.steps_per_epoch(),
-        global_batch_size=job.batch_size,
-        steps_per_execution=job.steps_per_execution,
-        backup_every=job.backup_every,
-        balance=job.balance == "auto",
-        max_steps=job.steps_per_execution + job.probe_steps if job.probe_steps else job.steps,
-        measure_after=job.steps_per_execution if job.probe_steps else 0,
-        on_nonfinite=job.on_nonfinite,
-    )
-    table = row_table(job) if plan.balance else None
-    train_ds, eval_ds = dataset_fns(job, table)
-    if job.probe_steps:
-        eval_ds = None  # a probe times training only
-    options = StepOptions(jit_compile=job.jit_compile, fp16_allreduce=comm.fp16_allreduce,
-                          executor=job.executor)
-    result = trainer.train(
-        strategy, build_fn(job), job.spec(), train_ds, eval_ds, plan, role, options,
-        objectives(job), take_rows=table.take if table is not None else None,
-        finite_split=lambda split: finite_split(job, split),
-    )
-    result.info.setdefault("planned_steps", plan.total_steps)
-    return result
-
-
-def write_model_artifact(
-    out: Path, job: TrainJob, result: TrainResult, info: dict[str, Any]
-) -> None:
-    """model.keras, history.json and train_info.json into `out` (the chief only calls this).
-
-    The model is rebuilt outside any strategy and given the trained weights, so `model.keras`
-    holds plain variables whatever strategy trained it (mirrored, sharded on PS...).
-    """
-    import keras
-
-    from baton.graphs import models
-    from baton.graphs.sharded_embedding import merge_into
-
-    out.mkdir(parents=True, exist_ok=True)
-    keras.mixed_precision.set_dtype_policy("float32")
-    clean = build_fn(dataclasses.replace(job, mixed_precision="off"))()[0]
-    if job.model in models.MODELS:
-        merge_into(result.model, clean)  # by layer name; sharded tables concatenated
-    else:
-        _copy_weights(result.model, clean, job.model)
-    clean.save(out / MODEL_FILE)
-    (out / HISTORY_FILE).write_text(json.dumps(result.history, indent=2) + "\n")
-    info = {
-        "steps": result.steps,
-        "resumed_from_step": result.resumed_from,
-        "examples_per_sec": round(result.examples_per_sec, 1),
-        "steps_per_sec": round(result.steps_per_sec, 2),
-        "seconds": round(result.seconds, 3),
-        "num_replicas": result.num_replicas,
-        "strategy": job.strategy,
-        "model": job.model,
-        "params": models.count_params(clean),
-        # what `model.keras` needs imported to load (its custom layers): release stages import
-        # these from the spec's directory first (pipeline/release/data.load_model)
-        "user_modules": user_modules(job),
-        "code_dir": job.code_dir,
-        "global_batch_size": job.batch_size,
-        "epochs": job.planned_epochs(),
-        **({"steps_planned": job.steps} if job.steps else {}),
-        **({"eval_steps": job.eval_steps} if job.eval_steps else {}),
-        "written_at": time.time(),
-        **result.info,
-        **info,
-    }
-    (out / TRAIN_INFO_FILE).write_text(json.dumps(info, indent=2, default=str) + "\n")
-
-
-def user_modules(job: TrainJob) -> list[str]:
-    """Modules of the job's user references (model, loss, metrics, optimizer, callbacks)."""
-    from baton.graphs.user_refs import modules_of
-
-    refs: list[Any] = [job.model, job.loss, *job.metrics, job.optimizer]
-    for cb in job.callbacks:
-        refs.append(cb.get("class_name") if isinstance(cb, dict) else cb)
-    return modules_of(refs)
-
-
-def _copy_weights(trained: Any, clean: Any, name: str) -> None:
-    """Weights of the trained model into the rebuilt one, in order (a user model's own layers
-    may be auto-named differently in the second build, so names cannot be matched)."""
-    import numpy as np
-
-    from baton.errors import StageError
-
-    values = [np.asarray(w.numpy()) for w in trained.weights]
-    if len(values) != len(clean.weights):
-        raise StageError(
-            f"model function {name!r} built a model with {len(clean.weights)} weights the second "
-            f"time it was called and {len(values)} the first; it must build the same model "
-            "every time (the artifact is rebuilt outside the training strategy)"
-        )
-    clean.set_weights(values)

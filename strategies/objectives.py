@@ -89,34 +89,34 @@ def for_job(job: Any) -> Objectives:
     def callbacks() -> list[Any]:
         from baton.strategies.callbacks import make_user_callbacks
 
-        return field("callbacks", lambda: make_user_callbacks(job.callbacks, search_dir))
+        return field("callbacks", lambda: make_user_callbacks(job.settings.callbacks, search_dir))
 
     def for_model(model: Any, outputs: Any) -> Objectives:
         logits = not outputs.probabilities
-        compiled = C.read(model, describe(job.model))
-        loss_value: Any = job.loss
+        compiled = C.read(model, describe(job.settings.model))
+        loss_value: Any = job.settings.loss
         info: dict[str, Any] = {}
         if compiled is not None:
             info = {"compile": compiled.describe()}
-            if not job.loss and compiled.loss is not None:
+            if not job.settings.loss and compiled.loss is not None:
                 C.check_from_logits(compiled.loss, outputs.probabilities, outputs.reason,
-                                    describe(job.model))
+                                    describe(job.settings.model))
                 loss_value = compiled.loss
                 info["compile"]["used"] = ["loss"]
             elif compiled.loss is not None:
                 info["compile"]["replaced_by_spec"] = ["loss"]
             if compiled.optimizer is not None:
-                key = "replaced_by_spec" if job.optimizer else "used"
+                key = "replaced_by_spec" if job.settings.optimizer else "used"
                 info["compile"].setdefault(key, []).append("optimizer")
             if compiled.metrics:
                 info["compile"].setdefault("used", []).append("metrics")
-        metric_values = [*job.metrics, *(compiled.metrics if compiled is not None else ())]
+        metric_values = [*job.settings.metrics, *(compiled.metrics if compiled is not None else ())]
         return Objectives(
             loss=field("loss", lambda: make_loss(loss_value, task, k, search_dir, logits)),
             metrics=lambda: field("metrics", lambda: make_metrics(metric_values, task, k,
                                                                   search_dir, logits)),
             callbacks=callbacks,
-            loss_name=job.loss or (f"compile(loss={info['compile']['loss']!r})"
+            loss_name=job.settings.loss or (f"compile(loss={info['compile']['loss']!r})"
                                    if "used" in info.get("compile", {})
                                    and "loss" in info["compile"]["used"]
                                    else "the built-in loss"),
@@ -125,7 +125,7 @@ def for_job(job: Any) -> Objectives:
 
     # as made for a model of logits with no compile(): what `for_model` refines
     return Objectives(
-        loss=field("loss", lambda: make_loss(job.loss, task, k, search_dir)),
-        metrics=lambda: field("metrics", lambda: make_metrics(job.metrics, task, k, search_dir)),
-        callbacks=callbacks, loss_name=job.loss or "the built-in loss", for_model=for_model,
-        model_name=describe(job.model))
+        loss=field("loss", lambda: make_loss(job.settings.loss, task, k, search_dir)),
+        metrics=lambda: field("metrics", lambda: make_metrics(job.settings.metrics, task, k, search_dir)),
+        callbacks=callbacks, loss_name=job.settings.loss or "the built-in loss", for_model=for_model,
+        model_name=describe(job.settings.model))

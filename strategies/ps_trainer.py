@@ -30,8 +30,8 @@ from baton.graphs.steps import (
     totals_to_metrics,
     xla_compiled_functions,
 )
-from baton.strategies.backup import Backup
-from baton.strategies.trainer import DatasetFn, Objectives, TaskRole, TrainResult
+from baton.strategies.loop import DatasetFn, LoopCore, TaskRole, TrainResult
+from baton.strategies.objectives import Objectives
 
 # XLA compiles a function only if every variable it reads lives on the device that runs it; here
 # the variables live on the PS tasks and the steps run on the workers ("Trying to access resource
@@ -65,42 +65,22 @@ def train(
     """
     import tensorflow as tf
 
-    from baton.graphs import metric_records
-    from baton.graphs.objectives import check_objectives
     from baton.strategies import callbacks as cbs
-    from baton.strategies.nonfinite_guard import NonFiniteGuard
 
-    if job.jit_compile:
+    if job.settings.jit_compile:
         raise ValueError(PS_JIT_REFUSED)
-    objectives = objectives or Objectives()
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
     spec = job.spec()
-    with strategy.scope():
-        model, optimizer = build()
-        optimizer.build(model.trainable_variables)
-    eval_data = eval_ds()
-    objectives, outputs = objectives.resolve(model, spec, eval_data)
-    metrics = objectives.metrics()
-    check_objectives(model, spec, objectives.loss, objectives.loss_name, metrics)
-    backup = (
-        Backup(
-            role.backup_dir,
-            True,
-            role.task_name,
-            model=model,
-            optimizer=optimizer,
-            fingerprint=role.fingerprint,
-        )
-        if role.backup_dir is not None
-        else None
-    )
-    restored = (backup.restore() if backup else None) or {}
-    history: list[dict[str, float]] = list(restored.get("history", []))
+    # the coordinator alone writes the backup, on the training thread (a save may run
+    # collectives on the PS tasks)
+    core = LoopCore(strategy, build, spec, eval_ds, role, objectives, job.settings.on_nonfinite,
+                    finite_split, writes_backup=True)
+    model, optimizer = core.model, core.optimizer
     # The step is the coordinator's count of steps in closures that completed, kept in the
     # backup's state: `optimizer.iterations` is no count to resume from here, because Keras
     # increments it with a read-modify-write (`assign(iterations + 1)`) that concurrent workers
     # race on (it trails the steps run), and a closure re-run after a worker death adds to it.
-    step = int(restored.get("step", optimizer.iterations.numpy()))
+    step = int(core.restored.get("step", optimizer.iterations.numpy()))
     resumed_from = step
     spe = job.steps_per_epoch()
     total = job.total_steps()
@@ -110,36 +90,29 @@ def train(
     skip = step // max(job_workers(strategy), 1)
     iterator = per_worker_iterator(coordinator, strategy, train_ds, skip=skip)
     chunk = make_train_chunk(
-        model, optimizer, spec, job.batch_size, strategy, StepOptions(), objectives.loss
+        model, optimizer, spec, job.settings.batch_size, strategy, StepOptions(),
+        core.objectives.loss,
     )
-    evaluate = make_eval_fn(model, spec, objectives.loss, metrics)
-    guard = NonFiniteGuard(job.on_nonfinite, model, objectives.loss_or_builtin(spec.label.task),
-                           finite_split)
-    my_fault = role.fault if role.fault and role.fault.task.name == role.task_name else None
-    start, start_step = time.perf_counter(), step
+    evaluate = make_eval_fn(model, spec, core.objectives.loss, core.metrics)
+    guard = core.guard
+    start = time.perf_counter()
     task = spec.label.task
     writer = tf.summary.create_file_writer(str(role.logs_dir)) if role.logs_dir else None
-    # The epoch's training totals so far travel with a backup (as the mirrored loop's do): a
-    # resume in the middle of an epoch goes on adding to them, so the epoch's train_* metrics
-    # cover all of its steps, not only those after the resume.
-    epoch_totals = list(restored.get("epoch_totals", [0.0, 0.0, 0.0, 0.0]))
-    state = cbs.LoopState(step, total, spe, job.batch_size, history,
-                          extra=lambda: {"step": state.step, "epoch_totals": epoch_totals})
-    backups = cbs.Backups(backup, state)
+    state = cbs.LoopState(step, total, spe, job.settings.batch_size, core.history,
+                          extra=lambda: {"step": state.step, "epoch_totals": core.epoch_totals})
+    backups = cbs.Backups(core.backup, state)
     # the coordinator is the chief: it alone writes summaries, per epoch
     callbacks = cbs.loop_callbacks(
         model, state, backups, epochs=job.planned_epochs(), steps=spe, writer=writer,
         per_chunk_summaries=False, on_progress=role.on_progress,
-        status_file=role.status_file, user=objectives.callbacks(), fault=my_fault,
+        status_file=role.status_file, user=core.objectives.callbacks(), fault=role.my_fault,
     )
 
     # Closures in flight at once: enough to keep every worker busy, few enough that a SIGTERM
     # waits only for these (not for a whole epoch's worth) before the checkpoint.
     window = 2 * max(job_workers(strategy), 1)
-    model.stop_training = False
     stopped = preempted = rolled_back = False
-    cbs.lend_optimizer(model, optimizer)  # for callbacks that read or set the learning rate
-    callbacks.on_train_begin()
+    core.begin(callbacks)
     while step < total and not stopped:
         epoch_end = min((step // spe + 1) * spe, total)
         scheduled = step
@@ -148,7 +121,7 @@ def train(
         i = -1
         while scheduled < epoch_end or pending:
             while scheduled < epoch_end and len(pending) < window and not stopped:
-                n = min(job.steps_per_execution, epoch_end - scheduled)
+                n = min(job.settings.steps_per_execution, epoch_end - scheduled)
                 pending.append(
                     coordinator.schedule(
                         chunk, args=(iterator, tf.constant(n, tf.int32), tf.constant(0.0))
@@ -159,17 +132,16 @@ def train(
                 break
             i += 1
             totals = pending.popleft().fetch()  # blocks until it ran (maybe after a reschedule)
-            epoch_totals = [a + float(b) for a, b in zip(epoch_totals, totals, strict=True)]
-            done = step + (i + 1) * job.steps_per_execution
+            core.add(totals)
+            done = step + (i + 1) * job.settings.steps_per_execution
             state.step = min(done, epoch_end)
-            first = max(step, state.step - job.steps_per_execution)  # inside this epoch
+            first = max(step, state.step - job.settings.steps_per_execution)  # inside this epoch
             if not rolled_back and guard.chunk(totals[0], step // spe + 1, first, state.step):
                 rolled_back = stopped = True  # the closures in flight finish, then training ends
             if role.stop.is_set():
                 coordinator.join()  # every scheduled closure has run once it returns
                 while pending:  # their chunks ran (join): their totals belong to the epoch
-                    more = pending.popleft().fetch()
-                    epoch_totals = [a + float(b) for a, b in zip(epoch_totals, more, strict=True)]
+                    core.add(pending.popleft().fetch())
                 step = state.step = scheduled
                 if step < epoch_end:
                     backups.save()
@@ -185,51 +157,26 @@ def train(
         if rolled_back:  # every closure has run (join): the kept weights go back last
             guard.restore()
             break
-        record = {
-            "epoch": -(-step // spe),
-            "step": step,
-            **{f"train_{k}": v for k, v in totals_to_metrics(epoch_totals, task).items()},
-        }
-        for m in metrics:
-            m.reset()
-        ev = totals_to_metrics(evaluate(eval_data).numpy(), task)
-        ev.update({m.name: m.result() for m in metrics})
-        record.update({f"eval_{k}": v for k, v in ev.items()})
-        if guard.evaluated(record.get("eval_loss"), record["epoch"]):
-            guard.restore()
+        record = core.close_epoch(-(-step // spe), step,
+                                  lambda: evaluate(core.eval_data).numpy())
+        if record is None:
             rolled_back = True
             break
-        history.append(record)
-        epoch_totals = [0.0, 0.0, 0.0, 0.0]  # before the epoch-end backup: the next epoch's
-        callbacks.on_epoch_end(record["epoch"] - 1, cbs.epoch_logs(record))  # saves the backup
+        core.keep_epoch(record, callbacks)  # saves the backup
         if preempted:
             raise Preempted(step=step)
         stopped = stopped or bool(getattr(model, "stop_training", False))
-    callbacks.on_train_end(cbs.epoch_logs(history[-1]) if history else None)
-    cbs.lend_optimizer(model, None)  # not into the export
-    objectives.confirm(model, outputs, eval_data)
-    seconds = time.perf_counter() - start
-    done_steps = step - start_step
-    return TrainResult(
-        model=model,
-        history=history,
-        steps=step,
-        resumed_from=resumed_from,
-        seconds=seconds,
-        examples_per_sec=done_steps * job.batch_size / max(seconds, 1e-9),
-        steps_per_sec=done_steps / max(seconds, 1e-9),
-        num_replicas=job_workers(strategy),
+    core.end(callbacks)
+    return core.result(
+        step=step, resumed_from=resumed_from, seconds=time.perf_counter() - start,
+        batch_size=job.settings.batch_size, num_replicas=job_workers(strategy),
+        stopped_early=(stopped or rolled_back) and step < total,
         info={
             "optimizer_iterations": int(optimizer.iterations.numpy()),
             "xla_compiled": xla_compiled_functions(chunk),
             "embedding_devices": {
                 v.path: v.value.device for v in model.weights if "embedding" in v.path
             },
-            **({"stopped_early_at_step": step} if (stopped or rolled_back) and step < total
-               else {}),
-            "outputs": outputs.to_dict(), **objectives.info,
-            "metrics": metric_records.records(metrics),
-            **({"nonfinite": guard.info} if guard.info else {}),
         },
     )
 

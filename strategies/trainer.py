@@ -14,10 +14,8 @@ under `balance: auto` start short so the split moves within a few steps (`Balanc
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from baton.errors import Preempted
@@ -34,9 +32,9 @@ from baton.graphs.steps import (
     xla_failure,
 )
 from baton.strategies import faults
-from baton.strategies.backup import Backup
 from baton.strategies.balance import Balancer
 from baton.strategies.eval_shards import sharded_eval
+from baton.strategies.loop import DatasetFn, LoopCore, TaskRole, TrainResult
 from baton.strategies.objectives import Objectives
 
 
@@ -71,40 +69,6 @@ class TrainPlan:
         return min(full, self.max_steps) if self.max_steps else full
 
 
-@dataclasses.dataclass
-class TaskRole:
-    """What the edge decided about this process: who it is and what it may write."""
-
-    is_chief: bool = True
-    task_name: str = "worker:0"
-    backup_dir: Path | None = None
-    logs_dir: Path | None = None  # TensorBoard summaries (chief only)
-    fault: faults.Fault | None = None  # fires only when it names this task
-    stop: threading.Event = dataclasses.field(default_factory=threading.Event)  # SIGTERM seen
-    on_progress: Callable[[int, int, dict[str, float]], None] | None = None
-    status_file: Path | None = None  # chief writes {"step": n} here (launcher-side faults)
-    fingerprint: str = ""  # identifies the job: a backup of another job is not resumed
-    # Called once the strategy exists: TensorFlow's coordination service installs its own
-    # SIGTERM notifier when a multi-worker strategy starts, so the edge re-installs its handler.
-    after_strategy: Callable[[], None] | None = None
-
-
-@dataclasses.dataclass
-class TrainResult:
-    model: Any
-    history: list[dict[str, float]]
-    steps: int
-    resumed_from: int
-    seconds: float
-    examples_per_sec: float
-    steps_per_sec: float
-    num_replicas: int
-    info: dict[str, Any] = dataclasses.field(default_factory=dict)  # extra train_info fields
-
-
-DatasetFn = Callable[[int, Any], Any]  # (batches to skip, input_context) -> endless dataset
-
-
 def train(
     strategy: Any,
     build: Callable[[], tuple[Any, Any]],
@@ -129,41 +93,19 @@ def train(
     """
     import tensorflow as tf
 
-    from baton.graphs import metric_records
-    from baton.graphs.objectives import check_objectives
     from baton.strategies import callbacks as cbs
-    from baton.strategies.nonfinite_guard import NonFiniteGuard
 
-    objectives = objectives or Objectives()
-    with strategy.scope():
-        model, optimizer = build()
-        optimizer.build(model.trainable_variables)
-    eval_ds = eval_dataset() if eval_dataset is not None else None
-    objectives, outputs = objectives.resolve(model, spec, eval_ds)
-    metrics = objectives.metrics()
-    check_objectives(model, spec, objectives.loss, objectives.loss_name, metrics)
-    user_callbacks = objectives.callbacks()
-    backup = None
-    if role.backup_dir is not None:
-        backup = Backup(
-            role.backup_dir,
-            role.is_chief,
-            role.task_name,
-            model=model,
-            optimizer=optimizer,
-            fingerprint=role.fingerprint,
-            background=_one_process(strategy),
-        )
-    restored = (backup.restore() if backup else None) or {}
-    history: list[dict[str, float]] = list(restored.get("history", []))
-    epoch_totals = list(restored.get("epoch_totals", [0.0, 0.0, 0.0, 0.0]))
+    core = LoopCore(strategy, build, spec, eval_dataset, role, objectives, plan.on_nonfinite,
+                    finite_split, writes_backup=role.is_chief, background=_one_process(strategy))
+    eval_ds = core.eval_data
+    model, optimizer, backup, restored = core.model, core.optimizer, core.backup, core.restored
     step = int(optimizer.iterations.numpy())
-    resumed_from = step
     if backup is not None:
         backup.planned_saves = planned_saves(plan, step)
     chunk = make_train_chunk(
-        model, optimizer, spec, plan.global_batch_size, strategy, step_options, objectives.loss,
-        balance=plan.balance, take_rows=take_rows, max_steps=plan.steps_per_execution,
+        model, optimizer, spec, plan.global_batch_size, strategy, step_options,
+        core.objectives.loss, balance=plan.balance, take_rows=take_rows,
+        max_steps=plan.steps_per_execution,
     )
     balancer = (
         Balancer(plan.global_batch_size, strategy.num_replicas_in_sync,
@@ -173,12 +115,9 @@ def train(
     executor = decide((step_options or StepOptions()).executor, strategy, model,
                       plan.global_batch_size // strategy.num_replicas_in_sync)
     evaluate = (
-        make_eval_fn(model, spec, objectives.loss, metrics, executor)
+        make_eval_fn(model, spec, core.objectives.loss, core.metrics, executor)
         if eval_dataset is not None else None
     )
-    guard = NonFiniteGuard(plan.on_nonfinite, model, objectives.loss_or_builtin(spec.label.task),
-                           finite_split)
-    my_fault = role.fault if role.fault and role.fault.task.name == role.task_name else None
     writer = (
         tf.summary.create_file_writer(str(role.logs_dir))
         if role.is_chief and role.logs_dir
@@ -187,18 +126,20 @@ def train(
     spe, total = plan.steps_per_epoch, plan.total_steps
     start, start_step = time.perf_counter(), step
     task = spec.label.task
+    history = core.history
     if balancer is not None:  # the split's record over the whole run, not this attempt's
         balancer.history = list(restored.get("balance_history", []))
     state = cbs.LoopState(step, total, spe, plan.global_batch_size, history,
-                          extra=lambda: {"epoch_totals": epoch_totals, **(
+                          extra=lambda: {"epoch_totals": core.epoch_totals, **(
                               {"balance_history": balancer.history} if balancer else {})})
     backups = cbs.Backups(backup, state, plan.backup_every)
     chief = role.is_chief
+    user_callbacks = core.objectives.callbacks()
     callbacks = cbs.loop_callbacks(
         model, state, backups, epochs=plan.epochs, steps=spe, writer=writer,
         on_progress=role.on_progress if chief else None,
         status_file=role.status_file if chief else None,
-        user=user_callbacks, fault=my_fault,
+        user=user_callbacks, fault=role.my_fault,
     )
     stop_requested = _stop_agreement(strategy, model) if user_callbacks else (lambda: False)
 
@@ -209,16 +150,22 @@ def train(
     )
     # Under multi-worker mirrored each worker evaluates its shard and one all-reduce merges
     # the counts (strategies.eval_shards); elsewhere the task evaluates the whole split.
-    shards = sharded_eval(strategy, metrics) if eval_ds is not None else None
+    shards = sharded_eval(strategy, core.metrics) if eval_ds is not None else None
     eval_batches = count_batches(eval_ds) if shards is not None else 0
-    model.stop_training = False
+
+    def eval_totals() -> Any:  # the whole split's totals, whoever evaluated which part
+        part = (shards.part(eval_batches, balancer.bounds() if balancer is not None else None)
+                if shards is not None else None)
+        assert evaluate is not None
+        totals = evaluate(eval_ds, part, eval_batches or None)
+        return (shards.merge(totals) if shards is not None else totals).numpy()
+
     stopped = preempted = rolled_back = False
     window = _Window()
     # The first chunk carries one-off work (tracing the step, filling the input's cache); a
     # short run's examples/s is mostly that. `steady_examples_per_sec` starts after it.
     first: tuple[float, int] | None = None
-    cbs.lend_optimizer(model, optimizer)  # for callbacks that read or set the learning rate
-    callbacks.on_train_begin()
+    core.begin(callbacks)
     try:
         while step < total and not stopped:
             epoch, in_epoch = divmod(step, spe)
@@ -254,10 +201,9 @@ def train(
                         total = min(plan.epochs * spe, window.start[3] + plan.max_steps
                                     - plan.measure_after)
                         state.total = total
-                epoch_totals = [a + float(b) for a, b in zip(epoch_totals, totals, strict=True)]
-                epoch_totals[3] = 0.0
-                if guard.chunk(totals[0], epoch + 1, step - n, step):
-                    guard.restore()
+                core.add(totals)
+                if core.guard.chunk(totals[0], epoch + 1, step - n, step):
+                    core.guard.restore()
                     rolled_back = True
                     break
                 if totals[3] > 0:  # some task got SIGTERM: everyone saves at this same step, then stops
@@ -276,29 +222,12 @@ def train(
                     break
             if rolled_back:
                 break
-            record = {
-                "epoch": epoch + 1,
-                "step": step,
-                **{f"train_{k}": v for k, v in totals_to_metrics(epoch_totals, task).items()},
-            }
-            if evaluate is not None:
-                for m in metrics:
-                    m.reset()
-                part = (shards.part(eval_batches, balancer.bounds() if balancer is not None else None)
-                        if shards is not None else None)
-                totals = evaluate(eval_ds, part, eval_batches or None)
-                if shards is not None:
-                    totals = shards.merge(totals)
-                ev = totals_to_metrics(totals.numpy(), task)
-                ev.update({m.name: m.result() for m in metrics})
-                record.update({f"eval_{k}": v for k, v in ev.items()})
-            if guard.evaluated(record.get("eval_loss"), epoch + 1):
-                guard.restore()
+            record = core.close_epoch(epoch + 1, step,
+                                      eval_totals if evaluate is not None else None)
+            if record is None:
                 rolled_back = True
                 break
-            history.append(record)
-            epoch_totals = [0.0, 0.0, 0.0, 0.0]
-            callbacks.on_epoch_end(epoch, cbs.epoch_logs(record))  # saves the backup
+            core.keep_epoch(record, callbacks)  # saves the backup
             if preempted:
                 backups.flush()
                 raise Preempted(step=step)
@@ -307,25 +236,17 @@ def train(
         if backup is not None:  # a background write in flight is a whole backup: let it land
             backup.close(quiet=True)
         raise
-    callbacks.on_train_end(cbs.epoch_logs(history[-1]) if history else None)
-    cbs.lend_optimizer(model, None)  # not into the export
-    objectives.confirm(model, outputs, eval_ds)
+    core.end(callbacks)
     if balancer is not None:
         balancer.record(step, "end")
     seconds = time.perf_counter() - start
-    done = step - start_step
     steady = ({"steady_examples_per_sec": round(
         (step - first[1]) * plan.global_batch_size / (start + seconds - first[0]), 1)}
               if first and step > first[1] else {})
-    return TrainResult(
-        model=model,
-        history=history,
-        steps=step,
-        resumed_from=resumed_from,
-        seconds=seconds,
-        examples_per_sec=done * plan.global_batch_size / max(seconds, 1e-9),
-        steps_per_sec=done / max(seconds, 1e-9),
-        num_replicas=strategy.num_replicas_in_sync,
+    return core.result(
+        step=step, resumed_from=start_step, seconds=seconds,
+        batch_size=plan.global_batch_size, num_replicas=strategy.num_replicas_in_sync,
+        stopped_early=(stopped or rolled_back) and step < total,
         info={"xla_compiled": xla_compiled_functions(chunk), "executor": executor_of(chunk),
               **steady,
               # where the chief's backups were written (strategies.snapshot), and why not in
@@ -338,11 +259,6 @@ def train(
                  if balancer is not None else {}),
               **({"eval_sharded_over": shards.workers} if shards is not None and shards.active
                  else {}),
-              **({"stopped_early_at_step": step} if (stopped or rolled_back) and step < total
-                 else {}),
-              "outputs": outputs.to_dict(), **objectives.info,
-              "metrics": metric_records.records(metrics),
-              **({"nonfinite": guard.info} if guard.info else {}),
               **({"window": window.as_dict()} if window.steps else {})},
     )
 

@@ -31,7 +31,7 @@ LAYERED = (
 )
 INDEPENDENT = ("baton.pipeline.commands.*", "baton.pipeline.stages.*")
 TOP = ["__main__ | (tft)", "pipeline", "k8s", "serving | strategies", "graphs | storage",
-       "(logs) | (energy)", "errors | (_version)"]
+       "(logs) | (energy)", "configs", "errors | (_version)"]
 
 
 def _contracts() -> list[dict]:

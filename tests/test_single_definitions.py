@@ -140,3 +140,24 @@ def test_exit_codes_come_from_baton_errors():
 ])
 def test_the_exit_code_scan_sees_literals_not_prose(source, expected):
     assert len(list(exit_code_literals("x.py", ast.parse(source)))) == expected
+
+
+# Functions that once had two definitions (issue 40): one home each, imported from there.
+ONE_HOME = {
+    "did_you_mean": "baton/configs.py",
+    "make_strategy": "strategies/factory.py",
+    "parse_fault": "strategies/faults.py",
+}
+
+
+def function_homes(name: str) -> list[str]:
+    return [f"{path}:{node.lineno}" for path, tree in parsed() for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and node.name == name]
+
+
+@pytest.mark.parametrize("name", sorted(ONE_HOME))
+def test_a_shared_function_is_defined_once(name):
+    homes = function_homes(name)
+    assert [h.split(":")[0] for h in homes] == [ONE_HOME[name]], (
+        f"{name} is defined once, in {ONE_HOME[name]}; import it from there. Found: {homes}"
+    )

@@ -75,7 +75,7 @@ def run_case(root: Path, name: str, job, slowdown: str | None) -> dict:  # noqa:
         "seconds": info["seconds"],
         "steps": info["steps"],
         "eval_accuracy": round(hist[-1].get("eval_accuracy", 0), 4),
-        "final_batch": bal.get("final_batch", [job.batch_size // 2] * 2),
+        "final_batch": bal.get("final_batch", [job.settings.batch_size // 2] * 2),
         "rows_per_sec": bal.get("rows_per_sec"),
         "rebalances": bal.get("changes", 0),
         "running_fraction": _running_fraction(res.slowdown),
@@ -206,6 +206,7 @@ def main() -> None:
 
     from baton.graphs.synthetic import synthetic_spec
     from baton.strategies.job import TrainJob
+    from baton.strategies.settings import TrainSettings
 
     emulations = _slowdowns(args.emulations, args.speed, args.slowdown)
     plan: list[tuple[str, str | None]] = [] if args.no_even else [("off", None), ("auto", None)]
@@ -232,12 +233,14 @@ def main() -> None:
                     feature_spec=spec.to_dict(),
                     transformed_dir=str(data[batch]),
                     num_train_examples=batch * steps // epochs,
-                    model=model,
-                    model_config=model_config,
-                    epochs=epochs,
-                    batch_size=batch,
-                    steps_per_execution=10,
                     strategy="multi_worker_mirrored",
+                    settings=TrainSettings(
+                        model=model,
+                        model_params=model_config,
+                        epochs=epochs,
+                        batch_size=batch,
+                        steps_per_execution=10,
+                    ),
                 )
                 for mode, slowdown in plan:
                     job = dataclasses.replace(base, balance=mode)

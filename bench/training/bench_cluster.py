@@ -24,8 +24,8 @@ sys.path.insert(0, str(ROOT))
 
 def run_case(root: Path, name: str, job, workers: int, ps: int) -> dict:
     from baton.strategies import launcher
-    from baton.strategies.job import run_task, write_model_artifact
-    from baton.strategies.trainer import TaskRole
+    from baton.strategies.loop import TaskRole
+    from baton.strategies.task import run_task, write_model_artifact
 
     d = root / name
     d.mkdir()
@@ -71,17 +71,20 @@ def main() -> None:
     from baton.graphs.synthetic import synthetic_spec
     from baton.strategies.factory import allreduce_bytes_per_step
     from baton.strategies.job import TrainJob
+    from baton.strategies.settings import TrainSettings
 
     n = args.batch * args.steps // 2
     base = TrainJob(
         feature_spec=synthetic_spec(32, (16, 8), 4).to_dict(),
         synthetic_examples=n,
-        model_config={"hidden_units": [256, 256]},
-        epochs=2,
-        batch_size=args.batch,
-        steps_per_execution=20,
         strategy="one_device",
-        learning_rate=1e-3,
+        settings=TrainSettings(
+            model_params={"hidden_units": [256, 256]},
+            epochs=2,
+            batch_size=args.batch,
+            steps_per_execution=20,
+            learning_rate=1e-3,
+        ),
     )
     cases = [
         ("1 process (one_device)", base, 1, 0, None),

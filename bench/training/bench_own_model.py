@@ -168,7 +168,8 @@ def _epoch_timer():
 def _run(trainer_mod, strategy, build, spec, n, batch, epochs, spe, root: Path, objectives=None,
          step_options=None, source: str = "rows", data_root: Path | None = None):
     """Examples/s from the first chunk of epoch 2 to the last chunk (progress timestamps)."""
-    from baton.strategies.trainer import TaskRole, TrainPlan
+    from baton.strategies.loop import TaskRole
+    from baton.strategies.trainer import TrainPlan
 
     train_ds, eval_ds = _data(spec, n, batch, source, data_root)
     steps_per_epoch = n // batch
@@ -258,7 +259,7 @@ def bench_own_model_vs_fit(epochs: int, repeats: int, work: Path, batch: int,
     from baton.graphs.objectives import make_optimizer
     from baton.graphs.synthetic import synthetic_spec
     from baton.strategies import trainer
-    from baton.strategies.trainer import Objectives
+    from baton.strategies.objectives import Objectives
 
     code = ROOT / "examples" / "own_model"
     sys.path.append(str(code))

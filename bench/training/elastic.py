@@ -47,7 +47,7 @@ def run_case(root: Path, name: str, job, fault: str, replacement: float | None) 
     res = launcher.launch(
         launcher.LaunchConfig(
             workers=2, strategy=job.strategy, state_dir=d / "state", fault=parse_fault(fault),
-            min_workers=1, replacement_after_s=replacement, global_batch_size=job.batch_size,
+            min_workers=1, replacement_after_s=replacement, global_batch_size=job.settings.batch_size,
         ),
         command,
         stream=io.StringIO(),
@@ -55,7 +55,7 @@ def run_case(root: Path, name: str, job, fault: str, replacement: float | None) 
     if not res.ok:
         raise SystemExit(f"{name} failed: {res.error}")
     info = json.loads((d / "out" / "model" / "train_info.json").read_text())
-    planned = job.epochs * job.steps_per_epoch()
+    planned = job.settings.epochs * job.steps_per_epoch()
     return {
         "case": name,
         "fault": fault,
@@ -84,17 +84,20 @@ def main() -> int:
     args = p.parse_args()
     from baton.graphs.synthetic import synthetic_spec
     from baton.strategies.job import TrainJob
+    from baton.strategies.settings import TrainSettings
 
     job = TrainJob(
         feature_spec=synthetic_spec(32, (16, 8), 4).to_dict(),
         synthetic_examples=args.batch * args.steps // 2,
-        model_config={"hidden_units": [256, 256]},
-        epochs=2,
-        batch_size=args.batch,
-        steps_per_execution=20,
-        backup_every=40,
         strategy="multi_worker_mirrored",
-        learning_rate=1e-3,
+        settings=TrainSettings(
+            model_params={"hidden_units": [256, 256]},
+            epochs=2,
+            batch_size=args.batch,
+            steps_per_execution=20,
+            backup_every=40,
+            learning_rate=1e-3,
+        ),
     )
     if not 0 < args.lost_at < args.steps:
         p.error(f"--lost-at must be inside the run's 1..{args.steps - 1} steps. "

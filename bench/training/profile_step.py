@@ -57,7 +57,8 @@ sys.path.insert(0, str(ROOT))
 def _worker(args: argparse.Namespace) -> None:  # noqa: PLR0915 - one straight measurement
     from baton.strategies import factory, inventory
     from baton.strategies.cluster import TFConfig
-    from baton.strategies.job import TrainJob, build_fn, dataset_fns, setup_runtime
+    from baton.strategies.job import TrainJob, dataset_fns
+    from baton.strategies.task import build_fn, setup_runtime
 
     tf_config = TFConfig.from_env()
     node = inventory.node_inventory()
@@ -65,7 +66,7 @@ def _worker(args: argparse.Namespace) -> None:  # noqa: PLR0915 - one straight m
     job = TrainJob.from_json(Path(args.job).read_text())
     setup_runtime(job)
     strategy = factory.make_strategy(
-        job.strategy, tf_config, communication=factory.CommunicationConfig(**job.communication))
+        job.strategy, tf_config, communication=job.settings.communication)
     import tensorflow as tf
 
     from baton.graphs.steps import make_train_chunk
@@ -74,17 +75,17 @@ def _worker(args: argparse.Namespace) -> None:  # noqa: PLR0915 - one straight m
         model, opt = build_fn(job)()
         opt.build(model.trainable_variables)
     spec = job.spec()
-    off_chunk = make_train_chunk(model, opt, spec, job.batch_size, strategy)
-    auto_chunk = make_train_chunk(model, opt, spec, job.batch_size, strategy, balance=True)
+    off_chunk = make_train_chunk(model, opt, spec, job.settings.batch_size, strategy)
+    auto_chunk = make_train_chunk(model, opt, spec, job.settings.batch_size, strategy, balance=True)
     off_fn = dataset_fns(dataclasses.replace(job, balance="off"))[0]
     auto_fn = dataset_fns(dataclasses.replace(job, balance="auto"))[0]
     it_off = iter(strategy.distribute_datasets_from_function(lambda c: off_fn(0, c)))
     it_auto = iter(strategy.distribute_datasets_from_function(lambda c: auto_fn(0, c)))
     it_pass = iter(strategy.distribute_datasets_from_function(lambda c: off_fn(0, c)))
     replicas = strategy.num_replicas_in_sync
-    share = job.batch_size // replicas
+    share = job.settings.batch_size // replicas
     equal = tf.constant([i * share for i in range(replicas + 1)], tf.int32)
-    splits = {f"step_auto@{x:g}": tf.constant([0, int(job.batch_size * x), job.batch_size],
+    splits = {f"step_auto@{x:g}": tf.constant([0, int(job.settings.batch_size * x), job.settings.batch_size],
                                               tf.int32)
               for x in args.split if replicas == 2}
     local = strategy.experimental_local_results
@@ -106,8 +107,8 @@ def _worker(args: argparse.Namespace) -> None:  # noqa: PLR0915 - one straight m
     me = tf_config.task.index
 
     def rows_of(x: float) -> int:  # this worker's rows when worker:0 takes the fraction x
-        first = int(job.batch_size * x)
-        return first if me == 0 else job.batch_size - first
+        first = int(job.settings.batch_size * x)
+        return first if me == 0 else job.settings.batch_size - first
 
     def passes(feats, labels):  # noqa: ANN001, ANN202 - n forward-backward passes on one batch
         @tf.function
@@ -300,8 +301,9 @@ def main() -> None:
     from bench_balance import MODELS, image_spec, write_transformed
 
     from baton.graphs.synthetic import synthetic_spec
-    from baton.strategies import launcher
+    from baton.strategies import factory, launcher
     from baton.strategies.job import TrainJob
+    from baton.strategies.settings import TrainSettings
     from baton.strategies.slowdown import parse_slowdown
 
     load = os.getloadavg()
@@ -311,10 +313,18 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         data = write_transformed(root / "data", spec, rows, 16_384)
-        job = TrainJob(feature_spec=spec.to_dict(), transformed_dir=str(data),
-                       num_train_examples=rows, model=model, model_config=model_config,
-                       batch_size=args.batch, strategy="multi_worker_mirrored",
-                       communication=json.loads(args.communication))
+        job = TrainJob(
+            feature_spec=spec.to_dict(),
+            transformed_dir=str(data),
+            num_train_examples=rows,
+            strategy="multi_worker_mirrored",
+            settings=TrainSettings(
+                model=model,
+                model_params=model_config,
+                batch_size=args.batch,
+                communication=factory.CommunicationConfig(**json.loads(args.communication)),
+            ),
+        )
         (root / "job.json").write_text(job.to_json())
         log = io.StringIO()
 

@@ -58,17 +58,20 @@ def main() -> int:
 
     from baton.graphs.synthetic import synthetic_spec
     from baton.strategies.job import TrainJob
+    from baton.strategies.settings import TrainSettings
 
     job = TrainJob(
         feature_spec=synthetic_spec(4, (3, 2), 3).to_dict(),
         synthetic_examples=2048,
-        batch_size=64,
-        epochs=2,
-        steps_per_execution=4,
-        backup_every=4,
         strategy="multi_worker_mirrored",
+        settings=TrainSettings(
+            batch_size=64,
+            epochs=2,
+            steps_per_execution=4,
+            backup_every=4,
+        ),
     )
-    planned = job.epochs * job.steps_per_epoch()
+    planned = job.settings.epochs * job.steps_per_epoch()
     seed = args.seed if args.seed is not None else int(time.time())
     rng = random.Random(seed)
     failures = 0

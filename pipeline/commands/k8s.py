@@ -169,9 +169,9 @@ def spec_code_files(spec) -> tuple[tuple[str, str], ...]:
     (pipeline.user_code); they ship in the spec's ConfigMap and are mounted beside the spec,
     where every replica imports them from, exactly as on this machine.
     """
+    from baton.configs import build_config
     from baton.errors import SpecError
     from baton.graphs.user_refs import RefError
-    from baton.pipeline.configs import build_config
     from baton.pipeline.stages import train as train_stage
     from baton.pipeline.user_code import user_code_files
 
@@ -216,9 +216,9 @@ def cluster_spec_text(spec, models_dir: str) -> str:
 
 def job_options(spec, args: argparse.Namespace):
     """A PipelineSpec plus flags -> k8s.JobOptions (ManifestError names the field)."""
+    from baton.configs import build_config
     from baton.k8s import placement
     from baton.k8s.options import JobOptions, Resources, Topology
-    from baton.pipeline.configs import build_config
     from baton.pipeline.stages import train as train_stage
     from baton.pipeline.store import new_run_id
 
@@ -274,11 +274,11 @@ _LOCAL_BATCH_CHECK = "config.batch_size:"
 
 
 def _replica_config(stage):  # noqa: ANN001, ANN202 - a StageSpec -> train.Config
-    """The train config a replica checks and runs (train.replica_config)."""
-    from baton.pipeline.configs import build_config
+    """The train config a replica checks and runs (TrainSettings.for_replica)."""
+    from baton.configs import build_config
     from baton.pipeline.stages import train as train_stage
 
-    return train_stage.replica_config(build_config(train_stage.Config, stage.config))
+    return build_config(train_stage.Config, stage.config).for_replica()
 
 
 def _flag_options(args: argparse.Namespace):  # noqa: ANN202 - a RunOptions
@@ -409,7 +409,7 @@ def _summary(opts, fed) -> str:
 
 def _note_min_workers(spec) -> None:
     """min_workers has no TFJob field: say so rather than drop it silently."""
-    from baton.pipeline.configs import build_config
+    from baton.configs import build_config
     from baton.pipeline.stages import train as train_stage
 
     values = [spec.cluster.min_workers] + [

@@ -165,8 +165,8 @@ def run(
 
     from baton.errors import BatonError, Preempted
     from baton.strategies import inventory
-    from baton.strategies.job import run_task, write_model_artifact
-    from baton.strategies.trainer import TaskRole
+    from baton.strategies.loop import TaskRole
+    from baton.strategies.task import run_task, write_model_artifact
 
     task_name = tf_config.task.name if tf_config else "worker:0"
     is_chief = tf_config.is_chief if tf_config else True
@@ -185,7 +185,7 @@ def run(
         tasks = tf_config.cluster.as_dict() if tf_config else {}
         workers = len(tasks.get("worker", [])) + len(tasks.get("chief", []))
         try:
-            inventory.derive_defaults([node] * max(workers, 1), job.batch_size, job.strategy)
+            inventory.derive_defaults([node] * max(workers, 1), job.settings.batch_size, job.strategy)
         except BatonError as exc:  # strategies.inventory: the field and the replicas named
             return _permanent(task_name, str(exc), error_file)
     _say(f"{task_name} starting ({job.strategy}); {inventory.describe(node)}")
@@ -233,7 +233,7 @@ def run(
     cluster = tf_config.cluster.as_dict() if tf_config else {}
     defaults = inventory.derive_defaults(
         training_nodes(nodes, cluster, job.strategy, gathered=bool(inventory_dir)),
-        job.batch_size,
+        job.settings.batch_size,
         job.strategy,
     )
     tmp = out / f".tmp-model-{os.getpid()}"
@@ -279,8 +279,8 @@ def _job(args: argparse.Namespace, tf_config: Any, form: Any = None) -> tuple[An
         return TrainJob.from_json(Path(args.job).read_text()), Path(args.out)
     if not args.run_dir:
         raise ValueError("give SPEC --run-dir DIR, or --job FILE --out DIR. Received: run_dir=None")
+    from baton.configs import build_config
     from baton.pipeline import registry
-    from baton.pipeline.configs import build_config
     from baton.pipeline.context import RunOptions
     from baton.pipeline.spec import load_spec
     from baton.pipeline.stages import train as train_stage
@@ -319,7 +319,7 @@ def _job(args: argparse.Namespace, tf_config: Any, form: Any = None) -> tuple[An
             workers=len(cluster.worker) if ps else cluster.num_workers(),
             ps=ps,
         )
-    config = train_stage.replica_config(config)  # the local launcher's settings go
+    config = config.for_replica()  # the local launcher's settings go
     cluster = spec.cluster
     spec = dataclasses.replace(spec, cluster=dataclasses.replace(
         cluster, min_workers=None, max_workers=None,

@@ -60,7 +60,7 @@ class TransformSettings:
 
 def plan_columns(config: TransformSettings, schema: Any) -> dict[str, dict]:
     """Column -> transform settings, from the defaults and `columns:` overrides."""
-    from baton.pipeline.configs import did_you_mean
+    from baton.configs import did_you_mean
 
     names = [c.name for c in schema.features]
     for name in config.columns:

@@ -40,7 +40,7 @@ def ingest(ctx: Any, config: Any, out: Path) -> None:
     types = csv_source.infer_types(nonempty[0], header, na)
     for name, dtype in config.column_types.items():
         if name not in header:
-            from baton.pipeline.configs import did_you_mean
+            from baton.configs import did_you_mean
 
             raise StageError(f"ingest.column_types: no column {name!r}"
                              f"{did_you_mean(name, header)}; CSV columns are {header}")

@@ -142,7 +142,7 @@ def _distinct(column: str, schema: ExamplesSchema, examples: Path) -> set[Any]:
     try:
         col = schema.column(column)
     except KeyError:
-        from baton.pipeline.configs import did_you_mean
+        from baton.configs import did_you_mean
 
         names = [c.name for c in schema.columns]
         raise StageError(f"partition.by: no column {column!r}{did_you_mean(column, names)}; "

@@ -39,11 +39,11 @@ from flwr.serverapp import Grid, ServerApp
 
 from baton.pipeline.federated import codec, compression, downlink, wire
 from baton.pipeline.federated.admission import Admission
-from baton.pipeline.federated.flower_strategy import make_strategy, strategy_core
+from baton.pipeline.federated.flower_strategy import flower_strategy, strategy_core
 from baton.pipeline.federated.grid import QuickGrid
 from baton.pipeline.federated.plan import Plan, RoundLog
 
-__all__ = ["FederatedRun", "app", "epsilon", "make_strategy", "strategy_core"]
+__all__ = ["FederatedRun", "app", "epsilon", "flower_strategy", "strategy_core"]
 
 app = ServerApp()
 
@@ -178,7 +178,7 @@ class FederatedRun:
         if problems:
             raise RuntimeError("; ".join(problems))
         rounds_left = plan.rounds - start_round + 1
-        strategy = make_strategy(plan, self, start_round)
+        strategy = flower_strategy(plan, self, start_round)
         strategy_core(strategy).dtypes = [w.dtype for w in model.get_weights()]
         copies = strategy_core(strategy).copies
         if copies is not None:  # clients that built the very model the server starts from

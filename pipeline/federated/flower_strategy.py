@@ -1,6 +1,6 @@
 """The ServerApp's Flower strategy: FedAvg, FedProx or FedAdam with Baton's bookkeeping.
 
-`make_strategy` builds Flower's strategy for the plan's algorithm, wrapped by `recording` (the
+`flower_strategy` builds Flower's strategy for the plan's algorithm, wrapped by `recording` (the
 round record, compressed updates decoded, the compressed downlink, late-client rehearsal,
 expiring messages, and the admission rules: only registered nodes, each update weighed at most
 by the examples its node declared at setup; pipeline.federated.admission) and, with privacy, by
@@ -25,7 +25,7 @@ def strategy_core(strategy: Any) -> Any:
     return getattr(strategy, "strategy", strategy)
 
 
-def make_strategy(plan: Plan, run: Any, first_round: int = 1) -> Any:
+def flower_strategy(plan: Plan, run: Any, first_round: int = 1) -> Any:
     from flwr.serverapp import strategy as S
 
     base = {"fedavg": S.FedAvg, "fedprox": S.FedProx, "fedadam": S.FedAdam}[plan.algorithm]

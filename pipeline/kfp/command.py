@@ -154,7 +154,7 @@ def _values(pairs: list[str], params: Any) -> dict[str, Any]:
     for pair in pairs:
         name, eq, text = pair.partition("=")
         if not eq or name not in by_name:
-            from baton.pipeline.configs import did_you_mean
+            from baton.configs import did_you_mean
 
             raise UsageError(f"--param: must be NAME=VALUE with NAME one of "
                              f"{', '.join(by_name)}{did_you_mean(name, by_name)}. "

@@ -59,7 +59,7 @@ def plan(spec: Any, the_plan: Any, options: Any, bundle: Any) -> dict[str, dict[
     for stage in spec.stages:
         if stage.type != "train":
             continue
-        config = train_stage.replica_config(the_plan.configs[stage.name])
+        config = the_plan.configs[stage.name].for_replica()
         if config.workers == "auto" or (config.workers is None and spec.cluster.workers == "auto"
                                         and options.workers is None):
             continue  # probed inside the step: a local cluster in the step's pod

@@ -11,10 +11,10 @@ from __future__ import annotations
 import datetime as _dt
 from pathlib import Path
 
+from baton.configs import build_config
 from baton.energy import EnergyConfig
 from baton.pipeline import lineage
 from baton.pipeline.bucket_run import BucketRun
-from baton.pipeline.configs import build_config
 from baton.pipeline.context import RunOptions
 from baton.pipeline.summary import StageResult, committed_result, summary_table
 from baton.pipeline.summary import write_run_record as _write

@@ -97,7 +97,7 @@ def spec_problems(gate: Gate, slices: Iterable[str], where: str = "gate",
     for key, thresholds in gate.slices.items():
         feature, _ = slice_feature(key)
         if feature not in slices:
-            from baton.pipeline.configs import did_you_mean
+            from baton.configs import did_you_mean
 
             problems.append(
                 f"{where}.slices.{key}: unknown slice {feature!r}{did_you_mean(feature, slices)}; "
@@ -121,8 +121,8 @@ def _known_names(gate: Gate, reported: set[str], any_name: bool) -> set[str]:
 
 
 def _unknown_metric(path: str, name: str, known: list[str]) -> str:
+    from baton.configs import did_you_mean
     from baton.graphs.objectives import metric_names
-    from baton.pipeline.configs import did_you_mean
 
     return (f"{path}: unknown metric {name!r}{did_you_mean(name, [*known, *metric_names()])}; "
             f"known metrics: {', '.join(known)}, precision/<class>, recall/<class>, a Keras "

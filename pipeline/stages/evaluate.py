@@ -25,8 +25,8 @@ import json
 from pathlib import Path
 from typing import Any, Literal
 
+from baton.configs import did_you_mean
 from baton.errors import StageError
-from baton.pipeline.configs import did_you_mean
 from baton.pipeline.context import StageContext
 from baton.pipeline.release.gate import Gate, slice_feature
 from baton.strategies.job import HISTORY_FILE

@@ -39,7 +39,6 @@ resumes after the last completed round. A comma-separated list rehearses several
 from __future__ import annotations
 
 import dataclasses
-import re
 import shutil
 import time
 from pathlib import Path
@@ -50,6 +49,7 @@ from baton.pipeline.context import StageContext
 from baton.pipeline.dataplane.column_plan import TransformSettings
 from baton.pipeline.federated.silos import FEDERATION_SUFFIX as FEDERATION_SUFFIX
 from baton.pipeline.federated.stage_run import federation_dir as federation_dir
+from baton.strategies.faults import split_fault
 
 INPUTS = {"examples": False}
 OUTPUTS = ("model", "transform_graph")
@@ -58,8 +58,6 @@ CODE_DEPS = ("baton.pipeline.federated", "baton.graphs.column_kinds", "baton.gra
              "baton.graphs.models", "baton.graphs.model_fn", "baton.graphs.objectives",
              "baton.pipeline.dataplane.partition")
 CACHEABLE = True
-_FAULT = re.compile(r"^(?:client:(?P<client>\d+)|(?P<server>server))@round:(?P<round>\d+)"
-                    r"(?P<slow>:slow)?$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -256,31 +254,33 @@ class Config:
                              f"quantization_range={sa.quantization_range} with {n} clients")
 
 
-def parse_fault(text: str | None, clients: int) -> tuple[str, int, int] | None:
+def parse_client_fault(text: str | None, clients: int) -> tuple[str, int, int] | None:
     """`client:1@round:2` -> ("client", 1, 2) (its SuperNode SIGKILLed); `client:1@round:2:slow`
     -> ("slow", 1, 2) (it answers round 2's training `round_timeout_s` + 5 s late: the plan's
     `late_clients`, acted on by the ClientApp); `server@round:2` -> ("server", 0, 2)."""
     if not text:
         return None
-    m = _FAULT.match(text.strip())
-    if not m or int(m.group("round")) < 1 or (m.group("server") and m.group("slow")):
+    w = split_fault(text)  # the training faults' grammar (strategies.faults), other words
+    if (w is None or w.when != "round" or w.at < 1 or w.how not in (None, "slow")
+            or not ((w.who == "client" and w.index is not None)
+                    or (w.who == "server" and w.index is None and w.how is None))):
         raise ValueError("inject-failure for a federated stage must look like "
                          "'client:1@round:2', 'client:1@round:2:slow' or 'server@round:2'. "
                          f"Received: {text!r}")
-    if m.group("server"):
-        return ("server", 0, int(m.group("round")))
-    index = int(m.group("client"))
-    if index >= clients:
-        raise ValueError(f"inject-failure names client {index}; the stage has {clients} "
+    if w.who == "server":
+        return ("server", 0, w.at)
+    assert w.index is not None
+    if w.index >= clients:
+        raise ValueError(f"inject-failure names client {w.index}; the stage has {clients} "
                          f"clients (0..{clients - 1}). Received: {text!r}")
-    return ("slow" if m.group("slow") else "client", index, int(m.group("round")))
+    return ("slow" if w.how else "client", w.index, w.at)
 
 
 def parse_faults(text: str | None, clients: int) -> list[tuple[str, int, int]]:
-    """A comma-separated list of `parse_fault`'s forms, e.g. `client:1@round:1:slow,
+    """A comma-separated list of `parse_client_fault`'s forms, e.g. `client:1@round:1:slow,
     client:2@round:2`: several faults rehearsed in one run, one per client (or the server)."""
     faults = [f for part in (text or "").split(",") if part.strip()
-              if (f := parse_fault(part, clients)) is not None]
+              if (f := parse_client_fault(part, clients)) is not None]
     who = [(kind == "server", index) for kind, index, _ in faults]
     if len(set(who)) < len(who):
         raise ValueError("inject-failure names the same client (or the server) twice; one fault "

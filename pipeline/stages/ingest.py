@@ -234,7 +234,7 @@ def _col(columns, name):  # noqa: ANN001, ANN202
 def _check_label(label: str, columns) -> None:  # noqa: ANN001
     names = [c.name for c in columns]
     if label not in names:
-        from baton.pipeline.configs import did_you_mean
+        from baton.configs import did_you_mean
 
         raise StageError(f"label: column {label!r} not found{did_you_mean(label, names)}; "
                          f"columns are {names}")

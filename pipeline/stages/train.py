@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from baton.errors import StageError
 from baton.graphs.models import BUILDERS as BUILTIN_MODELS  # the table's names (no TF import)
@@ -33,26 +33,22 @@ from baton.pipeline.training.execution import (
     task_argv as task_argv,
 )
 from baton.pipeline.training.topology import (
-    BALANCED_STRATEGIES,
+    AutoWorkers as AutoWorkers,
+)
+from baton.pipeline.training.topology import (
     Topology,
     balance_mode,
     resolve,
     task_names,
     topology,
 )
-from baton.pipeline.training.topology import (
-    AutoWorkers as AutoWorkers,
-)
-from baton.strategies.factory import (
-    MULTI_WORKER_MIRRORED,
-    ONE_DEVICE,
-    PARAMETER_SERVER,
-    SINGLE_WORKER,
-    CommunicationConfig,
-    PartitionConfig,
-    Strategy,
-)
+from baton.strategies.factory import BALANCED_STRATEGIES, PARAMETER_SERVER
 from baton.strategies.job import HISTORY_FILE, TRAIN_INFO_FILE
+from baton.strategies.settings import (
+    TrainSettings,
+    balance_problem,
+    jit_problem,
+)
 
 INPUTS = {"transformed": True, "transform_graph": True}
 OUTPUTS = ("model",)
@@ -68,154 +64,24 @@ CODE_DEPS = (
     "baton.graphs.steps",
     "baton.graphs.user_refs",
     "baton.strategies.callbacks",
+    "baton.strategies.loop",
     "baton.strategies.trainer",
     "baton.strategies.ps_trainer",
     "baton.strategies.job",
+    "baton.strategies.task",
+    "baton.strategies.settings",
     "baton.pipeline.training.auto_workers",
     "baton.pipeline.training.execution",
     "baton.pipeline.training.topology",
 )
 CACHEABLE = True
-# spec.hyperparameters' own keys (strategies.job.TrainJob.hyperparameters), beside model_params
-HYPERPARAMETER_KEYS = frozenset({"learning_rate", "batch_size", "epochs", "steps", "eval_steps",
-                                 "seed"})
 # Whether the loss and metrics fit the task is known once the transform wrote the feature spec:
 # checked then (exit 2), before training (check_inputs).
 EARLY_INPUTS = ("transform_graph",)
 
-
-@dataclasses.dataclass(frozen=True)
-class Config:
-    """Training settings. Topology (strategy, workers, ps) falls back to `baton run` flags, then to
-    the spec's `cluster:` section."""
-
-    # a built-in (mlp, wide_deep, cnn) or a model function "module:function" (docs/own-model.md)
-    model: str = "mlp"
-    model_params: dict[str, Any] = dataclasses.field(default_factory=dict)  # ModelSpec.params
-    # handed to the model function as spec.custom_config, as written (TFX's fn_args.custom_config)
-    custom_config: dict[str, Any] = dataclasses.field(default_factory=dict)
-    hidden_units: tuple[int, ...] = (64, 32)
-    embedding_dim: int = 8
-    dropout: float = 0.0
-    categorical: Literal["embedding", "one_hot"] = "embedding"
-    image_shape: tuple[int, ...] = ()  # () = the image shape recorded in the data (feature spec)
-    filters: tuple[int, ...] = (16, 32)
-    epochs: int = 20
-    # TFX's TrainArgs(num_steps) / EvalArgs(num_steps): 0 = by epochs / the whole eval split
-    steps: int = 0
-    eval_steps: int = 0
-    batch_size: int = 32
-    eval_batch_size: int = 256
-    learning_rate: float = 0.01
-    # a Keras identifier, {class_name, config} as keras.optimizers.get takes, or "module:fn";
-    # "": the model's compile() optimizer if it has one, else adam
-    optimizer: str | dict[str, Any] = ""
-    # "": the model's compile() loss if it has one, else softmax cross-entropy (squared error
-    # for regression); built for logits, or for probabilities when the model ends in a softmax
-    loss: str = ""
-    metrics: tuple[str, ...] = ()  # Keras metric identifiers or "module:function", on eval
-    callbacks: tuple[Any, ...] = ()  # Keras callback names, {class_name, config}, "module:fn"
-    seed: int = 42
-    # a non-finite training or eval loss: fail the stage, or restore the last epoch whose
-    # losses were finite and end training there (docs/training.md)
-    on_nonfinite: Literal["fail", "restore"] = "fail"
-    steps_per_execution: int = 20
-    backup_every: int = 0
-    jit_compile: bool = False
-    # TensorFlow's executor for the train and eval graphs (graphs.executor): auto runs small
-    # models on one CPU device on the single-threaded one
-    executor: Literal["auto", "single_threaded", "default"] = "auto"
-    mixed_precision: Literal["off", "mixed_float16", "mixed_bfloat16"] = "off"
-    deterministic: bool = True
-    cache: bool = True
-    strategy: Strategy | None = None
-    # a number, or auto: probe one process and multi-worker mirrored with 2..max_workers
-    # workers for `probe_steps` steps each and train with the best for `objective`
-    workers: int | Literal["auto"] | None = None
-    max_workers: int | None = None  # workers: auto; None: the spec's, else the usable cores
-    objective: Literal["speed", "energy"] | None = None  # workers: auto; None: spec's, speed
-    probe_steps: int = 30  # timed steps per candidate, after one warm-up chunk
-    ps: int | None = None
-    # elastic multi-worker mirrored: go on with the workers left while this many remain
-    min_workers: int | None = None
-    max_restarts: int = 3
-    # per-replica batches follow measured speed (strategies.balance); None: auto under
-    # multi-worker mirrored with 2+ workers, else off (balance_mode says why)
-    balance: Literal["auto", "off"] | None = None
-    communication: CommunicationConfig = dataclasses.field(default_factory=CommunicationConfig)
-    partition: PartitionConfig = dataclasses.field(default_factory=PartitionConfig)
-
-    def __post_init__(self) -> None:
-        if self.model not in BUILTIN_MODELS and ":" not in self.model:
-            import difflib
-
-            hint = difflib.get_close_matches(self.model, BUILTIN_MODELS, n=1)
-            mean = f" (did you mean {hint[0]!r}?)" if hint else ""
-            raise ValueError(
-                f"model must be one of {', '.join(BUILTIN_MODELS)} or a model function "
-                f"'module:function'{mean}. Received: model={self.model!r}"
-            )
-        for name in ("epochs", "batch_size", "eval_batch_size", "steps_per_execution",
-                     "probe_steps"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"{name} must be >= 1. Received: {name}={getattr(self, name)}")
-        if self.steps < 0 or self.eval_steps < 0:
-            raise ValueError(f"steps and eval_steps must be >= 0 (0: by epochs, the whole eval "
-                             f"split). Received: steps={self.steps}, eval_steps={self.eval_steps}")
-        if self.learning_rate <= 0:
-            raise ValueError(
-                f"learning_rate must be > 0. Received: learning_rate={self.learning_rate}"
-            )
-        if isinstance(self.workers, int) and self.workers < 1:
-            raise ValueError(f"workers must be >= 1 (or auto). Received: workers={self.workers}")
-        if self.max_workers is not None and self.max_workers < 1:
-            raise ValueError(f"max_workers must be >= 1. Received: max_workers={self.max_workers}")
-        if self.ps is not None and self.ps < 0:
-            raise ValueError(f"ps must be >= 0. Received: ps={self.ps}")
-        if self.min_workers is not None and self.min_workers < 1:
-            raise ValueError(f"min_workers must be >= 1. Received: min_workers={self.min_workers}")
-        if self.backup_every < 0 or self.max_restarts < 0:
-            raise ValueError(
-                "backup_every and max_restarts must be >= 0. Received: "
-                f"backup_every={self.backup_every}, max_restarts={self.max_restarts}"
-            )
-
-    def model_config(self) -> dict[str, Any]:
-        """The model function's `spec.params`: `model_params` as written for an own model; for
-        a built-in, its settings from this config, overridden by `model_params`."""
-        if self.model not in BUILTIN_MODELS:
-            return dict(self.model_params)
-        if self.model == "cnn":
-            out: dict[str, Any] = {
-                "image_shape": list(self.image_shape),
-                "filters": list(self.filters),
-                "dense_units": self.hidden_units[0],
-            }
-        else:
-            out = {
-                "hidden_units": list(self.hidden_units),
-                "embedding_dim": self.embedding_dim,
-                "dropout": self.dropout,
-            }
-        if self.model == "mlp":
-            out["categorical"] = self.categorical
-        return {**out, **self.model_params}
-
-    def user_refs(self) -> list[str]:
-        """Every "module:function" this config names (model, loss, metrics, optimizer,
-        callbacks): the user code whose source is part of the stage's identity."""
-        refs: list[Any] = [self.model, self.loss, *self.metrics, self.optimizer]
-        for cb in self.callbacks:
-            refs.append(cb.get("class_name") if isinstance(cb, dict) else cb)
-        return [r for r in refs if isinstance(r, str) and ":" in r]
-
-
-def replica_config(config: Config) -> Config:
-    """The config a TFJob replica checks and runs (commands.task, and commands.k8s checking
-    for it): a TFJob's replica count is fixed and the operator's restartPolicy handles a lost
-    pod, so the local launcher's `workers: auto`, `min_workers` and `max_workers` go."""
-    return dataclasses.replace(config, min_workers=None, max_workers=None,
-                               workers=None if config.workers == "auto" else config.workers)
+# The stage's config is the training settings themselves: the same object goes, unchanged, into
+# the job every task runs (strategies.job.TrainJob.settings) and so to the training loop.
+Config = TrainSettings
 
 
 def run_settings(config: Config, options: Any, spec: Any) -> dict[str, Any]:
@@ -252,9 +118,9 @@ def check_options(config: Config, options: Any, stage: Any, spec: Any) -> list[s
     if topo.auto is not None:
         return problems  # each candidate is a consistent topology; faults were refused above
     if not problems and config.jit_compile and topo.strategy == PARAMETER_SERVER:
-        problems.append(_jit_problem(stage.name, f"{topo.strategy} ({source})"))
+        problems.append(jit_problem(stage.name, f"{topo.strategy} ({source})"))
     if not problems and config.balance == "auto" and topo.strategy not in BALANCED_STRATEGIES:
-        problems.append(_balance_problem(stage.name, f"{topo.strategy} ({source})"))
+        problems.append(balance_problem(stage.name, f"{topo.strategy} ({source})"))
     try:
         fault = parse_fault(options.inject_failure)
     except FaultSpecError as exc:
@@ -306,65 +172,7 @@ def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
             f"{stage.name}.config: give steps (training runs that many steps, as TFX's "
             "TrainArgs(num_steps)) or epochs, not both. Received: "
             f"steps={config.steps}, epochs={config.epochs}")
-    clash = sorted(set(config.model_params) & HYPERPARAMETER_KEYS)
-    if clash:
-        problems.append(
-            f"{stage.name}.config.model_params: {', '.join(map(repr, clash))} "
-            f"{'is a train setting' if len(clash) == 1 else 'are train settings'} (the model "
-            "function reads it as spec.hyperparameters[...]): set it in the stage's config. "
-            f"Received: model_params={config.model_params!r}")
-    if config.jit_compile and config.strategy == PARAMETER_SERVER:
-        problems.append(_jit_problem(stage.name, PARAMETER_SERVER))
-    if config.jit_compile and config.deterministic and config.model == "cnn":
-        # XLA's max-pooling gradient is not deterministic, and TensorFlow's op determinism
-        # refuses it at the first step; a user model with pooling gets that as a stage error
-        problems.append(
-            f"{stage.name}.config.jit_compile: true with deterministic: true cannot train the "
-            "built-in cnn: XLA has no deterministic max-pooling gradient. Set deterministic: "
-            "false (runs are then not bitwise repeatable) or jit_compile: false. Received: "
-            "jit_compile=True, deterministic=True, model='cnn'"
-        )
-    if (config.balance == "auto" and config.strategy is not None
-            and config.strategy not in BALANCED_STRATEGIES):
-        problems.append(_balance_problem(stage.name, config.strategy))
-    if config.ps and config.strategy not in (None, PARAMETER_SERVER):
-        problems.append(
-            f"config.ps={config.ps} needs strategy parameter_server. "
-            f"Received: strategy={config.strategy}"
-        )
-    if config.max_workers is not None and isinstance(config.workers, int):
-        problems.append(
-            f"config.max_workers={config.max_workers} needs workers: auto. "
-            f"Received: workers={config.workers}"
-        )
-    if config.workers == "auto" and config.strategy not in (None, ONE_DEVICE,
-                                                             MULTI_WORKER_MIRRORED):
-        problems.append(
-            f"config.workers=auto probes one process and multi-worker mirrored clusters. "
-            f"Received: strategy={config.strategy}"
-        )
-    if config.workers == "auto" and config.min_workers is not None:
-        problems.append(
-            f"config.workers=auto picks the number of workers; min_workers needs a fixed one. "
-            f"Received: min_workers={config.min_workers}"
-        )
-    if isinstance(config.workers, int) and config.workers > 1 and config.strategy in SINGLE_WORKER:
-        problems.append(
-            f"config.workers={config.workers} needs a multi-worker strategy. "
-            f"Received: strategy={config.strategy}"
-        )
-    if config.min_workers is not None and config.strategy not in (None, MULTI_WORKER_MIRRORED):
-        problems.append(
-            f"config.min_workers={config.min_workers} needs strategy multi_worker_mirrored. "
-            f"Received: strategy={config.strategy}"
-        )
-    if (config.min_workers is not None and isinstance(config.workers, int)
-            and config.min_workers > config.workers):
-        problems.append(
-            f"config.min_workers must not exceed config.workers={config.workers}. "
-            f"Received: min_workers={config.min_workers}"
-        )
-    return problems
+    return problems + config.problems(stage.name)
 
 
 def _code_problems(config: Config, spec_dir: Path | None) -> list[str]:
@@ -443,15 +251,6 @@ def code_hash(config: Config, spec_dir: Path | None) -> str:
     return h.hexdigest()[:16]
 
 
-def _jit_problem(stage_name: str, strategy: str) -> str:
-    return (
-        f"{stage_name}.config.jit_compile: true is not supported with strategy {strategy}: "
-        "XLA cannot compile a step whose variables live on the PS tasks. It works with "
-        "one_device, mirrored and multi_worker_mirrored. Received: jit_compile=True, "
-        f"strategy={strategy}"
-    )
-
-
 def _slowdown_problems(options: Any, topo: Topology) -> list[str]:
     from baton.strategies.slowdown import SlowdownSpecError, parse_slowdown
 
@@ -470,16 +269,6 @@ def _slowdown_problems(options: Any, topo: Topology) -> list[str]:
             f"workers={topo.workers}). Received: {text!r}"
         ]
     return []
-
-
-def _balance_problem(stage_name: str, strategy: str) -> str:
-    return (
-        f"{stage_name}.config.balance: auto is not supported with strategy {strategy}: it "
-        "sizes the batches of replicas that share one synchronous step (multi_worker_mirrored, "
-        "mirrored). one_device has one replica; parameter_server workers already go at their "
-        "own pace (each pulls its next step when done). Received: balance='auto', "
-        f"strategy={strategy}"
-    )
 
 
 def make_job(
@@ -515,36 +304,13 @@ def make_job(
         raise StageError(f"cannot read the feature spec in {spec_path}: {exc}") from None
     job = TrainJob(
         feature_spec=spec.to_dict(),
+        settings=config,
         transformed_dir=str(inputs["transformed"]),
-        model=config.model,
-        model_config=config.model_config(),
-        epochs=config.epochs,
-        steps=config.steps,
-        eval_steps=config.eval_steps,
-        batch_size=config.batch_size,
-        eval_batch_size=config.eval_batch_size,
-        learning_rate=config.learning_rate,
-        optimizer=config.optimizer,
-        loss=config.loss,
-        metrics=list(config.metrics),
-        callbacks=list(config.callbacks),
         code_dir=str(code_dir) if code_dir is not None and config.user_refs() else "",
         code_hash=hash_of_code,
-        custom_config=dict(config.custom_config),
-        on_nonfinite=config.on_nonfinite,
-        seed=config.seed,
-        steps_per_execution=config.steps_per_execution,
-        backup_every=config.backup_every,
-        jit_compile=config.jit_compile,
-        executor=config.executor,
-        mixed_precision=config.mixed_precision,
-        deterministic=config.deterministic,
-        cache=config.cache,
         strategy=strategy,
         balance=balance,
         elastic=elastic,
-        communication=dataclasses.asdict(config.communication),
-        partition=dataclasses.asdict(config.partition),
         data_hash=data_hash,
     )
     if not count:
@@ -576,7 +342,7 @@ def run(ctx: StageContext, config: Config) -> None:
     out = ctx.output("model")
     if not topo.multi_process and "threads" not in node:  # a task sets its own (commands.task)
         node["threads"] = inventory.apply_threads(inventory.thread_plan(node, 1))
-    defaults = inventory.derive_defaults([node] * max(topo.workers, 1), job.batch_size,
+    defaults = inventory.derive_defaults([node] * max(topo.workers, 1), job.settings.batch_size,
                                          topo.strategy)
     ctx.log(
         f"strategy {topo.strategy}, workers {topo.workers}, ps {topo.ps}; "
@@ -612,7 +378,7 @@ def run(ctx: StageContext, config: Config) -> None:
         replicas=info.get("num_replicas", defaults["replicas"]),
         per_replica_batch_size=defaults["per_replica_batch_size"],
         # the runner divides the stage's energy by it (usage.j_per_example)
-        examples_trained=examples_trained(info, job.batch_size),
+        examples_trained=examples_trained(info, job.settings.batch_size),
         **{k: round(v, 4) for k, v in last.items() if k.startswith(("eval_", "train_"))},
     )
 

@@ -38,7 +38,7 @@ class Config:
 
         for kind in self.allow:
             if kind not in (*KINDS, "all"):
-                from baton.pipeline.configs import did_you_mean
+                from baton.configs import did_you_mean
 
                 raise ValueError(f"allow: unknown anomaly kind {kind!r}{did_you_mean(kind, KINDS)}"
                                  f"; kinds are {', '.join(KINDS)} or all")

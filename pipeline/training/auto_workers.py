@@ -16,11 +16,12 @@ from typing import Any
 from baton.errors import StageError
 from baton.pipeline.context import StageContext
 from baton.pipeline.training.execution import backup_dir, task_argv
-from baton.pipeline.training.topology import AutoWorkers, Topology, TopologySettings, balance_mode
+from baton.pipeline.training.topology import AutoWorkers, Topology, balance_mode
 from baton.strategies.factory import ONE_DEVICE
+from baton.strategies.settings import TrainSettings
 
 
-def candidate_job(config: TopologySettings, job: Any, cand: Any) -> Any:
+def candidate_job(config: TrainSettings, job: Any, cand: Any) -> Any:
     """The real job with a candidate's strategy (and the balance that strategy would get)."""
     topo = Topology(cand.strategy, cand.workers, 0)
     balance = "off" if cand.strategy == ONE_DEVICE else balance_mode(config, topo)
@@ -28,7 +29,7 @@ def candidate_job(config: TopologySettings, job: Any, cand: Any) -> Any:
 
 
 def pick_topology(
-    ctx: StageContext, config: TopologySettings, job: Any, auto: AutoWorkers, node: dict
+    ctx: StageContext, config: TrainSettings, job: Any, auto: AutoWorkers, node: dict
 ) -> tuple[Topology, Any, dict[str, Any]]:
     """`workers: auto`: probe every candidate on this job, pick one, say why.
 
@@ -58,10 +59,10 @@ def pick_topology(
     energy_config = spec_energy(ctx)
     counter = energy.open_counter(energy_config)
     total = job.total_steps()
-    probe_len = job.steps_per_execution + auto.probe_steps
+    probe_len = job.settings.steps_per_execution + auto.probe_steps
     ctx.log(
         f"workers auto ({auto.source}): probing {', '.join(c.label for c in cands)} for "
-        f"{job.steps_per_execution} warm-up + {auto.probe_steps} timed steps each "
+        f"{job.settings.steps_per_execution} warm-up + {auto.probe_steps} timed steps each "
         f"(objective {auto.objective}, energy {energy.RAPL if counter else energy.ESTIMATE})"
         + (f"; the job has only {total} steps, each probe runs as long as training"
            if total <= probe_len else ""))
@@ -73,8 +74,10 @@ def pick_topology(
     sampler = probing.RaplSampler(counter) if counter is not None else None
     with sampler if sampler is not None else _nothing():
         for i, cand in enumerate(cands):
-            probe_job = dataclasses.replace(
-                candidate_job(config, job, cand), probe_steps=auto.probe_steps, callbacks=[])
+            cand_job = candidate_job(config, job, cand)
+            probe_job = dataclasses.replace(  # the user's callbacks belong to the real run
+                cand_job, probe_steps=auto.probe_steps,
+                settings=dataclasses.replace(cand_job.settings, callbacks=()))
             t0 = time.monotonic()
             try:
                 windows = (probe_in_process(probe_job) if cand.workers == 1 else
@@ -84,7 +87,7 @@ def pick_topology(
                 windows, error = [], f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
             rapl_j = (sampler.joules_between(windows[0]["started_at"], windows[0]["ended_at"])
                       if sampler is not None and windows and windows[0].get("steps") else None)
-            m = probing.measure(cand, windows, job.batch_size, energy_config.pue, rapl_j,
+            m = probing.measure(cand, windows, job.settings.batch_size, energy_config.pue, rapl_j,
                                 wall_s=time.monotonic() - t0)
             if error:
                 m = dataclasses.replace(m, error=error)
@@ -99,7 +102,7 @@ def pick_topology(
     cand = chosen.candidate
     info = {
         "source": auto.source, "objective": auto.objective, "max_workers": auto.max_workers,
-        "probe_steps": auto.probe_steps, "warmup_steps": job.steps_per_execution,
+        "probe_steps": auto.probe_steps, "warmup_steps": job.settings.steps_per_execution,
         "energy_method": energy.RAPL if counter else energy.ESTIMATE,
         "candidates": [m.as_dict() for m in measured],
         "chosen": {"strategy": cand.strategy, "workers": cand.workers},
@@ -117,10 +120,10 @@ class _nothing:
 
 
 def probe_in_process(job: Any) -> list[dict[str, Any]]:
-    from baton.strategies import trainer
-    from baton.strategies.job import run_task
+    from baton.strategies import loop
+    from baton.strategies.task import run_task
 
-    result = run_task(job, None, trainer.TaskRole(is_chief=True, backup_dir=None))
+    result = run_task(job, None, loop.TaskRole(is_chief=True, backup_dir=None))
     assert result is not None
     return [result.info.get("window", {})]
 
@@ -134,7 +137,7 @@ def probe_cluster(ctx: StageContext, job: Any, cand: Any, work: Path) -> list[di
     try:
         result = launcher.launch(
             launcher.LaunchConfig(workers=cand.workers, strategy=cand.strategy, max_restarts=0,
-                                  state_dir=work / "launcher", global_batch_size=job.batch_size),
+                                  state_dir=work / "launcher", global_batch_size=job.settings.batch_size),
             lambda task: task_argv(job_file, work / "out", work / "backup"),
             stream=ctx.stream, quiet=True,
         )

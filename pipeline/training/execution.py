@@ -54,16 +54,16 @@ def content_hash(path: Path) -> str:
 def run_in_process(
     ctx: StageContext, job: Any, out: Path, node: dict, defaults: dict, backups: Path
 ) -> None:
-    from baton.strategies import faults, trainer
-    from baton.strategies.job import run_task, write_model_artifact
+    from baton.strategies import faults, loop
     from baton.strategies.preemption import stop_on_sigterm
+    from baton.strategies.task import run_task, write_model_artifact
 
     bar = ctx.progress(job.total_steps(), "steps", label=ctx.stage)
 
     def on_progress(step: int, total: int, metrics: dict[str, float]) -> None:
         bar.set(step)
 
-    role = trainer.TaskRole(
+    role = loop.TaskRole(
         is_chief=True,
         task_name="worker:0",
         backup_dir=backups,
@@ -124,7 +124,7 @@ def run_cluster(
             state_dir=ctx.work_dir / "launcher",
             slowdown=parse_slowdown(getattr(ctx.options, "inject_slowdown", None)),
             min_workers=topo.min_workers if topo.strategy == MULTI_WORKER_MIRRORED else None,
-            global_batch_size=job.batch_size,
+            global_batch_size=job.settings.batch_size,
         ),
         command,
         stream=ctx.stream,

@@ -25,8 +25,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from baton.configs import build_config, config_to_dict
 from baton.pipeline import cache, lineage, registry, store
-from baton.pipeline.configs import build_config, config_to_dict
 
 FAILED_SUFFIX = ".failed.json"  # the runner's marker of a failed stage, beside its directory
 

@@ -8,37 +8,16 @@ any stage runs, and the stage raises the same text.
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Literal, Protocol
+from typing import Any
 
 from baton.errors import StageError
 from baton.strategies.factory import (
-    MIRRORED,
     MULTI_WORKER,
     MULTI_WORKER_MIRRORED,
     ONE_DEVICE,
     PARAMETER_SERVER,
 )
-
-
-class TopologySettings(Protocol):
-    """The train config's fields that decide the topology (pipeline.stages.train.Config)."""
-
-    @property
-    def strategy(self) -> str | None: ...
-    @property
-    def workers(self) -> int | Literal["auto"] | None: ...
-    @property
-    def ps(self) -> int | None: ...
-    @property
-    def min_workers(self) -> int | None: ...
-    @property
-    def max_workers(self) -> int | None: ...
-    @property
-    def objective(self) -> str | None: ...
-    @property
-    def probe_steps(self) -> int: ...
-    @property
-    def balance(self) -> str | None: ...
+from baton.strategies.settings import TrainSettings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +49,7 @@ class Topology:
         )
 
 
-def topology(config: TopologySettings, options: Any, cluster: Any = None) -> Topology:
+def topology(config: TrainSettings, options: Any, cluster: Any = None) -> Topology:
     """Flags beat the stage config, which beats the spec's cluster section.
 
     Raises StageError naming the flag (or config field) and value when they contradict each
@@ -84,7 +63,7 @@ def topology(config: TopologySettings, options: Any, cluster: Any = None) -> Top
     return topo
 
 
-def _auto_source(config: TopologySettings, options: Any, cluster: Any) -> str:
+def _auto_source(config: TrainSettings, options: Any, cluster: Any) -> str:
     """Where `workers: auto` comes from ("" when the workers are a number): a number given by
     a flag or the stage config beats an auto below it, and the other way round."""
     if options.workers:
@@ -97,7 +76,7 @@ def _auto_source(config: TopologySettings, options: Any, cluster: Any) -> str:
 
 
 def _resolve_auto(
-    config: TopologySettings, options: Any, cluster: Any, source: str
+    config: TrainSettings, options: Any, cluster: Any, source: str
 ) -> tuple[list[str], Topology, str]:
     """`workers: auto`: the probe's settings, and what contradicts them (named with values)."""
     from baton.strategies.inventory import node_inventory
@@ -142,7 +121,7 @@ def _resolve_auto(
     return problems, Topology(ONE_DEVICE, 1, 0, auto=auto), source
 
 
-def resolve(config: TopologySettings, options: Any, cluster: Any) -> tuple[list[str], Topology, str]:
+def resolve(config: TrainSettings, options: Any, cluster: Any) -> tuple[list[str], Topology, str]:
     """(problems, topology, where the strategy came from); problems name their sources."""
     auto_source = _auto_source(config, options, cluster)
     if auto_source:
@@ -233,10 +212,7 @@ def _cw(cluster: Any) -> int:
     return workers if isinstance(workers, int) else 1
 
 
-BALANCED_STRATEGIES = (MULTI_WORKER_MIRRORED, MIRRORED)
-
-
-def balance_mode(config: TopologySettings, topo: Topology) -> str:
+def balance_mode(config: TrainSettings, topo: Topology) -> str:
     """The resolved `balance`: as written, else `auto` for multi-worker mirrored with at least
     two workers (issue 14's default), else off.
 
@@ -255,7 +231,7 @@ def balance_mode(config: TopologySettings, topo: Topology) -> str:
 
 
 def resolve_min_workers(
-    config: TopologySettings, options: Any, cluster: Any
+    config: TrainSettings, options: Any, cluster: Any
 ) -> tuple[int | None, str]:
     """min_workers and where it came from: --min-workers, config.min_workers, the spec's
     cluster.min_workers (None: every worker is needed)."""

@@ -8,6 +8,7 @@ import pytest
 from baton.graphs import models
 from baton.graphs.feature_spec import Feature, FeatureSpec, Image, Label, RawFeature
 from baton.graphs.synthetic import synthetic_arrays, synthetic_spec
+from tests.strategies.jobs import train_job
 
 
 def _batch(spec: FeatureSpec, n: int = 5) -> dict:
@@ -134,9 +135,9 @@ def test_bad_configs_name_the_value_received(make, message: str) -> None:
 
 def test_an_empty_image_shape_from_the_train_job_means_the_spec_image() -> None:
     """What the train stage passes for an unset image_shape (`[]`) builds the spec's image."""
-    from baton.strategies.job import TrainJob, build_fn
+    from baton.strategies.task import build_fn
 
-    job = TrainJob(feature_spec=_image_spec((4, 4, 1)).to_dict(), model="cnn",
+    job = train_job(feature_spec=_image_spec((4, 4, 1)).to_dict(), model="cnn",
                    model_config={"image_shape": [], "filters": [4], "dense_units": 8})
     model, _ = build_fn(job)()
     assert model.get_layer("image").output.shape[1:] == (4, 4, 1)

@@ -7,6 +7,7 @@ import pytest
 
 from baton.graphs import row_table as rt
 from baton.graphs.synthetic import synthetic_dataset, synthetic_spec
+from tests.strategies.jobs import train_job
 
 
 def _table(n: int = 100) -> rt.RowTable:
@@ -79,14 +80,14 @@ def test_an_empty_split_is_an_error_naming_it() -> None:
 
 
 def test_the_job_uses_the_table_under_balance_auto_when_the_split_fits(monkeypatch) -> None:
-    from baton.strategies.job import TrainJob, row_table
+    from baton.strategies.job import row_table
 
     spec = synthetic_spec(3, (4,), 2)
-    job = TrainJob(feature_spec=spec.to_dict(), synthetic_examples=1000,
+    job = train_job(feature_spec=spec.to_dict(), synthetic_examples=1000,
                    strategy="multi_worker_mirrored", balance="auto")
     table = row_table(job)
     assert table is not None and table.num_rows == 1000
-    off = TrainJob(feature_spec=spec.to_dict(), synthetic_examples=1000,
+    off = train_job(feature_spec=spec.to_dict(), synthetic_examples=1000,
                    strategy="multi_worker_mirrored", balance="off")
     assert row_table(off) is None
     monkeypatch.setattr(rt, "available_memory", lambda: 1000 * rt.row_bytes(spec))

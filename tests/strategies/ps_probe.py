@@ -21,7 +21,8 @@ def main(argv: list[str]) -> int:
 
     from baton.strategies import factory, ps_trainer
     from baton.strategies.cluster import ClusterSpec, TaskId, TFConfig
-    from baton.strategies.job import TrainJob, dataset_fns, setup_runtime
+    from baton.strategies.job import TrainJob, dataset_fns
+    from baton.strategies.task import setup_runtime
 
     job = TrainJob.from_json(argv[0])
     batches = int(argv[1])

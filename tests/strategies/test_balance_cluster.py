@@ -18,15 +18,15 @@ import pytest
 from baton.graphs.synthetic import synthetic_spec
 from baton.pipeline.stages.train import task_argv
 from baton.strategies import launcher
-from baton.strategies.job import TrainJob
 from baton.strategies.slowdown import parse_slowdown
+from tests.strategies.jobs import train_job
 
 pytestmark = [pytest.mark.multi_worker, pytest.mark.slow]
 
 
 def test_a_slowed_worker_gets_a_smaller_batch_and_the_global_batch_holds(
         tmp_path) -> None:
-    job = TrainJob(
+    job = train_job(
         feature_spec=synthetic_spec(16, (), 3).to_dict(),
         synthetic_examples=1024 * 40,
         batch_size=1024,

@@ -9,12 +9,13 @@ import pytest
 
 from baton.graphs.synthetic import synthetic_spec
 from baton.strategies.job import TrainJob, dataset_fns
+from tests.strategies.jobs import train_job
 
 BATCH = 8
 
 
 def _job(elastic: bool) -> TrainJob:
-    return TrainJob(feature_spec=synthetic_spec(3, (4,), 2).to_dict(), synthetic_examples=40,
+    return train_job(feature_spec=synthetic_spec(3, (4,), 2).to_dict(), synthetic_examples=40,
                     batch_size=BATCH, strategy="multi_worker_mirrored", elastic=elastic)
 
 

@@ -25,6 +25,7 @@ from baton.pipeline.stages.train import task_argv
 from baton.strategies import launcher
 from baton.strategies.faults import parse_fault
 from baton.strategies.job import TrainJob
+from tests.strategies.jobs import train_job
 
 pytestmark = [pytest.mark.multi_worker, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -41,7 +42,7 @@ def _job(**kw) -> TrainJob:
         strategy="multi_worker_mirrored",
     )
     base.update(kw)
-    return TrainJob(**base)
+    return train_job(**base)
 
 
 def _command(d: Path):
@@ -85,7 +86,7 @@ def test_parameter_server_tolerates_a_dead_worker_without_restart(tmp_path) -> N
     assert result.ok, log
     assert result.restarts == 0 and result.worker_restarts >= 1, result.events
     info = json.loads((model_dir / "train_info.json").read_text())
-    assert info["steps"] >= job.epochs * job.steps_per_epoch()
+    assert info["steps"] >= job.settings.epochs * job.steps_per_epoch()
     assert "injecting fault worker:1@step:12:kill" in log
     # The big table is split over both PS tasks; the small one stays whole.
     devices = info["embedding_devices"]
@@ -117,7 +118,7 @@ def test_sigterm_to_one_worker_stops_every_worker_at_the_same_step(tmp_path) -> 
     assert len(stops) == 1 and log.count("preempted at step") == 2, log
     info = json.loads((model_dir / "train_info.json").read_text())
     assert info["resumed_from_step"] == int(stops.pop())
-    assert info["steps"] == job.epochs * job.steps_per_epoch()
+    assert info["steps"] == job.settings.epochs * job.steps_per_epoch()
 
 
 def test_sigterm_to_the_parameter_server_coordinator_saves_and_the_group_resumes(tmp_path):
@@ -130,12 +131,12 @@ def test_sigterm_to_the_parameter_server_coordinator_saves_and_the_group_resumes
     assert result.restarts == 1 and "chief:0 exited with code 143" in result.events[0], result.events
     stops = [int(line.split("preempted at step ")[1].split(";")[0])
              for line in log.splitlines() if "preempted at step" in line]
-    assert len(stops) == 1 and 10 <= stops[0] < job.epochs * job.steps_per_epoch(), log[-3000:]
+    assert len(stops) == 1 and 10 <= stops[0] < job.settings.epochs * job.steps_per_epoch(), log[-3000:]
     info = json.loads((model_dir / "train_info.json").read_text())
     assert info["resumed_from_step"] == stops[0]
-    assert info["steps"] >= job.epochs * job.steps_per_epoch()
+    assert info["steps"] >= job.settings.epochs * job.steps_per_epoch()
     history = json.loads((model_dir / "history.json").read_text())  # no epoch lost to the stop
-    assert [h["epoch"] for h in history] == list(range(1, job.epochs + 1)), history
+    assert [h["epoch"] for h in history] == list(range(1, job.settings.epochs + 1)), history
 
 
 def test_a_mid_epoch_parameter_server_backup_carries_the_epochs_training_totals(tmp_path):
@@ -157,7 +158,7 @@ def test_a_mid_epoch_parameter_server_backup_carries_the_epochs_training_totals(
     state = json.loads(reader.get_tensor(key).decode())
     assert state["step"] == stop
     loss_sum, correct, count = state["epoch_totals"][:3]
-    assert count == (stop % spe) * job.batch_size, (state, stop)
+    assert count == (stop % spe) * job.settings.batch_size, (state, stop)
     assert loss_sum > 0 and 0 <= correct <= count
 
 
@@ -168,7 +169,7 @@ def test_dead_parameter_server_restarts_the_group_from_the_checkpoint(tmp_path) 
     assert result.restarts == 1 and "ps:0 exited with signal SIGKILL" in result.events[0]
     info = json.loads((model_dir / "train_info.json").read_text())
     assert info["resumed_from_step"] % job.steps_per_epoch() == 0 and info["resumed_from_step"] > 0
-    assert info["steps"] >= job.epochs * job.steps_per_epoch()
+    assert info["steps"] >= job.settings.epochs * job.steps_per_epoch()
 
 
 def test_bad_config_is_permanent_and_not_retried(tmp_path) -> None:
@@ -239,9 +240,9 @@ def test_jit_compile_and_a_lost_worker_under_multi_worker_mirrored(tmp_path) -> 
     keeping the global batch, and ends at exactly the planned steps.
     """
     job = _job(jit_compile=True, epochs=1, backup_every=4)
-    planned = job.epochs * job.steps_per_epoch()
+    planned = job.settings.epochs * job.steps_per_epoch()
     result, model_dir, log = _launch(tmp_path, "xla", job, workers=2, fault="worker:1@step:8:lost",
-                                     min_workers=1, global_batch_size=job.batch_size,
+                                     min_workers=1, global_batch_size=job.settings.batch_size,
                                      grace_seconds=2.0)
     assert result.ok and result.restarts == 0, (result.events, log[-4000:], _task_logs(tmp_path))
     info = json.loads((model_dir / "train_info.json").read_text())
@@ -256,4 +257,4 @@ def test_jit_compile_and_a_lost_worker_under_multi_worker_mirrored(tmp_path) -> 
     assert after["resumed_from"] == 8 and after["last_step"] == planned, result.segments
     assert before["examples_per_sec"] > 0 and after["examples_per_sec"] > 0, result.segments
     assert info["resumed_from_step"] == 8 and info["num_replicas"] == 1
-    assert info["global_batch_size"] == job.batch_size
+    assert info["global_batch_size"] == job.settings.batch_size

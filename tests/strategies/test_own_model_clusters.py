@@ -24,6 +24,7 @@ from baton.pipeline.stages.train import task_argv
 from baton.strategies import launcher
 from baton.strategies.faults import parse_fault
 from baton.strategies.job import TrainJob
+from tests.strategies.jobs import train_job
 
 pytestmark = [pytest.mark.multi_worker, pytest.mark.slow]
 HERE = Path(__file__).resolve().parent
@@ -54,7 +55,7 @@ def _job(code: Path, **kw: Any) -> TrainJob:
         code_dir=str(code),
     )
     base.update(kw)
-    return TrainJob(**base)
+    return train_job(**base)
 
 
 def _launch(root: Path, name: str, job: TrainJob, workers: int = 2, ps: int = 0,
@@ -84,7 +85,7 @@ def _weights(model_dir: Path, code: Path) -> list[np.ndarray]:
 def test_user_model_with_custom_layer_killed_worker_matches_uninterrupted(tmp_path) -> None:
     code = _code_dir(tmp_path)
     job = _job(code)
-    planned = job.epochs * job.steps_per_epoch()  # 32; a backup every 4 steps
+    planned = job.settings.epochs * job.steps_per_epoch()  # 32; a backup every 4 steps
     step = random.Random().randint(2, planned - 2)  # anywhere mid-run (the sweep bench: 10 more)
     with ThreadPoolExecutor(2) as pool:  # both clusters at once: half the wall time
         clean_f = pool.submit(_launch, tmp_path, "clean", job)
@@ -109,9 +110,9 @@ def test_user_model_with_custom_layer_killed_worker_matches_uninterrupted(tmp_pa
         assert t["intra_op"] == share or t["source"] == "environment", t
     # the last backup at or before the kill; at an epoch's last step the fault fires at the
     # chunk's end, before the epoch-end backup (seen: a kill at 16 of 2 x 16 resumed from 12)
-    expected = step - step % job.backup_every
+    expected = step - step % job.settings.backup_every
     if step % job.steps_per_epoch() == 0:
-        expected = step - job.backup_every
+        expected = step - job.settings.backup_every
     resumed = info["resumed_from_step"]
     assert resumed == expected, (step, resumed)
     history = json.loads((hurt_dir / "history.json").read_text())
@@ -131,7 +132,8 @@ def _assert_eval_is_the_whole_splits(job: TrainJob, model_dir: Path, code: Path)
 
     from baton.graphs.steps import make_eval_fn, totals_to_metrics
     from baton.graphs.user_refs import custom_objects
-    from baton.strategies.job import dataset_fns, objectives
+    from baton.strategies.job import dataset_fns
+    from baton.strategies.task import objectives
 
     info = json.loads((model_dir / "train_info.json").read_text())
     assert info["eval_sharded_over"] == 2, info

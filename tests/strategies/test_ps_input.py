@@ -16,6 +16,7 @@ import pytest
 
 from baton.graphs.synthetic import synthetic_spec
 from baton.strategies.job import TrainJob
+from tests.strategies.jobs import train_job
 
 pytestmark = [pytest.mark.multi_worker, pytest.mark.slow]
 ROOT = Path(__file__).resolve().parents[2]
@@ -48,7 +49,7 @@ def _job(**kw) -> TrainJob:
         strategy="parameter_server",
     )
     base.update(kw)
-    return TrainJob(**base)
+    return train_job(**base)
 
 
 def test_parameter_server_workers_read_disjoint_shards_of_synthetic_data() -> None:

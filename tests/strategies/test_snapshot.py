@@ -132,7 +132,8 @@ def test_one_process_strategies_write_in_the_background_multi_worker_ones_do_not
 
 @pytest.mark.slow
 def test_a_run_resumed_from_a_background_backup_ends_where_the_whole_run_does(tmp_path) -> None:
-    from baton.strategies.trainer import TaskRole, TrainPlan, train
+    from baton.strategies.loop import TaskRole
+    from baton.strategies.trainer import TrainPlan, train
 
     spec, strategy, build, data = _small_mlp_job(512)
 
@@ -155,7 +156,8 @@ def test_a_run_resumed_from_a_background_backup_ends_where_the_whole_run_does(tm
 def test_a_resumed_balanced_run_keeps_the_splits_record_of_the_steps_before(tmp_path) -> None:
     """train_info's `balance.history` covers the whole run: the backup carries it (it held
     only the last attempt's samples, so a restart or a resize lost the record before it)."""
-    from baton.strategies.trainer import TaskRole, TrainPlan, train
+    from baton.strategies.loop import TaskRole
+    from baton.strategies.trainer import TrainPlan, train
 
     spec, strategy, build, data = _small_mlp_job(512)
 
@@ -183,7 +185,9 @@ def test_a_sigterm_landing_on_an_epochs_last_step_keeps_that_epochs_record(tmp_p
     import keras
 
     from baton.errors import Preempted
-    from baton.strategies.trainer import Objectives, TaskRole, TrainPlan, train
+    from baton.strategies.loop import TaskRole
+    from baton.strategies.objectives import Objectives
+    from baton.strategies.trainer import TrainPlan, train
 
     spec, strategy, build, data = _small_mlp_job(256)
     plan = TrainPlan(epochs=3, steps_per_epoch=8, global_batch_size=32, steps_per_execution=4)
@@ -234,7 +238,9 @@ def test_keras_callbacks_that_set_the_learning_rate_reach_the_optimizer(lr_callb
     before the model is exported. Both failed with "no attribute 'optimizer'" (issue 11 audit)."""
     import keras
 
-    from baton.strategies.trainer import Objectives, TaskRole, TrainPlan, train
+    from baton.strategies.loop import TaskRole
+    from baton.strategies.objectives import Objectives
+    from baton.strategies.trainer import TrainPlan, train
 
     spec, strategy, build, data = _small_mlp_job(256)
     seen: list[float] = []

@@ -6,6 +6,7 @@ import pytest
 
 from baton.strategies import factory, faults, inventory
 from baton.strategies.cluster import ClusterSpec, TaskId, TFConfig
+from tests.strategies.jobs import train_job
 
 
 def test_parse_fault_forms() -> None:
@@ -89,10 +90,10 @@ def test_mixed_bfloat16_trains_and_exports_a_float32_model(tmp_path) -> None:
     import keras
 
     from baton.graphs.synthetic import synthetic_spec
-    from baton.strategies.job import TrainJob, run_task, write_model_artifact
-    from baton.strategies.trainer import TaskRole
+    from baton.strategies.loop import TaskRole
+    from baton.strategies.task import run_task, write_model_artifact
 
-    job = TrainJob(
+    job = train_job(
         feature_spec=synthetic_spec(4, (3,), 3).to_dict(),
         synthetic_examples=512,
         epochs=2,
@@ -186,7 +187,8 @@ def test_a_step_xla_cannot_compile_is_a_stage_error_naming_the_op_and_setting() 
     from baton.errors import StageError
     from baton.graphs.steps import StepOptions
     from baton.graphs.synthetic import synthetic_dataset, synthetic_spec
-    from baton.strategies.trainer import TaskRole, TrainPlan, train
+    from baton.strategies.loop import TaskRole
+    from baton.strategies.trainer import TrainPlan, train
 
     spec = synthetic_spec(2, (), 3)
 

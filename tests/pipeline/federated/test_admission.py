@@ -17,7 +17,7 @@ from flwr.app import ArrayRecord, MetricRecord, RecordDict  # noqa: E402
 from flwr.app.message.message import make_message  # noqa: E402
 from flwr.app.metadata import Metadata  # noqa: E402
 
-from baton.pipeline.federated.flower_server import make_strategy, strategy_core  # noqa: E402
+from baton.pipeline.federated.flower_server import flower_strategy, strategy_core  # noqa: E402
 from baton.pipeline.federated.plan import Plan, RoundLog  # noqa: E402
 
 
@@ -43,7 +43,7 @@ def _run(tmp_path, declared: dict[int, tuple[int, int]]):
         admission.declare(node, train, eval_rows)
     run = types.SimpleNamespace(plan=plan, names={1: "a", 2: "b"}, admission=admission,
                                 log=RoundLog(tmp_path / "rounds.jsonl"))
-    return run, make_strategy(plan, run)
+    return run, flower_strategy(plan, run)
 
 
 def test_an_inflated_example_count_weighs_what_its_node_declared(tmp_path):

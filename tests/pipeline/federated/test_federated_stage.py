@@ -14,7 +14,7 @@ import pytest
 
 from baton.errors import StageError
 from baton.pipeline.context import RunOptions
-from baton.pipeline.stages.federated import parse_fault, parse_faults
+from baton.pipeline.stages.federated import parse_client_fault, parse_faults
 from baton.pipeline.testing import run_stage
 
 pytestmark = [pytest.mark.slow, pytest.mark.multi_worker]
@@ -132,12 +132,12 @@ def test_bad_federated_settings_name_the_field(examples, tmp_path):
                                                       "certfile": "s.crt", "keyfile": "s.key"}},
                   {"examples": examples}, tmp_path / "7", spec_dir=tmp_path)
     with pytest.raises(ValueError, match="inject-failure names client 5"):
-        parse_fault("client:5@round:1", 3)
+        parse_client_fault("client:5@round:1", 3)
     with pytest.raises(ValueError, match="must look like 'client:1@round:2'"):
-        parse_fault("worker:1@step:3", 3)
-    assert parse_fault("client:1@round:2:slow", 2) == ("slow", 1, 2)
+        parse_client_fault("worker:1@step:3", 3)
+    assert parse_client_fault("client:1@round:2:slow", 2) == ("slow", 1, 2)
     with pytest.raises(ValueError, match="'client:1@round:2:slow'"):
-        parse_fault("server@round:2:slow", 2)
+        parse_client_fault("server@round:2:slow", 2)
     assert parse_faults("client:1@round:1:slow, server@round:2", 2) == [("slow", 1, 1),
                                                                        ("server", 0, 2)]
     with pytest.raises(ValueError, match="the same client"):

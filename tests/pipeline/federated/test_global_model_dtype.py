@@ -17,7 +17,7 @@ from flwr.app.message.message import make_message  # noqa: E402
 from flwr.app.metadata import Metadata  # noqa: E402
 
 from baton.pipeline.federated.admission import Admission  # noqa: E402
-from baton.pipeline.federated.flower_server import make_strategy, strategy_core  # noqa: E402
+from baton.pipeline.federated.flower_server import flower_strategy, strategy_core  # noqa: E402
 from baton.pipeline.federated.plan import Plan, RoundLog  # noqa: E402
 
 
@@ -50,7 +50,7 @@ def test_the_global_model_sent_and_kept_is_in_the_models_dtypes(tmp_path, monkey
                 round_timeout_s=30, algorithm=algorithm, privacy=privacy)
     run = types.SimpleNamespace(plan=plan, admission=Admission(), names={1: "a", 2: "b"},
                                 log=RoundLog(tmp_path / "rounds.jsonl"))
-    strategy = make_strategy(plan, run)
+    strategy = flower_strategy(plan, run)
     strategy_core(strategy).dtypes = [np.dtype(np.float32), np.dtype(np.int64)]
     initial = ArrayRecord([np.zeros(4, np.float32), np.arange(3, dtype=np.int64)])
     strategy.configure_train(1, initial, ConfigRecord(), _Grid())

@@ -17,7 +17,7 @@ from flwr.app.message.message import make_message  # noqa: E402
 from flwr.app.metadata import Metadata  # noqa: E402
 
 from baton.pipeline.federated.admission import Admission  # noqa: E402
-from baton.pipeline.federated.flower_server import make_strategy, strategy_core  # noqa: E402
+from baton.pipeline.federated.flower_server import flower_strategy, strategy_core  # noqa: E402
 from baton.pipeline.federated.plan import Plan, RoundLog  # noqa: E402
 
 
@@ -38,7 +38,7 @@ def _strategy(tmp_path, privacy, min_clients=2):
                 round_timeout_s=30, privacy=privacy)
     run = types.SimpleNamespace(plan=plan, admission=Admission(), names={1: "a", 2: "b", 3: "c"},
                                 log=RoundLog(tmp_path / "rounds.jsonl"))
-    strategy = make_strategy(plan, run)
+    strategy = flower_strategy(plan, run)
     if privacy:
         strategy.current_arrays = ArrayRecord([np.zeros(4, np.float32)])
     return strategy

@@ -9,8 +9,8 @@ import re
 
 import pytest
 
+from baton.configs import build_config
 from baton.errors import ConfigError
-from baton.pipeline.configs import build_config
 from baton.pipeline.stages.federated import Config, SecureAggregation
 
 

@@ -7,8 +7,8 @@ from types import SimpleNamespace
 
 import pytest
 
+from baton.configs import build_config
 from baton.errors import StageError
-from baton.pipeline.configs import build_config
 from baton.pipeline.release.testing import weak_model
 from baton.pipeline.stages import evaluate
 from baton.pipeline.testing import run_stage

@@ -15,8 +15,8 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from baton.configs import ConfigError
 from baton.errors import StageError
-from baton.pipeline.configs import ConfigError
 from baton.pipeline.dataplane.schema_file import ExamplesSchema, shard_files
 from baton.pipeline.testing import run_stage
 

@@ -11,6 +11,7 @@ import pytest
 from baton import logs
 from baton.errors import StageError
 from baton.pipeline.commands import task
+from tests.strategies.jobs import train_job
 
 MESSAGE = "model function 'm:build' raised ValueError: bad units (/x/m.py, line 3)"
 
@@ -24,20 +25,20 @@ def keep_sigterm():
 
 def _run(exc: Exception, tmp_path, monkeypatch) -> int:
     """task.run as the chief of a 2-worker cluster whose training raises `exc`."""
-    from baton.strategies import job as job_module
+    from baton.strategies import task as task_body
     from baton.strategies.cluster import TFConfig
 
     def failing(*_args, **_kwargs):
         raise exc
 
-    monkeypatch.setattr(job_module, "run_task", failing)
+    monkeypatch.setattr(task_body, "run_task", failing)
     tf_config = TFConfig.from_json(json.dumps({
         "cluster": {"worker": ["127.0.0.1:1", "127.0.0.1:2"]},
         "task": {"type": "worker", "index": 0},
     }))
-    train_job = job_module.TrainJob(feature_spec={}, strategy="multi_worker_mirrored")
+    job = train_job(feature_spec={}, strategy="multi_worker_mirrored")
     logs.configure()  # as the CLI edge does; the lines are log records on stderr
-    return task.run(train_job, tf_config, tmp_path, tmp_path / "backup",
+    return task.run(job, tf_config, tmp_path, tmp_path / "backup",
                     error_file=tmp_path / "errors" / "worker-0.txt")
 
 

@@ -7,10 +7,10 @@ import json
 import numpy as np
 import pytest
 
+from baton.configs import ConfigError, build_config
 from baton.errors import StageError
 from baton.graphs.feature_spec import FeatureSpec
 from baton.graphs.input_pipeline import make_dataset
-from baton.pipeline.configs import ConfigError, build_config
 from baton.pipeline.context import RunOptions
 from baton.pipeline.stages import train
 from baton.pipeline.testing import run_stage

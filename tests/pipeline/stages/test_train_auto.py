@@ -7,8 +7,8 @@ import json
 
 import pytest
 
+from baton.configs import ConfigError, build_config
 from baton.errors import SpecError
-from baton.pipeline.configs import ConfigError, build_config
 from baton.pipeline.context import RunOptions
 from baton.pipeline.spec import spec_from_dict
 from baton.pipeline.stages import train

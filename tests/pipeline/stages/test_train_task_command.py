@@ -10,6 +10,7 @@ import pytest
 from baton import logs
 from baton.pipeline.commands import task
 from tests.pipeline.dataplane.helpers import penguins
+from tests.strategies.jobs import train_job
 
 
 @pytest.fixture(scope="module")
@@ -131,7 +132,7 @@ def test_broken_collective_exits_with_the_retryable_code(
     retries (>= 128); a bug stays permanent (1)."""
     import tensorflow as tf
 
-    from baton.strategies import job as job_module
+    from baton.strategies import task as task_body
     from baton.strategies.cluster import TFConfig
 
     def broken(*_args, **_kwargs):
@@ -139,13 +140,13 @@ def test_broken_collective_exits_with_the_retryable_code(
             raise ValueError("a bug")
         raise getattr(tf.errors, error)(None, None, "Collective ops is aborted by: peer died")
 
-    monkeypatch.setattr(job_module, "run_task", broken)
+    monkeypatch.setattr(task_body, "run_task", broken)
     tf_config = TFConfig.from_json(json.dumps({
         "cluster": {"chief": ["127.0.0.1:1"], "worker": ["127.0.0.1:2"]},
         "task": {"type": "chief", "index": 0},
     }))
-    train_job = job_module.TrainJob(feature_spec={}, strategy="multi_worker_mirrored")
-    assert task.run(train_job, tf_config, tmp_path, tmp_path / "backup") == code
+    job = train_job(feature_spec={}, strategy="multi_worker_mirrored")
+    assert task.run(job, tf_config, tmp_path, tmp_path / "backup") == code
     assert code >= 128 or code == task.PERMANENT
 
 

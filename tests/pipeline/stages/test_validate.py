@@ -74,7 +74,7 @@ def test_stage_fails_unless_allowed_and_writes_report(stats, tmp_path):
 
 
 def test_unknown_allowed_kind_is_a_config_error(tmp_path):
-    from baton.pipeline.configs import ConfigError
+    from baton.configs import ConfigError
 
     with pytest.raises(ConfigError, match="did you mean 'drift'"):
         run_stage("validate", {"allow": ["drfit"]}, {"statistics": tmp_path, "schema": tmp_path},
@@ -82,7 +82,7 @@ def test_unknown_allowed_kind_is_a_config_error(tmp_path):
 
 
 def test_a_curated_schema_file_is_part_of_the_cache_key(tmp_path):
-    from baton.pipeline.configs import build_config
+    from baton.configs import build_config
     from baton.pipeline.stages import validate
 
     cfg = build_config(validate.Config, {"schema_path": "schemas/schema.json"}, "validate")

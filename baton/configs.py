@@ -1,4 +1,8 @@
-"""Typed, frozen stage configs from plain YAML mappings, with errors a person can act on.
+"""Typed, frozen settings from plain mappings, with errors a person can act on.
+
+The lowest layer of Baton's own code (only `errors` is below it), so every package reads
+settings the same way: the pipeline spec's stage configs, the train settings a task reads back
+from its job file (strategies.settings), and the one "did you mean" hint every unknown name gets.
 
 A stage declares `Config`, a frozen dataclass. `build_config` checks every key and value against
 the annotations before anything runs: an unknown key gets a "did you mean" hint, a wrong type
@@ -28,10 +32,17 @@ class ConfigErrors(ConfigError):
         super().__init__(first.path, str(first)[len(first.path) + 2:] if first.path else str(first))
 
 
-def did_you_mean(name: str, choices: typing.Iterable[str]) -> str:
-    """A hint like " (did you mean 'epochs'?)", or "" when nothing is close."""
-    match = difflib.get_close_matches(name, list(choices), n=1, cutoff=0.6)
-    return f" (did you mean {match[0]!r}?)" if match else ""
+def did_you_mean(name: str, choices: typing.Iterable[str], ignore_case: bool = False,
+                 cutoff: float = 0.6) -> str:
+    """A hint like " (did you mean 'epochs'?)", or "" when nothing is close (difflib's ratio
+    under `cutoff`).
+
+    `ignore_case`: compare lower-cased (Keras identifiers: `Adam` and `adam` name one
+    optimizer), and name the choice as it is spelled."""
+    spelled = {(c.lower() if ignore_case else c): c for c in choices}
+    key = name.lower() if ignore_case else name
+    match = difflib.get_close_matches(key, list(spelled), n=1, cutoff=cutoff)
+    return f" (did you mean {spelled[match[0]]!r}?)" if match else ""
 
 
 def build_config(cls: type, data: Mapping[str, Any] | None, path: str = "") -> Any:

@@ -1,0 +1,81 @@
+"""The training settings travel as one object: the stage's config is the job's `settings`, the job
+file is that object serialised, and every value check lives on it (issue 40)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from baton.configs import ConfigError
+from baton.pipeline.stages import train
+from baton.strategies.factory import CommunicationConfig, PartitionConfig
+from baton.strategies.job import TrainJob
+from baton.strategies.settings import TrainSettings
+
+SETTINGS = TrainSettings(
+    model="mlp", model_params={"dropout": 0.1}, hidden_units=(8, 4), epochs=3, steps=7,
+    batch_size=16, learning_rate=0.05, optimizer={"class_name": "SGD", "config": {}},
+    metrics=("accuracy",), callbacks=("EarlyStopping", {"class_name": "TerminateOnNaN"}),
+    on_nonfinite="restore", mixed_precision="mixed_bfloat16", workers=2, min_workers=1,
+    communication=CommunicationConfig(implementation="ring", fp16_allreduce=True),
+    partition=PartitionConfig(mode="fixed", num_shards=2),
+)
+
+
+def test_the_stage_config_is_the_settings_class() -> None:
+    assert train.Config is TrainSettings
+
+
+def test_the_job_file_carries_the_settings_object_unchanged() -> None:
+    job = TrainJob(feature_spec={"features": []}, settings=SETTINGS, strategy="mirrored")
+    back = TrainJob.from_json(job.to_json())
+    assert back == job and back.settings == SETTINGS
+    assert isinstance(back.settings.communication, CommunicationConfig)
+    assert back.settings.callbacks == SETTINGS.callbacks and back.settings.hidden_units == (8, 4)
+
+
+def test_the_job_copies_no_settings_field() -> None:
+    """Only the values the run resolves (the strategy and balance the topology gives, a probe's
+    step count) share a name with a setting; every other setting is read from `job.settings`."""
+    job_fields = {f.name for f in dataclasses.fields(TrainJob)}
+    settings_fields = {f.name for f in dataclasses.fields(TrainSettings)}
+    assert job_fields & settings_fields == {"strategy", "balance", "probe_steps"}
+
+
+def test_a_bad_job_file_names_the_setting() -> None:
+    text = TrainJob(feature_spec={}, settings=SETTINGS).to_json().replace(
+        '"epochs": 3', '"epochs": "three"')
+    with pytest.raises(ConfigError, match=r"settings\.epochs: expected an integer"):
+        TrainJob.from_json(text)
+    text = TrainJob(feature_spec={}).to_json().replace('"batch_size": 32', '"batch_size": 0')
+    with pytest.raises(ConfigError, match=r"batch_size must be >= 1. Received: batch_size=0"):
+        TrainJob.from_json(text)
+
+
+def test_choices_are_checked_on_settings_made_in_code() -> None:
+    with pytest.raises(ValueError, match="mixed_precision must be one of .*Received: "
+                                         "mixed_precision='fp8'"):
+        TrainSettings(mixed_precision="fp8")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="strategy must be one of"):
+        TrainSettings(strategy="horovod")  # type: ignore[arg-type]
+
+
+def test_the_fingerprint_leaves_out_the_settings_that_pick_the_topology() -> None:
+    base = TrainJob(feature_spec={}, settings=SETTINGS)
+
+    def with_settings(**kw: object) -> TrainJob:
+        return dataclasses.replace(base, settings=dataclasses.replace(SETTINGS, **kw))
+
+    assert with_settings(workers=3, min_workers=2, max_restarts=9).fingerprint() == \
+        base.fingerprint()
+    assert with_settings(learning_rate=0.1).fingerprint() != base.fingerprint()
+
+
+def test_views_of_the_settings() -> None:
+    assert SETTINGS.model_config() == {"hidden_units": [8, 4], "embedding_dim": 8,
+                                       "dropout": 0.1, "categorical": "embedding"}
+    assert SETTINGS.hyperparameters()["learning_rate"] == 0.05
+    assert SETTINGS.for_replica().min_workers is None
+    assert TrainSettings(workers=2, strategy="mirrored").problems("t") == [
+        "config.workers=2 needs a multi-worker strategy. Received: strategy=mirrored"]
