@@ -55,6 +55,8 @@ from flwr.supercore.error import ApiErrorCode, FlowerError
 from flwr.supercore.utils import get_metadata_str
 from flwr.superlink.auth_plugin import ControlAuthnPlugin
 
+from baton.errors import EXIT_USAGE
+
 TOKEN_ENV = "BATON_CONTROL_TOKEN_FILE"
 
 
@@ -138,7 +140,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if refused:
         sys.stderr.write("baton superlink: " + "; ".join(refused) + ". Received: "
                          + " ".join(args) + "\n")
-        sys.exit(2)
+        sys.exit(EXIT_USAGE)
     token_file = os.environ.get(TOKEN_ENV)
     if token_file:
         config.authn_plugin = BearerTokenPlugin(Path(token_file).read_text().strip())
