@@ -138,3 +138,59 @@ def test_a_nan_feature_is_named_as_the_cause_of_a_clients_nan_loss(clients):
     assert np.isnan(loss) or not all(np.isfinite(w).all() for w in w1)
     assert local.nonfinite.startswith("feature 'bill_length_mm' is NaN in 1 of the 16 train "
                                       "rows of batch 1 (first at train row 3)"), local.nonfinite
+
+
+def _reply(node: int, loss: float, kind: str = "train", cause: str | None = None):
+    from flwr.app import ArrayRecord, ConfigRecord, MetricRecord, RecordDict
+    from flwr.app.message.message import make_message
+    from flwr.app.metadata import Metadata
+
+    md = Metadata(run_id=1, message_id=f"m{node}", src_node_id=node, dst_node_id=0,
+                  reply_to_message_id=f"i{node}", group_id="1", created_at=1.8e9, ttl=10,
+                  message_type=kind)
+    key = "train_loss" if kind == "train" else "loss"
+    content = RecordDict({"metrics": MetricRecord({"num-examples": 10, key: loss})})
+    if kind == "train":
+        content["arrays"] = ArrayRecord([np.full(4, 1.0, np.float32)])
+    if cause is not None:
+        content["baton-nonfinite"] = ConfigRecord({"cause": cause})
+    return make_message(metadata=md, content=content)
+
+
+@pytest.fixture
+def strategy(tmp_path, monkeypatch):
+    from flwr.supercore.task_identity import TaskIdentity
+
+    from baton.pipeline.federated.admission import Admission
+    from baton.pipeline.federated.flower_server import make_strategy, strategy_core
+    from baton.pipeline.federated.plan import Plan, RoundLog
+
+    monkeypatch.setattr(TaskIdentity, "_run_id", 1)  # what a ServerApp process has set
+    monkeypatch.setattr(TaskIdentity, "_node_id", 0)
+    monkeypatch.setattr(TaskIdentity, "_task_id", 1)
+    plan = Plan(clients=["a", "b"], out_dir=str(tmp_path), wire_path="", fn={},
+                settings={"learning_rate": 0.01}, rounds=3, min_clients=2,
+                round_timeout_s=30, algorithm="fedavg")
+    run = types.SimpleNamespace(plan=plan, admission=Admission(), names={1: "a", 2: "b"},
+                                log=RoundLog(tmp_path / "rounds.jsonl"))
+    s = make_strategy(plan, run, first_round=2)  # a resumed run: round numbers are absolute
+    strategy_core(s).dtypes = [np.dtype(np.float32)]
+    return s
+
+
+def test_a_clients_nan_loss_stops_the_run_naming_the_round_the_client_and_the_cause(strategy):
+    cause = "feature 'bill_length_mm' is NaN in 1 of the 16 train rows of batch 1"
+    arrays, _ = strategy.aggregate_train(1, [_reply(1, 0.5), _reply(2, 0.4)])
+    assert np.isfinite(arrays.to_numpy_ndarrays()[0]).all()
+    with pytest.raises(StageError) as caught:
+        strategy.aggregate_train(2, [_reply(1, 0.5), _reply(2, float("nan"), cause=cause)])
+    assert str(caught.value) == ("federated: the training loss is not finite in round 3 on "
+                                 f"client 'b': {cause}")
+    with pytest.raises(StageError, match=r"^federated: the weights are not finite in round 2 on "
+                                         r"client 'a': the weight"):
+        strategy.aggregate_train(1, [_reply(1, 0.5, cause="the weight 'd/kernel' holds NaN"),
+                                     _reply(2, 0.4)])
+    with pytest.raises(StageError, match=r"^federated: the eval loss is not finite in round 2 on "
+                                         r"client 'a'$"):
+        strategy.aggregate_evaluate(1, [_reply(1, float("inf"), "evaluate"),
+                                        _reply(2, 0.4, "evaluate")])
