@@ -59,25 +59,6 @@ def carrying_on(dp: type) -> type:
     reports (from the noise multiplier and the rounds) still holds."""
 
     class CarryingOn(dp):  # type: ignore[misc, valid-type]
-        def _finite(self, server_round: int, replies: list[Any], key: str, which: str) -> None:
-            """A client's non-finite loss (or, in training, weights) stops the run, as the
-            train stage's guard stops training (strategies.nonfinite_guard): a one-line error
-            naming the round, the client and the first cause the client found."""
-            for m in replies:
-                metrics = m.content.get("metrics")
-                cause = m.content.get(NONFINITE)
-                if cause is not None:
-                    del m.content[NONFINITE]  # Flower's aggregation takes arrays and metrics
-                value = float(metrics[key]) if metrics is not None and key in metrics else 0.0
-                if math.isfinite(value) and cause is None:
-                    continue
-                client = self.run.names.get(m.metadata.src_node_id, "?")
-                what = (f"the {which} loss is not finite" if not math.isfinite(value)
-                        else "the weights are not finite")
-                raise StageError(
-                    f"federated: {what} in round {self._number(server_round)} on client "
-                    f"{client!r}" + (f": {cause['cause']}" if cause is not None else ""))
-
         def aggregate_train(self, server_round: int, replies: Any) -> Any:
             replies = list(replies)
             ok = [m for m in replies if not m.has_error()]

@@ -28,14 +28,15 @@ def _features(spec):
     return keras.layers.Concatenate()(parts)
 
 
-def softmax(spec):
-    d = keras.layers.Dense(8, activation="relu")(_features(spec))
-    return keras.Model(spec.inputs, keras.layers.Dense(spec.num_classes, activation="softmax")(d))
+def _ending_in(activation):
+    def build(spec):
+        d = keras.layers.Dense(8, activation="relu")(_features(spec))
+        head = keras.layers.Dense(spec.num_classes, activation=activation)
+        return keras.Model(spec.inputs, head(d))
+    return build
 
 
-def sigmoid(spec):
-    d = keras.layers.Dense(8, activation="relu")(_features(spec))
-    return keras.Model(spec.inputs, keras.layers.Dense(spec.num_classes, activation="sigmoid")(d))
+softmax, sigmoid = _ending_in("softmax"), _ending_in("sigmoid")
 
 
 class Normalized(keras.layers.Layer):
