@@ -195,3 +195,16 @@ def test_a_clients_nan_loss_stops_the_run_naming_the_round_the_client_and_the_ca
                                          r"client 'a'$"):
         strategy.aggregate_evaluate(1, [_reply(1, float("inf"), "evaluate"),
                                         _reply(2, 0.4, "evaluate")])
+
+
+def test_the_stage_says_when_the_model_outputs_probabilities():
+    from baton.pipeline.federated.follow import say
+
+    lines: list[str] = []
+    ctx = types.SimpleNamespace(log=lines.append)
+    say(ctx, {"event": "outputs", "kind": "logits", "reason": "r"})
+    say(ctx, {"event": "outputs", "kind": "probabilities",
+              "reason": "the last layer 'dense' applies a softmax"})
+    assert lines == ["the model outputs probabilities (the last layer 'dense' applies a "
+                     "softmax): trained and evaluated with the loss on probabilities "
+                     "(from_logits=False), served as it answers"]
