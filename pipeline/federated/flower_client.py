@@ -16,7 +16,15 @@ its name (`client`). Messages from the server:
   `secagg_mod` runs Flower's secaggplus_mod; in its third stage the train handler runs and
   the update leaves the node masked, summed with the others' before the server can read it;
 - evaluate: loss and accuracy (or mse) of the global weights on the node's eval rows;
-- query `edge`: the same for the TFLite edge model the server converted (on-device check).
+- query `edge`: the same for the TFLite edge model the server converted (on-device check);
+- query `confirm`: after training, whether the final weights still output probabilities when
+  that was decided from the rows (graphs.model_outputs.confirm).
+
+The setup reply carries what the model outputs, logits or probabilities, as decided on this
+node's model and eval batch (pipeline.federated.local); a model refused there (a sigmoid over
+several classes) is answered with the error, which the server raises. A train reply whose loss
+or weights are not finite carries the first cause found (`NONFINITE`): the server stops the run
+naming the round and the client.
 
 With `compression` set, the global weights of train and evaluate messages come down as a
 delta against the node's copy of the last global model (pipeline.federated.downlink):
@@ -38,6 +46,7 @@ own ArrayRecord/MetricRecord.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import os
 import time
@@ -60,6 +69,7 @@ _LOCAL: dict[str, Any] = {}
 STATE = "baton"
 COPY = "baton-copy"  # context.state: the node's copy of the global model (an ArrayRecord)
 DOWNLINK = "baton-downlink"  # reply content: the digest of that copy, or that it was stale
+NONFINITE = "baton-nonfinite"  # train reply content: where a non-finite loss comes from
 
 
 def _arrays(msg: Message) -> list[np.ndarray]:
@@ -117,8 +127,13 @@ def query(msg: Message, context: Context) -> Message:
         out = analyze(FnSpec(**request["fn"]), request["resolved"], data, request["with_label"])
         return _reply(msg, client=_name(context), schema=data.schema.to_dict(), **out)
     if op == "setup":
+        from baton.errors import StageError
+
         context.state[STATE] = ConfigRecord({"setup": codec.dumps(request["setup"])})
-        local = _local(context)
+        try:
+            local = _local(context)
+        except StageError as exc:  # the model refused (graphs.model_outputs.decide)
+            return _reply(msg, client=_name(context), error=str(exc))
         initial = None
         if request.get("downlink"):
             # the model as built from the shared settings and seed: the copy this node holds
@@ -128,7 +143,11 @@ def query(msg: Message, context: Context) -> Message:
             context.state[COPY] = ArrayRecord(weights)
             initial = downlink.digest(weights)
         return _reply(msg, client=_name(context), train=local.examples("train"),
-                      eval=local.examples("eval"), initial=initial)
+                      eval=local.examples("eval"), initial=initial,
+                      outputs=dataclasses.asdict(local.outputs))
+    if op == "confirm":
+        error = _local(context).confirm([np.asarray(w) for w in request["weights"]])
+        return _reply(msg, client=_name(context), **({"error": error} if error else {}))
     if op == "edge":
         cloud = _local(context).evaluate([np.asarray(w) for w in request["weights"]])
         edge = _edge(context, request["tflite"])
@@ -247,11 +266,13 @@ def train(msg: Message, context: Context) -> Message:
     new, _, loss = local.train(_arrays(msg), int(cfg["local_epochs"]), float(cfg.get("mu", 0.0)),
                                int(cfg.get("server-round", 0)))
     metrics = MetricRecord({"num-examples": local.examples("train"), "train_loss": loss})
+    content = RecordDict({"arrays": ArrayRecord(new), "metrics": metrics})
+    if local.nonfinite is not None:
+        content[NONFINITE] = ConfigRecord({"cause": local.nonfinite})
     late = float(cfg.get("baton-late-s", 0.0))  # a rehearsed slow client (plan.late_clients)
     if late > 0:
         time.sleep(late)  # alive and heartbeating, just late: the reply outlives its message
-    return Message(content=RecordDict({"arrays": ArrayRecord(new), "metrics": metrics}),
-                   reply_to=msg)
+    return Message(content=content, reply_to=msg)
 
 
 @app.evaluate(mods=[downlink_mod])

@@ -18,7 +18,9 @@ settings, the algorithm, where outputs go). In order:
    checkpointed, and the round's record (clients that trained, loss, weighted federated
    accuracy or mse, bytes up and down on the wire when the plan has relays' `wire_path`,
    epsilon) is appended to `rounds.jsonl`;
-4. the model artifact (model.keras, history.json, train_info.json) in the train stage's format.
+4. the model artifact (model.keras, history.json, train_info.json) in the train stage's format,
+   with what the model outputs (logits or probabilities, as the clients decided at setup:
+   pipeline.federated.local.agreed_outputs), so export serves probabilities as they are.
 
 A run that starts with a checkpoint in its output directory resumes after that round (the
 launcher submits a new run when the server restarted): no round is lost or repeated.
@@ -37,6 +39,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
+from baton.errors import StageError
 from baton.pipeline.federated import codec, compression, downlink, wire
 from baton.pipeline.federated.admission import Admission
 from baton.pipeline.federated.flower_strategy import flower_strategy, strategy_core
@@ -97,6 +100,8 @@ class FederatedRun:
                 continue
             self.names[node] = self.admission.name(node, str(reply.get("client")))
             reply["client"] = self.names[node]
+            if reply.get("error"):  # the client refused the model, or its outputs changed
+                raise StageError(f"federated {op}: client {reply['client']!r}: {reply['error']}")
             if op == "setup":
                 self.admission.declare(node, int(reply["train"]), int(reply["eval"]))
             out.append({**reply, "node": node} if op == "setup" else reply)
@@ -111,7 +116,7 @@ class FederatedRun:
 
     # ------------------------------------------------------------------ the run
     def run(self) -> None:
-        from baton.pipeline.federated.local import FnSpec
+        from baton.pipeline.federated.local import FnSpec, agreed_outputs
 
         fn = FnSpec(**self.plan.fn)
         state = self._resume()
@@ -128,6 +133,9 @@ class FederatedRun:
         self.log.write({"event": "setup", "clients": {r["client"]: {"train": r["train"],
                         "eval": r["eval"]} for r in replies}})
         self.initial = {r["node"]: r["initial"] for r in replies if r.get("initial")}
+        # logits or probabilities, as each client decided on its model and eval rows
+        self.outputs = agreed_outputs({r["client"]: r["outputs"] for r in replies})
+        self.log.write({"event": "outputs", **self.outputs.to_dict()})
         self.rows = {r["node"]: int(r["train"]) for r in replies}
         self._train(fn, resolved, label, start_round, weights)
 
@@ -226,9 +234,12 @@ class FederatedRun:
                                            else 0.0, "compression": plan.compression}),
                 evaluate_config=ConfigRecord(), evaluate_fn=after_round)
             model.set_weights(result.arrays.to_numpy_ndarrays())
+        if self.outputs.from_rows:  # probabilities by the initial rows: still so once trained
+            self._query("confirm", {"weights": model.get_weights()}, "confirm")
         if plan.edge != "off":
             self._edge(model, spec)
-        save_model(model, self.out / "model", plan, self.log.read(), time.time() - started)
+        save_model(model, self.out / "model", plan, self.log.read(), time.time() - started,
+                   self.outputs)
 
     def _edge(self, model: Any, spec: Any) -> None:
         """The global model as the edge stage's TFLite variant, sent to every client, which
@@ -240,7 +251,7 @@ class FederatedRun:
 
         export = self.out / "edge" / "1"
         transform = tf.saved_model.load(str(self.out / "transform_graph"))
-        S.save(S.build_module(transform, model, spec), export, spec)
+        S.save(S.build_module(transform, model, spec, outputs=self.outputs.kind), export, spec)
         flat = tflite.convert(export, self.plan.edge)
         (self.out / "edge" / "model.tflite").write_bytes(flat)
         replies = self._query("edge", {"tflite": flat, "weights": model.get_weights()}, "edge")
@@ -294,8 +305,10 @@ def save_transform(t: Any, directory: Path, fn: Any) -> None:
 
 
 def save_model(model: Any, directory: Path, plan: Plan, records: list[dict[str, Any]],
-               seconds: float) -> None:
-    """The train stage's model artifact: model.keras, history.json, train_info.json."""
+               seconds: float, outputs: Any) -> None:
+    """The train stage's model artifact: model.keras, history.json, train_info.json (with what
+    the model outputs, `outputs`: graphs.model_outputs.Outputs, which export and evaluate read:
+    pipeline.release.data.output_kind)."""
     from baton.graphs.user_refs import modules_of
 
     tmp = directory.with_name(directory.name + ".partial")
@@ -314,6 +327,7 @@ def save_model(model: Any, directory: Path, plan: Plan, records: list[dict[str, 
             "user_modules": modules_of(plan.settings.get(k) for k in ("model", "loss",
                                                                         "optimizer")),
             "code_dir": plan.settings.get("search_dir")}
+    info["outputs"] = outputs.to_dict()
     (tmp / "train_info.json").write_text(json.dumps(info, indent=1) + "\n")
     tmp.rename(directory)
 

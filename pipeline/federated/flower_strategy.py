@@ -10,12 +10,14 @@ by the examples its node declared at setup; pipeline.federated.admission) and, w
 
 from __future__ import annotations
 
+import math
 from typing import Any, cast
 
 import numpy as np
 from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
 from flwr.serverapp import Grid
 
+from baton.errors import StageError
 from baton.pipeline.federated import compression, downlink
 from baton.pipeline.federated.plan import Plan
 
@@ -72,6 +74,7 @@ def carrying_on(dp: type) -> type:
 
 
 DOWNLINK = "baton-downlink"  # a reply's record: the digest of the client's copy, or "stale"
+NONFINITE = "baton-nonfinite"  # a train reply's record: where its non-finite loss comes from
 LATE_S = "baton-late-s"  # a train config entry: answer this many seconds late (a rehearsal)
 
 
@@ -238,6 +241,25 @@ def recording(base: type) -> type:
                 self.pending.setdefault("admission", []).extend(events)
             return out
 
+        def _finite(self, server_round: int, replies: list[Any], key: str, which: str) -> None:
+            """A client's non-finite loss (or, in training, weights) stops the run, as the
+            train stage's guard stops training (strategies.nonfinite_guard): a one-line error
+            naming the round, the client and the first cause the client found."""
+            for m in replies:
+                metrics = m.content.get("metrics")
+                cause = m.content.get(NONFINITE)
+                if cause is not None:
+                    del m.content[NONFINITE]  # Flower's aggregation takes arrays and metrics
+                value = float(metrics[key]) if metrics is not None and key in metrics else 0.0
+                if math.isfinite(value) and cause is None:
+                    continue
+                client = self.run.names.get(m.metadata.src_node_id, "?")
+                what = (f"the {which} loss is not finite" if not math.isfinite(value)
+                        else "the weights are not finite")
+                raise StageError(
+                    f"federated: {what} in round {self._number(server_round)} on client "
+                    f"{client!r}" + (f": {cause['cause']}" if cause is not None else ""))
+
         def aggregate_train(self, server_round: int, replies: Any) -> Any:
             replies = self._answers(list(replies))
             answered = [m for m in replies if not m.has_error()]
@@ -253,6 +275,7 @@ def recording(base: type) -> type:
                     f"(of {len(self.pending.get('sampled', []))} asked) within round_timeout_s="
                     f"{self.run.plan.round_timeout_s:g}; min_clients is "
                     f"{self.run.plan.min_clients}")
+            self._finite(server_round, ok, "train_loss", "training")
             method = self.run.plan.compression
             for m in ok:
                 if method != "none":
@@ -269,6 +292,7 @@ def recording(base: type) -> type:
         def aggregate_evaluate(self, server_round: int, replies: Any) -> Any:
             replies = self._admitted([m for m in self._answers(list(replies))
                                       if not m.has_error()], "evaluate")
+            self._finite(server_round, replies, "loss", "eval")
             metrics = super().aggregate_evaluate(server_round, replies)
             if metrics is not None:
                 for key in ("loss", "accuracy", "mse"):

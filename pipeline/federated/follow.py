@@ -76,6 +76,9 @@ def say(ctx: StageContext, rec: dict[str, Any]) -> None:
             key = "accuracy" if "edge_accuracy" in r else "mse"
             ctx.log(f"edge ({rec['variant']} TFLite, {rec['size_bytes']:,} B) on {name}: "
                     f"{key} {r[f'edge_{key}']:.4f} (cloud {r[f'cloud_{key}']:.4f})")
+    elif rec.get("event") == "outputs" and rec.get("kind") == "probabilities":
+        ctx.log(f"the model outputs probabilities ({rec.get('reason')}): trained and evaluated "
+                "with the loss on probabilities (from_logits=False), served as it answers")
     elif rec.get("event") == "transform":
         ctx.log(f"federated transform: {rec['analyzers']} analyzers in {rec['phases']} phases "
                 f"from {len(rec['rows'])} clients' summaries ({sum(rec['rows'].values())} rows "

@@ -10,6 +10,13 @@ examples directory of that client alone:
   updated weights out (FedProx adds mu/2 * ||w - w_global||^2 to the loss).
 - `Local.evaluate`: loss and accuracy (mse for regression) of given weights on the eval rows.
 
+What a classifier outputs, logits or probabilities already (a softmax at its end), is decided
+as the train stage decides it (graphs.model_outputs, on the built model and its output on the
+first eval batch): the loss is built with `from_logits` accordingly, and the decision goes back
+to the server in the setup reply, which records it for export and serving
+(pipeline.federated.flower_server). A non-finite training loss (or weight) is traced to its
+first cause here (graphs.nonfinite.first_cause); the server stops the run on it.
+
 The transform a client applies is built from the same function and the same analyzer values
 as the server's `transform_graph` (graphs.tft_module), so the features it trains on are the
 features the released model serves on.
@@ -25,6 +32,7 @@ from typing import Any
 import numpy as np
 
 from baton.errors import StageError
+from baton.graphs import model_outputs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,6 +162,26 @@ def label_entry(merged: Mapping[str, Any], name: str, dtype: str, task: str) -> 
             "mean": merged["mean"], "var": merged["m2"] / merged["n"]}
 
 
+def agreed_outputs(decisions: Mapping[str, Mapping[str, Any]]) -> model_outputs.Outputs:
+    """The run's decision (graphs.model_outputs.Outputs) from each client's, by client name:
+    every client builds the same model from the same seed, so they agree unless the decision
+    came from rows that sum to 1 on one client's eval batch and not on another's (a model that
+    only sometimes ends in a distribution): StageError naming who decided what."""
+    kinds: dict[str, list[str]] = {}
+    for client, d in sorted(decisions.items()):
+        kinds.setdefault(str(d["kind"]), []).append(client)
+    if len(kinds) > 1:
+        said = "; ".join(f"{kind} for {', '.join(map(repr, who))}" for kind, who in kinds.items())
+        raise StageError("federated: the clients disagree on what the model outputs (logits or "
+                         f"probabilities, decided on each one's eval rows): {said}. End the "
+                         "model in a softmax (probabilities) or in a layer with no activation "
+                         "(logits)")
+    if not decisions:
+        return model_outputs.Outputs()
+    first = decisions[min(decisions)]
+    return model_outputs.Outputs(first["kind"], first["reason"], bool(first.get("from_rows")))
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """The training settings a client needs (from the stage's `train:` mapping)."""
@@ -187,6 +215,33 @@ class Local:
         self.model = model_fn.build(settings.model, self.spec, dict(settings.model_params),
                                     settings.seed, settings.search_dir)
         self.num_classes = len(label.get("vocabulary", ())) or 1
+        self.nonfinite: str | None = None  # the first cause of the last round's NaN, if any
+        self.name = model_fn.describe(settings.model)  # how errors name the model function
+        self.outputs = model_outputs.decide(self.model, self.task, self.num_classes,
+                                            self._sample(), self.name)
+
+    def _batches(self, split: str) -> Any:
+        """`split` (train when it has no rows) in order, as `(features, labels)` batches."""
+        import tensorflow as tf
+
+        feats, y = self.splits[split if split in self.splits else "train"]
+        return tf.data.Dataset.from_tensor_slices((feats, y)).batch(self.settings.batch_size)
+
+    def _sample(self) -> Any:
+        """The model's output on the first eval batch (graphs.model_outputs.sample)."""
+        return model_outputs.sample(self.model, self._batches("eval"))
+
+    def confirm(self, weights: list[np.ndarray]) -> str | None:
+        """After training: None when the decision still holds for `weights`, else why not
+        (graphs.model_outputs.confirm's message)."""
+        if not self.outputs.from_rows:
+            return None
+        self.model.set_weights(weights)
+        try:
+            model_outputs.confirm(self.model, self.outputs, self._sample(), self.name)
+        except StageError as exc:
+            return str(exc)
+        return None
 
     def _transform(self, raw: Mapping[str, np.ndarray], features: Sequence[tuple[str, str, Any]],
                    label: str) -> tuple[dict[str, np.ndarray], np.ndarray]:
@@ -205,7 +260,8 @@ class Local:
 
         from baton.graphs.objectives import make_loss
 
-        fn = make_loss(self.settings.loss, self.task, self.num_classes, self.settings.search_dir)
+        fn = make_loss(self.settings.loss, self.task, self.num_classes, self.settings.search_dir,
+                       from_logits=not self.outputs.probabilities)
         if fn is not None:
             return fn
         if self.task == "regression":
@@ -216,8 +272,13 @@ class Local:
     def train(self, weights: list[np.ndarray], epochs: int, mu: float = 0.0,
               round_number: int = 0) -> tuple[list[np.ndarray], int, float]:
         """(updated weights, examples trained on, mean train loss of the last epoch). The
-        optimizer starts fresh each round, as a FedAvg client's does."""
+        optimizer starts fresh each round, as a FedAvg client's does. A non-finite loss or
+        weight leaves its first cause in `nonfinite` (None when all is finite)."""
+        import math
+
         import tensorflow as tf
+
+        from baton.graphs import nonfinite
 
         if not hasattr(self, "_epoch"):
             self._compile()
@@ -234,6 +295,12 @@ class Local:
         last = 0.0
         for _ in range(epochs):
             last = float(self._epoch(ds))
+        self.nonfinite = None
+        if not math.isfinite(last) or not nonfinite.weights_finite(self.model):
+            self.nonfinite = nonfinite.first_cause(self._batches("train"), self.model,
+                                                   self._loss(), "train") or (
+                f"the training loss is {last}, its weights, outputs and per-row losses finite "
+                "after the epoch")
         return self.model.get_weights(), len(y) * epochs, last
 
     def _compile(self) -> None:
@@ -276,13 +343,13 @@ class Local:
             split = "train"
         self.model.set_weights(weights)
         feats, y = self.splits[split]
-        logits = self.model.predict_on_batch({k: tf.constant(v) for k, v in feats.items()}) \
+        out = self.model.predict_on_batch({k: tf.constant(v) for k, v in feats.items()}) \
             if len(y) else np.zeros((0, self.num_classes))
-        loss = float(np.mean(self._loss()(tf.constant(y), tf.constant(logits)).numpy())) \
+        loss = float(np.mean(self._loss()(tf.constant(y), tf.constant(out)).numpy())) \
             if len(y) else 0.0
-        out = {"loss": loss, "examples": float(len(y))}
+        result = {"loss": loss, "examples": float(len(y))}
         if self.task == "regression":
-            out["mse"] = float(np.mean((np.reshape(logits, -1) - y) ** 2)) if len(y) else 0.0
-        else:
-            out["accuracy"] = float(np.mean(np.argmax(logits, axis=1) == y)) if len(y) else 0.0
-        return out
+            result["mse"] = float(np.mean((np.reshape(out, -1) - y) ** 2)) if len(y) else 0.0
+        else:  # the argmax of logits or probabilities alike
+            result["accuracy"] = float(np.mean(np.argmax(out, axis=1) == y)) if len(y) else 0.0
+        return result

@@ -24,6 +24,7 @@ asserting it.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from typing import Any
@@ -32,6 +33,8 @@ import numpy as np
 from flwr.app import ArrayRecord, ConfigRecord, Context, Message
 from flwr.server.strategy import Strategy
 from flwr.server.workflow import SecAggPlusWorkflow
+
+from baton.errors import StageError
 
 
 class Watched:
@@ -160,6 +163,11 @@ class Mean(Strategy):
                 f"round {self.number}: {len(results)} clients trained under secure aggregation "
                 f"(of {len(self.core.pending.get('sampled', []))} asked) within round_timeout_s"
                 f"={plan.round_timeout_s:g}; min_clients is {plan.min_clients}")
+        for p, r in results:  # as flower_strategy's guard (the cause stays on the client here)
+            if not math.isfinite(float(r.metrics.get("train_loss", 0.0))):
+                raise StageError(f"federated: the training loss is not finite in round "
+                                 f"{self.number} on client {self.run.names.get(p.node_id, '?')!r}"
+                                 " (under secure aggregation the client's update is masked)")
         mean = parameters_to_ndarrays(results[0][1].parameters)
         assert all(r.parameters is results[0][1].parameters for _, r in results), \
             "SecAgg+ hands every result the same unmasked mean"

@@ -56,6 +56,7 @@ OUTPUTS = ("model", "transform_graph")
 CODE_DEPS = ("baton.pipeline.federated", "baton.graphs.column_kinds", "baton.graphs.tft_module",
              "baton.graphs.tft_engine", "baton.graphs.tft_api", "baton.graphs.tft_analyzers",
              "baton.graphs.models", "baton.graphs.model_fn", "baton.graphs.objectives",
+             "baton.graphs.model_outputs", "baton.graphs.nonfinite",
              "baton.pipeline.dataplane.partition")
 CACHEABLE = True
 
