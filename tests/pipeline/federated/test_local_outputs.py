@@ -163,7 +163,7 @@ def strategy(tmp_path, monkeypatch):
     from flwr.supercore.task_identity import TaskIdentity
 
     from baton.pipeline.federated.admission import Admission
-    from baton.pipeline.federated.flower_server import make_strategy, strategy_core
+    from baton.pipeline.federated.flower_server import flower_strategy, strategy_core
     from baton.pipeline.federated.plan import Plan, RoundLog
 
     monkeypatch.setattr(TaskIdentity, "_run_id", 1)  # what a ServerApp process has set
@@ -174,7 +174,7 @@ def strategy(tmp_path, monkeypatch):
                 round_timeout_s=30, algorithm="fedavg")
     run = types.SimpleNamespace(plan=plan, admission=Admission(), names={1: "a", 2: "b"},
                                 log=RoundLog(tmp_path / "rounds.jsonl"))
-    s = make_strategy(plan, run, first_round=2)  # a resumed run: round numbers are absolute
+    s = flower_strategy(plan, run, first_round=2)  # a resumed run: round numbers are absolute
     strategy_core(s).dtypes = [np.dtype(np.float32)]
     return s
 
