@@ -56,6 +56,7 @@ from baton.k8s.errors import ManifestError
 from baton.k8s.federation_config import FederatedClient as FederatedClient
 from baton.k8s.federation_config import Federation as Federation
 from baton.k8s.federation_config import dns_name as dns_name
+from baton.k8s.network import OBJECT_STORAGE_SCHEMES
 from baton.k8s.options import JobOptions
 
 PORT = 9091  # SuperLink: Fleet, Runtime and Control APIs on one HTTPS port (flwr 1.42)
@@ -297,8 +298,11 @@ def build_superlink(opts: JobOptions, fed: Federation) -> list[dict]:
     vols, mounts = pods.volumes(opts)  # artifacts (read-write: the ServerApp's outputs) + spec
     home_vol, home_mount = _flwr_home()
     cred_vol, cred_mount = _credentials_volume(superlink_secret_name(opts))
-    vols = [*vols, {"name": "state", "persistentVolumeClaim": {"claimName": state}}, home_vol,
-            cred_vol]
+    # on a bucket no claim at all: the database lives as long as the pod (a restarted SuperLink
+    # forgets its nodes and runs; the run Job, retried by backoffLimit, registers and submits again)
+    state_vol = {"name": "state", **({"emptyDir": {"sizeLimit": fed.state_size}} if opts.storage
+                                    else {"persistentVolumeClaim": {"claimName": state}})}
+    vols = [*vols, state_vol, home_vol, cred_vol]
     mounts = [*mounts, {"name": "state", "mountPath": STATE_DIR}, home_mount, cred_mount]
     command, args = superlink_command()
     container = {
@@ -329,7 +333,8 @@ def build_superlink(opts: JobOptions, fed: Federation) -> list[dict]:
             "ports": [{"name": "flower", "port": PORT, "targetPort": "flower", "protocol": "TCP"}],
         },
     }
-    return [_pvc(opts, state, fed.state_size, labels), deployment, service]
+    return [*([] if opts.storage else [_pvc(opts, state, fed.state_size, labels)]), deployment,
+            service]
 
 
 # --------------------------------------------------------------------------- SuperNodes
@@ -347,8 +352,23 @@ def supernode_command(superlink: str, client: FederatedClient) -> tuple[list[str
     ]
 
 
+def silo_url(opts: JobOptions, fed: Federation, client: FederatedClient) -> str | None:
+    """Where this client's examples are on a bucket (None: on a volume): a rehearsal's silo under
+    the run on the bucket runs directory, or a listed silo's own `examples: s3://...`."""
+    if fed.rehearsal:
+        return f"{federation_dir(opts, fed)}/{SILOS_DIR}/{client.name}" if opts.storage else None
+    return client.examples if client.examples and is_bucket_url(client.examples) else None
+
+
+def is_bucket_url(text: str) -> bool:
+    return text.startswith(OBJECT_STORAGE_SCHEMES)
+
+
 def _data_volume(opts: JobOptions, fed: Federation, client: FederatedClient) -> tuple[dict, dict]:
     """(pod volume, container mount) of this client's data, and nothing else's."""
+    if silo_url(opts, fed, client):  # copied from the bucket by the init container (_pull_data)
+        return ({"name": "data", "emptyDir": {"sizeLimit": fed.data_size}},
+                {"name": "data", "mountPath": DATA_DIR, "readOnly": True})
     if fed.rehearsal:
         # the artifacts claim, narrowed to this client's silo; not readOnly at the volume, so
         # the kubelet may create the subPath before the plan step has partitioned
@@ -371,6 +391,20 @@ def _wait_for_data(opts: JobOptions, mount: dict) -> dict:
         "volumeMounts": [mount],
         "resources": {"requests": {"cpu": "50m", "memory": "32Mi"},
                       "limits": {"cpu": "50m", "memory": "64Mi"}},  # a looping shell (checkov CKV_K8S_11)
+    }
+
+
+def _pull_data(opts: JobOptions, url: str, mount: dict) -> dict:
+    """Copy the client's examples from the bucket into the pod once they are complete (their
+    schema.json, written last, exists: baton.storage.pull), and start the node after that."""
+    return {
+        "name": "pull-data",
+        "image": opts.image,
+        "command": ["python", "-m", "baton.storage.pull", "--after", "schema.json", url, DATA_DIR],
+        "volumeMounts": [{**mount, "readOnly": False}],
+        # requests = limits: Python with pyarrow's S3 client, copying shards
+        "resources": {"requests": {"cpu": "250m", "memory": "512Mi"},
+                      "limits": {"cpu": "250m", "memory": "512Mi"}},
     }
 
 
@@ -403,7 +437,9 @@ def build_supernode(opts: JobOptions, fed: Federation, client: FederatedClient,
         "volumeMounts": [data_mount, *spec_mounts, home_mount, cred_mount],
     }
     return _deployment(opts, name, labels, annotations, {
-        "initContainers": [_wait_for_data(opts, data_mount)],
+        "initContainers": [_pull_data(opts, url, data_mount)
+                           if (url := silo_url(opts, fed, client))
+                           else _wait_for_data(opts, data_mount)],
         "containers": [container],
         "volumes": [data_vol, *spec_vols, home_vol, cred_vol],
     })
@@ -418,7 +454,7 @@ def build_data_claims(opts: JobOptions, fed: Federation) -> list[dict]:
         _pvc(opts, data_claim(opts, c), fed.data_size,
              {**opts.labels("federated-data"), CLIENT_LABEL: c.dns},
              {"baton.dev/client": c.name, "baton.dev/examples": c.examples or ""})
-        for c in fed.clients if c.claim is None
+        for c in fed.clients if c.claim is None and not silo_url(opts, fed, c)
     ]
 
 
