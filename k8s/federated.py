@@ -56,8 +56,7 @@ from baton.k8s.errors import ManifestError
 from baton.k8s.federation_config import FederatedClient as FederatedClient
 from baton.k8s.federation_config import Federation as Federation
 from baton.k8s.federation_config import dns_name as dns_name
-from baton.k8s.network import OBJECT_STORAGE_SCHEMES
-from baton.k8s.options import JobOptions
+from baton.k8s.options import OBJECT_STORAGE_SCHEMES, JobOptions
 
 PORT = 9091  # SuperLink: Fleet, Runtime and Control APIs on one HTTPS port (flwr 1.42)
 NODE_PORT = 9094  # SuperNode's ClientAppIo API: 127.0.0.1 inside its pod only

@@ -32,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from baton.k8s.options import JobOptions
+from baton.k8s.options import OBJECT_STORAGE_SCHEMES, JobOptions
 from baton.k8s.security import ENFORCE_LABELS
 from baton.serving.conventions import DEFAULT_GRPC_PORT, DEFAULT_REST_PORT
 
@@ -44,7 +44,6 @@ DNS = {
             "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
     "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
 }
-OBJECT_STORAGE_SCHEMES = ("s3://", "gs://")
 
 
 def _run(opts: JobOptions) -> dict[str, str]:

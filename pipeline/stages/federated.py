@@ -390,6 +390,9 @@ def run(ctx: StageContext, config: Config) -> None:
                 server = stage_run.run_external(ctx, config, control, creds, names)
             finally:
                 control.close()
+                # the Flower CLI's home holds the Control API token (credentials.yaml): like
+                # the other secrets it must not become part of the stage's output
+                shutil.rmtree(ctx.work_dir / "flwr", ignore_errors=True)
     finally:
         shutil.rmtree(secrets, ignore_errors=True)
     from baton.pipeline.federated.follow import publish
