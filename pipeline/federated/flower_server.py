@@ -2,7 +2,8 @@
 
 `flwr run` starts it (one `flwr-serverapp` process per run, under the SuperLink). The run
 config's `baton-plan` names the plan file the stage wrote (plan.Plan: the transform, the model
-settings, the algorithm, where outputs go). In order:
+settings, the algorithm, where outputs go): a path, or for pods that share no volume a bucket
+URL, and then the outputs go to the bucket too (pipeline.federated.on_bucket). In order:
 
 1. wait until the clients are connected (`min_clients` at least, all of them within
    `round_timeout_s`): the plan's registered nodes only, each under its registered name

@@ -29,7 +29,7 @@ def test_it_waits_for_the_last_object_then_copies_the_tree(s3, tmp_path, capsys)
     assert (dest / "eval" / "part-0.tfrecord.gz").read_bytes() == b"eval-0"
     assert (dest / "schema.json").read_bytes() == b'{"columns": []}'
     assert not list(dest.rglob("*.part"))
-    assert "waiting for s3://" in capsys.readouterr().out
+    assert "waiting for inputs: s3://" in capsys.readouterr().out
 
 
 def test_schema_json_is_placed_after_every_other_file(s3, tmp_path, monkeypatch):
