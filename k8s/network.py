@@ -16,8 +16,9 @@ carries: `app.kubernetes.io/part-of: <pipeline>`, `baton.dev/run-id: <run id>`, 
   SuperNodes and run Job only, and those may dial it;
 * when the runs directory is a bucket (`--runs-dir s3://...`) or the spec names object storage
   (`s3://`, `gs://`), `<job>-object-storage`: the steps that read and write the run directory
-  and the model server (it loads pushed versions from the bucket) may open HTTPS (443)
-  connections. An S3-compatible store on another port needs an overlay opening that port.
+  (the federation's SuperLink, whose ServerApp writes the stage's outputs, and run Job among
+  them), the SuperNodes (they copy their silo from the bucket) and the model server (it loads
+  pushed versions from the bucket) may open HTTPS (443) connections. An S3-compatible store on another port needs an overlay opening that port.
 
 A NetworkPolicy only acts where the cluster's network plugin enforces them (Calico, Cilium,
 the clouds' own with policy enforcement on): on one that does not, these are inert.
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from baton.k8s.options import JobOptions
+from baton.k8s.options import OBJECT_STORAGE_SCHEMES, JobOptions
 from baton.k8s.security import ENFORCE_LABELS
 from baton.serving.conventions import DEFAULT_GRPC_PORT, DEFAULT_REST_PORT
 
@@ -43,7 +44,6 @@ DNS = {
             "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
     "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}],
 }
-OBJECT_STORAGE_SCHEMES = ("s3://", "gs://")
 
 
 def _run(opts: JobOptions) -> dict[str, str]:
@@ -99,7 +99,7 @@ def build_policies(opts: JobOptions, federated: bool = False) -> list[dict]:
     if opts.storage is not None or any(s in (opts.spec_text or "") for s in OBJECT_STORAGE_SCHEMES):
         docs.append(_policy(opts, f"{opts.job_name}-object-storage",
                             _components(opts, "data", "train", "release", "superlink",
-                                        "federated-run", "serving"), None,
+                                        "federated-run", "supernode", "serving"), None,
                             [{"ports": [{"protocol": "TCP", "port": 443}]}]))
     return docs
 

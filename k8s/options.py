@@ -30,6 +30,8 @@ from baton.strategies.factory import (
 CLEAN_POD_POLICIES = ("None", "Running", "All")
 DNS1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 DNS1123_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+# URLs of object storage: a runs directory or a silo there (k8s.object_storage, k8s.federated)
+OBJECT_STORAGE_SCHEMES = ("s3://", "gs://")
 # Kubernetes' own namespaces: their pods are privileged (network plugin, kube-proxy, DNS)
 SYSTEM_NAMESPACES = ("kube-system", "kube-public", "kube-node-lease")
 CONFIGMAP_KEY = re.compile(r"^[-._a-zA-Z0-9]+$")

@@ -343,11 +343,6 @@ def generate(argv: list[str]) -> int:
         check_train(spec, args)
         opts = job_options(spec, args)
         fed = federation(spec)
-        if fed is not None and opts.storage is not None:
-            raise UsageError(
-                f"--runs-dir {args.runs_dir}: the federated stage's SuperNodes read their "
-                "clients' examples from the shared volume (k8s.federated), so a spec with a "
-                "federated stage needs it; generate without --runs-dir")
         from baton.k8s.render import build_all
 
         build_all(opts, fed)  # what no manifest can express (a name too long...) is refused here

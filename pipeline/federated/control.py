@@ -116,7 +116,7 @@ class Control:
                              f"{(proc.stdout + proc.stderr)[-1500:]}")
         return proc.stdout
 
-    def submit(self, plan_path: Path) -> int:
+    def submit(self, plan_path: Path | str) -> int:
         app = self.work / "app"
         app.mkdir(parents=True, exist_ok=True)
         (app / "pyproject.toml").write_text(APP_PYPROJECT)

@@ -2,7 +2,8 @@
 
 `flwr run` starts it (one `flwr-serverapp` process per run, under the SuperLink). The run
 config's `baton-plan` names the plan file the stage wrote (plan.Plan: the transform, the model
-settings, the algorithm, where outputs go). In order:
+settings, the algorithm, where outputs go): a path, or for pods that share no volume a bucket
+URL, and then the outputs go to the bucket too (pipeline.federated.on_bucket). In order:
 
 1. wait until the clients are connected (`min_clients` at least, all of them within
    `round_timeout_s`): the plan's registered nodes only, each under its registered name
@@ -30,6 +31,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -40,11 +42,12 @@ from flwr.app import ArrayRecord, ConfigRecord, Context, RecordDict
 from flwr.serverapp import Grid, ServerApp
 
 from baton.errors import StageError
-from baton.pipeline.federated import codec, compression, downlink, wire
+from baton.pipeline.federated import codec, compression, downlink, on_bucket, wire
 from baton.pipeline.federated.admission import Admission
 from baton.pipeline.federated.flower_strategy import flower_strategy, strategy_core
 from baton.pipeline.federated.grid import QuickGrid
 from baton.pipeline.federated.plan import Plan, RoundLog
+from baton.storage import location as L
 
 __all__ = ["FederatedRun", "app", "epsilon", "flower_strategy", "strategy_core"]
 
@@ -53,7 +56,7 @@ app = ServerApp()
 
 @app.main()
 def main(grid: Grid, context: Context) -> None:
-    plan = Plan.load(Path(str(context.run_config["baton-plan"])))
+    plan = on_bucket.load_plan(str(context.run_config["baton-plan"]))  # a path or a URL
     FederatedRun(plan, grid, context).run()
 
 
@@ -64,8 +67,12 @@ class FederatedRun:
         # the strategies only the admitted nodes
         self.plan, self.context = plan, context
         self.grid = QuickGrid(grid, admit=self.admission.allowed)
-        self.out = Path(plan.out_dir)
-        self.log = RoundLog(self.out / "rounds.jsonl")
+        # on a bucket (pods sharing no volume) a directory of this pod, mirrored to out_dir
+        self.out = on_bucket.local_out(plan)
+        self.remote = L.is_remote(plan.out_dir)
+        self.log = (on_bucket.MirroredRoundLog(self.out / "rounds.jsonl",
+                                               f"{plan.out_dir}/rounds.jsonl")
+                    if self.remote else RoundLog(self.out / "rounds.jsonl"))
         self.names: dict[int, str] = dict(self.admission.registry)  # node id -> client name
         self.initial: dict[int, str] = {}  # node id -> digest of the initial model it built
 
@@ -138,6 +145,9 @@ class FederatedRun:
         self.log.write({"event": "outputs", **self.outputs.to_dict()})
         self.rows = {r["node"]: int(r["train"]) for r in replies}
         self._train(fn, resolved, label, start_round, weights)
+        if self.remote:  # the outputs, for the stage that follows the run from elsewhere
+            on_bucket.upload_tree(self.out, self.plan.out_dir)
+            shutil.rmtree(self.out, ignore_errors=True)  # this pod's copy
 
     def _transform(self, fn: Any) -> Any:
         from baton.pipeline.federated.server import federated_transform

@@ -17,7 +17,7 @@ from baton.errors import StageError
 from baton.pipeline.context import StageContext
 
 
-def follow(ctx: StageContext, fed: Any, run_id: int, plan_path: Path, log: Any,
+def follow(ctx: StageContext, fed: Any, run_id: int, plan_path: Path | str, log: Any,
             faults: list[tuple[str, int, int]]) -> None:
     """Wait for the run; inject each fault at its round; resume after a server restart."""
     seen = 0

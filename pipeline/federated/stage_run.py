@@ -77,10 +77,28 @@ def run_external(ctx: StageContext, config: Any, control: Any, creds: Any,
     fn = fn_spec(ctx, config, clients, control.address)
     work = federation_dir(ctx)
     server = server_dir(work, fresh=False)
-    plan_path = write_plan(config, clients, work, fn, ctx, [], registry, wire_path="")
-    run_id = control.submit(plan_path)
-    ctx.log(f"run {run_id} submitted to {control.address} (plan {plan_path})")
-    follow(ctx, control, run_id, plan_path, RoundLog(server / "rounds.jsonl"), [])
+    if ctx.bucket is None:
+        plan_path = write_plan(config, clients, work, fn, ctx, [], registry, wire_path="")
+        run_id = control.submit(plan_path)
+        ctx.log(f"run {run_id} submitted to {control.address} (plan {plan_path})")
+        follow(ctx, control, run_id, plan_path, RoundLog(server / "rounds.jsonl"), [])
+        return server
+    # a bucket: the SuperNodes and the ServerApp share no volume with this pod (on_bucket)
+    from baton.pipeline.federated import on_bucket
+    from baton.storage import location as L
+    from baton.storage import objects
+    from baton.storage.pull import pull
+
+    url = L.join(ctx.bucket.url, work.name)
+    out = L.join(url, "server")
+    objects.delete_tree(out)  # an earlier attempt's outputs are not this run's
+    write_plan(config, clients, work, fn, ctx, [], registry, wire_path="", out_dir=out)
+    plan_url = on_bucket.share(work, url)
+    run_id = control.submit(plan_url)
+    ctx.log(f"run {run_id} submitted to {control.address} (plan {plan_url})")
+    follow(ctx, control, run_id, plan_url,
+           on_bucket.BucketRoundLog(L.join(out, "rounds.jsonl")), [])
+    pull(out, server)  # the ServerApp's outputs, published as the stage's below
     return server
 
 
@@ -104,12 +122,12 @@ def fn_spec(ctx: StageContext, config: Any, clients: dict[str, Path],
 
 def write_plan(config: Any, clients: dict[str, Path], work: Path, fn: Any, ctx: StageContext,
                faults: list[tuple[str, int, int]], registry: dict[str, int],
-               wire_path: str) -> Path:
+               wire_path: str, out_dir: str | None = None) -> Path:
     """`work/plan.json`: everything the ServerApp needs, the clients' registry included."""
     from baton.pipeline.federated.plan import Plan
 
     plan = Plan(
-        clients=list(clients), out_dir=str(work / "server"), wire_path=wire_path,
+        clients=list(clients), out_dir=out_dir or str(work / "server"), wire_path=wire_path,
         fn=fn.to_dict(),
         settings={"model": config.model, "model_params": dict(config.model_params),
                   "batch_size": config.batch_size, "learning_rate": config.learning_rate,

@@ -393,6 +393,11 @@ def run(ctx: StageContext, config: Config) -> None:
                 control.close()
     finally:
         shutil.rmtree(secrets, ignore_errors=True)
+        # Flower's homes hold the Control API token (the CLI's credentials.yaml): like the
+        # other secrets they must not become part of the stage's output (a local one's
+        # under federation/, an external one's the Control's own)
+        shutil.rmtree(ctx.work_dir / "federation" / "home", ignore_errors=True)
+        shutil.rmtree(ctx.work_dir / "flwr", ignore_errors=True)
     from baton.pipeline.federated.follow import publish
     from baton.pipeline.federated.plan import RoundLog
 

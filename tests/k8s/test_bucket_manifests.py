@@ -168,20 +168,3 @@ stages:
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     assert V.versions(f"{s3}/models/onbucket") == [1]
-
-
-def test_a_federated_spec_on_a_bucket_is_refused_naming_why(tmp_path, capsys):
-    spec = tmp_path / "fed.yaml"
-    spec.write_text("""\
-pipeline: fed
-stages:
-  - {name: ingest, type: ingest, config: {source: penguins}}
-  - {name: transform, type: transform, inputs: {examples: ingest.examples}}
-  - name: federated
-    type: federated
-    inputs: {examples: ingest.examples}
-    config: {clients: 2}
-""")
-    assert baton(["k8s", str(spec), "--out", str(tmp_path / "o"),
-                  "--runs-dir", "s3://b-1/runs"]) == 2
-    assert "federated stage's SuperNodes read" in capsys.readouterr().err

@@ -33,16 +33,20 @@ def test_a_federated_run_on_a_bucket_commits_its_model_and_no_secret(s3, tmp_pat
     assert res.ok, res
     assert res.url == L.join(runs, "fedbucket", res.run_id)
     fl = objects.read_json(L.join(res.url, "fl", "lineage.json"))  # the commit
-    keys = [e["key"] for e in fl["manifest"].values()]
-    assert all(k.startswith(f"{res.run_id}/fl/data-") for k in keys), keys
+    files = fl["manifest"]  # relative path -> its object, stored by content (bucket_objects)
+    assert all(e["key"].startswith(".objects/") for e in files.values()), files
     rounds = json.loads(objects.read_bytes(L.join(
-        runs, "fedbucket", next(k for k in keys if k.endswith("model/rounds.json")))))
+        runs, "fedbucket", files["model/rounds.json"]["key"])))
     assert [r["clients"] for r in rounds] == [["client-0", "client-1"]]
-    assert any(k.endswith("saved_model.pb") for k in keys), keys
+    assert "model/model.keras" in files, sorted(files)
+    # the Flower CLI's credentials.yaml holds the Control API token: not in the commit
+    assert not [f for f in files if f.endswith("credentials.yaml")
+                or f.startswith(("flwr/", "federation/home/", "credentials/"))], sorted(files)
     # nothing secret in the bucket, under any stage (the credentials die with the stage)
     everything = _keys(res.url)
     assert everything, "the listing is empty"
-    secret = ("control.token", ".key", ".superexec", "superexec.secret", "ca.key")
+    secret = ("control.token", ".key", ".superexec", "superexec.secret", "ca.key",
+              "credentials.yaml")
     assert not [k for k in everything if k.endswith(secret)], everything
 
 
