@@ -72,9 +72,14 @@ def finalize(kind: str, params: Mapping[str, Any], acc: Any) -> list[Any]:
     dtype = np.dtype(params.get("output_dtype", "float32"))
     shape = [d if d is not None else 0 for d in params.get("shape", [])]
     if kind == "moments":
-        if acc is None:
+        if acc is None or not np.sum(acc[0]):
             return [np.zeros(shape, dtype), np.zeros(shape, dtype)]
-        return [np.asarray(acc[1], dtype), np.asarray(acc[2], dtype)]
+        # an element no batch counted has no mean (tf.Transform's merge into its zero
+        # accumulator divides 0 by 0 there: NaN)
+        missing = np.asarray(acc[0]) == 0
+        mean = np.where(missing, np.nan, acc[1])
+        var = np.where(missing, np.nan, acc[2])
+        return [np.asarray(mean, dtype), np.asarray(var, dtype)]
     if kind == "min_max":
         if acc is None:
             low = np.dtype(params["compute_dtype"])
