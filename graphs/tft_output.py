@@ -105,13 +105,23 @@ class TFTransformOutput:
         return int(info["max"]) + 1
 
     def vocabulary_file_by_name(self, vocab_filename: str) -> str | None:
-        path = self._saved / "assets" / sanitized_vocab_filename(vocab_filename)
-        return str(path) if path.is_file() else None
+        """The vocabulary file's path (a GZIP TFRecord file is `<name>.tfrecord.gz`), or None."""
+        base = self._saved / "assets" / sanitized_vocab_filename(vocab_filename)
+        for path in (base, base.with_name(base.name + ".tfrecord.gz")):
+            if path.is_file():
+                return str(path)
+        return None
 
     def vocabulary_by_name(self, vocab_filename: str) -> list[bytes]:
+        """The vocabulary's entries: a text file's lines, a TFRecord file's records."""
         path = self.vocabulary_file_by_name(vocab_filename)
         if path is None:
             raise ValueError(f"no vocabulary {vocab_filename!r} in {self._saved / 'assets'}")
+        if path.endswith(".tfrecord.gz"):
+            import tensorflow as tf
+
+            return [bytes(r.numpy()) for r in
+                    tf.data.TFRecordDataset(path, compression_type="GZIP")]
         return Path(path).read_bytes().splitlines()
 
     def vocabulary_size_by_name(self, vocab_filename: str) -> int:

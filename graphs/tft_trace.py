@@ -64,6 +64,7 @@ class Trace:
     outputs: Any = None
     counter: int = 0
     prefix: str = ""  # vocabulary file names' prefix (`scoped`)
+    scope_root: str = ""  # the graph name scope default vocabulary names are relative to
 
     @property
     def final(self) -> bool:
@@ -100,12 +101,17 @@ def scoped(prefix: str) -> Iterator[None]:
     """Vocabulary files named inside are stored as `<prefix><name>`: several functions run as
     one (tests that batch many preprocessing_fns in one pipeline) keep their files apart, as
     tf.Transform's name scopes keep default vocabulary names apart."""
+    import tensorflow as tf
+
     trace = current()
-    before, trace.prefix = trace.prefix, trace.prefix + prefix
-    try:
-        yield
-    finally:
-        trace.prefix = before
+    before = trace.prefix, trace.scope_root
+    with tf.name_scope(prefix.strip("_") or "scoped"):
+        trace.prefix = trace.prefix + prefix
+        trace.scope_root = tf.compat.v1.get_default_graph().get_name_scope()
+        try:
+            yield
+        finally:
+            trace.prefix, trace.scope_root = before
 
 
 def analyzer(kind: str, inputs: list[Any] | Callable[[], list[Any]], params: dict[str, Any],
@@ -142,6 +148,19 @@ def placeholder(k: int, i: int, dtype: Any, shape: Sequence[int | None]) -> Any:
     return tf.identity(tf.zeros([d or 0 for d in shape], dtype), name=f"{PENDING}{k}_{i}")
 
 
+def scope_name() -> str:
+    """The current graph name scope, relative to `scoped`'s: tf.Transform names a vocabulary
+    file by default after its scope (`vocab_vocabulary_1`, `vocab_compute_and_apply_
+    vocabulary_vocabulary`)."""
+    import tensorflow as tf
+
+    scope = tf.compat.v1.get_default_graph().get_name_scope()
+    root = current().scope_root
+    if root and scope.startswith(root + "/"):
+        scope = scope[len(root) + 1:]
+    return scope
+
+
 def analyzer_index() -> int:
     """The index the next analyzer call of this trace gets."""
     return current().counter
@@ -172,7 +191,37 @@ def depends_on_pending(tensor: Any) -> bool:
             return True
         stack.extend(t.op for t in op.inputs)
         stack.extend(op.control_inputs)
+        # a lookup depends on what its table is initialized from (a table the function builds
+        # from a vocabulary file waits for that vocabulary), as tf.Transform's graph analysis
+        # follows table initializers
+        stack.extend(c for t in op.inputs if t.dtype == tf.resource for c in t.consumers()
+                     if c.type.startswith("InitializeTable"))
     return False
+
+
+def table_initializers(tensor: Any) -> list[Any]:
+    """The table initializer ops of the graph that `tensor`'s lookups need: an analysis
+    phase's graph runs only what its outputs need (no automatic control dependencies), so the
+    tables a preprocessing_fn builds in its graph are initialized through these."""
+    import tensorflow as tf
+
+    seen: set[str] = set()
+    found: dict[str, Any] = {}
+    stack = [tensor.op]
+    while stack:
+        op = stack.pop()
+        if op.name in seen:
+            continue
+        seen.add(op.name)
+        stack.extend(t.op for t in op.inputs)
+        stack.extend(op.control_inputs)
+        for t in op.inputs:
+            if t.dtype == tf.resource:
+                for c in t.consumers():
+                    if c.type.startswith("InitializeTable"):
+                        found[c.name] = c
+                        stack.append(c)
+    return list(found.values())
 
 
 def trace_function(preprocessing_fn: Callable[[dict[str, Any]], Any], raw_specs: Mapping[str, Any],
@@ -196,8 +245,15 @@ def trace_function(preprocessing_fn: Callable[[dict[str, Any]], Any], raw_specs:
         box["outputs"] = outputs
         if not analysis:
             return outputs
-        return {f"{k}/{i}": t for k, req in trace.requests.items()
-                for i, t in enumerate(req.inputs)}
+        out = {}
+        for k, req in trace.requests.items():
+            for i, t in enumerate(req.inputs):
+                inits = table_initializers(t)
+                if inits:  # tables the function built: initialized before their lookups run
+                    with tf.control_dependencies(inits):
+                        t = tf.identity(t)
+                out[f"{k}/{i}"] = t
+        return out
 
     with _collecting(trace):
         concrete = _function(tf, fn, dict(raw_specs), analysis).get_concrete_function()

@@ -67,7 +67,8 @@ def vocabulary(x: Any, *, top_k: Any = None, frequency_threshold: Any = None,
         ordering = "weighted" if weights is not None else "frequency"
     trace = tft_trace.current()
     k = tft_trace.analyzer_index()
-    default = ("vocab_frequency_" if store_frequency else "vocab_") + f"{name or 'vocabulary'}_{k}"
+    with tf.name_scope(name or "vocabulary"):  # tf.Transform's default file name: the scope's
+        default = ("vocab_frequency_" if store_frequency else "vocab_") + tft_trace.scope_name()
     filename = trace.prefix + tft_trace.sanitized_vocab_filename(vocab_filename or default)
     params = {"ordering": ordering, "top_k": top_k, "frequency_threshold": frequency_threshold,
               "informativeness_threshold": info_threshold, "key_fn": key_fn,
@@ -114,14 +115,33 @@ def compute_and_apply_vocabulary(
         fingerprint_shuffle: bool = False, file_format: str = "text",
         store_frequency: bool = False, reserved_tokens: Any = None,
         name: str | None = None) -> Any:
-    """vocabulary(x, ...) then apply_vocabulary(x, it, ...)."""
+    """vocabulary(x, ...) then apply_vocabulary(x, it, ...). With store_frequency and text
+    files, spaces in string tokens are written and looked up as `__SPACE__` (tf.Transform's
+    workaround: a line is `<count> <token>`, split at its first space)."""
+    tf = tft_reduce.tf_()
+    if store_frequency and file_format == "text" and tft_reduce.values(x).dtype == tf.string:
+        x = tft_reduce.map_values(x, lambda t: tf.strings.regex_replace(t, " ", "__SPACE__"))
+    with tf.name_scope(name or "compute_and_apply_vocabulary"):
+        return _compute_and_apply(
+            x, default_value, top_k, frequency_threshold, num_oov_buckets, vocab_filename,
+            weights, labels, use_adjusted_mutual_info, min_diff_from_avg, coverage_top_k,
+            coverage_frequency_threshold, key_fn, fingerprint_shuffle, file_format,
+            store_frequency, reserved_tokens)
+
+
+def _compute_and_apply(x: Any, default_value: Any, top_k: Any, frequency_threshold: Any,
+                       num_oov_buckets: int, vocab_filename: Any, weights: Any, labels: Any,
+                       use_adjusted_mutual_info: bool, min_diff_from_avg: Any,
+                       coverage_top_k: Any, coverage_frequency_threshold: Any, key_fn: Any,
+                       fingerprint_shuffle: bool, file_format: str, store_frequency: bool,
+                       reserved_tokens: Any) -> Any:
     path = vocabulary(
         x, top_k=top_k, frequency_threshold=frequency_threshold, vocab_filename=vocab_filename,
         store_frequency=store_frequency, reserved_tokens=reserved_tokens, weights=weights,
         labels=labels, use_adjusted_mutual_info=use_adjusted_mutual_info,
         min_diff_from_avg=min_diff_from_avg, coverage_top_k=coverage_top_k,
         coverage_frequency_threshold=coverage_frequency_threshold, key_fn=key_fn,
-        fingerprint_shuffle=fingerprint_shuffle, file_format=file_format, name=name)
+        fingerprint_shuffle=fingerprint_shuffle, file_format=file_format)
     return _apply(x, path, default_value, num_oov_buckets, None, file_format, store_frequency)
 
 
@@ -211,6 +231,7 @@ def _table(path: str, file_format: str, store_frequency: bool, dtype: Any, num_o
 
         ds = tf.data.TFRecordDataset(path, compression_type="GZIP").enumerate().map(entry)
         init = tf.data.experimental.DatasetInitializer(ds)
+        tft_trace.current().tables.append(ds)  # the SavedModel must track the dataset too
     if num_oov_buckets > 0:
         return tf.lookup.StaticVocabularyTable(init, num_oov_buckets, lookup_key_dtype=key_dtype)
     return tf.lookup.StaticHashTable(init, tf.constant(default_value, tf.int64))

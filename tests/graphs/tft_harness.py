@@ -303,10 +303,6 @@ def check(case: Case, res: Results) -> None:
         from baton.graphs.tft_trace import sanitized_vocab_filename
 
         path = res.tfo.vocabulary_file_by_name(prefix + sanitized_vocab_filename(name))
-        if path is None:
-            gz = res.tfo.vocabulary_file_by_name(prefix + sanitized_vocab_filename(name)
-                                                 + ".tfrecord.gz")
-            path = gz
         assert path is not None, f"no vocabulary file {name!r}"
         assert_vocabulary(path, contents)
 
