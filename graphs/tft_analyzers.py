@@ -20,10 +20,12 @@ from typing import Any
 import numpy as np
 
 from baton.graphs import tft_vocab_order
-from baton.graphs.quantile_sketch import SKETCH_SIZE, QuantileSketch
+from baton.graphs.quantile_sketch import QuantileSketch
 
 EMPTY_VOCABULARY_TOKEN = tft_vocab_order.EMPTY_STRING_TOKEN
 KINDS = ("moments", "min_max", "sum", "vocabulary", "quantiles")
+MIN_SKETCH = 1 << 15  # distinct values held exactly at any epsilon (tf.Transform's sketch
+# is exact on small data: its buffers hold thousands of values before they compact)
 MAX_SKETCH = 1 << 20
 
 
@@ -152,11 +154,12 @@ def _default(dtype: np.dtype, low: bool, nan_ignoring: bool) -> Any:
 
 
 def sketch_size(epsilon: float) -> int:
-    """Points a quantile sketch keeps: enough that its rank error stays within `epsilon`
-    (tf.Transform's contract), from 2,048 (epsilon 0.01, bucketize's default)."""
+    """Points a quantile sketch keeps: data with at most this many distinct values is held
+    whole (its boundaries exact), and beyond it the rank error stays well within `epsilon`
+    (tf.Transform's contract): 32,768 points, more for an epsilon under 1/8,192."""
     if not epsilon or epsilon <= 0:
         return MAX_SKETCH
-    return int(min(MAX_SKETCH, max(SKETCH_SIZE, math.ceil(2.0 / epsilon))))
+    return int(min(MAX_SKETCH, max(MIN_SKETCH, math.ceil(4.0 / epsilon))))
 
 
 def _sketches(params: Mapping[str, Any], arrays: Sequence[np.ndarray]) -> list[QuantileSketch]:

@@ -589,7 +589,7 @@ def results(tmp_path_factory):
     root = tmp_path_factory.mktemp("upstream_impl")
     (root / "impl_fn.py").write_text(
         "from tests.graphs.test_tft_upstream_impl import preprocessing_fn  # noqa: F401\n")
-    return h.run(CASES, root, "impl_fn:preprocessing_fn", root)
+    return h.once(__name__, lambda: h.run(CASES, root, "impl_fn:preprocessing_fn", root))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

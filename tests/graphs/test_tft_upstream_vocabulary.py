@@ -528,7 +528,7 @@ def results(tmp_path_factory):
     root = tmp_path_factory.mktemp("upstream_vocabulary")
     (root / "vocab_fn.py").write_text(
         "from tests.graphs.test_tft_upstream_vocabulary import preprocessing_fn  # noqa: F401\n")
-    return h.run(CASES, root, "vocab_fn:preprocessing_fn", root)
+    return h.once(__name__, lambda: h.run(CASES, root, "vocab_fn:preprocessing_fn", root))
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])

@@ -288,8 +288,8 @@ def check(case: Case, res: Results) -> None:
         names = [k for k in res.written.get(split, {}) if k.startswith(prefix)]
         for k in names:  # train/serve: the rows written are the rows served
             _same(res.written[split][k], res.served[split][k], rows, k)
-        actual = [_render({k[len(prefix):]: res.written[split][k] for k in names}, fs, i)
-                  for i in rows]
+        columns = {k[len(prefix):]: _numpy(res.written[split][k]) for k in names}
+        actual = [_render(columns, fs, i) for i in rows]
         assert_data_close_or_equal(case.expected_data, actual)
     if case.expected_spec is not None:
         want = {k: _normal(k, v) for k, v in case.expected_spec.items()}
@@ -357,8 +357,15 @@ def _render(outputs: Mapping[str, Any], fs: Mapping[str, Any], i: int) -> dict[s
                     row[f"{name}$sparse_indices_{d}"] = idx[:, d + 1].tolist()
                 row[f"{name}$sparse_values"] = vals
         else:
-            row[name] = _plain(v.numpy()[i])
+            row[name] = _plain(v[i])
     return row
+
+
+def _numpy(v: Any) -> Any:
+    """A dense column as numpy once (rows are read from it many times); others as they are."""
+    import tensorflow as tf
+
+    return v if isinstance(v, tf.RaggedTensor | tf.SparseTensor) else v.numpy()
 
 
 def _normal(name: str, f: Any, prefix: str = "") -> Any:
@@ -387,11 +394,27 @@ def assert_data_close_or_equal(expected: list[dict[str, Any]], actual: list[dict
     strings equal, numbers within atol 1e-4 (NaN equal to NaN)."""
     assert len(expected) == len(actual), f"{len(expected)} rows expected, {len(actual)} got:\n" \
                                          f"{actual}"
+    # the rows sorted by their rounded values usually pair up; otherwise search every pairing
+    ordered_e, ordered_a = sorted(expected, key=_key), sorted(actual, key=_key)
+    if all(_row_close(e, a) for e, a in zip(ordered_e, ordered_a, strict=True)):
+        return
     left = list(range(len(actual)))
     for e in expected:
         hit = next((j for j in left if _row_close(e, actual[j])), None)
         assert hit is not None, f"no row matches {e}\nactual rows:\n{actual}"
         left.remove(hit)
+
+
+def _key(row: Mapping[str, Any]) -> str:
+    def rounded(v: Any) -> Any:
+        v = _plain(v)
+        if isinstance(v, list):
+            return [rounded(x) for x in v]
+        if isinstance(v, float):
+            return "nan" if math.isnan(v) else round(v, 3)
+        return v.encode() if isinstance(v, str) else v
+
+    return repr(sorted((k, rounded(v)) for k, v in row.items()))
 
 
 def _row_close(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
@@ -467,3 +490,49 @@ def assign_ids(cases: Sequence[Case]) -> list[Case]:
     for i, c in enumerate(cases):
         c.id = f"c{i:0{width}d}"
     return list(cases)
+
+
+def groups(cases: Sequence[Case], max_rows: int = 40_000) -> list[list[Case]]:
+    """Cases cut into runs of at most `max_rows` rows: every output is spread over every row
+    of its run, so one run over many large cases would write cases x rows values."""
+    out: list[list[Case]] = [[]]
+    rows = 0
+    for c in cases:
+        n = len(c.input_data) + len(c.test_data or [])
+        if out[-1] and rows + n > max_rows:
+            out.append([])
+            rows = 0
+        out[-1].append(c)
+        rows += n
+    return out
+
+
+def run_groups(groups_: Sequence[Sequence[Case]], root: Path, module: str) -> dict[str, Results]:
+    """`run` for each group (`module`.GROUP_FNS[i] its combined function); case id -> the
+    results of its run."""
+    out: dict[str, Results] = {}
+    for i, group in enumerate(groups_):
+        d = root / f"group{i}"
+        d.mkdir()
+        (d / f"group_fn_{i}.py").write_text(
+            f"from {module} import GROUP_FNS\npreprocessing_fn = GROUP_FNS[{i}]\n")
+        res = run(group, d, f"group_fn_{i}:preprocessing_fn", d)
+        out.update({c.id: res for c in group})
+    return out
+
+
+_RUNS: dict[str, Any] = {}
+
+
+def once(key: str, make: Callable[[], Any]) -> Any:
+    """`make()` once per key and process; a failure is raised again, not run again (a module
+    fixture that fails would otherwise rerun a whole stage for each of its cases)."""
+    if key not in _RUNS:
+        try:
+            _RUNS[key] = ("ok", make())
+        except Exception as exc:  # noqa: BLE001 - re-raised below, for every case
+            _RUNS[key] = ("error", exc)
+    status, value = _RUNS[key]
+    if status == "error":
+        raise value
+    return value
