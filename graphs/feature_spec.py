@@ -239,3 +239,16 @@ def _shaped(data: Mapping[str, Any]) -> dict[str, Any]:
     if "shape" in out:
         out["shape"] = tuple(None if d is None else int(d) for d in out["shape"])
     return out
+
+
+def slice_rows(value: Any, lo: Any, hi: Any) -> Any:
+    """Rows [lo, hi) of a batch's feature: a dense or ragged tensor's slice, a sparse tensor's
+    rows (re-based at row 0)."""
+    import tensorflow as tf
+
+    if isinstance(value, tf.SparseTensor):
+        lo = tf.cast(lo, tf.int64)
+        size = tf.concat([[tf.cast(hi, tf.int64) - lo], value.dense_shape[1:]], 0)
+        start = tf.concat([[lo], tf.zeros_like(value.dense_shape[1:])], 0)
+        return tf.sparse.slice(value, start, size)
+    return value[lo:hi]

@@ -303,7 +303,8 @@ def _cnn_image(spec: FeatureSpec, config: CNNConfig, inputs: dict[str, Any]) -> 
     tensor = spec.tensor(image.name) if image is not None else None
     if image is None and len(spec.tensors) == 1 and len(spec.tensors[0].shape) == 3:
         tensor = spec.tensors[0]  # one 3-d tensor feature: the image
-    shape = tuple(config.image_shape) or (tuple(tensor.shape) if tensor is not None else
+    shape = tuple(config.image_shape) or (tuple(int(d or 0) for d in tensor.shape)
+                                          if tensor is not None else
                                           image.shape if image is not None else ())
     if not shape:
         raise ValueError(

@@ -233,7 +233,7 @@ def make_train_chunk(
         return totals
 
     def slice_rows(batch: Any, lo: Any, hi: Any) -> Any:
-        from baton.graphs.input_pipeline import slice_rows as rows
+        from baton.graphs.feature_spec import slice_rows as rows
 
         features, labels = batch
         return {k: rows(v, lo, hi) for k, v in features.items()}, labels[lo:hi]

@@ -137,7 +137,7 @@ def nrows(value: Any) -> int | None:
         return int(value.nrows())
     if isinstance(value, tf.SparseTensor):
         return int(value.dense_shape[0])
-    shape = getattr(value, "shape", ())
+    shape: Any = getattr(value, "shape", ())
     return int(shape[0]) if len(shape) else None
 
 

@@ -309,7 +309,7 @@ def dataset_fns(job: TrainJob, table: Any = None) -> tuple[Any, Any]:
         first = ctx.input_pipeline_id * local
 
         def cut(features: Any, labels: Any, r: int) -> Any:
-            from baton.graphs.input_pipeline import slice_rows
+            from baton.graphs.feature_spec import slice_rows
 
             lo, hi = r * per, (r + 1) * per
             return {k: slice_rows(v, lo, hi) for k, v in features.items()}, labels[lo:hi]

@@ -103,7 +103,6 @@ def dry_run(config: Any, spec_dir: Path, examples: Path, rows: int, show: int,
             stage: str) -> str:
     """The report: analyzer values, then the first `show` rows' inputs and outputs.
     `config`: the transform stage's Config (its preprocessing_fn, else its column kinds)."""
-    import numpy as np
 
     from baton.graphs import tft_engine, tft_module
     from baton.graphs.column_kinds import ColumnsFn

@@ -98,8 +98,8 @@ class ApplyPreprocessing(beam.DoFn):
     def _build(self, merged: Mapping[str, Any]) -> None:
         """The module from the analyzer values: the earlier phases' and the last one's."""
         from baton.graphs import tft_engine
-        from baton.graphs.tft_feed import Feeder
         from baton.graphs.input_pipeline import ragged_rank
+        from baton.graphs.tft_feed import Feeder
         from baton.graphs.tft_module import build_module
         from baton.pipeline.dataplane.analysis import label_analysis
         from baton.pipeline.dataplane.local_objects import borrow

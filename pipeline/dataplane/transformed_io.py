@@ -96,8 +96,8 @@ def to_numpy(value: Any, canonical_rank: int | None = None) -> Any:
             idx, vals = idx[order], vals[order]
         counts = np.bincount(idx[:, 0], minlength=n).astype(np.int64) if len(idx) else \
             np.zeros(n, np.int64)
-        inner = idx[:, 1:] if idx.shape[1] > 2 else None
-        return Ragged(vals, [counts], inner)
+        positions = idx[:, 1:] if idx.shape[1] > 2 else None
+        return Ragged(vals, [counts], positions)
     return np.asarray(value)
 
 

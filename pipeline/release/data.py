@@ -177,10 +177,10 @@ def predict(model: Any, features: dict[str, Any], batch_size: int = 256) -> Any:
     """Model outputs (logits [N, C] or [N, 1]) in batches, as float32 numpy."""
     import numpy as np
 
-    from baton.graphs.input_pipeline import slice_rows
+    from baton.graphs.feature_spec import slice_rows
     from baton.graphs.tft_module import nrows
 
-    n = nrows(next(iter(features.values())))
+    n = nrows(next(iter(features.values()))) or 0
     parts = []
     for start in range(0, n, batch_size):
         batch = {k: slice_rows(v, start, min(start + batch_size, n)) for k, v in features.items()}

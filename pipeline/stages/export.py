@@ -93,7 +93,7 @@ def run(ctx: StageContext, config: Config) -> None:
     ctx.log(f"exported version {version} ({size / 1e6:.2f} MB, {len(logs)} warmup requests)")
 
 
-def _shape(shape: tuple[int, ...]) -> dict[str, Any]:
+def _shape(shape: tuple[int | None, ...]) -> dict[str, Any]:
     """`{"shape": [...]}` for a tensor input (per example, without the batch), {} for a scalar."""
     return {"shape": list(shape)} if shape else {}
 

@@ -133,7 +133,7 @@ _add(Case("testMapWithCond", [{"a": 4, "b": 3}, {"a": 1, "b": 2}, {"a": 5, "b": 
 # ------------------------------------------------------------------ testWithMoreThanDesiredBatchSize
 _N = 101
 _add(Case("testWithMoreThanDesiredBatchSize",
-          [{"a": 2, "b": i, "c": "%.10i" % i} for i in range(_N)],
+          [{"a": 2, "b": i, "c": f"{i:010d}"} for i in range(_N)],  # upstream: "%.10i" % i
           {"a": F([], tf.float32), "b": F([], tf.float32), "c": F([], tf.string)},
           lambda inputs: {"ab": tf.multiply(inputs["a"], inputs["b"]),
                           "i": tft.compute_and_apply_vocabulary(inputs["c"])},

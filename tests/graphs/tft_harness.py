@@ -33,6 +33,7 @@ inputs, functions and expected values are upstream's, adapted to this harness's 
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import json
 import math
@@ -365,10 +366,8 @@ def _splits(v: Any) -> tuple[list[np.ndarray], np.ndarray]:
     cached = getattr(v, "_harness_numpy", None)
     if cached is None:
         cached = ([s.numpy() for s in v.nested_row_splits], v.flat_values.numpy())
-        try:
+        with contextlib.suppress(AttributeError):
             v._harness_numpy = cached
-        except AttributeError:
-            pass
     return cached
 
 
@@ -473,8 +472,7 @@ def _close(a: Any, b: Any) -> bool:
             return False
         return all(_close(x, y) for x, y in zip(a, b, strict=True))
     if isinstance(a, bytes | str) or isinstance(b, bytes | str):
-        enc = (lambda v: v.encode() if isinstance(v, str) else v)
-        return enc(a) == enc(b)
+        return _bytes(a) == _bytes(b)
     try:
         x, y = float(a), float(b)
     except (TypeError, ValueError):
@@ -482,6 +480,10 @@ def _close(a: Any, b: Any) -> bool:
     if math.isnan(x) or math.isnan(y):
         return math.isnan(x) and math.isnan(y)
     return x == y or abs(x - y) <= ATOL + 1e-6 * abs(y)
+
+
+def _bytes(v: Any) -> Any:
+    return v.encode() if isinstance(v, str) else v
 
 
 def _plain(v: Any) -> Any:
