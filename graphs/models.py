@@ -202,6 +202,25 @@ def unusable(spec: FeatureSpec) -> list[str]:
     return out
 
 
+def ignored(kind: str, spec: FeatureSpec, params: Any = None) -> list[str]:
+    """Warning lines for the features the built-in model `kind` leaves out: the cnn takes only
+    its image, so any other output (a string, ragged tokens, a number) is ignored, named."""
+    if kind != "cnn":
+        return []
+    try:
+        used = set(_cnn_features(spec, builtin_config("cnn", params)))
+    except ValueError:
+        return []  # building the model reports it
+    left = [f for f in spec.features if f.name not in used]
+    if not left:
+        return []
+    named = ", ".join(f"{f.name!r} ({f.kind}" + (f", {f.encoding})" if not f.dense else ")")
+                      for f in left)
+    return [f"warning: the built-in cnn takes only the image; it ignores the outputs {named}: "
+            "leave them out of the preprocessing_fn's outputs, or train your own model "
+            "(train.config.model: 'module:function') to use them"]
+
+
 def _check_usable(kind: str, spec: FeatureSpec) -> None:
     problems = unusable(spec)
     if problems:
@@ -290,14 +309,17 @@ def build_cnn(spec: FeatureSpec, config: CNNConfig) -> Any:
     return keras.Model(inputs, outputs, name="cnn")
 
 
-def _cnn_image(spec: FeatureSpec, config: CNNConfig, inputs: dict[str, Any]) -> Any:
+def _cnn_features(spec: FeatureSpec, config: CNNConfig) -> list[str]:
+    """The features the cnn's image is made of: the image tensor's name, or its pixels'."""
+    return _cnn_image(spec, config, None)
+
+
+def _cnn_image(spec: FeatureSpec, config: CNNConfig, inputs: dict[str, Any] | None) -> Any:
     """The CNN's `[B, H, W, C]` image: the spec's image tensor feature as it is, or (pixel
     features: feature specs from before tensor features, or `image_shape` over plain numeric
-    features) the pixel features stacked and reshaped, row-major HWC."""
+    features) the pixel features stacked and reshaped, row-major HWC. With no `inputs`, the
+    names of the features it takes."""
     import math
-
-    import keras
-    from keras import layers
 
     image = spec.images[0] if spec.images else None
     tensor = spec.tensor(image.name) if image is not None else None
@@ -320,6 +342,10 @@ def _cnn_image(spec: FeatureSpec, config: CNNConfig, inputs: dict[str, Any]) -> 
                 f"image_shape to {list(tensor.shape)} or leave it unset. "
                 f"Received: image_shape={shape}"
             )
+        if inputs is None:
+            return [tensor.name]
+        from keras import layers
+
         x = inputs[tensor.name]  # [B, H, W, C] as it arrives
         return x if shape == tensor.shape else layers.Reshape(shape, name="image_reshape")(x)
     if image is not None:
@@ -338,6 +364,11 @@ def _cnn_image(spec: FeatureSpec, config: CNNConfig, inputs: dict[str, Any]) -> 
                 f"the cnn needs {need} numeric pixel features for image_shape={shape}. "
                 f"Received: {len(pixels)} numeric features"
             )
+    if inputs is None:
+        return list(pixels)
+    import keras
+    from keras import layers
+
     # One stack op, not a Reshape layer per pixel: building (and loading) a model with
     # thousands of layers takes seconds per thousand.
     x = keras.ops.stack([inputs[p] for p in pixels], axis=-1)

@@ -390,6 +390,17 @@ def check_inputs(config: Config, inputs: dict[str, Path]) -> list[str]:
     return problems
 
 
+def ignored_outputs(job: Any) -> list[str]:
+    """Warnings for the transformed features a built-in model leaves out (the cnn's non-image
+    outputs), each named."""
+    from baton.graphs.feature_spec import FeatureSpec
+    from baton.graphs.models import ignored
+
+    if job.model not in BUILTIN_MODELS:
+        return []
+    return ignored(job.model, FeatureSpec.from_dict(job.feature_spec), job.model_config)
+
+
 def external_inputs(config: Config, spec_dir: Path | None) -> list[Path]:
     """The user's code (the modules the config names and those they import from the spec's
     directory): its bytes join the cache key, so editing a helper module reruns train."""
@@ -552,6 +563,8 @@ def run(ctx: StageContext, config: Config) -> None:
         f"{inventory.describe(node)}; "
         f"{inventory.describe_defaults(defaults)}"
     )
+    for line in ignored_outputs(job):
+        ctx.log(line)
     found = " (holds a backup: resuming from it)" if (backups / "checkpoint").is_file() else ""
     ctx.log(f"backups in {backups}{found}")
     if topo.multi_process:
