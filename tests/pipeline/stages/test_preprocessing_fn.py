@@ -276,3 +276,31 @@ def test_outputs_tf_transform_writes_are_written_described_and_read_back(tmp_pat
         else:
             np.testing.assert_array_equal(got.numpy(), want.numpy(), err_msg=name)
     assert int(tf.reduce_min(written["i"])) >= -1 and set(written["min"].numpy()) == {2007}
+
+
+def test_the_built_in_models_refuse_what_they_cannot_take_before_training(tmp_path):
+    """The refusals moved from the transform stage to the built-in mlp and wide_deep: the
+    runner's check_inputs hook names each output and its fix once the transform graph exists,
+    before train runs (exit 2); ids from -1 and ids of shape [1] are taken."""
+    from baton.pipeline.configs import build_config
+    from baton.pipeline.stages import train
+
+    (tmp_path / "accepted.py").write_text(ACCEPTED)
+    out, _ = run_stage("transform", {"preprocessing_fn": "accepted:preprocessing_fn"},
+                       {"examples": penguins(tmp_path)["examples"]}, tmp_path,
+                       spec_dir=tmp_path, run_id="ok")
+    assert train.EARLY_INPUTS == ("transform_graph",)
+    for model in ("mlp", "wide_deep"):
+        problems = train.check_inputs(build_config(train.Config, {"model": model}),
+                                      {"transform_graph": out["transform_graph"]})
+        named = [p.split("'")[1] for p in problems]
+        assert named == ["index", "notes_ids", "x", "min", "sp"], problems
+        assert all(p.startswith(f"config.model: the built-in {model} cannot take output ")
+                   for p in problems)
+        assert "is ragged (int64, shape [None]): densify it" in problems[0]
+        assert "is int64 with no known id range: make ids with" in problems[1]
+        assert "is a string: encode it with tft.compute_and_apply_vocabulary" in problems[2]
+        assert "is sparse (string, shape [2])" in problems[4]
+        assert "train your own model (train.config.model: 'module:function')" in problems[4]
+    own = build_config(train.Config, {"model": "own_model:build"})
+    assert train.check_inputs(own, {"transform_graph": out["transform_graph"]}) == []
