@@ -17,10 +17,11 @@ RUN pip install --no-cache-dir --prefix=/install .
 FROM python:3.11-slim
 ENV PYTHONUNBUFFERED=1 PYTHONDONTWRITEBYTECODE=1 TF_CPP_MIN_LOG_LEVEL=1
 COPY --from=build /install /usr/local
-# uid/gid 1000 matches the pods' securityContext (runAsUser/fsGroup), so /artifacts is writable.
-RUN groupadd --gid 1000 baton && useradd --uid 1000 --gid 1000 --create-home baton \
+# uid/gid 10001 matches the pods' securityContext (runAsUser/fsGroup), so /artifacts is writable;
+# a uid above 10000 is no host user's (a container escaping its user namespace is nobody there).
+RUN groupadd --gid 10001 baton && useradd --uid 10001 --gid 10001 --create-home baton \
     && mkdir -p /artifacts && chown baton:baton /artifacts
-USER 1000:1000
+USER 10001:10001
 WORKDIR /home/baton
 # `sh` stays available (python:slim has it): the pods' wait-for-inputs init container uses it.
 EXPOSE 2222

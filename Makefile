@@ -46,7 +46,7 @@ $(VENV)/.runtime: pyproject.toml | $(BIN)/uv
 # One install for the runtime and the dev tools: on a clean checkout a second run resolved
 # everything again after the first.
 $(VENV)/.dev: pyproject.toml | $(BIN)/uv
-	$(UV) -e '.[dev,federated]'
+	$(UV) -e '.[dev,federated,text]'
 	touch $(VENV)/.runtime $@
 
 venv: $(VENV)/.dev

@@ -16,7 +16,7 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-__version__ = "0.1.0"
+from baton._version import __version__
 
 # public name -> the internal module that defines it
 _EXPORTS: dict[str, str] = {
@@ -31,6 +31,7 @@ _EXPORTS: dict[str, str] = {
     "ConfigError": "baton.errors",
     "UsageError": "baton.errors",
     "StageError": "baton.errors",
+    "StorageError": "baton.errors",
     "Preempted": "baton.errors",
     # models and features
     "FeatureSpec": "baton.graphs.feature_spec",
@@ -48,6 +49,7 @@ __all__ = [  # the same names as _EXPORTS (tests/test_public_api.py checks), spe
     "ConfigError",
     "UsageError",
     "StageError",
+    "StorageError",
     "Preempted",
     "FeatureSpec",
     "ModelSpec",
@@ -60,6 +62,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; the runtime resolves lazil
         Preempted,
         SpecError,
         StageError,
+        StorageError,
         UsageError,
     )
     from baton.graphs.feature_spec import FeatureSpec

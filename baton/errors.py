@@ -78,6 +78,13 @@ class StageError(BatonError):
     exit_code = EXIT_FAILED
 
 
+class StorageError(BatonError):
+    """An object store refused or could not be reached: one line naming the URL, what was
+    being done and the cause in words (baton.storage.filesystems); exit code 1."""
+
+    exit_code = EXIT_FAILED
+
+
 class Preempted(KeyboardInterrupt):
     """SIGTERM: stop at the next safe point, save, exit 143; a rerun resumes from the backup.
 

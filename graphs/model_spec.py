@@ -3,10 +3,14 @@
 The contract of an own model (TFX's `run_fn(fn_args)`, reduced to what a model needs): the
 transformed features as `keras.Input`s of the right dtype and shape, the feature spec they
 come from, the task and its number of classes, the label's name, and the stage's
-`model_params:` mapping exactly as written in the spec. Baton calls the function inside the
-strategy's scope on every task, so the variables it creates are mirrored or sharded as the
-strategy decides; the model is called on the features dict and returns logits
-`[B, num_classes]` (`[B]` or `[B, 1]` for regression).
+`model_params:` mapping exactly as written in the spec; and what TFX hands `run_fn` besides
+(`fn_args.custom_config`, `fn_args.hyperparameters`): the stage's `custom_config:` as written
+and the run's hyperparameters (its learning rate, batch size, steps and `model_params`) as one
+mapping, so `hparams.get("learning_rate")` reads the same in both. Baton calls the function
+inside the strategy's scope on every task, so the variables it creates are mirrored or sharded
+as the strategy decides; the model is called on the features dict and returns logits
+`[B, num_classes]` (or probabilities: a softmax at its end, graphs/model_outputs.py; `[B]` or
+`[B, 1]` for regression).
 """
 
 from __future__ import annotations
@@ -32,6 +36,11 @@ class ModelSpec:
         num_classes: classes of the label (1 for regression).
         label: the label's name.
         params: the stage's `model_params:` mapping, as written in the spec.
+        custom_config: the stage's `custom_config:` mapping, as written (TFX's
+            `fn_args.custom_config`).
+        hyperparameters: the run's hyperparameters (TFX's `fn_args.hyperparameters`):
+            `learning_rate`, `batch_size`, `epochs`, `steps`, `eval_steps`, `seed`, and every
+            `model_params` entry.
     """
 
     inputs: Mapping[str, Any]
@@ -40,17 +49,21 @@ class ModelSpec:
     num_classes: int
     label: str
     params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    custom_config: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+    hyperparameters: Mapping[str, Any] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def from_feature_spec(cls, spec: FeatureSpec,
-                          params: Mapping[str, Any] | None = None) -> ModelSpec:
+    def from_feature_spec(cls, spec: FeatureSpec, params: Mapping[str, Any] | None = None,
+                          custom_config: Mapping[str, Any] | None = None,
+                          hyperparameters: Mapping[str, Any] | None = None) -> ModelSpec:
         """A ModelSpec with fresh `keras.Input`s for `spec` (call it inside the strategy scope)."""
         import keras
 
         inputs = {f.name: model_input(keras, f) for f in spec.features}
         return cls(inputs=inputs, feature_spec=spec, task=spec.label.task,
                    num_classes=spec.label.num_classes, label=spec.label.name,
-                   params=dict(params or {}))
+                   params=dict(params or {}), custom_config=dict(custom_config or {}),
+                   hyperparameters=dict(hyperparameters or {}))
 
 
 def model_input(keras: Any, feature: Any) -> Any:

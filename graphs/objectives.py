@@ -1,8 +1,10 @@
 """Loss, metrics and optimizer from a spec: Keras identifiers, `{class_name, config}`, or user code.
 
-What the train stage's `loss:`, `metrics:` and `optimizer:` settings turn into. Models output
-logits (the `model` artifact contract), so a Keras loss or metric that takes `from_logits` is
-built with `from_logits=True`; the built-in models and any own model are trained the same way.
+What the train stage's `loss:`, `metrics:` and `optimizer:` settings (and a model's own
+`compile()`, graphs/compiled.py) turn into. Models output logits (the `model` artifact
+contract), so a Keras loss or metric that takes `from_logits` is built with `from_logits=True`;
+a model whose output is already a probability (graphs/model_outputs.py) gets them with
+`from_logits=False` instead. The built-in models and any own model are trained the same way.
 
 What a loss or metric is called with, `(y_true, y_pred)`:
 
@@ -124,6 +126,8 @@ def check_optimizer(
     is where the setting sits, to name the exact key in each problem."""
     if isinstance(value, Mapping):
         return _check_optimizer_mapping(value, field)
+    if value == "":
+        return []  # unset: the model's compile() optimizer, else adam
     if not isinstance(value, str):
         return [f"expected an identifier, a mapping or 'module:function'. Received: {value!r}"]
     if is_ref(value):
@@ -320,47 +324,78 @@ def _check_ref(ref: str, search_dir: Path | str | None, what: str) -> list[str]:
 
 
 # ------------------------------------------------------------------ building
-def _with_logits(cls_or_fn: Any, **kwargs: Any) -> Any:
-    """Call/instantiate with from_logits=True when it takes that argument."""
+def _with_logits(cls_or_fn: Any, from_logits: bool = True, **kwargs: Any) -> Any:
+    """Keyword arguments with `from_logits` set when `cls_or_fn` takes that argument."""
     try:
         params: Any = inspect.signature(cls_or_fn).parameters
     except (TypeError, ValueError):
         params = {}
     if "from_logits" in params:
-        kwargs["from_logits"] = True
+        kwargs["from_logits"] = from_logits
     return kwargs
 
 
+def object_name(obj: Any) -> str:
+    """How a Keras loss or metric object (from a model's `compile()`) is named: its `name`,
+    else its function's or class's name, snake_case."""
+    name = getattr(obj, "name", None)
+    if isinstance(name, str) and name:
+        return name
+    return _snake(getattr(obj, "__name__", type(obj).__name__))
+
+
+def keras_loss(obj: Any, from_logits: bool = True) -> Callable[[Any, Any], Any]:
+    """An unreduced loss `(y_true, y_pred)` from a Keras loss class, function or instance,
+    with `from_logits` where it takes the argument."""
+    if isinstance(obj, type):
+        return obj(**_with_logits(obj, from_logits, reduction=None))
+    if inspect.isfunction(obj):
+        kw = _with_logits(obj, from_logits)
+        if not kw:
+            return obj  # type: ignore[no-any-return]
+
+        def with_kw(y: Any, p: Any) -> Any:
+            return obj(y, p, **kw)
+
+        return with_kw
+    config = obj.get_config()  # an instance: rebuilt unreduced, from_logits as the outputs are
+    config["reduction"] = None
+    if "from_logits" in config:
+        config["from_logits"] = from_logits
+    return type(obj).from_config(config)
+
+
 def make_loss(
-    value: str, task: str, num_classes: int, search_dir: Path | str | None = None
+    value: Any, task: str, num_classes: int, search_dir: Path | str | None = None,
+    from_logits: bool = True,
 ) -> Callable[[Any, Any], Any] | None:
-    """`(labels [B], logits) -> per-example loss [B]`, or None for the built-in loss."""
+    """`(labels [B], outputs) -> per-example loss [B]`, or None for the built-in loss.
+
+    `value`: "" (the built-in), a Keras loss identifier, `"module:function"`, or a Keras loss
+    object as a model's `compile()` was given it. `from_logits=False`: the model outputs
+    probabilities; the built-in is then the cross-entropy of the probabilities.
+    """
     import keras
     import tensorflow as tf
 
     if not value:
-        return None
+        if from_logits or task == "regression":
+            return None
+        value = "sparse_categorical_crossentropy"  # the built-in, on probabilities
     if is_ref(value):
         fn = import_ref(value, search_dir, what="loss function")
         one_hot = False
         label = value
-    else:
+    elif isinstance(value, str):
         if value not in loss_names():
             raise RefError(_unknown("loss", value, loss_names()))
-        obj = keras.losses.get(value)
-        if isinstance(obj, type):
-            fn = obj(**_with_logits(obj, reduction=None))
-        elif inspect.isfunction(obj):
-            kw = _with_logits(obj)
-            fn = (lambda y, p, f=obj, kw=kw: f(y, p, **kw)) if kw else obj
-        else:  # an instance with its default config: rebuilt unreduced, on logits
-            config = obj.get_config()
-            config["reduction"] = None
-            if "from_logits" in config:
-                config["from_logits"] = True
-            fn = type(obj).from_config(config)
+        fn = keras_loss(keras.losses.get(value), from_logits)
         one_hot = wants_one_hot(value)
         label = value
+    else:
+        fn = keras_loss(value, from_logits)
+        label = object_name(value)
+        one_hot = wants_one_hot(label)
 
     def per_example(labels: Any, logits: Any) -> Any:
         y_true, y_pred = targets(labels, logits, task, num_classes, one_hot)
@@ -421,23 +456,29 @@ class EvalMetric:
 
 
 def make_metrics(
-    values: Sequence[str], task: str, num_classes: int, search_dir: Path | str | None = None
+    values: Sequence[Any], task: str, num_classes: int, search_dir: Path | str | None = None,
+    from_logits: bool = True,
 ) -> list[EvalMetric]:
     """The eval metrics named in `metrics:` (besides the built-in loss and accuracy).
 
     "accuracy"/"acc" (Keras compile()'s alias) is the built-in accuracy already recorded, so it
     adds nothing. A user `"module:function"` of `(y_true, y_pred) -> per-example values` is
     averaged over the split (keras.metrics.MeanMetricWrapper); a `keras.metrics.Metric` class,
-    or a function taking no arguments that returns a Metric, gives that metric.
+    or a function taking no arguments that returns a Metric, gives that metric. A Keras metric
+    object (as a model's `compile()` was given it) is used with `from_logits` set as the
+    model's outputs are (`from_logits=False`: probabilities).
     """
     import keras
 
     out: list[EvalMetric] = []
     seen = {"loss", "accuracy"}
     for v in values:
-        if v in _ACCURACY_ALIASES:
+        if isinstance(v, str) and v in _ACCURACY_ALIASES:
             continue
-        if is_ref(v):
+        if not isinstance(v, str):
+            metric = _keras_metric(v, from_logits)
+            one_hot = wants_one_hot(metric.name if isinstance(metric.name, str) else object_name(v))
+        elif is_ref(v):
             fn = import_ref(v, search_dir, what="metric function")
             metric_class = isinstance(fn, type) and issubclass(fn, keras.metrics.Metric)
             if metric_class or _takes_no_args(fn):
@@ -452,20 +493,27 @@ def make_metrics(
         else:
             if v not in metric_names():
                 raise RefError(_unknown("metric", v, metric_names()))
-            obj = keras.metrics.get(v)
-            cls: Any = obj if isinstance(obj, type) else type(obj)
-            config = obj.get_config() if not isinstance(obj, type) else {}
-            config.update(_with_logits(cls))
-            if inspect.isfunction(obj):
-                metric = keras.metrics.MeanMetricWrapper(obj, name=v, **_with_logits(obj))
-            else:
-                metric = cls.from_config(config) if config else cls()
+            metric = _keras_metric(keras.metrics.get(v), from_logits, name=v)
             one_hot = wants_one_hot(v)
         if metric.name in seen:
             continue
         seen.add(metric.name)
         out.append(EvalMetric(metric, one_hot, task, num_classes))
     return out
+
+
+def _keras_metric(obj: Any, from_logits: bool, name: str | None = None) -> Any:
+    """A fresh Keras metric from a class, a function or an instance, with `from_logits` set
+    where it takes the argument."""
+    import keras
+
+    if inspect.isfunction(obj):
+        return keras.metrics.MeanMetricWrapper(obj, name=name or obj.__name__,
+                                               **_with_logits(obj, from_logits))
+    cls: Any = obj if isinstance(obj, type) else type(obj)
+    config = obj.get_config() if not isinstance(obj, type) else {}
+    config.update(_with_logits(cls, from_logits))
+    return cls.from_config(config) if config else cls()
 
 
 def _takes_no_args(fn: Any) -> bool:

@@ -8,7 +8,11 @@ Serving clients expect:
   string with "" for missing), a tensor feature `[None, *shape]` (an image `[None, H, W, C]`,
   so TF Serving's JSON takes it as one nested list per instance) -> `probabilities` [None, C],
   `class_ids` [None] int64,
-  `classes` [None] string; for regression -> `predictions` [None] float32.
+  `classes` [None] string; for regression -> `predictions` [None] float32. Only the columns the
+  transform reads are required (graphs.transform_reads); the others are optional inputs with a
+  default (the SignatureDef's `defaults`, which TF Serving fills in for an input a request
+  leaves out), never read. `probabilities` are the model's own when it ends in a softmax
+  (graphs.model_outputs), else the softmax of its logits.
 - `classify` (Classify API): serialized tf.Example under the input key `inputs` -> `classes`
   [None, C] string and `scores` [None, C] float32. TF Serving's classifier looks the input up
   under the literal key "inputs" and requires method_name `tensorflow/serving/classify`.
@@ -26,6 +30,8 @@ or regress signature out of `tf.saved_model.save`.
 
 from __future__ import annotations
 
+import inspect
+import keyword
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -74,15 +80,20 @@ def _default(dtype: str, shape: tuple[int, ...] = ()) -> Any:
     return np.full(shape, value, dtype)  # parse_example wants the whole default tensor
 
 
-def build_module(transform: Any, model: Any, spec: FeatureSpec):
+def build_module(transform: Any, model: Any, spec: FeatureSpec, outputs: str = "logits"):
     """A tf.Module holding the transform and the model, with every signature as an attribute.
 
     Args:
         transform: the loaded transform graph (has `transform_features(raw_dict)`).
-        model: the Keras model, called on the dict of transformed features; returns logits.
+        model: the Keras model, called on the dict of transformed features; returns logits
+            (or probabilities: `outputs`).
         spec: the feature spec written by the transform stage.
+        outputs: what the model outputs, "logits" or "probabilities" (graphs.model_outputs).
     """
     import tensorflow as tf
+
+    from baton.graphs.model_outputs import probabilities_op
+    from baton.graphs.transform_reads import read_columns
 
     regression = spec.label.task == "regression"
     names = [f.name for f in spec.features]
@@ -110,14 +121,14 @@ def build_module(transform: Any, model: Any, spec: FeatureSpec):
     def heads(logits):
         if regression:
             return {"predictions": tf.reshape(tf.cast(logits, tf.float32), [-1])}
-        probs = tf.nn.softmax(tf.cast(logits, tf.float32), axis=-1)
+        probs = probabilities_op(logits, outputs)
         ids = tf.argmax(probs, axis=-1, output_type=tf.int64)
         return {"probabilities": probs, "class_ids": ids,
                 "classes": tf.gather(module.classes, ids)}
 
-    @tf.function(input_signature=[raw_sig])
-    def serving_default(raw):
-        return heads(model(transformed(raw), training=False))
+    serving_default = _raw_signature(
+        lambda raw: heads(model(transformed(raw), training=False)), raw_sig, shapes,
+        read_columns(transform))
 
     sm = tf.saved_model
 
@@ -141,7 +152,7 @@ def build_module(transform: Any, model: Any, spec: FeatureSpec):
     def predict_transformed(features):
         logits = tf.cast(model(dict(features), training=False), tf.float32)
         return {"predictions": tf.reshape(logits, [-1])} if regression else {
-            "probabilities": tf.nn.softmax(logits, axis=-1)}
+            "probabilities": probabilities_op(logits, outputs)}
 
     module.serving_default = serving_default
     module.transform_features = transform_features
@@ -152,6 +163,58 @@ def build_module(transform: Any, model: Any, spec: FeatureSpec):
     else:
         module.classify = classify
     return module
+
+
+def _raw_signature(call: Any, raw_sig: Mapping[str, Any], shapes: Mapping[str, tuple[int, ...]],
+                   read: frozenset[str] | None) -> Any:
+    """`serving_default`'s tf.function over the raw columns: one argument per column, the
+    columns the transform does not read (`read`) last and with a zero-row default, so the
+    SignatureDef records them in `defaults` (optional to a server that honours it, as TF
+    Serving does) and the graph never looks at them: they are handed to the transform as
+    missing values of the batch's size. Without such columns (`required_inputs`), one dict
+    argument of every column, all required, as before."""
+    import tensorflow as tf
+
+    required = required_inputs(list(raw_sig), read)
+    optional = [n for n in raw_sig if n not in required]
+    if not optional:
+        return tf.function(call, input_signature=[dict(raw_sig)])
+    order = required + optional
+
+    def serve(*args: Any) -> Any:
+        raw = dict(zip(order, args, strict=True))
+        batch = tf.shape(raw[required[0]])[0]
+        for n in optional:  # not read by the transform: missing values of the batch's size
+            spec = raw_sig[n]
+            raw[n] = tf.fill(tf.concat([[batch], tf.constant(shapes[n], tf.int32)], 0),
+                             tf.constant(_default(spec.dtype.name), spec.dtype))
+        return call(raw)
+
+    kind = inspect.Parameter.POSITIONAL_OR_KEYWORD
+    serve.__signature__ = inspect.Signature(  # type: ignore[attr-defined]
+        [inspect.Parameter(n, kind) for n in required]
+        + [inspect.Parameter(n, kind, default=tf.zeros([0, *shapes[n]], raw_sig[n].dtype))
+           for n in optional])
+    return tf.function(serve, input_signature=[raw_sig[n] for n in order])
+
+
+def required_inputs(names: Sequence[str], read: frozenset[str] | None) -> list[str]:
+    """The raw inputs `serving_default` requires: those the transform reads (`read`; None:
+    unknown, all). All of them when it reads none of them, or when a name is not a Python
+    identifier (a signature argument's name)."""
+    required = [n for n in names if read is None or n in read]
+    if not required or not all(n.isidentifier() and not keyword.iskeyword(n) for n in names):
+        return list(names)
+    return required
+
+
+def serving_inputs(transform: Any, spec: FeatureSpec) -> dict[str, bool]:
+    """Each raw serving input and whether `serving_default` requires it (export.json)."""
+    from baton.graphs.transform_reads import read_columns
+
+    names = [n for n, _ in raw_inputs(spec)]
+    required = set(required_inputs(names, read_columns(transform)))
+    return {n: n in required for n in names}
 
 
 def signature_names(spec: FeatureSpec) -> list[str]:

@@ -43,6 +43,9 @@ class Built:
     # Baton encodes the label itself; the stage and the dry run say so (label_note)
     label_transformed: bool = False
     files: dict[str, str] = dataclasses.field(default_factory=dict)  # asset name -> its file
+    # outputs that pass the label through under another name (TFX's `species_xf`): the label,
+    # not features (graphs.label_outputs)
+    label_aliases: tuple[str, ...] = ()
 
 
 def build_module(preprocessing_fn: Callable[[dict[str, Any]], Any], raw: list[tuple[str, str, Any]],
@@ -58,8 +61,11 @@ def build_module(preprocessing_fn: Callable[[dict[str, Any]], Any], raw: list[tu
     label_dtype = tf.string if label["dtype"] == "string" else tf.float32
 
     transformed_label = []
+    aliases: list[str] = []
 
     def features_fn(inputs: dict[str, Any]) -> dict[str, Any]:
+        from baton.graphs import label_outputs
+
         batch = tf.shape(next(iter(inputs.values())))[0]
         stub = tf.cast(tf.fill([batch], "" if label_dtype == tf.string else float("nan")),
                        label_dtype)
@@ -70,7 +76,12 @@ def build_module(preprocessing_fn: Callable[[dict[str, Any]], Any], raw: list[tu
                               f"{type(outputs).__name__}")
         if label_name in outputs and outputs[label_name] is not stub:
             transformed_label.append(True)
-        return {k: v for k, v in outputs.items() if k != label_name}
+        try:
+            features, passed = label_outputs.split(outputs, stub, label_name)
+        except ValueError as exc:
+            raise OutputError(str(exc)) from None
+        aliases[:] = passed
+        return features
 
     trace, concrete = tft_engine.transform_fn(features_fn, specs, resolved)
 
@@ -100,9 +111,10 @@ def build_module(preprocessing_fn: Callable[[dict[str, Any]], Any], raw: list[tu
                   {name: [bytes(t) for t in resolved[k][0]]
                    for name, k in trace.vocab_files.items() if k in resolved},
                   inputs=tft_feed.used_inputs(concrete), label_transformed=bool(transformed_label),
-                  files={Path(m["path"]).name: m["path"] for m in metas.values()})
+                  files={Path(m["path"]).name: m["path"] for m in metas.values()},
+                  label_aliases=tuple(aliases))
     _evaluate_bounds(built.outputs, features_fn, specs, resolved)
-    built.features = features(built.outputs)
+    built.features = features(built.outputs)  # checked now: before any data is transformed
     return built
 
 
@@ -110,6 +122,9 @@ def label_note(built: Built, label: str) -> str | None:
     """The warning for a label the function changed (None when it passed it through or left it
     out): TFX pipelines often encode or scale the label in their preprocessing_fn, and a user
     who does must know that Baton trains on its own encoding of the raw label instead."""
+    if built.label_aliases and not built.label_transformed:
+        return (f"output(s) {', '.join(map(repr, built.label_aliases))} pass the label {label!r} "
+                "through: Baton trains on the label itself (its own encoding), not as a feature")
     if not built.label_transformed:
         return None
     return (f"warning: output {label!r} is the label, changed by the preprocessing_fn; Baton "

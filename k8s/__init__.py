@@ -1,16 +1,22 @@
-"""Kubernetes for Baton: TFJob and serving manifests, validation, local emulation, submission.
+"""Kubernetes for Baton: the pipeline as a JobSet, a TrainJob or a TFJob; serving; validation;
+local emulation; submission.
 
 Takes plain dataclasses (`k8s.options.JobOptions`), never a pipeline spec: the CLI glue
 (`pipeline/commands/k8s.py`) builds the options. Modules, each importable on its own and free of
 heavy imports at module level (the kubernetes client and jsonschema load inside functions):
 
 * `options`   JobOptions / Topology / Resources / RunPolicy, refused early with the field named
-* `tfjob`, `jobs`, `serving`, `federated`, `pods`   manifest builders (`federated`: a Flower
-  SuperLink, one SuperNode per client, the run Job, for the clients `federation_config` reads
-  from the stage's config); `render` writes a kustomize directory
-* `crd`, `webhook`, `kube_schemas`, `validate`   validation against the real schemas and rules
-* `tfconfig`, `emulator_pods`, `emulator`   run a TFJob locally as the training operator would;
-  `emulator_federation` the federation's Deployments, Services and Jobs
+* `jobset`, `trainjob`, `tfjob`, `jobs`, `serving`, `federated`, `pods`   manifest builders
+  (`jobset`: the whole pipeline as one JobSet; `trainjob`: a Kubeflow Trainer v2 TrainJob and
+  Baton's TensorFlow runtime; `federated`: a Flower SuperLink, SuperNodes, the run Job);
+  `security` and `network` make every pod restricted and write the NetworkPolicies and
+  Namespace; `render` writes a kustomize directory
+* `crd`, `webhook`, `jobset_webhook`, `trainer_webhook`, `job_rules`, `kube_schemas`,
+  `validate`   validation against the real CRDs, their webhooks' rules and Kubernetes' schemas;
+  `trainer_controller` is what Trainer's controller makes of a TrainJob
+* `emulator_dir` runs a generated directory as `kubectl apply -k` would: `emulator_jobset` and
+  `emulator_jobs` (the JobSet and Job controllers), `tfconfig`, `emulator_pods`, `emulator` (a
+  TFJob as the training operator would), `emulator_federation`, `emulator_serving`
 * `submit`    create the manifests with the official kubernetes client
 """
 

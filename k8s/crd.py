@@ -1,4 +1,4 @@
-"""The TFJob CRD's OpenAPI v3 schema, as a JSON Schema the `jsonschema` package can check.
+"""The CRDs' OpenAPI v3 schemas (TFJob, JobSet, TrainJob, ClusterTrainingRuntime) as JSON Schemas.
 
 The API server validates a custom resource with the CRD's structural schema. Three of its rules
 are not plain JSON Schema, so we translate them:
@@ -10,8 +10,10 @@ are not plain JSON Schema, so we translate them:
 * `x-kubernetes-int-or-string`: already spelled as `anyOf: [integer, string]` in this CRD;
 * `format: int32` / `int64`: integer ranges, enforced as minimum/maximum.
 
-`x-kubernetes-validations` (CEL) in this CRD only forbids changing `queue` on update, which
-does not apply to a new object, so it is skipped.
+`x-kubernetes-validations` (CEL) rules are not JSON Schema: the few a new object can break
+(JobSet's "StartupPolicy and DependsOn APIs are mutually exclusive", a TrainJob's name and
+`managedBy`, a runtime's single ML policy) are checked beside the webhook rules
+(`k8s.jobset_webhook`, `k8s.trainer_webhook`); the others only forbid changes on update.
 """
 
 from __future__ import annotations
@@ -76,15 +78,32 @@ def to_json_schema(node: Any) -> Any:
     return out
 
 
-@functools.lru_cache(maxsize=1)
-def tfjob_schema() -> dict[str, Any]:
-    """The JSON Schema of a kubeflow.org/v1 TFJob (cached: the CRD is 8k lines of YAML)."""
-    schema = to_json_schema(openapi_schema(load_crd()))
+# (apiVersion, kind) -> (the CRD file in k8s/schemas, its version name)
+CRDS = {
+    ("kubeflow.org/v1", "TFJob"): ("kubeflow.org_tfjobs.v1.9.0.yaml", "v1"),
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"): ("jobset.x-k8s.io_jobsets.v0.12.0.yaml", "v1alpha2"),
+    ("trainer.kubeflow.org/v1alpha1", "TrainJob"): ("trainer.kubeflow.org_trainjobs.v2.3.0.yaml",
+                                                    "v1alpha1"),
+    ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"): (
+        "trainer.kubeflow.org_clustertrainingruntimes.v2.3.0.yaml", "v1alpha1"),
+}
+
+
+@functools.lru_cache(maxsize=8)
+def schema_for(api_version: str, kind: str) -> dict[str, Any]:
+    """The JSON Schema of a custom resource Baton writes (cached: each CRD is ~1 MB of YAML)."""
+    file, version = CRDS[(api_version, kind)]
+    schema = to_json_schema(openapi_schema(load_crd(SCHEMA_FILE.parent / file), version))
     # The API server itself requires these, whatever the CRD says.
     schema.setdefault("required", [])
     for key in ("apiVersion", "kind", "metadata", "spec"):
         if key not in schema["required"]:
             schema["required"].append(key)
-    schema["properties"]["apiVersion"] = {"const": "kubeflow.org/v1"}
-    schema["properties"]["kind"] = {"const": "TFJob"}
+    schema["properties"]["apiVersion"] = {"const": api_version}
+    schema["properties"]["kind"] = {"const": kind}
     return schema
+
+
+def tfjob_schema() -> dict[str, Any]:
+    """The JSON Schema of a kubeflow.org/v1 TFJob."""
+    return schema_for("kubeflow.org/v1", "TFJob")

@@ -38,6 +38,8 @@ from baton.errors import (
     BatonError,
 )
 
+LOCAL_TMP = "/tmp"  # noqa: S108 - the mount path pods write temporary files to
+
 
 class EmulationError(BatonError, ValueError):
     """A TFJob the emulator cannot run locally (unsupported volume, missing ConfigMap...)."""
@@ -99,9 +101,21 @@ def mount_dirs(pod: Mapping, container: Mapping, pod_name: str, volume_dir: Path
                 work_dir: Path, configmaps: Mapping[str, Mapping[str, str]],
                 claim_dirs: Mapping[str, Path] | None = None) -> dict[str, str]:
     """mountPath -> local directory for each volumeMount of `container`: a claim named in
-    `claim_dirs` is its directory there, any other claim `volume_dir`."""
+    `claim_dirs` is its directory there, any other claim `volume_dir`.
+
+    A mounted ConfigMap's files are written with the claims' mount paths in their text
+    rewritten too (the spec's `serving_base: /artifacts/models/...`): what a pod reads under a
+    claim's mount must be the local directory here, or a step would write outside the volume.
+    """
     volumes = {v["name"]: v for v in pod.get("volumes") or []}
     out: dict[str, str] = {}
+    claims: dict[str, str] = {}
+    for m in container.get("volumeMounts") or []:
+        claim = (volumes.get(m["name"]) or {}).get("persistentVolumeClaim")
+        if claim:
+            local_claim = (claim_dirs or {}).get(claim["claimName"], volume_dir)
+            claims[m["mountPath"].rstrip("/") or "/"] = str(
+                local_claim / m["subPath"] if m.get("subPath") else local_claim)
     for m in container.get("volumeMounts") or []:
         vol = volumes.get(m["name"])
         if vol is None:
@@ -128,7 +142,7 @@ def mount_dirs(pod: Mapping, container: Mapping, pod_name: str, volume_dir: Path
                     )
                 target = local / item["path"]
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_text(data[item["key"]])
+                target.write_text(rewrite(data[item["key"]], claims))
         elif "emptyDir" in vol:
             local = work_dir / "pods" / pod_name / m["name"]
         elif "hostPath" in vol:
@@ -143,30 +157,38 @@ def mount_dirs(pod: Mapping, container: Mapping, pod_name: str, volume_dir: Path
     return out
 
 
-def _literal(value: str) -> Callable[[re.Match[str]], str]:
-    """A re.sub replacement inserting `value` verbatim (no backslash-escape processing)."""
-    return lambda _m: value
-
-
 def rewrite(text: str, mounts: Mapping[str, str]) -> str:
-    """Replace container paths under a mountPath with the local directory (longest first)."""
-    for mount in sorted(mounts, key=len, reverse=True):
-        pattern = r"(?<![\w.-])" + re.escape(mount) + r"(?=/|$|[^\w.-])"
-        text = re.sub(pattern, _literal(mounts[mount]), text)
-    return text
+    """Replace container paths under a mountPath with the local directory (longest first), in
+    one pass: a local directory put in is never rewritten again (a local path under /tmp with a
+    `/tmp` emptyDir mounted)."""
+    if not mounts:
+        return text
+    ordered = sorted(mounts, key=len, reverse=True)
+    pattern = r"(?<![\w.-])(" + "|".join(re.escape(m) for m in ordered) + r")(?=/|$|[^\w.-])"
+    return re.sub(pattern, lambda m: mounts[m.group(1)], text)
 
 
-def _container_env(container: Mapping, pod_name: str, namespace: str) -> dict[str, str]:
+_FIELD = re.compile(r"^metadata\.(labels|annotations)\['([^']+)'\]$")
+
+
+def _container_env(container: Mapping, pod_name: str, namespace: str,
+                   meta: Mapping[str, Any] | None = None) -> dict[str, str]:
+    """The container's env as the kubelet resolves it: values, and the downward API's
+    `metadata.name`, `metadata.namespace`, `metadata.labels['k']`, `metadata.annotations['k']`
+    from the pod's `meta` (a missing label or annotation is the empty string, as there)."""
     env: dict[str, str] = {}
     for e in container.get("env") or []:
         if "value" in e:
             env[e["name"]] = str(e["value"])
         elif "valueFrom" in e:
-            ref = (e["valueFrom"].get("fieldRef") or {}).get("fieldPath")
+            ref = (e["valueFrom"].get("fieldRef") or {}).get("fieldPath") or ""
+            field = _FIELD.match(ref)
             if ref == "metadata.name":
                 env[e["name"]] = pod_name
             elif ref == "metadata.namespace":
                 env[e["name"]] = namespace
+            elif field:
+                env[e["name"]] = str(((meta or {}).get(field.group(1)) or {}).get(field.group(2), ""))
         else:
             env[e["name"]] = ""
     return env
@@ -187,7 +209,8 @@ def plan_steps(pod: Mapping, containers: list[tuple[Mapping, bool]], pod_name: s
                extra_env: Mapping[str, str] | None = None, main_env: Mapping[str, str] | None = None,
                command_override: list[str] | None = None,
                claim_dirs: Mapping[str, Path] | None = None,
-               translate: Callable[[Mapping, str], str] | None = None) -> tuple[Step, ...]:
+               translate: Callable[[Mapping, str], str] | None = None,
+               meta: Mapping[str, Any] | None = None) -> tuple[Step, ...]:
     """The pod's containers (`(container, is_main)`, init containers first) as local Steps.
 
     Each gets this machine's environment (less the operator's variables), PATH with the project
@@ -200,6 +223,9 @@ def plan_steps(pod: Mapping, containers: list[tuple[Mapping, bool]], pod_name: s
     steps = []
     for container, is_main in containers:
         mounts = mount_dirs(pod, container, pod_name, volume_dir, work_dir, configmaps, claim_dirs)
+        # a pod's /tmp emptyDir stays this machine's /tmp: rewriting it would send the paths a
+        # caller gives under /tmp (a --command script, a pytest tmp_path) into the pod's dir
+        mounts.pop(LOCAL_TMP, None)
         argv = [*(container.get("command") or []), *(container.get("args") or [])]
         if is_main and command_override:
             argv = list(command_override)
@@ -215,7 +241,8 @@ def plan_steps(pod: Mapping, containers: list[tuple[Mapping, bool]], pod_name: s
 
         env = {k: v for k, v in os.environ.items() if k not in _OPERATOR_ENV}
         env.update({"PATH": project_path(), "HOSTNAME": pod_name})
-        env.update({k: local(v) for k, v in _container_env(container, pod_name, namespace).items()})
+        env.update({k: local(v) for k, v in
+                    _container_env(container, pod_name, namespace, meta).items()})
         if is_main:
             env.update(main_env or {})
         env.update(extra_env or {})

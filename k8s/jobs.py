@@ -9,9 +9,10 @@ options in the spec; the pod then only submits the pipeline.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 
-from baton.k8s import pods
+from baton.k8s import pods, security
 from baton.k8s.options import JobOptions
 
 
@@ -19,7 +20,7 @@ def run_command(opts: JobOptions, stages: tuple[str, ...]) -> tuple[list[str], l
     """(command, args) of `baton run` for a subset of stages of this run."""
     return ["baton"], [
         "run", *pods.spec_args(opts), "--run-id", opts.run_id, "--only", ",".join(stages),
-        "--runs-dir", f"{opts.mount_path}/runs",
+        "--runs-dir", opts.runs_dir,
     ]
 
 
@@ -42,7 +43,7 @@ def _job(opts: JobOptions, component: str, stages: tuple[str, ...], inputs: tupl
     gate = pods.gate_container(opts, inputs, mounts)
     if gate:
         pod_spec["initContainers"] = [gate]
-    return {
+    return security.harden({
         "apiVersion": "batch/v1",
         "kind": "Job",
         "metadata": {
@@ -52,6 +53,9 @@ def _job(opts: JobOptions, component: str, stages: tuple[str, ...], inputs: tupl
         },
         "spec": {
             "backoffLimit": opts.run_policy.backoff_limit,
+            # exit 1 fails the Job at once: a TFJob's gate waiting for these outputs ends on the
+            # stage's failed record, and no retry may succeed after it gave up
+            "podFailurePolicy": copy.deepcopy(pods.POD_FAILURE_POLICY),
             "activeDeadlineSeconds": opts.run_policy.active_deadline_seconds,
             "ttlSecondsAfterFinished": opts.run_policy.ttl_seconds_after_finished,
             "template": {
@@ -59,7 +63,7 @@ def _job(opts: JobOptions, component: str, stages: tuple[str, ...], inputs: tupl
                 "spec": pod_spec,
             },
         },
-    }
+    })
 
 
 def build_data_job(opts: JobOptions) -> dict | None:

@@ -1,4 +1,5 @@
-"""Kubernetes' own schemas for built-in kinds (Deployment, Service, ConfigMap, Job, PVC).
+"""Kubernetes' own schemas for built-in kinds (Deployment, Service, ConfigMap, Job, PVC,
+ServiceAccount, Namespace, NetworkPolicy).
 
 The schemas are the PyPI package `kubernetes-validate`'s (a dependency): the JSON schemas
 generated from the Kubernetes OpenAPI spec for each minor release (1.25 ... 1.37), including
@@ -22,6 +23,9 @@ _KINDS = {
     ("v1", "Service"),
     ("v1", "PersistentVolumeClaim"),
     ("v1", "Pod"),
+    ("v1", "ServiceAccount"),  # a bucket run's cloud identity (k8s.object_storage)
+    ("v1", "Namespace"),
+    ("networking.k8s.io/v1", "NetworkPolicy"),
     ("apps/v1", "Deployment"),
     ("batch/v1", "Job"),
 }

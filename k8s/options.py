@@ -10,8 +10,16 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from typing import Any
 
 from baton.k8s.errors import ManifestError
+
+# image references and queue names: checked here, defined in k8s.refs
+from baton.k8s.refs import DEFAULT_IMAGE as DEFAULT_IMAGE
+from baton.k8s.refs import QUEUE_LABEL as QUEUE_LABEL
+from baton.k8s.refs import check_image as check_image
+from baton.k8s.refs import check_queue as check_queue
+from baton.k8s.refs import pull_policy as pull_policy
 from baton.strategies.factory import (
     MULTI_WORKER_MIRRORED,
     PARAMETER_SERVER,
@@ -31,8 +39,9 @@ QUANTITY = re.compile(
 )
 # The longest pod name suffix the operator appends: `-evaluator-0`; pod names are DNS labels.
 _LONGEST_SUFFIX = len("-evaluator-0")
-
-
+# What `baton k8s --target` writes the training as (docs/kubernetes.md: which for which cluster)
+JOBSET, TRAINJOB, TFJOB = "jobset", "trainjob", "tfjob"
+TARGETS = (JOBSET, TRAINJOB, TFJOB)
 def check_dns1035(field: str, value: object) -> str:
     """A DNS-1035 label (what the operator's webhook requires of a job name)."""
     if not isinstance(value, str) or not DNS1035.match(value) or len(value) > 63:
@@ -286,8 +295,13 @@ class JobOptions:
             that the spec names and those they import from that directory; shipped in the
             spec's ConfigMap and mounted beside the spec, where Baton imports them from.
         data_stages / train_stage / release_stages: which stage runs where.
-        tfjob: whether there is a TFJob at all (False: a spec whose training is a federated
-            stage only, run by `k8s.federated`'s SuperLink and SuperNodes instead).
+        tfjob: whether there is a training object at all (False: a spec whose training is a
+            federated stage only, run by `k8s.federated`'s SuperLink and SuperNodes instead).
+        target: what the training (and, for a JobSet or TrainJob, the whole pipeline) is
+            written as: `jobset` (JobSet v1alpha2), `trainjob` (Kubeflow Trainer v2 TrainJob and
+            a ClusterTrainingRuntime) or `tfjob` (the training operator's kubeflow.org/v1).
+        queue: a Kueue LocalQueue; the training object carries `kueue.x-k8s.io/queue-name`.
+        image: pinned (a tag other than latest, or a digest): `check_image`.
         train_inputs / release_inputs: `<stage>/<output>` paths (relative to the run dir) that
             must exist before the TFJob / release Job starts; init containers wait for them, so
             one `kubectl apply -k` is enough.
@@ -295,8 +309,10 @@ class JobOptions:
 
     pipeline: str
     run_id: str
-    image: str = "baton:latest"
+    image: str = DEFAULT_IMAGE
     namespace: str = "default"
+    target: str = JOBSET
+    queue: str | None = None  # Kueue LocalQueue: the training object is admitted as one gang
     topology: Topology = dataclasses.field(default_factory=Topology)
     resources: Resources = dataclasses.field(default_factory=Resources)
     ps_resources: Resources | None = None  # the PS replicas' (replica_resources.ps wins)
@@ -319,6 +335,8 @@ class JobOptions:
     serving_image: str = "tensorflow/serving:2.18.0"
     serving_replicas: int = 1
     termination_grace_seconds: int = 120
+    # the run directory on a bucket (k8s.object_storage): no shared volume, credentials instead
+    storage: Any = None
 
     def __post_init__(self) -> None:
         check_dns1035("pipeline", self.pipeline)
@@ -327,7 +345,7 @@ class JobOptions:
                 "run_id", f"must be lower-case letters, digits and '-' (it names resources). Received: {self.run_id!r}"
             )
         check_dns1035("name", self.job_name)
-        if len(self.job_name) + _LONGEST_SUFFIX > 63:
+        if self.target == TFJOB and len(self.job_name) + _LONGEST_SUFFIX > 63:
             raise ManifestError(
                 "name",
                 f"pod names '<job>-<type>-<i>' must stay within 63 characters, so the job name "
@@ -337,9 +355,12 @@ class JobOptions:
         if not DNS1123_LABEL.match(self.namespace or "") or len(self.namespace) > 63:
             raise ManifestError("namespace", f"must be a DNS-1123 label. Received: {self.namespace!r}")
         for field in ("image", "serving_image"):
-            value = getattr(self, field)
-            if not isinstance(value, str) or not value.strip() or any(c.isspace() for c in value):
-                raise ManifestError(field, f"must be a container image reference. Received: {value!r}")
+            check_image(field, getattr(self, field))
+        if self.target not in TARGETS:
+            raise ManifestError("target", f"must be one of {', '.join(TARGETS)}. "
+                                f"Received: {self.target!r}")
+        if self.queue is not None:
+            check_queue(self.queue)
         if not isinstance(self.port, int) or not 0 < self.port < 65536:
             raise ManifestError("port", f"must be a TCP port 1-65535. Received: {self.port!r}")
         check_quantity("pvc_size", self.pvc_size)
@@ -377,14 +398,16 @@ class JobOptions:
 
     @property
     def run_dir(self) -> str:
-        return f"{self.mount_path}/runs/{self.pipeline}/{self.run_id}"
+        return f"{self.runs_dir}/{self.pipeline}/{self.run_id}"
 
     @property
     def runs_dir(self) -> str:
-        return f"{self.mount_path}/runs"
+        return self.storage.runs_url.rstrip("/") if self.storage else f"{self.mount_path}/runs"
 
     @property
     def models_dir(self) -> str:
+        if self.storage:
+            return str(self.storage.models_url(self.pipeline))
         return f"{self.mount_path}/models/{self.pipeline}"
 
     @property

@@ -9,14 +9,37 @@ from __future__ import annotations
 
 import shlex
 
-from baton.k8s.options import JobOptions
+from baton.k8s.options import QUEUE_LABEL, JobOptions, pull_policy
 
 SPEC_DIR = "/etc/baton"
 SPEC_KEY = "pipeline.yaml"
 SPEC_FILE = f"{SPEC_DIR}/{SPEC_KEY}"
 ISTIO_OFF = {"sidecar.istio.io/inject": "false"}
-# The project image runs as uid 1000 (see Dockerfile); fsGroup makes the PVC writable for it.
-SECURITY_CONTEXT = {"runAsNonRoot": True, "runAsUser": 1000, "runAsGroup": 1000, "fsGroup": 1000}
+# The project image runs as uid 10001 (see Dockerfile: above 10000, no host user's); fsGroup
+# makes the PVC writable for it; RuntimeDefault seccomp is what the restricted Pod Security
+# Standard asks (k8s.security).
+SECURITY_CONTEXT = {"runAsNonRoot": True, "runAsUser": 10001, "runAsGroup": 10001, "fsGroup": 10001,
+                    "seccompProfile": {"type": "RuntimeDefault"}}
+FAILED_SUFFIX = ".failed.json"  # a stage that failed for good (the runner's, `baton task`'s)
+RETRYABLE_EXIT_CODES = [129, 137, 143]  # transient (a peer died), SIGKILL, SIGTERM (preempted)
+# Every Baton Job's (a JobSet step's, the data and release Jobs'): evictions and preemptions are
+# not the pod's fault; a permanent exit code fails the Job at once; a retryable one re-creates
+# the pod (counted against backoffLimit). The TFJob operator's ExitCode policy, in Job fields.
+POD_FAILURE_POLICY = {"rules": [
+    {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
+    {"action": "FailJob", "onExitCodes": {"operator": "NotIn", "values": RETRYABLE_EXIT_CODES}},
+    {"action": "Count", "onExitCodes": {"operator": "In", "values": RETRYABLE_EXIT_CODES}},
+]}
+
+
+def training_metadata(opts: JobOptions, component: str) -> dict:
+    """The metadata of the object Kueue admits (a JobSet, TrainJob or TFJob): the run's labels,
+    the Kueue queue's when `--queue` gave one, and the strategy."""
+    labels = opts.labels(component)
+    if opts.queue:
+        labels[QUEUE_LABEL] = opts.queue
+    return {"name": opts.job_name, "namespace": opts.namespace, "labels": labels,
+            "annotations": {"baton.dev/strategy": opts.topology.strategy}}
 
 
 def spec_configmap_name(opts: JobOptions) -> str:
@@ -29,14 +52,15 @@ def spec_args(opts: JobOptions) -> list[str]:
 
 
 def volumes(opts: JobOptions, read_only: bool = False) -> tuple[list[dict], list[dict]]:
-    """(pod volumes, container volumeMounts) for the artifacts PVC and the spec ConfigMap."""
-    vols: list[dict] = [
+    """(pod volumes, container volumeMounts) for the artifacts PVC and the spec ConfigMap (no
+    PVC when the run directory is on a bucket: k8s.object_storage)."""
+    vols: list[dict] = [] if opts.storage else [
         {
             "name": "artifacts",
             "persistentVolumeClaim": {"claimName": opts.pvc_name, **({"readOnly": True} if read_only else {})},
         }
     ]
-    mounts: list[dict] = [
+    mounts: list[dict] = [] if opts.storage else [
         {"name": "artifacts", "mountPath": opts.mount_path, **({"readOnly": True} if read_only else {})}
     ]
     if opts.spec_text is not None:
@@ -73,7 +97,7 @@ def baton_container(opts: JobOptions, command: list[str], args: list[str],
     return {
         "name": name,
         "image": opts.image,
-        "imagePullPolicy": "IfNotPresent",
+        "imagePullPolicy": pull_policy(opts.image),
         "command": command,
         "args": args,
         "env": env(opts),
@@ -91,13 +115,28 @@ def gate_container(opts: JobOptions, inputs: tuple[str, ...], mounts: list[dict]
         return None
     paths = [f"{opts.run_dir}/{p}" for p in inputs]
     test = " && ".join(f"[ -e {shlex.quote(p)} ]" for p in paths)
-    script = f"until {test}; do echo 'waiting for inputs: {' '.join(inputs)}'; sleep 10; done"
+    # an upstream stage that failed for good leaves <stage>.failed.json: end, do not wait forever
+    stages = sorted({p.split("/")[0] for p in inputs})
+    if opts.storage:  # on a bucket: the upstream stages' commit objects (baton.storage.wait)
+        command = ["python", "-m", "baton.storage.wait", "--every", "10",
+                   *(a for st in stages for a in ("--failed", f"{opts.run_dir}/{st}{FAILED_SUFFIX}")),
+                   *(f"{opts.run_dir}/{st}/lineage.json" for st in stages)]
+    else:
+        failed = " ".join(shlex.quote(f"{opts.run_dir}/{st}{FAILED_SUFFIX}") for st in stages)
+        command = ["sh", "-c", (
+            f"until {test}; do for f in {failed}; do if [ -e \"$f\" ]; then "
+            "echo \"upstream stage failed for good: $f\"; cat \"$f\"; exit 1; fi; done; "
+            f"echo 'waiting for inputs: {' '.join(inputs)}'; sleep 10; done")]
+    # requests = limits: a waiting shell needs little, Python with pyarrow's S3 client more
+    size = "256Mi" if opts.storage else "64Mi"
     return {
         "name": "wait-for-inputs",
         "image": opts.image,
-        "command": ["sh", "-c", script],
+        "imagePullPolicy": pull_policy(opts.image),
+        "command": command,
         "volumeMounts": [m for m in mounts if m["name"] == "artifacts"],
-        "resources": {"requests": {"cpu": "50m", "memory": "32Mi"}, "limits": {"memory": "64Mi"}},
+        "resources": {"requests": {"cpu": "50m", "memory": size},
+                      "limits": {"cpu": "50m", "memory": size}},
     }
 
 

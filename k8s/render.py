@@ -1,9 +1,12 @@
 """Build every manifest of a run and write them as a kustomize directory.
 
-One file per object (two ConfigMaps share one file), plus `kustomization.yaml` listing them in
-apply order, so `kubectl apply -k DIR` deploys the whole pipeline and overlays can patch any
-piece. The KServe InferenceService is an alternative to the Deployment + Service and is written
-beside them (`alternatives/`) but not listed. A federated stage adds the Flower federation
+One file per object kind (the ConfigMaps of serving share one file, the NetworkPolicies
+another), plus `kustomization.yaml` listing them in apply order, so `kubectl apply -k DIR`
+deploys the whole pipeline and overlays can patch any piece: the Namespace (restricted Pod
+Security) and NetworkPolicies first, storage and the spec, the pipeline (a JobSet; a
+ClusterTrainingRuntime and its TrainJob; or the data Job, TFJob and release Job), serving. The
+KServe InferenceService is an alternative to the Deployment + Service and is written beside
+them (`alternatives/`) but not listed. A federated stage adds the Flower federation
 (`k8s.federated`: SuperLink, one SuperNode per client, the run Job) after the data Job.
 """
 
@@ -14,8 +17,20 @@ from typing import Any
 
 import yaml
 
-from baton.k8s import federated, jobs, pods, serving, tfjob
-from baton.k8s.options import JobOptions
+from baton.k8s import (
+    federated,
+    jobs,
+    jobset,
+    network,
+    object_storage,
+    pods,
+    security,
+    serving,
+    tfjob,
+    trainjob,
+)
+from baton.k8s.errors import ManifestError
+from baton.k8s.options import JOBSET, TFJOB, TRAINJOB, JobOptions
 
 KUSTOMIZATION = "kustomization.yaml"
 
@@ -42,24 +57,54 @@ def dump(docs: list[dict]) -> str:
 
 def build_all(opts: JobOptions, federation: federated.Federation | None = None) -> dict[str, list[dict]]:
     """File name -> documents, in apply order. Absent pieces (no data stages, no train stage, no
-    federated stage...) are omitted."""
-    files: dict[str, list[dict]] = {"pvc.yaml": [pods.pvc(opts)]}
+    federated stage...) are omitted. Every pod template is hardened (k8s.security).
+
+    `--target jobset` and `trainjob` hold the whole pipeline in one object, its steps ordered by
+    JobSet's dependsOn; `tfjob`, and any spec with a federated stage, write the data and release
+    steps as Jobs beside it, ordered by their inputs on the volume or the bucket (init
+    containers). With a bucket runs directory (k8s.object_storage) no claim is written.
+    """
+    if federation is not None and opts.tfjob and opts.target != TFJOB:
+        raise ManifestError(
+            "target", f"a spec with a federated stage and a train stage cannot be one "
+            f"{opts.target}: the release step needs the outputs of both, and the federation "
+            "runs as Deployments and a Job beside the training; use --target tfjob, whose "
+            "steps wait for their inputs on the volume. Received: --target " + opts.target)
+    files: dict[str, list[dict]] = {
+        "namespace.yaml": [network.build_namespace(opts)],
+        "network-policies.yaml": network.build_policies(opts, federated=federation is not None),
+    }
+    if not opts.storage:
+        files["pvc.yaml"] = [pods.pvc(opts)]
+    account = object_storage.service_account(opts)
+    if account:
+        files["service-account.yaml"] = [account]
     spec_cm = pods.spec_configmap(opts)
     if spec_cm:
         files["pipeline-spec.yaml"] = [spec_cm]
-    data = jobs.build_data_job(opts)
-    if data:
-        files["data-job.yaml"] = [data]
-    if federation is not None:
-        files.update(federated.federation_files(opts, federation))
-    if opts.tfjob:
-        files["tfjob.yaml"] = [tfjob.build_tfjob(opts)]
-    release = jobs.build_release_job(opts)
-    if release:
-        files["release-job.yaml"] = [release]
+    if federation is None and opts.target == JOBSET:
+        files["jobset.yaml"] = [jobset.build_jobset(opts)]
+    elif federation is None and opts.target == TRAINJOB:
+        files["clustertrainingruntime.yaml"] = [trainjob.build_runtime(opts)]
+        files["trainjob.yaml"] = [trainjob.build_trainjob(opts)]
+    else:
+        data = jobs.build_data_job(opts)
+        if data:
+            files["data-job.yaml"] = [data]
+        if federation is not None:
+            files.update(federated.federation_files(opts, federation))
+        if opts.tfjob:
+            files["tfjob.yaml"] = [tfjob.build_tfjob(opts)]
+        release = jobs.build_release_job(opts)
+        if release:
+            files["release-job.yaml"] = [release]
     files["serving-configmaps.yaml"] = serving.build_configmaps(opts)
     files["serving-deployment.yaml"] = [serving.build_deployment(opts)]
     files["serving-service.yaml"] = [serving.build_service(opts)]
+    object_storage.apply(files, opts)  # a bucket: no shared volume, the pods' credentials
+    for docs in files.values():
+        for doc in docs:
+            security.harden(doc)
     return files
 
 
@@ -82,10 +127,12 @@ def write_manifests(opts: JobOptions, out: str | Path, validate: bool = True,
     """
     files = build_all(opts, federation)
     alternatives = {"alternatives/inferenceservice.yaml": [serving.build_inference_service(opts)]}
-    if validate:
+    object_storage.apply(alternatives, opts)
+    kust = kustomization(opts, list(files))
+    if validate:  # the directory as `baton k8s validate DIR` sees it, kustomization included
         from baton.k8s.validate import check
 
-        check([doc for docs in files.values() for doc in docs])
+        check([doc for docs in files.values() for doc in docs] + [kust])
     root = Path(out)
     written = []
     for name, docs in {**files, **alternatives}.items():
@@ -94,6 +141,6 @@ def write_manifests(opts: JobOptions, out: str | Path, validate: bool = True,
         path.write_text(dump(docs))
         written.append(path)
     path = root / KUSTOMIZATION
-    path.write_text(dump([kustomization(opts, list(files))]))
+    path.write_text(dump([kust]))
     written.append(path)
     return written

@@ -1,5 +1,8 @@
 """Serving manifests: the official `tensorflow/serving` image on the pushed model directory.
 
+The server runs as uid 10001 like every Baton pod (the image's own default is root), with a
+read-only root file system and a `/tmp` emptyDir (k8s.security).
+
 `baton serve` speaks TensorFlow Serving's flags, JSON and protos, so on a cluster we can run the
 real `tensorflow_model_server` instead: it reads `/artifacts/models/<pipeline>/<version>/`
 (the layout the push stage writes) and polls for new versions, so a later push rolls out
@@ -9,8 +12,10 @@ tune them without rebuilding anything. KServe users get an InferenceService inst
 
 from __future__ import annotations
 
-from baton.k8s import pods
-from baton.k8s.options import JobOptions
+import dataclasses
+
+from baton.k8s import pods, security
+from baton.k8s.options import JobOptions, pull_policy
 from baton.serving.conventions import DEFAULT_GRPC_PORT as GRPC_PORT
 from baton.serving.conventions import DEFAULT_PROMETHEUS_PATH as METRICS_PATH
 from baton.serving.conventions import DEFAULT_REST_PORT as REST_PORT
@@ -83,7 +88,7 @@ def build_deployment(opts: JobOptions) -> dict:
     container = {
         "name": "tensorflow-serving",
         "image": opts.serving_image,
-        "imagePullPolicy": "IfNotPresent",
+        "imagePullPolicy": pull_policy(opts.serving_image),
         "command": ["tensorflow_model_server"],
         "args": server_args(opts),
         "ports": [
@@ -99,13 +104,12 @@ def build_deployment(opts: JobOptions) -> dict:
             "tcpSocket": {"port": GRPC_PORT},
             "initialDelaySeconds": 30, "periodSeconds": 20, "failureThreshold": 3,
         },
-        "resources": {
-            "requests": {"cpu": opts.resources.cpu, "memory": opts.resources.memory},
-            "limits": {"memory": opts.resources.memory},
-        },
+        # Guaranteed QoS like every Baton pod (requests = limits): a server's CPU limit is the
+        # quota its batching threads share, so a noisy neighbour cannot starve it
+        "resources": dataclasses.replace(opts.resources, gpu=0).to_k8s(),
         "volumeMounts": mounts,
     }
-    return {
+    return security.harden({
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {"name": name, "namespace": opts.namespace, "labels": labels},
@@ -122,10 +126,11 @@ def build_deployment(opts: JobOptions) -> dict:
                         "prometheus.io/path": METRICS_PATH,
                     },
                 },
-                "spec": {"containers": [container], "volumes": vols},
+                "spec": {"securityContext": dict(pods.SECURITY_CONTEXT),
+                         "containers": [container], "volumes": vols},
             },
         },
-    }
+    })
 
 
 def build_service(opts: JobOptions) -> dict:

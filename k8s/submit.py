@@ -1,15 +1,17 @@
 """Submit generated manifests with the official `kubernetes` Python client and your kubeconfig.
 
 Each document becomes one create call. A directory with a `kustomization.yaml` is created in
-the order of its `resources:` (what `baton k8s` writes: storage and config first, then the Jobs
-and the TFJob, then serving), with its `namespace:` applied, as `kubectl apply -k` would; any
-other path in a safe kind order (Namespace, PVC, ConfigMap, Service, then the workloads). The
-TFJob goes through `CustomObjectsApi`:
+the order of its `resources:` (what `baton k8s` writes: the Namespace and NetworkPolicies, storage
+and config, then the pipeline's JobSet, TrainJob and runtime, or Jobs and TFJob, then serving),
+with its `namespace:` applied, as `kubectl apply -k` would; any other path in a safe kind order
+(Namespace, NetworkPolicy, PVC, ConfigMap, Service, then the workloads). Custom resources go
+through `CustomObjectsApi`:
 
-    POST /apis/kubeflow.org/v1/namespaces/<ns>/tfjobs      body: the TFJob manifest
+    POST /apis/jobset.x-k8s.io/v1alpha2/namespaces/<ns>/jobsets   body: the JobSet manifest
+    POST /apis/trainer.kubeflow.org/v1alpha1/clustertrainingruntimes    (cluster-scoped)
 
-The ordering between stages needs no waiting here: each pod's `wait-for-inputs` init container
-holds it until its upstream artifacts exist on the shared volume. `dry_run=True` sends the same
+The ordering between steps needs no waiting here: a JobSet orders its own steps (`dependsOn`),
+and a TFJob's pods wait in their `wait-for-inputs` init container for their inputs. `dry_run=True` sends the same
 requests with `?dryRun=All`, so the API server (and the operator's webhook) validate them
 without creating anything.
 """
@@ -28,6 +30,8 @@ from baton.errors import EXIT_USAGE, BatonError
 
 # (apiVersion, kind) -> (API class, create method). Every kind here is namespaced.
 _CREATE = {
+    ("v1", "Namespace"): ("CoreV1Api", "create_namespace"),
+    ("networking.k8s.io/v1", "NetworkPolicy"): ("NetworkingV1Api", "create_namespaced_network_policy"),
     ("v1", "PersistentVolumeClaim"): ("CoreV1Api", "create_namespaced_persistent_volume_claim"),
     ("v1", "ConfigMap"): ("CoreV1Api", "create_namespaced_config_map"),
     ("v1", "Service"): ("CoreV1Api", "create_namespaced_service"),
@@ -36,6 +40,10 @@ _CREATE = {
 }
 _CUSTOM = {
     ("kubeflow.org/v1", "TFJob"): ("kubeflow.org", "v1", "tfjobs"),
+    ("jobset.x-k8s.io/v1alpha2", "JobSet"): ("jobset.x-k8s.io", "v1alpha2", "jobsets"),
+    ("trainer.kubeflow.org/v1alpha1", "TrainJob"): ("trainer.kubeflow.org", "v1alpha1", "trainjobs"),
+    ("trainer.kubeflow.org/v1alpha1", "ClusterTrainingRuntime"): (
+        "trainer.kubeflow.org", "v1alpha1", "clustertrainingruntimes"),
     ("serving.kserve.io/v1beta1", "InferenceService"): ("serving.kserve.io", "v1beta1", "inferenceservices"),
 }
 KUSTOMIZATION_FILES = ("kustomization.yaml", "kustomization.yml", "Kustomization")
@@ -43,11 +51,12 @@ _KUSTOMIZATION = ("kustomize.config.k8s.io/v1beta1", "Kustomization")
 # Creation order when no kustomization says otherwise: what others refer to comes first
 # (namespace, identity, storage, config, network), then the workloads. Unknown kinds last.
 KIND_ORDER = (
-    "Namespace", "ResourceQuota", "LimitRange", "ServiceAccount", "Secret",
+    "Namespace", "NetworkPolicy", "ResourceQuota", "LimitRange", "ServiceAccount", "Secret",
     "PersistentVolume", "PersistentVolumeClaim", "ConfigMap", "Service",
-    "Job", "TFJob", "Deployment", "InferenceService",
+    "Job", "TFJob", "JobSet", "ClusterTrainingRuntime", "TrainJob", "Deployment",
+    "InferenceService",
 )
-_CLUSTER_SCOPED = {"Namespace", "PersistentVolume"}
+_CLUSTER_SCOPED = {"Namespace", "PersistentVolume", "ClusterTrainingRuntime"}
 # A refused connection fails at once; a black-holed address would otherwise hang for minutes.
 # (The client requires both numbers; a create call, webhooks included, answers well within 2 min.)
 CONNECT_TIMEOUT, READ_TIMEOUT = 10.0, 120.0
@@ -161,8 +170,16 @@ def _from_kustomization(kust: Path) -> list[tuple[str, Any]]:
 
 
 def _with_namespace(doc: Any, namespace: str) -> Any:
-    """A copy of `doc` in `namespace` (cluster-scoped kinds and malformed documents unchanged)."""
-    if not isinstance(doc, dict) or doc.get("kind") in _CLUSTER_SCOPED or not isinstance(doc.get("metadata"), dict):
+    """A copy of `doc` in `namespace`: a Namespace becomes that namespace (as kustomize's
+    namespace transformer renames it); other cluster-scoped kinds and malformed documents are
+    unchanged."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("metadata"), dict):
+        return doc
+    if doc.get("kind") == "Namespace":
+        out = copy.deepcopy(doc)
+        out["metadata"]["name"] = namespace
+        return out
+    if doc.get("kind") in _CLUSTER_SCOPED:
         return doc
     out = copy.deepcopy(doc)
     out["metadata"]["namespace"] = namespace
@@ -189,7 +206,15 @@ def plan(docs: Iterable[dict], namespace: str | None = None, dry_run: bool = Fal
         body = _with_namespace(doc, namespace) if namespace else doc
         ns = (body.get("metadata") or {}).get("namespace") or "default"
         extra = {"dry_run": "All"} if dry_run else {}
-        if key in _CUSTOM:
+        if key[1] in _CLUSTER_SCOPED and key in _CUSTOM:
+            group, version, plural = _CUSTOM[key]
+            out.append(Request("CustomObjectsApi", "create_cluster_custom_object",
+                               {"group": group, "version": version, "plural": plural,
+                                "body": body, **extra}))
+        elif key[1] in _CLUSTER_SCOPED:
+            api, method = _CREATE[key]
+            out.append(Request(api, method, {"body": body, **extra}))
+        elif key in _CUSTOM:
             group, version, plural = _CUSTOM[key]
             out.append(Request("CustomObjectsApi", "create_namespaced_custom_object",
                                {"group": group, "version": version, "namespace": ns,
@@ -289,7 +314,8 @@ def submit(requests: list[Request], api_client: Any,
         except urllib3.exceptions.HTTPError as exc:
             raise SubmitError(_unreachable(host, getattr(exc, "reason", None) or exc) + before) from exc
         suffix = " (dry run)" if req.kwargs.get("dry_run") else ""
-        line = f"created {req.label} in {req.kwargs['namespace']}{suffix}"
+        where = f" in {req.kwargs['namespace']}" if "namespace" in req.kwargs else " (cluster-scoped)"
+        line = f"created {req.label}{where}{suffix}"
         done.append(line)
         if on_created:
             on_created(line)

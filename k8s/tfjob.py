@@ -9,7 +9,7 @@ restart policy is `ExitCode`, so the task's own exit code (baton.errors) decides
 
 from __future__ import annotations
 
-from baton.k8s import placement, pods
+from baton.k8s import placement, pods, security
 from baton.k8s.options import JobOptions
 
 API_VERSION = "kubeflow.org/v1"
@@ -64,17 +64,12 @@ def build_tfjob(opts: JobOptions) -> dict:
     replica_specs = {
         rtype: _replica(opts, rtype, n) for rtype, n in opts.topology.replica_counts().items()
     }
-    return {
+    return security.harden({
         "apiVersion": API_VERSION,
         "kind": KIND,
-        "metadata": {
-            "name": opts.job_name,
-            "namespace": opts.namespace,
-            "labels": opts.labels("train"),
-            "annotations": {"baton.dev/strategy": opts.topology.strategy},
-        },
+        "metadata": pods.training_metadata(opts, "train"),
         "spec": {
             "runPolicy": opts.run_policy.to_k8s(),
             "tfReplicaSpecs": replica_specs,
         },
-    }
+    })

@@ -120,6 +120,9 @@ class StageContext:
     spec_path: Path | None = None  # the spec file itself (None for the embedded default)
     stream: TextIO = dataclasses.field(default_factory=lambda: sys.stderr)
     metrics: dict[str, Any] = dataclasses.field(default_factory=dict)
+    # the run directory on an object store (pipeline.bucket_run.BucketRun), None when local:
+    # run_dir and runs_root are then this node's mirror of it
+    bucket: Any = None
 
     def output(self, name: str) -> Path:
         """The directory to write output `name` into (created; inside the temporary stage dir)."""
@@ -130,6 +133,23 @@ class StageContext:
     def final_path(self, name: str) -> Path:
         """Where output `name` will live once the stage succeeds (for records that point at it)."""
         return self.run_dir / self.stage / name
+
+    def direct_output(self, name: str, elsewhere: bool = True) -> str:
+        """Where other processes (Beam workers) write files of output `name`: on a bucket run
+        whose writers run `elsewhere` (on other machines: a distributed Beam runner) the
+        output's prefix on the store (the runner commits what is there with the stage), else
+        the local output directory (on this node, writing locally and letting the commit
+        upload is cheaper than writing to the store and reading back for the manifest). The
+        stage's own files still go to `output(name)`."""
+        if self.bucket is None or not elsewhere:
+            return str(self.output(name))
+        self.output(name)
+        return str(self.bucket.direct_output(self.stage, name))
+
+    def fetch(self, path: str | Path) -> Path:
+        """An artifact path found in an earlier record (a baseline model), staged on this
+        node when the run directory is on an object store; a local path as it is."""
+        return Path(path) if self.bucket is None else self.bucket.fetch(Path(path))
 
     def resolve(self, path: str | Path) -> Path:
         """A user path from the config, relative to the spec's directory."""
@@ -159,6 +179,9 @@ class StageContext:
 
         Used to find baselines (the last blessed model) and the last exported version.
         """
+        if self.bucket is not None:
+            yield from self.bucket.records(stage_type, exclude_run=self.run_id)
+            return
         from baton.pipeline import lineage
 
         yield from lineage.iter_records(self.runs_root, stage_type=stage_type, exclude_run=self.run_id)

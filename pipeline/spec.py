@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import yaml
 
+from baton._version import __version__
 from baton.energy import EnergyConfig
 from baton.errors import SpecError
 from baton.k8s.options import (  # one definition: the same quantities become pod resources
@@ -49,7 +50,7 @@ class ClusterConfig:
     min_workers: int | None = None
     max_workers: int | None = None  # workers: auto only
     objective: Literal["speed", "energy"] = "speed"  # workers: auto only
-    image: str = "baton:latest"
+    image: str = f"baton:{__version__}"  # pinned: the release's image (k8s refuses latest)
     namespace: str = "default"
     resources: Resources = dataclasses.field(default_factory=Resources)
     # per TFJob replica type (chief, worker, ps, evaluator), over `resources`

@@ -15,6 +15,8 @@ from another thread crashes the process). That includes requests split into seve
 batches (`enable_large_batch_splitting`): the parts complete on the workers, the whole
 on the request's loop.
 
+A batch failing on one request's data is re-run in halves (`_isolated`).
+
 REST requests carry `--rest_api_timeout_in_ms` as in TF Serving's BatchingSession: a
 task's deadline is its enqueue time plus the timeout; a batch whose tasks have all
 passed their deadline when a worker takes it is not run, and its tasks fail with
@@ -75,7 +77,7 @@ class Task:
                 self.size = shape[0]
                 self.key = (id(signature), (k, shape[1:], a.dtype.str))
             else:
-                self._alone(f"Received shapes: {{{k!r}: []}}")
+                self._alone(f"Received shapes: {{{k!r}: []}}", scalar=True)
         else:
             sizes = {a.shape[0] if a.ndim else -1 for a in feeds.values()}
             if len(sizes) == 1 and -1 not in sizes:
@@ -84,15 +86,32 @@ class Task:
                     (k, a.shape[1:], a.dtype.str) for k, a in sorted(feeds.items()))
             else:
                 self._alone("Received shapes: "
-                            f"{ {k: list(v.shape) for k, v in feeds.items()} }")
+                            f"{ {k: list(v.shape) for k, v in feeds.items()} }",
+                            scalar=-1 in sizes)
         self.enqueued = 0.0
 
-    def _alone(self, shapes: str) -> None:
+    def _alone(self, shapes: str, scalar: bool = False) -> None:
         self.size = 1
         self.key = ("alone", id(self))  # a queue of its own: never merged
-        if self.feeds:
-            self.unbatchable = ("all inputs must have the same size in the 0th (batch) "
-                                f"dimension. {shapes}")
+        if self.feeds:  # batching_util.h ComputeTensorBatchSize's words
+            self.unbatchable = ("Batching Run() input tensors must have at least one "
+                                f"dimension. {shapes}" if scalar else
+                                "Batching Run() input tensors must have equal 0th-dimension "
+                                f"size. {shapes}")
+
+
+class BatchSlice(dict):
+    """One task's outputs (name -> its rows of the batch's output) that also know the
+    batch: `batch` is (the batch's outputs, a dict shared by its tasks), `rows` this
+    task's (start, end). A front end can then derive something once per batch (rest's
+    JSON text of every row) instead of once per request."""
+
+    __slots__ = ("batch", "rows")
+
+    def __init__(self, shared: tuple[dict, dict], start: int, end: int):
+        super().__init__((k, v[start:end]) for k, v in shared[0].items())
+        self.batch = shared
+        self.rows = (start, end)
 
 
 class _Queue:
@@ -333,13 +352,40 @@ class BatchScheduler:
                     err = ServingError(Code.RESOURCE_EXHAUSTED, QUEUE_TIMEOUT_MESSAGE)
                     results: list = [(t, None, err) for t in batch]
                 else:
-                    results = self._execute(batch, dequeued)
+                    results = self._isolated(batch, dequeued)
             except Exception as e:  # noqa: BLE001
                 err = e if isinstance(e, ServingError) else ServingError(Code.INTERNAL, str(e))
                 results = [(t, None, err) for t in batch]
             with self._cv:
                 self._busy -= 1
             deliver(results)
+
+    def _isolated(self, batch: list[Task], dequeued: float) -> list:
+        """Runs the batch, then its halves if it fails with INVALID_ARGUMENT, and so on:
+        only the requests whose data TensorFlow fails get the error (TF Serving fails
+        the batch). Not for a stateful signature: each request's update must run once."""
+        try:
+            return self._execute(batch, dequeued)
+        except ServingError as e:
+            err = e
+        except Exception as e:  # noqa: BLE001
+            err = ServingError(Code.INTERNAL, str(e))
+        if (len(batch) == 1 or err.code != Code.INVALID_ARGUMENT
+                or getattr(batch[0].signature, "stateful", True)):
+            return [(t, None, err) for t in batch]
+        results: list = []
+        todo = [batch[len(batch) // 2:], batch[:len(batch) // 2]]
+        while todo:
+            part = todo.pop()
+            try:
+                results.extend(self._execute(part, dequeued))
+            except Exception as e:  # noqa: BLE001
+                if len(part) > 1:
+                    todo += [part[len(part) // 2:], part[:len(part) // 2]]
+                else:
+                    results.append((part[0], None, e if isinstance(e, ServingError)
+                                    else ServingError(Code.INTERNAL, str(e))))
+        return results
 
     def _execute(self, batch: list[Task], dequeued: float = 0.0) -> list:
         sig = batch[0].signature
@@ -357,17 +403,24 @@ class BatchScheduler:
         t0 = time.monotonic()
         out = sig(feeds)
         t1 = time.monotonic()
-        if len(batch) == 1 and padded == size:
+        if not self.batching or batch[0].key[0] == "alone":
             results = [(batch[0], out, None)]
         else:
-            for k, v in out.items():
-                if v.ndim == 0 or v.shape[0] != padded:
-                    raise invalid(f"output {k!r} has shape {list(v.shape)}: batching needs "
-                                  f"a leading batch dimension of {padded}")
+            for k, v in out.items():  # BatchingSession::SplitOutputTensors' checks
+                if v.ndim == 0:
+                    raise ServingError(Code.FAILED_PRECONDITION,
+                                       f"Batched output tensor has 0 dimensions ({k!r})")
+                if v.shape[0] != padded:
+                    raise ServingError(
+                        Code.FAILED_PRECONDITION,
+                        "Batched output tensor's 0th dimension does not equal the sum of the "
+                        f"0th dimension sizes of the input tensors ({k!r}: {list(v.shape)}, "
+                        f"{padded} rows)")
             results, start = [], 0
+            shared: tuple[dict, dict] = (out, {})  # the batch's outputs, and what front ends derive from them
             for t in batch:
                 end = start + t.size
-                results.append((t, {k: v[start:end] for k, v in out.items()}, None))
+                results.append((t, BatchSlice(shared, start, end), None))
                 start = end
         if self.metrics is not None:
             self.metrics.batch(batch, size, padded, dequeued or t0, t0, t1)

@@ -20,7 +20,7 @@ from typing import Any
 from absl import flags
 
 from baton import logs
-from baton.errors import EXIT_FAILED, EXIT_USAGE, UsageError
+from baton.errors import EXIT_FAILED, EXIT_USAGE, BatonError, UsageError
 from baton.serving.conventions import DEFAULT_GRPC_PORT, DEFAULT_REST_PORT, SERVING
 
 log = logs.get("serving.cli")
@@ -68,7 +68,7 @@ SERVER_FLAGS: dict[str, tuple[flags.ArgumentParser, Any, str]] = {
     "enable_serialization_as_tensor_content": (
         flags.BooleanParser(), False, "Predict outputs as tensor_content, not typed fields"),
     "enable_profiler": (flags.BooleanParser(), True,
-                        "register tensorflow.ProfilerService (it answers UNIMPLEMENTED)"),
+                        "serve tensorflow.ProfilerService (TensorBoard's capture profile)"),
     "num_request_iterations_for_warmup": (_NON_NEGATIVE, 0,
                                           "replays of each warmup record (0: once)"),
     "saved_model_tags": (flags.ArgumentParser(), SERVING,
@@ -77,6 +77,9 @@ SERVER_FLAGS: dict[str, tuple[flags.ArgumentParser, Any, str]] = {
                                        "TensorFlow intra and inter op threads (0: auto)"),
     "tensorflow_intra_op_parallelism": (_NON_NEGATIVE, 0, "intra-op threads (0: auto)"),
     "tensorflow_inter_op_parallelism": (_NON_NEGATIVE, 0, "inter-op threads (0: auto)"),
+    "prefer_tflite_model": (flags.BooleanParser(), False,
+                            "serve <version>/model.tflite (LiteRT) when it is there"),
+    "num_tflite_pools": (flags.IntegerParser(1), 1, "LiteRT interpreters per TFLite model"),
     "allow_version_labels_for_unavailable_models": (
         flags.BooleanParser(), False,
         "a new label may name a version that is not available yet"),
@@ -96,7 +99,7 @@ IGNORED: dict[str, flags.ArgumentParser] = {
     "xla_gpu_compilation_enabled": flags.BooleanParser(),  # no GPU serving path
     "per_process_gpu_memory_fraction": flags.FloatParser(),
     "skip_initialize_tpu": flags.BooleanParser(),  # no TPU serving path
-    "num_tflite_pools": flags.IntegerParser(),  # TFLite is refused (--prefer_tflite_model)
+    # each interpreter runs one call at a time; the batcher batches requests (tflite_servable)
     "num_tflite_interpreters_per_pool": flags.IntegerParser(),
 }
 # tensorflow_model_server flags for features this server does not have: accepted at their
@@ -113,7 +116,6 @@ REFUSED: dict[str, tuple[flags.ArgumentParser, Any, str]] = {
         "--tensorflow_inter_op_parallelism"),
     "enable_per_model_batching_parameters": (
         flags.BooleanParser(), False, "one --batching_parameters_file serves every model"),
-    "prefer_tflite_model": (flags.BooleanParser(), False, "TFLite models are not served"),
     "thread_pool_factory_config_file": (flags.ArgumentParser(), "",
                                         "custom thread pools are not implemented"),
     "mixed_precision": (flags.ArgumentParser(), "", "mixed precision is not implemented"),
@@ -281,6 +283,10 @@ def main(argv: list[str]) -> int:
         print(f"baton serve: {e}", file=sys.stderr)
         server.stop(grace=0)
         return EXIT_USAGE
+    except BatonError as e:  # StorageError: a bucket base path missing or refusing us
+        print(f"baton serve: {e}", file=sys.stderr)
+        server.stop(grace=0)
+        return e.exit_code
     except OSError as e:
         print(f"baton serve: cannot listen on {opts.host}: {e}", file=sys.stderr)
         server.stop(grace=0)

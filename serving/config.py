@@ -66,10 +66,15 @@ def _parse_file(path: str, message, what: str):
     from google.protobuf import text_format
 
     try:
-        with open(path, encoding="utf-8") as fh:
-            text = fh.read()
+        if path.startswith(("s3://", "gs://")):  # TF Serving reads config files there too
+            from baton.storage import objects
+
+            text = objects.read_bytes(path).decode("utf-8")
+        else:
+            with open(path, encoding="utf-8") as fh:
+                text = fh.read()
     except OSError as e:
-        raise ConfigError(f"cannot read {what} file {path!r}: {e.strerror}") from e
+        raise ConfigError(f"cannot read {what} file {path!r}: {e.strerror or e}") from e
     try:
         return text_format.Parse(text, message)
     except text_format.ParseError as e:
@@ -203,9 +208,12 @@ class ModelConfig:
 
 
 def _check_name(name: str, where: str) -> None:
-    if not name or "/" in name or name in (".", "..") or any(c.isspace() for c in name):
-        raise ConfigError(f"{where}: model name must be a non-empty path-free token. "
-                          f"Received: {name!r}")
+    """Any non-empty name without control characters, as TF Serving takes any string:
+    `modelname!#$%&'()*+,/:;=?@[]` is served, its REST URL carrying it percent-encoded
+    (model names never become paths here)."""
+    if not name or not name.isprintable():
+        raise ConfigError(f"{where}: model name must be non-empty, without control "
+                          f"characters. Received: {name!r}")
 
 
 def model_configs_from_proto(msg) -> list[ModelConfig]:
@@ -252,4 +260,13 @@ def load_model_config_file(path: str) -> list[ModelConfig]:
     except ConfigError as e:
         raise ConfigError(f"{path}: {e}") from e
     # TF Serving resolves relative base paths against the working directory; so do we.
-    return [dataclasses.replace(c, base_path=os.path.abspath(c.base_path)) for c in configs]
+    return [dataclasses.replace(c, base_path=base_path(c.base_path)) for c in configs]
+
+
+def base_path(path: str) -> str:
+    """A model base path as served: a bucket URL (`s3://`, `gs://`) in canonical form, else
+    the local path made absolute against the working directory (as TF Serving does)."""
+    from baton.storage import location
+
+    return location.normalize(path, "base_path") if location.is_remote(path) \
+        else os.path.abspath(path)

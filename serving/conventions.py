@@ -42,3 +42,19 @@ DEFAULT_PROMETHEUS_PATH = "/monitoring/prometheus/metrics"
 # Warmup requests (TFRecord of PredictionLog) inside a SavedModel version directory.
 ASSETS_EXTRA = "assets.extra"
 WARMUP_FILE = os.path.join(ASSETS_EXTRA, "tf_serving_warmup_requests")
+
+# The input name of TFX's examples-based `serving_default` (penguin_utils_base.py's
+# `TensorSpec(shape=[None], dtype=tf.string, name='examples')`): a TFX client sends it.
+TFX_EXAMPLES_INPUT = "examples"
+
+
+def examples_hint(unknown) -> str:  # noqa: ANN001 - any collection of input names
+    """For an error on unknown inputs: where a TFX client's serialized tf.Examples go (it
+    names them `examples`, or sends bare `{"b64": ...}` instances to a one-input signature)."""
+    if TFX_EXAMPLES_INPUT not in unknown and "b64" not in unknown:
+        return ""
+    return (f"; serialized tf.Examples (TFX's {TFX_EXAMPLES_INPUT!r} input) go to a signature "
+            f"that parses them: 'classify' (or 'regress') under input {CLASSIFY_INPUTS!r}, "
+            "e.g. {\"signature_name\": \"classify\", \"instances\": [{\"inputs\": {\"b64\": "
+            "\"...\"}}]}, or "
+            "the :classify / :regress API")

@@ -8,8 +8,7 @@ own feature wins), which is exactly what TF Serving does for ExampleListWithCont
 
 from __future__ import annotations
 
-import base64
-import binascii
+from typing import Any
 
 import numpy as np
 
@@ -22,78 +21,91 @@ from baton.serving.conventions import (
     REGRESS_INPUTS,
     REGRESS_OUTPUTS,
 )
+from baton.serving.json_parse import b64decode, debug_string, is_b64, is_double, json_type
 from baton.serving.servable import Servable, Signature
 from baton.serving.status import invalid
 from baton.serving.tensor_proto import examples_from_input_proto
 
+INT64_MAX = 2 ** 63 - 1
 
-def _feature(name: str, value):
+
+def _feature(name: str, content):
+    """AddValueToFeature over a feature's value or list: the first value's kind (bytes,
+    float, int64) is the feature's; true/false are int64 1/0; 10.0 is a float, 10 an int."""
     from tensorflow.core.example import feature_pb2
 
-    vals = value if isinstance(value, list) else [value]
-    f = feature_pb2.Feature()
-    if not vals:
-        f.float_list.SetInParent()
-        return f
-    kinds: set[str] = set()
-    conv: list[int | float | bytes] = []
-    for v in vals:
-        if isinstance(v, bool):
-            raise invalid(f"feature {name!r}: booleans are not tf.Example values. Received: {v}")
-        if isinstance(v, int):
-            kinds.add("int")
-            conv.append(v)
-        elif isinstance(v, float):
-            kinds.add("float")
-            conv.append(v)
-        elif isinstance(v, str):
-            kinds.add("bytes")
-            conv.append(v.encode())
-        elif isinstance(v, dict) and set(v) == {"b64"} and isinstance(v["b64"], str):
-            kinds.add("bytes")
-            try:
-                conv.append(base64.b64decode(v["b64"], validate=True))
-            except (binascii.Error, ValueError):
-                raise invalid(f"feature {name!r}: invalid base64 in 'b64'") from None
+    values = content if type(content) is list else [content]
+    kind = None
+    out: list = []
+    x: Any
+    for v in values:
+        t = type(v)
+        if t is bool:
+            k, x = "int64", int(v)
+        elif t is str:
+            k, x = "bytes", v.encode()
+        elif t is int or t is float:
+            if is_double(v):
+                k, x = "float", float(v)
+            elif v > INT64_MAX:
+                raise invalid(f"Feature: {name} has uint64_t element. "
+                              "Only int64_t is supported.")
+            else:
+                k, x = "int64", v
+        elif is_b64(v):
+            k, x = "bytes", b64decode(v)
         else:
-            raise invalid(f"feature {name!r}: values must be numbers, strings or "
-                          f"{{\"b64\": ...}}. Received: {str(v)[:80]}")
-    if "bytes" in kinds:
-        if len(kinds) > 1:
-            raise invalid(f"feature {name!r} mixes strings and numbers")
-        f.bytes_list.value.extend(conv)
-    elif "float" in kinds:
-        f.float_list.value.extend(float(v) for v in conv)
-    else:
-        try:
-            f.int64_list.value.extend(conv)
-        except ValueError:
-            raise invalid(f"feature {name!r}: integer out of int64 range") from None
-    return f
+            raise invalid(f"Feature: {name} has element with unexpected JSON type: "
+                          f"{json_type(v)}")
+        if kind is None:
+            kind = k
+        elif kind != k:
+            raise invalid(f"Unexpected element type in feature: {name} expecting type: {kind}")
+        out.append(x)
+    f = feature_pb2.Feature()
+    if kind == "bytes":
+        f.bytes_list.value.extend(out)
+    elif kind == "float":
+        f.float_list.value.extend(out)
+    elif kind == "int64":
+        f.int64_list.value.extend(out)
+    return f  # no values: a Feature of no kind, as TF Serving's
 
 
-def _example_bytes(obj, where: str) -> bytes:
+def _example_bytes(obj) -> bytes:
+    """MakeExampleFromJsonObject, serialized."""
     from tensorflow.core.example import example_pb2
 
-    if not isinstance(obj, dict):
-        raise invalid(f"{where} must be a JSON object of features. Received: {str(obj)[:80]}")
+    if type(obj) is not dict:
+        raise invalid(f"Example must be JSON object but got JSON {json_type(obj)}")
     ex = example_pb2.Example()
     for k, v in obj.items():
         ex.features.feature[k].CopyFrom(_feature(k, v))
     return ex.SerializeToString()
 
 
+def example_list_from_json(body: dict) -> tuple[bytes | None, list[bytes]]:
+    """(serialized context or None, serialized examples) of a classify/regress body,
+    checked as FillClassifyRegressRequestFromJson checks them, in its words."""
+    context = _example_bytes(body["context"]) if "context" in body else None
+    if "examples" not in body:
+        raise invalid(f"JSON Value: {debug_string(body)} When method is classify, key "
+                      "'examples' is expected and was not found")
+    exs = body["examples"]
+    if type(exs) is not list:
+        raise invalid(f"JSON Value: {debug_string(body)} Expecting 'examples' value to be an "
+                      "list/array")
+    if not exs:
+        raise invalid(f"JSON Value: {debug_string(body)} 'examples' value is an empty array")
+    return context, [_example_bytes(e) for e in exs]
+
+
 def examples_from_json(body: dict) -> np.ndarray:
-    """`{"examples": [...], "context": {...}}` -> serialized tf.Examples (object array)."""
-    exs = body.get("examples")
-    if not isinstance(exs, list) or not exs:
-        raise invalid("'examples' must be a non-empty list of objects. "
-                      f"Received: {str(exs)[:80]}")
-    ctx = body.get("context")
-    prefix = _example_bytes(ctx, "'context'") if ctx is not None else b""
-    arr = np.empty(len(exs), dtype=object)
-    for i, e in enumerate(exs):
-        arr[i] = prefix + _example_bytes(e, f"examples[{i}]")
+    """`{"examples": [...], "context": {...}}` -> serialized tf.Examples (object array),
+    the context merged into each (ExampleListWithContext's meaning)."""
+    context, examples = example_list_from_json(body)
+    arr = np.empty(len(examples), dtype=object)
+    arr[:] = [(context or b"") + e for e in examples]
     return arr
 
 

@@ -31,7 +31,7 @@ from baton.serving.conventions import (
     DEFAULT_SERVING_SIGNATURE_DEF_KEY,
     REGRESS_METHOD_NAME,
 )
-from baton.serving.profiler import add_profiler_refusal
+from baton.serving.profiler import add_profiler_service
 from baton.serving.service import ModelService, check_feeds
 from baton.serving.status import Code, ServingError, invalid
 from baton.serving.tensor_proto import from_ndarray, to_ndarray
@@ -286,4 +286,4 @@ def add_services(server, service: ModelService) -> None:
         PredictionServicer(service), server)
     model_service_pb2_grpc.add_ModelServiceServicer_to_server(ModelServicer(service), server)
     if service.profiler:
-        add_profiler_refusal(server)
+        add_profiler_service(server)

@@ -6,6 +6,10 @@ that. A version that fails to load (corrupt, half-copied, failing warmup) is tre
 absent, so the serving version stays, and it is retried when its directory changes (a
 copy that completes) or after `retry_seconds`. Requests read an immutable snapshot
 (`_Model.serving`) that is swapped atomically, so the hot path takes no lock.
+
+A base path may be a bucket URL (`s3://`, `gs://`): serving.bucket_models lists its complete
+versions and downloads one to a local copy before it is loaded; a store that cannot be reached
+leaves the served versions as they are (logged, retried at the next poll).
 """
 
 from __future__ import annotations
@@ -17,8 +21,11 @@ import threading
 import time
 from collections.abc import Callable
 
+from baton.errors import StorageError
+from baton.serving import bucket_models
 from baton.serving.config import ModelConfig
-from baton.serving.servable import Servable, load_servable
+from baton.serving.loader import load_servable
+from baton.serving.servable import Servable
 from baton.serving.status import Code, ServingError, invalid, not_found
 
 log = logging.getLogger(__name__)
@@ -53,7 +60,10 @@ def version_dirs(base_path: str) -> dict[int, str]:
     """Integer-named subdirectories of base_path (TF Serving's layout): version -> the
     directory name as found (`00000123` is version 123, read from `00000123/`); {} if
     base_path is missing. When two names give one version (`123`, `0123`), the shortest
-    (then the first in sort order) is taken, so the choice is stable across polls."""
+    (then the first in sort order) is taken, so the choice is stable across polls. A bucket
+    URL: its complete versions (serving.bucket_models; StorageError when unreachable)."""
+    if bucket_models.is_remote(base_path):
+        return bucket_models.version_dirs(base_path)
     try:
         entries = sorted(os.listdir(base_path), key=lambda e: (len(e), e))
     except OSError:
@@ -72,6 +82,8 @@ def list_versions(base_path: str) -> list[int]:
 
 def fingerprint(path: str) -> tuple:
     """(relative path, size, mtime_ns) of every file: changes while a copy is in progress."""
+    if bucket_models.is_remote(path):
+        return bucket_models.fingerprint(path)
     items = []
     for root, _, files in os.walk(path):
         for f in files:
@@ -156,7 +168,11 @@ class ModelManager:
 
     def _reconcile(self, model: _Model) -> None:
         cfg = model.config
-        dirs = version_dirs(cfg.base_path)
+        try:
+            dirs = version_dirs(cfg.base_path)
+        except StorageError as e:  # a store out of reach: keep serving what is loaded
+            log.warning("Cannot poll base path %s of servable %s: %s", cfg.base_path, cfg.name, e)
+            return
         model.dirs = dirs
         on_disk = sorted(dirs)
         if not on_disk and not model.serving:
@@ -183,6 +199,8 @@ class ModelManager:
         if dropped:
             model.publish(keep)
             for v in dropped:
+                if bucket_models.is_remote(cfg.base_path):
+                    bucket_models.release(cfg.base_path, v)
                 model.records[v] = VersionStatus(v, END)
                 log.info("Unloaded servable version {name: %s version: %d}", cfg.name, v)
                 self._notify(cfg.name, v, END)
@@ -194,7 +212,8 @@ class ModelManager:
         model.records[v] = VersionStatus(v, LOADING)
         self._notify(cfg.name, v, LOADING)
         try:
-            servable = self._loader(cfg.name, v, path, warmup=self.warmup)
+            local = bucket_models.local_copy(path) if bucket_models.is_remote(path) else path
+            servable = self._loader(cfg.name, v, local, warmup=self.warmup)
             if fingerprint(path) != before:
                 raise ServingError(Code.UNAVAILABLE,
                                    f"{path} changed while loading (copy in progress?)")

@@ -25,9 +25,10 @@ from urllib.parse import unquote
 from baton.serving import examples as ex
 from baton.serving.conventions import CLASSIFY_METHOD_NAME, REGRESS_METHOD_NAME
 from baton.serving.http import HttpProtocol, error_body
-from baton.serving.rest_json import dumps, loads, parse_predict, predict_response
+from baton.serving.json_write import classify_json, predict_json, regress_json
+from baton.serving.rest_json import loads, parse_predict, request_signature_name
 from baton.serving.service import ModelService
-from baton.serving.status import ServingError, invalid
+from baton.serving.status import Code, ServingError, invalid
 
 _V1 = re.compile(r"(?ai)/v1/.*")  # kHTTPRestApiHandlerPathRegex
 _PREDICTION = re.compile(  # kPredictionApiGegex (sic)
@@ -149,41 +150,42 @@ class RestApi:
         conn.respond(200, json.dumps(payload).encode())
 
     def _infer(self, conn, verb, name, version, label, body, t0):
-        servable = self.manager.resolve(name, version, label)
-        try:
-            req = loads(body)
-        except (ValueError, UnicodeDecodeError, RecursionError) as e:
-            raise invalid(f"JSON Parse error: {e}") from None
-        if not isinstance(req, dict):
-            raise invalid(f"JSON request body must be an object. Received: {type(req).__name__}")
-        sig_name = req.get("signature_name", "")
-        if not isinstance(sig_name, str):
-            raise invalid(f"'signature_name' must be a string. Received: {sig_name!r}")
+        """Predict/Classify/Regress in TF Serving's order: the body is parsed and its
+        signature_name checked, then (predict) the model and signature resolved and the
+        tensors converted, or (classify/regress) the examples converted and then the model
+        and signature resolved; the answer is written when the batch completes."""
+        req = loads(body)
+        sig_name = request_signature_name(req)
         key = None
         if verb == "predict":
+            servable = self.manager.resolve(name, version, label)
             sig = servable.signature(sig_name)
             feeds, row, key = parse_predict(req, sig)
         else:
+            examples = ex.examples_from_json(req)
+            servable = self.manager.resolve(name, version, label)
             sig = ex.signature_for(servable, sig_name, CLASSIFY_METHOD_NAME
                                    if verb == "classify" else REGRESS_METHOD_NAME,
                                    self.service.method_name_check)
-            examples = ex.examples_from_json(req)
             self.service.metrics.examples(self.service.known(name), len(examples))
             feeds = {next(iter(sig.inputs)): examples}
         seq = conn.seq
 
         def done(out, err):
+            # Runs on the loop for every completed task: whatever goes wrong writing the
+            # answer, the client gets one (an exception here would leave it waiting).
             if err is None:
                 try:
                     if verb == "predict":
-                        data = dumps(predict_response(out, row), out)
+                        data = predict_json(out, row)
                     elif verb == "classify":  # kClassifyRegressResponseKey is "results"
-                        data = json.dumps({"results": [[list(p) for p in r] for r in
-                                                       ex.classification_rows(sig, out)]}).encode()
+                        data = classify_json(ex.classification_rows(sig, out))
                     else:
-                        data = json.dumps({"results": ex.regression_values(sig, out)}).encode()
+                        data = regress_json(ex.regression_values(sig, out))
                 except ServingError as e:
                     err = e
+                except Exception as e:  # noqa: BLE001
+                    err = ServingError(Code.INTERNAL, f"Failed to write the response: {e}")
             self.service.record(name, verb, "REST", err, t0)
             if err is not None:
                 conn.respond(err.http_status, error_body(err.message), seq=seq)
@@ -192,4 +194,3 @@ class RestApi:
 
         conn.task = self.service.submit(servable, sig, feeds, done, get_running_loop(), verb,
                                         self.timeout_s, key)
-

@@ -1,147 +1,338 @@
-"""TF Serving's REST JSON tensor encoding: request rows/columns in, predictions out.
+"""TF Serving's REST JSON tensors: a :predict body in, the signature's feeds out.
 
-Row format (`instances`) and columnar format (`inputs`) as documented for TF Serving;
-strings may be `{"b64": "..."}`. Every input is converted and checked against the
-signature's input names and dtypes *before* it reaches the batcher, so one bad request
-gets its own 400 and can never fail a batch it would have shared with others. Shapes are
-TensorFlow's to check, as in TF Serving; the batcher queues requests by input layout, so a
-request whose shape does not fit still fails alone.
+The rules and the messages are TF Serving's (util/json_tensor.cc FillPredictRequestFromJson):
+
+- `instances` (row format): a list whose items are either all objects naming every
+  input, or all plain values/lists for a signature of one input (a `{"b64": ...}` item
+  is a value, not an object). Each item is one tensor of the batch: every item of an input
+  must have the same size ("Expecting tensor size") and shape ("Expecting shape"); the
+  batch is their stack.
+- `inputs` (columnar format): one value for a single input, else an object with a value
+  per input name (other keys are not read).
+- A value's shape is read along its first elements; every list must then have that
+  length at its level, and the leaves sit at its deepest level. Leaves must be of the
+  input's type, as rapidjson types them: a number for float/double, an integer in range
+  for the integer types (1.0 is not an integer), true/false for bool, a string or
+  `{"b64": ...}` for string. Other dtypes cannot be written in JSON (UNIMPLEMENTED, 501).
+
+Conversion happens before the batcher, so one bad request gets its own 400 and never
+fails a batch it would have shared. Shapes are TensorFlow's to check when the signature
+runs, as in TF Serving. Well-formed values are converted level by level with C-speed
+checks (`_dense`); only a value that fails them is walked element by element
+(`_walk`), to name its first error as TF Serving does.
 """
 
 from __future__ import annotations
 
-import base64
-import binascii
 import itertools
-import json
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 import numpy as np
-import orjson
 
+from baton.serving.conventions import examples_hint
+from baton.serving.json_parse import (
+    INT64_MIN,
+    UINT64_MAX,
+    b64decode,
+    debug_string,
+    is_b64,
+    json_type,
+    loads,
+)
 from baton.serving.servable import Signature, TensorSpec
-from baton.serving.status import invalid
+from baton.serving.status import Code, ServingError, invalid
+
+__all__ = ["loads", "parse_predict", "feeds_from_json", "request_signature_name", "to_array"]
+
+MAX_RANK = 64  # numpy's limit (TensorFlow's is 254): a deeper value is refused by name
+
+# dtype name -> (allowed leaf types, integer range or None)
+_INT32 = (-(2 ** 31), 2 ** 31 - 1)
+_RULES: dict[str, tuple[frozenset, tuple[int, int] | None]] = {
+    "float": (frozenset((int, float)), None), "double": (frozenset((int, float)), None),
+    "int32": (frozenset((int,)), _INT32), "int16": (frozenset((int,)), _INT32),
+    "int8": (frozenset((int,)), _INT32), "uint8": (frozenset((int,)), _INT32),
+    "int64": (frozenset((int,)), (INT64_MIN, 2 ** 63 - 1)),
+    "uint32": (frozenset((int,)), (0, 2 ** 32 - 1)),
+    "uint64": (frozenset((int,)), (0, UINT64_MAX)),
+    "bool": (frozenset((bool,)), None), "string": (frozenset((str,)), None),
+}
 
 
-def loads(body: bytes) -> Any:
-    """json.loads, via orjson where orjson parses the same values.
+_NAMES: dict[str, str] = {}
 
-    orjson accepts a strict subset of what json.loads accepts (RFC 8259 only: no NaN or
-    Infinity literals, no lone surrogates, no huge exponents or > 64-bit integers, no
-    BOMs or UTF-16/32) and parses that subset to the same values; anything it refuses
-    is parsed by json.loads, so results and error messages are json.loads' own.
-    """
+
+def _tf_name(spec: TensorSpec) -> str:
+    """DataTypeString: DT_FLOAT -> float."""
+    name = _NAMES.get(spec.tf_dtype)
+    if name is None:
+        name = _NAMES[spec.tf_dtype] = spec.tf_dtype.removeprefix("DT_").lower()
+    return name
+
+
+def _type_error(v: Any, name: str) -> ServingError:
+    return invalid(f"JSON Value: {debug_string(v)} Type: {json_type(v)} is not of expected "
+                   f"type: {name}")
+
+
+def dense_shape(value: Any) -> list[int]:
+    """GetDenseTensorShape: the lengths along the first elements."""
+    shape = []
+    while type(value) is list:
+        shape.append(len(value))
+        if not value or len(shape) > MAX_RANK:
+            break
+        value = value[0]
+    if len(shape) > MAX_RANK:
+        raise invalid(f"JSON Value: {debug_string(value)} is nested deeper than {MAX_RANK} "
+                      "levels: a tensor has at most that many dimensions here")
+    return shape
+
+
+def _dense(value: Any, shape: list[int], spec: TensorSpec, name: str) -> np.ndarray | None:
+    """The tensor, when every list has its level's length and every leaf is of the right
+    type; None otherwise (then `_walk` finds the error)."""
+    items = [value]
+    for size in shape:
+        if set(map(type, items)) != {list} or set(map(len, items)) != {size}:
+            return None
+        items = list(itertools.chain.from_iterable(items))
+    allowed, bounds = _RULES[name]
+    types = set(map(type, items))
+    if not types <= allowed:
+        return None
+    if name == "string":
+        arr = np.empty(len(items), dtype=object)
+        arr[:] = [x.encode() for x in items]
+        return arr.reshape(shape)
+    if bounds is not None and items and not bounds[0] <= min(items) <= max(items) <= bounds[1]:
+        return None
+    if name in ("int16", "int8", "uint8"):  # int_val holds an int32; the tensor wraps it
+        return np.array(items, dtype=np.int32).astype(spec.dtype).reshape(shape)
     try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        return json.loads(body)
+        with np.errstate(over="ignore"):  # a double beyond float32 is inf, as GetFloat
+            return np.array(items, dtype=spec.dtype).reshape(shape)
+    except OverflowError:  # an integer beyond a double (parsed by json.loads)
+        return None
 
 
-def dumps(payload: Any, outputs: dict[str, np.ndarray] | None = None) -> bytes:
-    """json.dumps(payload).encode(), via orjson when that gives the same JSON values.
-
-    orjson is used only when `outputs` (the arrays `payload` was built from) are all
-    numeric or strings (whose payload values are str or {"b64": str}), and its result
-    only when it is ASCII without `null`: orjson writes NaN/Infinity as null and
-    non-ASCII unescaped, where json.dumps writes NaN/Infinity and \\u escapes, so those
-    payloads (and any whose text happens to contain "null") go to json.dumps. Both
-    escape quotes, backslashes and control characters, so string values are equal.
-    """
-    if outputs is not None and all(a.dtype.kind in _NUMERIC_KINDS for a in outputs.values()):
+def _leaf(v: Any, spec: TensorSpec, name: str) -> Any:
+    """AddValueToTensor (and the b64 case of FillTensorProto) for one leaf."""
+    if type(v) is dict:
+        if name != "string":
+            raise _type_error(v, name)
+        if not is_b64(v):
+            raise invalid(f"JSON Value: {debug_string(v)} not formatted correctly for "
+                          "base64 data")
+        return b64decode(v)
+    if name not in _RULES:
+        raise ServingError(Code.UNIMPLEMENTED, f"Conversion of JSON Value: {debug_string(v)}"
+                                               f" to type: {name}")
+    allowed, bounds = _RULES[name]
+    if type(v) not in allowed or (bounds is not None and not bounds[0] <= v <= bounds[1]):
+        raise _type_error(v, name)
+    if name in ("float", "double"):
         try:
-            data = orjson.dumps(payload)
-        except TypeError:  # e.g. an integer beyond 64 bits
-            pass
+            return float(v)
+        except OverflowError:  # an integer beyond any double: rapidjson's number-too-big
+            return float("inf") if v > 0 else float("-inf")
+    return v.encode() if name == "string" else v
+
+
+def _walk(value: Any, shape: list[int], spec: TensorSpec, name: str) -> np.ndarray:
+    """FillTensorProto, depth first: the first error TF Serving would report."""
+    rank = len(shape)
+    leaves: list = []
+    todo: list[tuple[Any, int]] = [(value, 0)]
+    while todo:
+        v, level = todo.pop()
+        if type(v) is not list:
+            if level != rank:
+                raise invalid(f"JSON Value: {debug_string(v)} found at incorrect level: "
+                              f"{level + 1} in the JSON DOM. Expected at level: {rank}")
+            leaves.append(_leaf(v, spec, name))
+            continue
+        if level >= rank:
+            raise invalid(f"Encountered list at unexpected level: {level} expected < {rank}")
+        if len(v) != shape[level]:
+            raise invalid(f"Encountered list at unexpected size: {len(v)} at level: {level} "
+                          f"expected size: {shape[level]}")
+        todo.extend((x, level + 1) for x in reversed(v))
+    if name == "string":
+        arr = np.empty(len(leaves), dtype=object)
+        arr[:] = leaves
+        return arr.reshape(shape)
+    if name in ("int16", "int8", "uint8"):
+        return np.array(leaves, dtype=np.int32).astype(spec.dtype).reshape(shape)
+    with np.errstate(over="ignore"):
+        return np.array(leaves, dtype=spec.dtype).reshape(shape)
+
+
+def to_array(value: Any, spec: TensorSpec) -> np.ndarray:
+    """One JSON value as a tensor of the input's dtype (GetDenseTensorShape + Fill)."""
+    name = _tf_name(spec)
+    shape = dense_shape(value)
+    if name in _RULES:
+        arr = _dense(value, shape, spec, name)
+        if arr is not None:
+            return arr
+    return _walk(value, shape, spec, name)
+
+
+def _format_error(doc: dict, text: str) -> ServingError:
+    return invalid(f"JSON Value: {debug_string(doc)} {text}")
+
+
+def _status(e: ServingError) -> str:
+    """absl::Status::ToString of an error, as TF Serving nests one in another."""
+    return f"{e.code.name}: {e.message}"
+
+
+def _rows(rows: list, specs: dict[str, TensorSpec],
+          optional: Collection[str] = ()) -> dict[str, np.ndarray]:
+    """FillTensorMapFromInstancesList. Inputs named in `optional` (those with a SignatureDef
+    default) may be left out, by every row alike."""
+    first = rows[0]
+    if type(first) is not dict and len(specs) > 1:
+        raise invalid("instances is a plain list, but expecting list of objects as multiple "
+                      "input tensors required as per tensorinfo_map")
+    objects = type(first) is dict and not is_b64(first)
+    if not objects:
+        name, spec = next(iter(specs.items()))
+        # the whole list at once when every item has the same shape and leaf types (the
+        # common case; an object among the items fails `_dense` and goes item by item)
+        tf_name = _tf_name(spec)
+        if tf_name in _RULES:
+            arr = _dense(rows, dense_shape(rows), spec, tf_name)
+            if arr is not None:
+                return {name: arr}
+    sizes: dict[str, int] = {}
+    shapes: dict[str, list[int]] = {}
+    parts: dict[str, list[np.ndarray]] = {k: [] for k in specs}
+    for i, row in enumerate(rows):
+        if objects:
+            if type(row) is not dict or is_b64(row):
+                raise invalid(f"Expecting object but got list at item {i} of input list")
+            for key, item in row.items():
+                try:
+                    _add_item(item, key, specs, sizes, shapes, parts)
+                except ServingError as e:
+                    raise invalid(f"Failed to process element: {i} key: {key} of 'instances' "
+                                  f"list. Error: {_status(e)}") from None
+            if row.keys() != specs.keys() and not (
+                    row.keys() <= specs.keys() and specs.keys() - row.keys() <= set(optional)
+                    and row.keys() == first.keys()):
+                raise invalid(f"Failed to process element: {i} of 'instances' list. JSON "
+                              f"object: {debug_string(row)} keys must be equal to: "
+                              f"{','.join(sorted(specs))}{examples_hint(row.keys())}")
         else:
-            if data.isascii() and b"null" not in data:
-                return data
-    return json.dumps(payload).encode()
-
-
-_NUMERIC_KINDS = frozenset("iubfO")  # numbers, and TF strings (object arrays of bytes)
-
-
-def _decode_str(v, where: str):
-    if isinstance(v, str):
-        return v.encode()
-    if isinstance(v, dict):
-        b = v.get("b64")
-        if len(v) == 1 and isinstance(b, str):
+            if type(row) is dict and not is_b64(row):
+                raise invalid(f"Expecting value/list but got object at item {i} of input list")
             try:
-                return base64.b64decode(b, validate=True)
-            except (binascii.Error, ValueError):
-                raise invalid(f"{where}: invalid base64 in 'b64'") from None
-    if isinstance(v, list):
-        return [_decode_str(x, where) for x in v]
-    raise invalid(f"{where}: expected a string or {{\"b64\": ...}}. Received: {str(v)[:80]}")
+                _add_item(row, next(iter(specs)), specs, sizes, shapes, parts)
+            except ServingError as e:
+                raise invalid(f"Failed to process element: {i} of 'instances' list. "
+                              f"Error: {_status(e)}") from None
+    return {k: np.stack(v) for k, v in parts.items() if v}
 
 
-def to_array(value, spec: TensorSpec, where: str) -> np.ndarray:
-    """Converts one JSON value to a numpy array of spec's dtype.
-
-    Shapes are not checked here: as TF Serving, inputs are checked by name and dtype and
-    TensorFlow decides whether a shape fits when the signature runs.
-    """
-    try:
-        if spec.is_string:
-            if isinstance(value, list) and all(type(x) is str for x in value):
-                arr = np.empty(len(value), dtype=object)
-                arr[:] = [x.encode() for x in value]
-            else:
-                arr = np.array(_decode_str(value, where), dtype=object)
-                if any(isinstance(x, list) for x in arr.reshape(-1)):
-                    raise invalid(f"{where}: ragged nested lists are not a tensor")
-        else:
-            if _has_non_number(value):
-                raise invalid(f"{where}: expected numbers for {spec.tf_dtype}. "
-                              f"Received: {str(value)[:80]}")
-            arr = np.asarray(value, dtype=spec.dtype)
-    except (ValueError, TypeError, OverflowError) as e:
-        raise invalid(f"{where}: cannot convert to {spec.tf_dtype}: {e}") from None
-    return arr
+def _add_item(item, key, specs, sizes, shapes, parts) -> None:
+    """AddInstanceItem: one item of one input, its size and shape checked against the
+    first item's."""
+    spec = specs.get(key)
+    if spec is None:
+        raise invalid(f"JSON object: does not have named input: {key}{examples_hint((key,))}")
+    arr = to_array(item, spec)
+    shape = list(arr.shape)
+    if key not in sizes:
+        sizes[key], shapes[key] = arr.size, shape
+    elif sizes[key] != arr.size:
+        raise invalid(f"Expecting tensor size: {sizes[key]} but got: {arr.size}")
+    elif shapes[key] != shape:
+        raise invalid(f"Expecting shape [{','.join(map(str, shapes[key]))}] but got: "
+                      f"[{','.join(map(str, shape))}]")
+    parts[key].append(arr)
 
 
-_NUMBER_TYPES = {float, int, bool}
+def _columns(value: Any, specs: dict[str, TensorSpec],
+             optional: Collection[str] = ()) -> dict[str, np.ndarray]:
+    """FillTensorMapFromInputsMap; inputs named in `optional` may be left out."""
+    if type(value) is not dict or is_b64(value):
+        if len(specs) > 1:
+            raise invalid("inputs is a plain value/list, but expecting an object as multiple "
+                          "input tensors required as per tensorinfo_map")
+        name, spec = next(iter(specs.items()))
+        return {name: to_array(value, spec)}
+    feeds = {}
+    for name, spec in specs.items():
+        if name not in value:
+            if name in optional:
+                continue  # the signature's default stands in (Signature.__call__)
+            raise invalid(f"Missing named input: {name} in 'inputs' object."
+                          f"{examples_hint(value.keys())}")
+        feeds[name] = to_array(value[name], spec)
+    return feeds
 
 
-def _has_non_number(v) -> bool:
-    t = type(v)
-    if t is float or t is int:
-        return False
-    if t is list:
-        if set(map(type, v)) <= _NUMBER_TYPES:  # a flat row of numbers (the common case)
-            return False
-        return any(_has_non_number(x) for x in v)
-    return t is not bool
+def request_signature_name(body: Any) -> str:
+    """ParseJson's object check and FillSignature: the body's signature_name ("" if none)."""
+    if type(body) is not dict:
+        raise invalid(f"JSON Value: {debug_string(body)} Is not object")
+    name = body.get("signature_name", "")
+    if type(name) is not str:
+        raise invalid(f"JSON Value: {debug_string(body)} not formatted correctly. "
+                      "'signature_name' key must be a string value.")
+    return name
+
+
+def feeds_from_json(body: Any, sig: Signature) -> tuple[dict[str, np.ndarray], bool]:
+    """(feeds, row_format) for a :predict body already parsed, whose signature_name was
+    checked (rest.py does, before resolving the signature)."""
+    if type(body) is not dict:
+        raise _format_error(body, "Is not object")
+    specs = sig.inputs
+    if not specs:
+        raise invalid(f"Failed to get input map for signature: {sig.name or 'DEFAULT'}")
+    has_rows, has_cols = "instances" in body, "inputs" in body
+    if has_rows:
+        if has_cols:
+            raise _format_error(body, "Not formatted correctly expecting only one of 'inputs' "
+                                      "or 'instances' keys to exist ")
+        rows = body["instances"]
+        if type(rows) is not list:
+            raise _format_error(body, "Expecting 'instances' to be an list/array")
+        if not rows:
+            raise _format_error(body, "No values in 'instances' array")
+        return _rows(rows, specs, sig.defaults.keys()), True
+    if has_cols:
+        return _columns(body["inputs"], specs, sig.defaults.keys()), False
+    raise invalid("Missing 'inputs' or 'instances' key")
 
 
 class _RowPlan:
     """How to turn `instances` rows of scalars into a signature's inputs, in few numpy calls.
 
-    Built once per signature whose every input is a batch of scalars (shape [None]): the
-    raw-feature signatures Baton exports. Inputs are grouped (numeric ones by dtype, the
-    strings together); one itemgetter call per row and one np.array call per group
-    convert a whole group, each row of the group's array being one contiguous input.
-    `key` is the batching key those arrays have (see batcher.Task), so the request does
-    not compute it again.
+    Built once per signature whose every input is a batch of scalars (shape [None]) of a
+    JSON-writable dtype: the raw-feature signatures Baton exports. Inputs are grouped by
+    dtype; one itemgetter call per row and one np.array call per group convert a whole
+    group. `key` is the batching key those arrays have (see batcher.Task), so the request
+    does not compute it again. Any row the plan cannot take goes to the general path,
+    which raises its own error: messages never depend on which path ran.
     """
 
-    __slots__ = ("names", "groups", "strings", "where", "key")
+    __slots__ = ("names", "groups", "where", "key")
 
     def __init__(self, sig: Signature):
         specs = sig.inputs
         self.names = tuple(specs)
-        by_dtype: dict[np.dtype, list[str]] = {}
-        strings = [k for k, s in specs.items() if s.is_string]
+        by_dtype: dict[tuple, list[str]] = {}
         for k, s in specs.items():
-            if not s.is_string:
-                by_dtype.setdefault(s.dtype, []).append(k)
-        self.groups = tuple((dt, _getter(ks)) for dt, ks in by_dtype.items())
-        self.strings = _getter(strings) if strings else None
+            by_dtype.setdefault((s.dtype, _tf_name(s)), []).append(k)
+        self.groups = tuple((dt, name, _RULES[name], _getter(ks))
+                            for (dt, name), ks in by_dtype.items())
         where = {k: (i, j) for i, ks in enumerate(by_dtype.values()) for j, k in enumerate(ks)}
-        where.update({k: (len(by_dtype), j) for j, k in enumerate(strings)})
         self.where = tuple((k, *where[k]) for k in self.names)
         self.key = (id(sig),) + tuple((k, (), specs[k].dtype.str) for k in sorted(specs))
 
@@ -161,37 +352,36 @@ def _row_plan(sig: Signature) -> _RowPlan | None:
     except KeyError:
         pass
     plan = None
-    if sig.inputs and all(s.shape == (None,) and (s.is_string or s.dtype.kind in "fiub")
+    if sig.inputs and all(s.shape == (None,) and _tf_name(s) in _RULES
                           for s in sig.inputs.values()):
         plan = _RowPlan(sig)
     sig.cache["rest_row_plan"] = plan
     return plan
 
 
-_STR_ONLY = {str}
-
-
 def _rows_fast(rows: list, plan: _RowPlan) -> dict[str, np.ndarray] | None:
-    """Feeds for rows that are dicts of exactly the inputs, each a JSON scalar of the
-    right kind; None for anything else (the general path then converts the body and
-    raises its own error, so messages never depend on which path ran)."""
+    """Feeds for rows that are dicts of exactly the inputs, each a JSON scalar of its
+    input's type; None for anything else."""
     n = len(plan.names)
     for r in rows:
         if type(r) is not dict or len(r) != n:  # with every name present: no extras
             return None
     blocks = []
     try:
-        for dtype, get in plan.groups:
+        for dtype, name, (allowed, bounds), get in plan.groups:
             cols = list(zip(*map(get, rows), strict=True))  # one tuple per input
-            if not set(map(type, itertools.chain.from_iterable(cols))) <= _NUMBER_TYPES:
+            flat = list(itertools.chain.from_iterable(cols))
+            if not set(map(type, flat)) <= allowed:
                 return None
-            blocks.append(np.array(cols, dtype=dtype))
-        if plan.strings is not None:
-            cols = list(zip(*map(plan.strings, rows), strict=True))
-            if set(map(type, itertools.chain.from_iterable(cols))) != _STR_ONLY:
-                return None
-            block = np.empty((len(cols), len(rows)), dtype=object)
-            block[...] = [[x.encode() for x in col] for col in cols]
+            if name == "string":
+                block = np.empty((len(cols), len(rows)), dtype=object)
+                block[...] = [[x.encode() for x in col] for col in cols]
+            else:
+                if bounds is not None and not bounds[0] <= min(flat) <= max(flat) <= bounds[1]:
+                    return None
+                raw = np.int32 if name in ("int16", "int8", "uint8") else dtype
+                with np.errstate(over="ignore"):
+                    block = np.array(cols, dtype=raw).astype(dtype, copy=False)
             blocks.append(block)
     except (KeyError, ValueError, TypeError, OverflowError):
         return None
@@ -210,94 +400,3 @@ def parse_predict(body, sig: Signature) -> tuple[dict[str, np.ndarray], bool, tu
                     return feeds, True, plan.key
     feeds, row = feeds_from_json(body, sig)
     return feeds, row, None
-
-
-def feeds_from_json(body, sig: Signature) -> tuple[dict[str, np.ndarray], bool]:
-    """Returns (feeds, row_format) for a :predict body already parsed from JSON."""
-    if not isinstance(body, dict):
-        raise invalid("JSON request body must be an object. "
-                      f"Received: {type(body).__name__}")
-    has_i, has_c = "instances" in body, "inputs" in body
-    if has_i == has_c:
-        raise invalid("Missing 'inputs' or 'instances' key" if not has_i else
-                      "Not both 'instances' and 'inputs' can be specified")
-    specs = sig.inputs
-    if has_i:
-        rows = body["instances"]
-        if not isinstance(rows, list) or not rows:
-            raise invalid("'instances' must be a non-empty list. Received: "
-                          f"{str(rows)[:80]}")
-        if all(type(r) is dict for r in rows):
-            feeds = {}
-            for name, spec in specs.items():
-                try:
-                    col = [r[name] for r in rows]
-                except KeyError:
-                    raise invalid(f"instances: every instance must have input {name!r}. "
-                                  f"Signature inputs: {sorted(specs)}") from None
-                feeds[name] = to_array(col, spec, f"input {name!r}")
-            extra = set().union(*rows) - specs.keys()
-            if extra:
-                raise invalid(f"instances: unknown inputs {sorted(extra)}. "
-                              f"Signature inputs: {sorted(specs)}")
-            return feeds, True
-        if len(specs) != 1:
-            raise invalid("instances must be objects naming each input when the signature "
-                          f"has several inputs: {sorted(specs)}")
-        name, spec = next(iter(specs.items()))
-        return {name: to_array(rows, spec, f"input {name!r}")}, True
-    cols = body["inputs"]
-    if type(cols) is dict and not (len(cols) == 1 and "b64" in cols and len(specs) == 1
-                                   and "b64" not in specs):
-        unknown = cols.keys() - specs.keys()
-        missing = specs.keys() - cols.keys()
-        if unknown or missing:
-            raise invalid(f"inputs: unknown {sorted(unknown)}, missing {sorted(missing)}. "
-                          f"Signature inputs: {sorted(specs)}")
-        return {k: to_array(v, specs[k], f"input {k!r}")
-                for k, v in cols.items()}, False
-    if len(specs) != 1:
-        raise invalid(f"inputs must be an object naming each input: {sorted(specs)}")
-    name, spec = next(iter(specs.items()))
-    return {name: to_array(cols, spec, f"input {name!r}")}, False
-
-
-def _jsonable(name: str, arr: np.ndarray):
-    if arr.dtype == object:
-        b64 = name.endswith("_bytes")
-        if arr.ndim == 1 and not b64:  # the common case: a batch of UTF-8 strings
-            try:
-                return [v.decode() for v in arr.tolist()]
-            except (AttributeError, UnicodeDecodeError):
-                pass
-        flat: list[Any] = []
-        for v in arr.reshape(-1):
-            if isinstance(v, bytes) and not b64:
-                try:
-                    flat.append(v.decode())
-                    continue
-                except UnicodeDecodeError:
-                    pass
-            flat.append({"b64": base64.b64encode(v).decode()} if isinstance(v, bytes) else v)
-        out = np.empty(len(flat), dtype=object)
-        out[:] = flat
-        return out.reshape(arr.shape).tolist()
-    return arr.tolist()
-
-
-def predict_response(outputs: dict[str, np.ndarray], row_format: bool) -> dict:
-    """{"predictions": ...} for rows, {"outputs": ...} for columns, as TF Serving."""
-    if not row_format:
-        if len(outputs) == 1:
-            k, v = next(iter(outputs.items()))
-            return {"outputs": _jsonable(k, v)}
-        return {"outputs": {k: _jsonable(k, v) for k, v in outputs.items()}}
-    if len(outputs) == 1:
-        k, v = next(iter(outputs.items()))
-        return {"predictions": _jsonable(k, v)}
-    sizes = {v.shape[0] if v.ndim else -1 for v in outputs.values()}
-    if len(sizes) != 1 or -1 in sizes:
-        raise invalid("outputs have different batch sizes; use the columnar 'inputs' format")
-    cols = {k: _jsonable(k, v) for k, v in outputs.items()}
-    n = sizes.pop()
-    return {"predictions": [{k: c[i] for k, c in cols.items()} for i in range(n)]}

@@ -1,24 +1,25 @@
 """One loaded SavedModel version: its signatures, metadata, warmup and the call itself.
 
-Loading parses saved_model.pb ourselves first (cheap, and it is what TF Serving's
-metadata API returns verbatim), then restores with tf.saved_model.load. A directory
-that is half-copied fails one of these steps, and the manager keeps serving the old
-version: nothing here is visible to clients until `load_version` returns.
+saved_model.pb is parsed here (cheap, and it is what TF Serving's metadata API returns
+verbatim); loader.py then restores the version with tf.saved_model.load (the signatures
+here), or in a TF1 Session or LiteRT (session_servable.py, tflite_servable.py, which
+subclass Signature). A directory that is half-copied fails a step, and the manager keeps
+serving the old version: nothing is visible to clients until the load returns.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from baton.serving.conventions import DEFAULT_SERVING_SIGNATURE_DEF_KEY, SERVING, WARMUP_FILE
+from baton.serving.conventions import DEFAULT_SERVING_SIGNATURE_DEF_KEY, WARMUP_FILE
 from baton.serving.status import Code, ServingError, invalid
 from baton.serving.tensor_proto import examples_from_input_proto, to_ndarray
 
@@ -51,28 +52,36 @@ class Signature:
     outputs: dict[str, TensorSpec]
     fn: Callable[..., Any]
     lock: threading.Lock = dataclasses.field(default_factory=threading.Lock)
+    # inputs a request may leave out, with the value that then stands in: the SignatureDef's
+    # `defaults`, as TF Serving fills them in (tensorflow/cc/saved_model/util.cc GetInputValues)
+    defaults: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     # what front ends derive from the specs once (e.g. rest_json's row plan)
     cache: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False, compare=False)
+    # whether a call updates state (a variable, a table): such a call must run exactly
+    # once per request, so a failed batch of it is not re-run piecewise (batcher)
+    stateful: bool = True
 
     def __post_init__(self) -> None:
-        self._fast = _FastCall.build(self.fn, self.inputs)
+        try:
+            self.stateful = _writes_state(self.fn)
+        except (AttributeError, TypeError, ValueError):
+            self.stateful = True  # unknown: assume it does
+        self._fast = None if self.stateful else _FastCall.build(self.fn, self.inputs)
 
     def __call__(self, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
         """Runs the signature on numpy arrays; TF errors become INVALID_ARGUMENT."""
         import tensorflow as tf
 
-        try:
+        if self.defaults and feeds.keys() != self.inputs.keys():
+            feeds = {**{k: v for k, v in self.defaults.items() if k not in feeds}, **feeds}
+        with run_errors():
             fast = self._fast
             if fast is not None and fast.fn is self.fn and feeds.keys() == self.inputs.keys() \
                     and all(_fits(feeds[k], self.inputs[k]) for k in fast.order):
                 out = fast(feeds) if fast.verified else self._verify(fast, feeds)
             else:
                 out = self.fn(**{k: tf.constant(v) for k, v in feeds.items()})
-            return {k: v.numpy() for k, v in out.items()}
-        except (tf.errors.InvalidArgumentError, ValueError, TypeError) as e:
-            raise invalid(_short(getattr(e, "message", None) or str(e)) or repr(e)) from None
-        except tf.errors.OpError as e:
-            raise ServingError(Code(e.error_code), _short(e.message)) from None
+            return {k: as_array(v.numpy()) for k, v in out.items()}
 
     def _verify(self, fast: _FastCall, feeds: dict[str, np.ndarray]) -> dict:
         """First call: the keyword call's result is returned; the fast call is kept for
@@ -93,6 +102,28 @@ class Signature:
                         "using the keyword call", self.name)
             self._fast = None
         return out
+
+
+def as_array(value) -> np.ndarray:
+    """A tensor's value as an ndarray: `.numpy()` of a 0-d string tensor is bare bytes
+    (and of a 0-d number a numpy scalar); TF strings are object arrays of bytes."""
+    if isinstance(value, np.ndarray):
+        return value
+    return np.array(value, dtype=object if isinstance(value, bytes) else None)
+
+
+@contextlib.contextmanager
+def run_errors():
+    """Turns what a signature run raises into a ServingError with TensorFlow's code:
+    INVALID_ARGUMENT for bad inputs (TF's, or a ValueError/TypeError converting them)."""
+    import tensorflow as tf
+
+    try:
+        yield
+    except (tf.errors.InvalidArgumentError, ValueError, TypeError) as e:
+        raise invalid(_short(getattr(e, "message", None) or str(e)) or repr(e)) from None
+    except tf.errors.OpError as e:
+        raise ServingError(Code(e.error_code), _short(e.message)) from None
 
 
 class _FastCall:
@@ -116,9 +147,9 @@ class _FastCall:
 
     @classmethod
     def build(cls, fn, inputs: dict[str, TensorSpec]) -> _FastCall | None:
+        """None when the internals are not there (and, by the caller, for a stateful
+        signature: verifying its fast call would run the update twice)."""
         try:
-            if _writes_state(fn):
-                return None  # verifying it would run the update twice
             return cls(fn, inputs)
         except (AttributeError, TypeError, ValueError, ImportError):
             return None
@@ -161,7 +192,12 @@ def _writes_state(fn) -> bool:
     ops = {n.op for n in graph_def.node}
     for f in graph_def.library.function:
         ops.update(n.op for n in f.node_def)
-    return any(op.startswith(_STATE_WRITES) for op in ops)
+    return writes_state(ops)
+
+
+def writes_state(op_types) -> bool:
+    """True when any of these op types updates state."""
+    return any(op.startswith(_STATE_WRITES) for op in op_types)
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
@@ -203,7 +239,8 @@ def _short(message: str) -> str:
     return lines[0][:500]
 
 
-def _spec(name: str, info) -> TensorSpec:
+def spec_of(name: str, info) -> TensorSpec:
+    """The TensorSpec of a SignatureDef's TensorInfo."""
     from tensorflow import as_dtype
     from tensorflow.core.framework import types_pb2
 
@@ -237,23 +274,31 @@ class Servable:
 
     load_seconds: float  # set by load_servable once loaded and warmed up
 
-    def __init__(self, model_name: str, version: int, export_dir: str, signature_defs, loaded):
+    def __init__(self, model_name: str, version: int, export_dir: str, signature_defs, loaded,
+                 signatures: dict[str, Signature] | None = None, kind: str = "saved_model"):
+        """`loaded` keeps what the signatures run in alive (a restored object, a
+        Session, an interpreter pool); `signatures` defaults to those of a restored
+        object (`loaded.signatures`); `kind` names the loader that built them."""
         self.model_name = model_name
         self.version = version
         self.export_dir = export_dir
         self.signature_defs = signature_defs  # tensorflow SignatureDef map (for metadata)
-        self._loaded = loaded  # keep the restored object (and its variables) alive
-        self.signatures: dict[str, Signature] = {}
-        for name, sd in signature_defs.items():
-            if name not in loaded.signatures:
-                continue
-            self.signatures[name] = Signature(
-                name=name,
-                method_name=sd.method_name,
-                inputs={k: _spec(k, v) for k, v in sd.inputs.items()},
-                outputs={k: _spec(k, v) for k, v in sd.outputs.items()},
-                fn=loaded.signatures[name],
-            )
+        self._loaded = loaded
+        self.kind = kind
+        if signatures is None:
+            signatures = {}
+            for name, sd in signature_defs.items():
+                if name not in loaded.signatures:
+                    continue
+                signatures[name] = Signature(
+                    name=name,
+                    method_name=sd.method_name,
+                    inputs={k: spec_of(k, v) for k, v in sd.inputs.items()},
+                    outputs={k: spec_of(k, v) for k, v in sd.outputs.items()},
+                    fn=loaded.signatures[name],
+                    defaults={k: to_ndarray(v) for k, v in sd.defaults.items()},
+                )
+        self.signatures: dict[str, Signature] = signatures
 
     def signature(self, name: str | None) -> Signature:
         name = name or DEFAULT_SERVING_SIGNATURE_DEF_KEY
@@ -316,34 +361,3 @@ def meta_graph_for(sm, tags: tuple[str, ...], export_dir: str):
     raise ServingError(Code.DATA_LOSS, f"Could not find meta graph def matching supplied tags: "
                                        f"{{ {' '.join(sorted(tags))} }} in {export_dir}. "
                                        f"Tag sets in the SavedModel: {found}")
-
-
-def load_servable(model_name: str, version: int, export_dir: str, warmup: bool = True,
-                  tags: tuple[str, ...] = (SERVING,), warmup_iterations: int = 0) -> Servable:
-    """Loads (and warms up) one version; raises ServingError on any failure.
-
-    `tags` is `--saved_model_tags` (the meta graph to load); `warmup_iterations` is
-    `--num_request_iterations_for_warmup` (each warmup record replayed that many times;
-    0: the default, once).
-    """
-    import tensorflow as tf
-
-    t0 = time.monotonic()
-    sm = read_saved_model_proto(export_dir)
-    sig_defs = dict(meta_graph_for(sm, tags, export_dir).signature_def)
-    try:
-        loaded = tf.saved_model.load(export_dir, tags=list(tags))
-    except Exception as e:  # noqa: BLE001 - TF raises many types for a corrupt model
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else repr(e)
-        raise ServingError(Code.DATA_LOSS, f"failed to load {export_dir}: {msg}") from None
-    servable = Servable(model_name, version, export_dir, sig_defs, loaded)
-    if warmup:
-        try:
-            servable.warmup(warmup_iterations or WARMUP_ITERATIONS)
-        except ServingError as e:
-            raise ServingError(e.code, f"warmup of {export_dir} failed: {e.message}") from None
-        except Exception as e:  # noqa: BLE001
-            raise ServingError(Code.INVALID_ARGUMENT,
-                               f"warmup of {export_dir} failed: {e}") from None
-    servable.load_seconds = time.monotonic() - t0
-    return servable

@@ -28,6 +28,7 @@ from baton.serving.batcher import BatchScheduler
 from baton.serving.config import (
     BatchingOptions,
     ModelConfig,
+    base_path,
     grpc_channel_arguments,
     load_batching_parameters,
     load_model_config_file,
@@ -35,11 +36,13 @@ from baton.serving.config import (
 )
 from baton.serving.conventions import DEFAULT_GRPC_PORT, DEFAULT_REST_PORT, SERVING
 from baton.serving.http import HttpProtocol, HttpServerState
+from baton.serving.loader import load_servable
 from baton.serving.manager import ModelManager
 from baton.serving.metrics import Metrics
 from baton.serving.rest import RestApi
-from baton.serving.servable import load_servable, set_parallelism
+from baton.serving.servable import set_parallelism
 from baton.serving.service import ModelService
+from baton.storage.filesystems import check_bucket
 
 log = logging.getLogger(__name__)
 
@@ -131,13 +134,15 @@ class ServerOptions:
     grpc_channel_arguments: str = ""  # "key=value,...", passed to the gRPC server
     enable_signature_method_name_check: bool = False
     enable_serialization_as_tensor_content: bool = False
-    enable_profiler: bool = True  # ProfilerService registered, refusing (profiler.py)
+    enable_profiler: bool = True  # tensorflow.ProfilerService on the gRPC port (profiler.py)
     num_request_iterations_for_warmup: int = 0
     saved_model_tags: str = SERVING
     tensorflow_session_parallelism: int = 0
     tensorflow_intra_op_parallelism: int = 0
     tensorflow_inter_op_parallelism: int = 0
     allow_version_labels_for_unavailable_models: bool = False
+    prefer_tflite_model: bool = False  # <version>/model.tflite through LiteRT (loader.py)
+    num_tflite_pools: int = 1
 
 
 class ModelServer:
@@ -161,11 +166,13 @@ class ModelServer:
         o = self.options
         if o.model_config_file:
             return load_model_config_file(o.model_config_file)
-        return [ModelConfig(o.model_name, os.path.abspath(o.model_base_path))]
+        return [ModelConfig(o.model_name, base_path(o.model_base_path))]
 
     def start(self) -> ModelServer:
         o = self.options
         configs = self._model_configs()
+        for c in configs:  # a bucket that is missing or refuses us: one line, before serving
+            check_bucket(c.base_path, f"model {c.name!r} base path")
         metrics_path = load_monitoring_config(o.monitoring_config_file or None)
         if o.enable_batching:
             batching = load_batching_parameters(o.batching_parameters_file or None)
@@ -181,7 +188,9 @@ class ModelServer:
                                        num_batch_threads=4)
         tags = tuple(t.strip() for t in o.saved_model_tags.split(",") if t.strip())
         loader = functools.partial(load_servable, tags=tags,
-                                   warmup_iterations=o.num_request_iterations_for_warmup)
+                                   warmup_iterations=o.num_request_iterations_for_warmup,
+                                   prefer_tflite=o.prefer_tflite_model,
+                                   tflite_pools=o.num_tflite_pools)
         self.manager = ModelManager(configs, o.file_system_poll_wait_seconds,
                                     warmup=o.enable_model_warmup, loader=loader)
         self.manager.allow_unavailable_labels = o.allow_version_labels_for_unavailable_models

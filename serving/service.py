@@ -13,6 +13,7 @@ import time
 import numpy as np
 
 from baton.serving.batcher import BatchScheduler, Task
+from baton.serving.conventions import examples_hint
 from baton.serving.manager import ModelManager
 from baton.serving.metrics import Metrics
 from baton.serving.servable import Servable, Signature
@@ -33,8 +34,8 @@ class ModelService:
         self.method_name_check = method_name_check
         # --enable_serialization_as_tensor_content: Predict outputs as tensor_content
         self.tensor_content = tensor_content
-        # --enable_profiler: tensorflow.ProfilerService on the gRPC port (refused, see
-        # profiler.py); false leaves the service out, as TF Serving does
+        # --enable_profiler: tensorflow.ProfilerService on the gRPC port (profiler.py);
+        # false leaves the service out, as TF Serving does
         self.profiler = profiler
 
     def submit(self, servable: Servable, sig: Signature, feeds: dict[str, np.ndarray],
@@ -82,17 +83,19 @@ def check_feeds(sig: Signature, feeds: dict[str, np.ndarray]) -> dict[str, np.nd
     """Validates proto-decoded inputs (gRPC) against the signature by name, casting dtypes.
 
     As TF Serving's predict_util (VerifyRequestInputsSize): inputs are checked by name
-    only; shapes are TensorFlow's to check when the signature runs (a TF1 graph fed `x`
+    only, an input with a default in the SignatureDef may be left out (the signature fills
+    it in); shapes are TensorFlow's to check when the signature runs (a TF1 graph fed `x`
     of shape [1] where it declares [-1, 1] computes, as under TF Serving's Session::Run).
     """
-    if feeds.keys() != sig.inputs.keys():
+    if feeds.keys() != sig.inputs.keys() and not (
+            feeds.keys() <= sig.inputs.keys() and sig.inputs.keys() - feeds.keys() <= sig.defaults.keys()):
         sent, want = sorted(feeds), sorted(sig.inputs)
         extra = sorted(feeds.keys() - sig.inputs.keys())
-        missing = sorted(sig.inputs.keys() - feeds.keys())
+        missing = sorted(sig.inputs.keys() - feeds.keys() - sig.defaults.keys())
         raise invalid(f"input size does not match signature: {len(sent)}!={len(want)} "
                       f"len({{{','.join(sent)}}}) != len({{{','.join(want)}}}). "
                       f"Sent extra: {{{','.join(extra)}}}. "
-                      f"Missing but required: {{{','.join(missing)}}}.")
+                      f"Missing but required: {{{','.join(missing)}}}.{examples_hint(extra)}")
     out = {}
     for k, arr in feeds.items():
         spec = sig.inputs[k]

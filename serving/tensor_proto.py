@@ -20,16 +20,17 @@ from baton.serving.status import invalid
 # DataType enum values from tensorflow/core/framework/types.proto
 _NP_BY_DT = {
     1: np.float32, 2: np.float64, 3: np.int32, 4: np.uint8, 5: np.int16, 6: np.int8,
-    7: object, 9: np.int64, 10: np.bool_, 17: np.uint16, 19: np.float16,
-    22: np.uint32, 23: np.uint64,
+    7: object, 8: np.complex64, 9: np.int64, 10: np.bool_, 17: np.uint16, 18: np.complex128,
+    19: np.float16, 22: np.uint32, 23: np.uint64,
 }
 _DT_BY_NP = {np.dtype(v): k for k, v in _NP_BY_DT.items() if v is not object}
 # Fields holding values when tensor_content is empty (float16 uses half_val as ints).
 _VAL_FIELD = {
     1: "float_val", 2: "double_val", 3: "int_val", 4: "int_val", 5: "int_val", 6: "int_val",
     9: "int64_val", 10: "bool_val", 17: "int_val", 19: "half_val", 22: "uint32_val",
-    23: "uint64_val",
+    23: "uint64_val", 8: "scomplex_val", 18: "dcomplex_val",
 }
+_COMPLEX_PART = {8: np.float32, 18: np.float64}  # (real, imag) pairs, interleaved
 DT_STRING = 7
 
 
@@ -65,6 +66,11 @@ def to_ndarray(proto) -> np.ndarray:
         vals = getattr(proto, _VAL_FIELD[dt])
         if dt == 19:
             arr = np.array(vals, dtype=np.uint16).view(np.float16)
+        elif dt in _COMPLEX_PART:
+            if len(vals) % 2:
+                raise invalid(f"{_VAL_FIELD[dt]} holds (real, imag) pairs: an even number "
+                              f"of values. Received: {len(vals)}")
+            arr = np.array(vals, dtype=_COMPLEX_PART[dt]).view(_NP_BY_DT[dt])
         else:
             arr = np.array(vals, dtype=_NP_BY_DT[dt])
     if arr.size == n:
@@ -107,6 +113,9 @@ def from_ndarray(arr: np.ndarray, proto, tensor_content: bool = False) -> None:
             proto.MergeFromString(_PACKED_TAG[dt] + _varint(len(data)) + data)
     elif dt == 19:  # half_val holds each float16's bits as an int
         proto.half_val.extend(arr.reshape(-1).view(np.uint16).tolist())
+    elif dt in _COMPLEX_PART:  # scomplex_val/dcomplex_val: real, imag, real, imag, ...
+        parts = np.ascontiguousarray(arr).reshape(-1).view(_COMPLEX_PART[dt])
+        getattr(proto, _VAL_FIELD[dt]).extend(parts.tolist())
     else:
         getattr(proto, _VAL_FIELD[dt]).extend(arr.reshape(-1).tolist())
 

@@ -22,6 +22,10 @@ saves its plan makes (`planned_saves`): a job that will save at least that often
 first save, a shorter one never does. Without a plan (the parameter-server driver), the write is
 traced once `TRACE_PAYS_FROM` saves were eager.
 
+On a run directory on an object store the backup directory mirrors a bucket prefix: the chief
+uploads each backup after it is written, the `checkpoint` state file last, and every task
+stages the latest one before restoring (strategies.backup_sync).
+
 In the background (`background`, the chief of a one-process job): `save` copies the variables
 into host shadows on the calling thread and the write above runs on the backup's own thread
 (strategies.snapshot); `flush` waits for it, and the next `save` waits for the previous write.
@@ -89,6 +93,9 @@ class Backup:
         """
         import tensorflow as tf
 
+        from baton.strategies import backup_sync
+
+        backup_sync.pull(self.directory)  # a directory mirroring a bucket: its latest backup
         path = self.latest()
         if path is None:
             return None
@@ -187,6 +194,9 @@ class Backup:
         for name in set(self._existing()) - set(kept):  # older ones, and a killed save's files
             for f in self._target.glob(name + ".*"):
                 f.unlink(missing_ok=True)
+        from baton.strategies import backup_sync
+
+        backup_sync.push(self._target, kept)  # to the bucket, when the directory mirrors one
         return prefix
 
     def _write(self, prefix: str) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from baton.strategies.cluster import TFConfig
 from baton.strategies.factory import ONE_DEVICE, PARAMETER_SERVER
+from baton.strategies.objectives import for_job as objectives
 from baton.strategies.trainer import TaskRole, TrainResult
 
 # The `model` artifact `write_model_artifact` writes (the train stage's output).
@@ -35,11 +36,17 @@ class TrainJob:
     model: str = "mlp"  # a built-in (graphs.models.MODELS) or a model function "module:function"
     model_config: dict[str, Any] = dataclasses.field(default_factory=dict)  # ModelSpec.params
     epochs: int = 10
+    # TFX's TrainArgs(num_steps) / EvalArgs(num_steps): when > 0, training runs exactly `steps`
+    # steps (over as many epochs as that takes) and each evaluation reads the first
+    # `eval_steps` batches of the eval split
+    steps: int = 0
+    eval_steps: int = 0
     batch_size: int = 32  # global: over all replicas
     eval_batch_size: int = 256
     learning_rate: float = 0.01
-    optimizer: str | dict[str, Any] = "adam"  # identifier, {class_name, config}, "module:fn"
-    loss: str = ""  # "": the built-in; a Keras loss identifier or "module:function"
+    # identifier, {class_name, config}, "module:fn"; "": the model's compile() optimizer, else adam
+    optimizer: str | dict[str, Any] = ""
+    loss: str = ""  # "": the model's compile() loss, else the built-in; an identifier, "module:fn"
     metrics: list[str] = dataclasses.field(default_factory=list)
     callbacks: list[Any] = dataclasses.field(default_factory=list)
     # Where the user's modules are imported from (the spec's directory; on a TFJob pod the
@@ -47,6 +54,10 @@ class TrainJob:
     # strings and every task imports the files itself, nothing is pickled.
     code_dir: str = ""
     code_hash: str = ""
+    custom_config: dict[str, Any] = dataclasses.field(default_factory=dict)  # ModelSpec's
+    # a non-finite training or eval loss: "fail" the stage, or "restore" the weights of the
+    # last epoch whose losses were finite and end training there (strategies.nonfinite_guard)
+    on_nonfinite: str = "fail"
     seed: int = 42
     steps_per_execution: int = 20
     backup_every: int = 0
@@ -79,6 +90,12 @@ class TrainJob:
             raise ValueError(f"probe_steps must be >= 0. Received: probe_steps={self.probe_steps}")
         if self.balance not in ("auto", "off"):
             raise ValueError(f"balance must be 'auto' or 'off'. Received: balance={self.balance!r}")
+        if self.steps < 0 or self.eval_steps < 0:
+            raise ValueError(f"steps and eval_steps must be >= 0. Received: steps={self.steps}, "
+                             f"eval_steps={self.eval_steps}")
+        if self.on_nonfinite not in ("fail", "restore"):
+            raise ValueError("on_nonfinite must be 'fail' or 'restore'. Received: "
+                             f"on_nonfinite={self.on_nonfinite!r}")
 
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self), sort_keys=True)
@@ -115,6 +132,21 @@ class TrainJob:
                 f"Received: batch_size={self.batch_size}"
             )
         return n // self.batch_size
+
+    def total_steps(self) -> int:
+        """The steps training runs: `steps`, or every step of `epochs` epochs."""
+        return self.steps or self.epochs * self.steps_per_epoch()
+
+    def planned_epochs(self) -> int:
+        """Epochs the training spans (the last one partial when `steps` ends inside it)."""
+        return -(-self.steps // self.steps_per_epoch()) if self.steps else self.epochs
+
+    def hyperparameters(self) -> dict[str, Any]:
+        """ModelSpec.hyperparameters: the run's settings a TFX model reads from its `hparams`
+        (`fn_args.hyperparameters`), and every `model_params` entry."""
+        return {"learning_rate": self.learning_rate, "batch_size": self.batch_size,
+                "epochs": self.epochs, "steps": self.steps, "eval_steps": self.eval_steps,
+                "seed": self.seed, **self.model_config}
 
 
 def count_examples(job: TrainJob, split: str = "train") -> int:
@@ -156,6 +188,7 @@ def build_fn(job: TrainJob, num_ps: int = 0) -> Any:
 
     from baton.errors import StageError
     from baton.graphs import model_fn, models
+    from baton.graphs.compiled import read as read_compiled
     from baton.graphs.objectives import make_optimizer
     from baton.graphs.user_refs import RefError
 
@@ -170,9 +203,15 @@ def build_fn(job: TrainJob, num_ps: int = 0) -> Any:
     search_dir = job.code_dir or None
 
     def build() -> tuple[Any, Any]:
-        model = model_fn.build(job.model, job.spec(), params, seed=job.seed, search_dir=search_dir)
+        model = model_fn.build(job.model, job.spec(), params, seed=job.seed, search_dir=search_dir,
+                               custom_config=job.custom_config,
+                               hyperparameters=job.hyperparameters())
+        compiled = read_compiled(model, model_fn.describe(job.model))
         try:
-            opt = make_optimizer(job.optimizer, job.learning_rate, search_dir)
+            if not job.optimizer and compiled is not None and compiled.optimizer is not None:
+                opt = compiled.optimizer  # compile()'s, made in this strategy scope
+            else:
+                opt = make_optimizer(job.optimizer or "adam", job.learning_rate, search_dir)
         except RefError as exc:
             raise StageError(f"train.config.optimizer: {exc}") from None
         if job.mixed_precision == "mixed_float16":
@@ -180,38 +219,6 @@ def build_fn(job: TrainJob, num_ps: int = 0) -> Any:
         return model, opt
 
     return build
-
-
-def objectives(job: TrainJob) -> Any:
-    """The job's loss, eval metrics and callbacks for the trainers (made on each task)."""
-    from baton.errors import StageError
-    from baton.graphs.objectives import make_loss, make_metrics
-    from baton.graphs.user_refs import RefError
-    from baton.strategies.trainer import Objectives
-
-    spec = job.spec()
-    task, k = spec.label.task, spec.label.num_classes
-    search_dir = job.code_dir or None
-
-    def field(name: str, make: Any) -> Any:
-        try:
-            return make()
-        except RefError as exc:
-            raise StageError(f"train.config.{name}: {exc}") from None
-
-    loss = field("loss", lambda: make_loss(job.loss, task, k, search_dir))
-
-    def callbacks() -> list[Any]:
-        from baton.strategies.callbacks import make_user_callbacks
-
-        return field("callbacks", lambda: make_user_callbacks(job.callbacks, search_dir))
-
-    return Objectives(
-        loss=loss,
-        metrics=lambda: field("metrics", lambda: make_metrics(job.metrics, task, k, search_dir)),
-        callbacks=callbacks,
-        loss_name=job.loss or "the built-in loss",
-    )
 
 
 def setup_runtime(job: TrainJob) -> None:
@@ -327,11 +334,19 @@ def dataset_fns(job: TrainJob, table: Any = None) -> tuple[Any, Any]:
         return ds.with_options(options)
 
     def eval_ds() -> Any:
-        return _make_dataset(job, "eval", job.eval_batch_size, shuffle=False, input_context=None)
+        ds = _make_dataset(job, "eval", job.eval_batch_size, shuffle=False, input_context=None)
+        return ds.take(job.eval_steps) if job.eval_steps else ds
 
     if job.balance == "auto":
         return balanced_ds, eval_ds
     return (sliced_ds if job.elastic else train_ds), eval_ds
+
+
+def finite_split(job: TrainJob, split: str) -> Any:
+    """One pass over a split in file order, in training batches: where the non-finite guard
+    looks for the first non-finite feature (strategies.nonfinite_guard)."""
+    return _make_dataset(job, split, job.batch_size, shuffle=False, input_context=None,
+                         cache=False)
 
 
 def _make_dataset(
@@ -400,9 +415,9 @@ def run_task(job: TrainJob, tf_config: TFConfig | None, role: TaskRole) -> Train
         # the builder runs inside the strategy scope, after ps_trainer's own checks
         result = ps_trainer.train(
             strategy, job, role, lambda: build_fn(job, num_ps)(), train_ds, eval_ds,
-            objectives(job),
+            objectives(job), finite_split=lambda split: finite_split(job, split),
         )
-        result.info.setdefault("planned_steps", job.epochs * job.steps_per_epoch())
+        result.info.setdefault("planned_steps", job.total_steps())
         return result
     strategy = factory.make_strategy(job.strategy, tf_config, communication=comm)
     if role.after_strategy is not None:
@@ -410,14 +425,15 @@ def run_task(job: TrainJob, tf_config: TFConfig | None, role: TaskRole) -> Train
     job = with_example_count(job)
     role.fingerprint = role.fingerprint or job.fingerprint()
     plan = trainer.TrainPlan(
-        epochs=job.epochs,
+        epochs=job.planned_epochs(),
         steps_per_epoch=job.steps_per_epoch(),
         global_batch_size=job.batch_size,
         steps_per_execution=job.steps_per_execution,
         backup_every=job.backup_every,
         balance=job.balance == "auto",
-        max_steps=job.steps_per_execution + job.probe_steps if job.probe_steps else 0,
+        max_steps=job.steps_per_execution + job.probe_steps if job.probe_steps else job.steps,
         measure_after=job.steps_per_execution if job.probe_steps else 0,
+        on_nonfinite=job.on_nonfinite,
     )
     table = row_table(job) if plan.balance else None
     train_ds, eval_ds = dataset_fns(job, table)
@@ -428,6 +444,7 @@ def run_task(job: TrainJob, tf_config: TFConfig | None, role: TaskRole) -> Train
     result = trainer.train(
         strategy, build_fn(job), job.spec(), train_ds, eval_ds, plan, role, options,
         objectives(job), take_rows=table.take if table is not None else None,
+        finite_split=lambda split: finite_split(job, split),
     )
     result.info.setdefault("planned_steps", plan.total_steps)
     return result
@@ -470,7 +487,9 @@ def write_model_artifact(
         "user_modules": user_modules(job),
         "code_dir": job.code_dir,
         "global_batch_size": job.batch_size,
-        "epochs": job.epochs,
+        "epochs": job.planned_epochs(),
+        **({"steps_planned": job.steps} if job.steps else {}),
+        **({"eval_steps": job.eval_steps} if job.eval_steps else {}),
         "written_at": time.time(),
         **result.info,
         **info,

@@ -52,6 +52,7 @@ def train(
     train_ds: DatasetFn,
     eval_ds: Callable[[], Any],
     objectives: Objectives | None = None,
+    finite_split: Callable[[str], Any] | None = None,
 ) -> TrainResult:
     """Coordinate the job from the chief; returns when `epochs * steps_per_epoch` steps are done.
 
@@ -59,12 +60,15 @@ def train(
     strategy scope), the dataset functions (`job.build_fn`, `job.dataset_fns`) and the spec's
     loss, metrics and callbacks. Callbacks run on the coordinator, at every fetched closure and
     every epoch end; `model.stop_training` stops the scheduling, and training ends once the
-    closures in flight have run.
+    closures in flight have run. A non-finite loss stops the scheduling
+    (strategies.nonfinite_guard), as in the synchronous loop.
     """
     import tensorflow as tf
 
+    from baton.graphs import metric_records
     from baton.graphs.objectives import check_objectives
     from baton.strategies import callbacks as cbs
+    from baton.strategies.nonfinite_guard import NonFiniteGuard
 
     if job.jit_compile:
         raise ValueError(PS_JIT_REFUSED)
@@ -74,6 +78,8 @@ def train(
     with strategy.scope():
         model, optimizer = build()
         optimizer.build(model.trainable_variables)
+    eval_data = eval_ds()
+    objectives, outputs = objectives.resolve(model, spec, eval_data)
     metrics = objectives.metrics()
     check_objectives(model, spec, objectives.loss, objectives.loss_name, metrics)
     backup = (
@@ -97,7 +103,7 @@ def train(
     step = int(restored.get("step", optimizer.iterations.numpy()))
     resumed_from = step
     spe = job.steps_per_epoch()
-    total = job.epochs * spe
+    total = job.total_steps()
 
     # Each worker resumes roughly where it was: the closures ran on whichever worker was free,
     # so per-worker positions are not recorded; `step / workers` batches is their mean.
@@ -107,11 +113,12 @@ def train(
         model, optimizer, spec, job.batch_size, strategy, StepOptions(), objectives.loss
     )
     evaluate = make_eval_fn(model, spec, objectives.loss, metrics)
+    guard = NonFiniteGuard(job.on_nonfinite, model, objectives.loss_or_builtin(spec.label.task),
+                           finite_split)
     my_fault = role.fault if role.fault and role.fault.task.name == role.task_name else None
     start, start_step = time.perf_counter(), step
     task = spec.label.task
     writer = tf.summary.create_file_writer(str(role.logs_dir)) if role.logs_dir else None
-    eval_data = eval_ds()
     # The epoch's training totals so far travel with a backup (as the mirrored loop's do): a
     # resume in the middle of an epoch goes on adding to them, so the epoch's train_* metrics
     # cover all of its steps, not only those after the resume.
@@ -121,7 +128,7 @@ def train(
     backups = cbs.Backups(backup, state)
     # the coordinator is the chief: it alone writes summaries, per epoch
     callbacks = cbs.loop_callbacks(
-        model, state, backups, epochs=job.epochs, steps=spe, writer=writer,
+        model, state, backups, epochs=job.planned_epochs(), steps=spe, writer=writer,
         per_chunk_summaries=False, on_progress=role.on_progress,
         status_file=role.status_file, user=objectives.callbacks(), fault=my_fault,
     )
@@ -130,11 +137,11 @@ def train(
     # waits only for these (not for a whole epoch's worth) before the checkpoint.
     window = 2 * max(job_workers(strategy), 1)
     model.stop_training = False
-    stopped = preempted = False
+    stopped = preempted = rolled_back = False
     cbs.lend_optimizer(model, optimizer)  # for callbacks that read or set the learning rate
     callbacks.on_train_begin()
     while step < total and not stopped:
-        epoch_end = (step // spe + 1) * spe
+        epoch_end = min((step // spe + 1) * spe, total)
         scheduled = step
         pending: collections.deque[Any] = collections.deque()
         callbacks.on_epoch_begin(step // spe)
@@ -155,6 +162,9 @@ def train(
             epoch_totals = [a + float(b) for a, b in zip(epoch_totals, totals, strict=True)]
             done = step + (i + 1) * job.steps_per_execution
             state.step = min(done, epoch_end)
+            first = max(step, state.step - job.steps_per_execution)  # inside this epoch
+            if not rolled_back and guard.chunk(totals[0], step // spe + 1, first, state.step):
+                rolled_back = stopped = True  # the closures in flight finish, then training ends
             if role.stop.is_set():
                 coordinator.join()  # every scheduled closure has run once it returns
                 while pending:  # their chunks ran (join): their totals belong to the epoch
@@ -172,6 +182,9 @@ def train(
             stopped = stopped or bool(getattr(model, "stop_training", False))
         coordinator.join()
         step = state.step = scheduled if stopped else epoch_end
+        if rolled_back:  # every closure has run (join): the kept weights go back last
+            guard.restore()
+            break
         record = {
             "epoch": -(-step // spe),
             "step": step,
@@ -182,6 +195,10 @@ def train(
         ev = totals_to_metrics(evaluate(eval_data).numpy(), task)
         ev.update({m.name: m.result() for m in metrics})
         record.update({f"eval_{k}": v for k, v in ev.items()})
+        if guard.evaluated(record.get("eval_loss"), record["epoch"]):
+            guard.restore()
+            rolled_back = True
+            break
         history.append(record)
         epoch_totals = [0.0, 0.0, 0.0, 0.0]  # before the epoch-end backup: the next epoch's
         callbacks.on_epoch_end(record["epoch"] - 1, cbs.epoch_logs(record))  # saves the backup
@@ -190,6 +207,7 @@ def train(
         stopped = stopped or bool(getattr(model, "stop_training", False))
     callbacks.on_train_end(cbs.epoch_logs(history[-1]) if history else None)
     cbs.lend_optimizer(model, None)  # not into the export
+    objectives.confirm(model, outputs, eval_data)
     seconds = time.perf_counter() - start
     done_steps = step - start_step
     return TrainResult(
@@ -207,7 +225,11 @@ def train(
             "embedding_devices": {
                 v.path: v.value.device for v in model.weights if "embedding" in v.path
             },
-            **({"stopped_early_at_step": step} if stopped and step < total else {}),
+            **({"stopped_early_at_step": step} if (stopped or rolled_back) and step < total
+               else {}),
+            "outputs": outputs.to_dict(), **objectives.info,
+            "metrics": metric_records.records(metrics),
+            **({"nonfinite": guard.info} if guard.info else {}),
         },
     )
 

@@ -37,6 +37,7 @@ from baton.strategies import faults
 from baton.strategies.backup import Backup
 from baton.strategies.balance import Balancer
 from baton.strategies.eval_shards import sharded_eval
+from baton.strategies.objectives import Objectives
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,6 +55,7 @@ class TrainPlan:
     # (wall seconds, this process's CPU seconds and peak memory; 0: no window).
     max_steps: int = 0
     measure_after: int = 0
+    on_nonfinite: str = "fail"  # strategies.nonfinite_guard: fail | restore
 
     def __post_init__(self) -> None:
         for name in ("epochs", "steps_per_epoch", "global_batch_size", "steps_per_execution"):
@@ -103,21 +105,6 @@ class TrainResult:
 DatasetFn = Callable[[int, Any], Any]  # (batches to skip, input_context) -> endless dataset
 
 
-@dataclasses.dataclass
-class Objectives:
-    """What the spec adds to the loop (graphs.objectives, strategies.callbacks), made per task.
-
-    `loss`: `(labels, logits) -> per-example loss` or None (the built-in); `metrics()`: eval
-    metrics (graphs.objectives.EvalMetric), made outside the strategy scope; `callbacks()`: the
-    user's Keras callbacks; `loss_name`: how errors name the loss.
-    """
-
-    loss: Callable[[Any, Any], Any] | None = None
-    metrics: Callable[[], list[Any]] = list
-    callbacks: Callable[[], list[Any]] = list
-    loss_name: str = "the built-in loss"
-
-
 def train(
     strategy: Any,
     build: Callable[[], tuple[Any, Any]],
@@ -129,23 +116,30 @@ def train(
     step_options: StepOptions | None = None,
     objectives: Objectives | None = None,
     take_rows: Any = None,
+    finite_split: Callable[[str], Any] | None = None,
 ) -> TrainResult:
     """Train to `plan.total_steps`, resuming from `role.backup_dir` when it holds a backup.
 
     The loop's side work and the user's callbacks are one Keras CallbackList
     (strategies.callbacks). `model.stop_training` set by a callback ends training at the end of
     that chunk (or epoch); under multi-worker mirrored the workers agree on it through one
-    all-reduce, so every worker stops at the same step.
+    all-reduce, so every worker stops at the same step. A non-finite loss stops training
+    (strategies.nonfinite_guard; `finite_split(split)`: one pass over a split, where the guard
+    looks for the cause).
     """
     import tensorflow as tf
 
+    from baton.graphs import metric_records
     from baton.graphs.objectives import check_objectives
     from baton.strategies import callbacks as cbs
+    from baton.strategies.nonfinite_guard import NonFiniteGuard
 
     objectives = objectives or Objectives()
     with strategy.scope():
         model, optimizer = build()
         optimizer.build(model.trainable_variables)
+    eval_ds = eval_dataset() if eval_dataset is not None else None
+    objectives, outputs = objectives.resolve(model, spec, eval_ds)
     metrics = objectives.metrics()
     check_objectives(model, spec, objectives.loss, objectives.loss_name, metrics)
     user_callbacks = objectives.callbacks()
@@ -182,6 +176,8 @@ def train(
         make_eval_fn(model, spec, objectives.loss, metrics, executor)
         if eval_dataset is not None else None
     )
+    guard = NonFiniteGuard(plan.on_nonfinite, model, objectives.loss_or_builtin(spec.label.task),
+                           finite_split)
     my_fault = role.fault if role.fault and role.fault.task.name == role.task_name else None
     writer = (
         tf.summary.create_file_writer(str(role.logs_dir))
@@ -211,13 +207,12 @@ def train(
             lambda ctx, skip=step: train_dataset(skip, ctx)  # one stream per run; resume = skip
         )
     )
-    eval_ds = eval_dataset() if eval_dataset is not None else None
     # Under multi-worker mirrored each worker evaluates its shard and one all-reduce merges
     # the counts (strategies.eval_shards); elsewhere the task evaluates the whole split.
     shards = sharded_eval(strategy, metrics) if eval_ds is not None else None
     eval_batches = count_batches(eval_ds) if shards is not None else 0
     model.stop_training = False
-    stopped = preempted = False
+    stopped = preempted = rolled_back = False
     window = _Window()
     # The first chunk carries one-off work (tracing the step, filling the input's cache); a
     # short run's examples/s is mostly that. `steady_examples_per_sec` starts after it.
@@ -261,6 +256,10 @@ def train(
                         state.total = total
                 epoch_totals = [a + float(b) for a, b in zip(epoch_totals, totals, strict=True)]
                 epoch_totals[3] = 0.0
+                if guard.chunk(totals[0], epoch + 1, step - n, step):
+                    guard.restore()
+                    rolled_back = True
+                    break
                 if totals[3] > 0:  # some task got SIGTERM: everyone saves at this same step, then stops
                     if in_epoch < spe:
                         backups.save()
@@ -275,6 +274,8 @@ def train(
                 if stop_requested():
                     stopped = True
                     break
+            if rolled_back:
+                break
             record = {
                 "epoch": epoch + 1,
                 "step": step,
@@ -291,6 +292,10 @@ def train(
                 ev = totals_to_metrics(totals.numpy(), task)
                 ev.update({m.name: m.result() for m in metrics})
                 record.update({f"eval_{k}": v for k, v in ev.items()})
+            if guard.evaluated(record.get("eval_loss"), epoch + 1):
+                guard.restore()
+                rolled_back = True
+                break
             history.append(record)
             epoch_totals = [0.0, 0.0, 0.0, 0.0]
             callbacks.on_epoch_end(epoch, cbs.epoch_logs(record))  # saves the backup
@@ -304,6 +309,7 @@ def train(
         raise
     callbacks.on_train_end(cbs.epoch_logs(history[-1]) if history else None)
     cbs.lend_optimizer(model, None)  # not into the export
+    objectives.confirm(model, outputs, eval_ds)
     if balancer is not None:
         balancer.record(step, "end")
     seconds = time.perf_counter() - start
@@ -332,7 +338,11 @@ def train(
                  if balancer is not None else {}),
               **({"eval_sharded_over": shards.workers} if shards is not None and shards.active
                  else {}),
-              **({"stopped_early_at_step": step} if stopped and step < total else {}),
+              **({"stopped_early_at_step": step} if (stopped or rolled_back) and step < total
+                 else {}),
+              "outputs": outputs.to_dict(), **objectives.info,
+              "metrics": metric_records.records(metrics),
+              **({"nonfinite": guard.info} if guard.info else {}),
               **({"window": window.as_dict()} if window.steps else {})},
     )
 

@@ -53,3 +53,27 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     clusters = {item.path for item in items if item.get_closest_marker("multi_worker")}
     slow = {item.path for item in items if item.get_closest_marker("slow")}
     items.sort(key=lambda item: 0 if item.path in clusters else 1 if item.path in slow else 2)
+
+
+@pytest.fixture(scope="session")
+def s3_server():
+    """A real S3 server (SeaweedFS) on 127.0.0.1 for this test process, stopped at the end."""
+    from baton.storage.testing import LocalS3
+    from baton.strategies.cluster import free_ports
+
+    server = LocalS3(free_ports(LocalS3.PORTS)).start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def s3(s3_server, monkeypatch, request):
+    """The S3 server's standard client variables set, and a fresh bucket: `s3://<bucket>`."""
+    import re
+    import secrets
+
+    for key, value in s3_server.env().items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setenv("BATON_CACHE_DIR", str(request.getfixturevalue("tmp_path") / "cache"))
+    name = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:40].strip("-")
+    return s3_server.bucket(f"{name}-{secrets.token_hex(3)}")

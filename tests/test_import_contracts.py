@@ -27,9 +27,11 @@ LAYERED = (
     "baton.strategies",
     "baton.serving",
     "baton.k8s",
+    "baton.storage",
 )
 INDEPENDENT = ("baton.pipeline.commands.*", "baton.pipeline.stages.*")
-TOP = ["__main__ | (tft)", "pipeline", "k8s", "serving | strategies", "graphs", "(logs) | (energy)", "errors"]
+TOP = ["__main__ | (tft)", "pipeline", "k8s", "serving | strategies", "graphs | storage",
+       "(logs) | (energy)", "errors"]
 
 
 def _contracts() -> list[dict]:

@@ -14,7 +14,8 @@ from baton.pipeline import lineage
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="baton inspect", description="Show a run's stages, metrics "
                                 "and lineage. RUN_DIR is runs/<pipeline>/<run id> (or a pipeline "
-                                "directory: its newest run).")
+                                "directory: its newest run), locally or on a bucket (s3://..., "
+                                "gs://...).")
     p.add_argument("run_dir")
     p.add_argument("--stage", help="show one stage's full lineage record")
     p.add_argument("--json", action="store_true", help="print the run record as JSON")
@@ -23,7 +24,20 @@ def parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
-    run_dir = resolve_run_dir(Path(args.run_dir))
+    from baton.storage import location
+
+    bucket = None
+    if location.is_remote(args.run_dir):  # its records, staged in this node's mirror
+        from baton.pipeline.bucket_run import open_run
+        from baton.storage.filesystems import check_bucket
+
+        url = location.normalize(args.run_dir, "RUN_DIR")
+        check_bucket(url, "RUN_DIR")
+        bucket = open_run(url)
+        bucket.stage_record_files()
+        run_dir = bucket.run_dir
+    else:
+        run_dir = resolve_run_dir(Path(args.run_dir))
     run = json.loads((run_dir / "run.json").read_text())
     if args.json:
         print(json.dumps(run, indent=2))
@@ -34,7 +48,7 @@ def main(argv: list[str]) -> int:
             raise UsageError(f"--stage: no finished stage {args.stage!r} in {run_dir}")
         print(json.dumps(rec, indent=2))
         return EXIT_OK
-    print(render_run(run_dir, run))
+    print(render_run(run_dir, run, bucket))
     return EXIT_OK
 
 
@@ -49,8 +63,10 @@ def resolve_run_dir(path: Path) -> Path:
                      "Expected runs/<pipeline>/<run id>")
 
 
-def render_run(run_dir: Path, run: dict[str, Any]) -> str:
-    from baton.pipeline.runner import StageResult, summary_table
+def render_run(run_dir: Path, run: dict[str, Any], bucket: Any = None) -> str:
+    """The report; `bucket` (pipeline.bucket_run.BucketRun): the run is on an object store,
+    and the files the report shows are staged from it."""
+    from baton.pipeline.summary import StageResult, summary_table
 
     results = [
         StageResult(s["name"], s["type"], s["status"], _usage(s["usage"], run.get("energy", {})),
@@ -77,7 +93,7 @@ def render_run(run_dir: Path, run: dict[str, Any]) -> str:
             out.append(f"    out: {outs}")
         for k, v in rec.get("external_inputs", {}).items():
             out.append(f"    data: {k} {v[7:19]}")
-    out.extend(_extras(run_dir, run))
+    out.extend(_extras(run_dir, run, bucket))
     return "\n".join(out)
 
 
@@ -143,11 +159,17 @@ def _cost_row(stage: dict[str, Any]) -> tuple[str, ...]:
             f"{u.get('co2e_g', 0):.4f}", f"{per:.3g}" if per is not None else "")
 
 
-def _extras(run_dir: Path, run: dict[str, Any]) -> list[str]:
+def _extras(run_dir: Path, run: dict[str, Any], bucket: Any = None) -> list[str]:
     """Statistics tables and report links contributed by stages, when present."""
     out: list[str] = []
     for s in run["stages"]:
         stage_dir = run_dir / s["name"]
+        if bucket is not None and s["status"] != "failed":
+            rec = bucket.hydrate(s["name"], ["statistics"] if s["type"] == "statistics" else [])
+            bucket.fetch_file(s["name"], "model/rounds.json")
+            for rel, entry in sorted((rec or {}).get("manifest", {}).items()):
+                if rel.count("/") == 1 and rel.endswith(".html"):
+                    out.append(f"report ({s['name']}): {bucket.root}/{entry['key']}")
         if s["type"] == "statistics" and (stage_dir / "statistics").is_dir():
             try:
                 from baton.pipeline.dataplane.render import statistics_table
@@ -158,7 +180,7 @@ def _extras(run_dir: Path, run: dict[str, Any]) -> list[str]:
             out += ["", f"rounds ({s['name']}):",
                     *federated_rounds(json.loads((stage_dir / "model" / "rounds.json")
                                                  .read_text()))]
-        for html in sorted(stage_dir.glob("*/*.html")):
+        for html in sorted(stage_dir.glob("*/*.html")) if bucket is None else ():
             out.append(f"report ({s['name']}): {html}")
     return out
 

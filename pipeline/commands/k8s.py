@@ -20,11 +20,16 @@ from pathlib import Path
 from baton.errors import EXIT_FAILED, EXIT_OK, BatonError, UsageError
 from baton.strategies.factory import STRATEGIES
 
+TARGETS = ("jobset", "trainjob", "tfjob")  # k8s.options.TARGETS (imported lazily there)
+JOBSET = TARGETS[0]
+
 SUBCOMMANDS = ("validate", "emulate", "submit")
 _FLAG_FOR_FIELD = {
     "cluster.workers": "--workers", "cluster.ps": "--ps", "cluster.strategy": "--strategy",
     "image": "--image", "namespace": "--namespace", "run_id": "--run-id", "name": "--name",
-    "cluster.chief": "--no-chief",
+    "cluster.chief": "--no-chief", "runs_dir": "--runs-dir", "secret": "--credentials-secret",
+    "service_account": "--service-account", "target": "--target", "queue": "--queue",
+    "serving_image": "--serving-image",
 }
 
 
@@ -36,10 +41,12 @@ class _Parser(argparse.ArgumentParser):
 
 
 def _generate_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="baton k8s", description="Write Kubernetes manifests (TFJob, data and release "
-                "Jobs, TF Serving Deployment/Service, KServe alternative, a Flower federation for a "
-                "federated stage, kustomization.yaml) for a pipeline. Other subcommands: "
-                f"{', '.join(SUBCOMMANDS)} (`baton k8s validate -h`).")
+    p = _Parser(prog="baton k8s", description="Write Kubernetes manifests for a pipeline: the "
+                "whole pipeline as a JobSet (default), a Kubeflow Trainer v2 TrainJob with its "
+                "ClusterTrainingRuntime, or a TFJob between data and release Jobs; TF Serving "
+                "Deployment/Service, KServe alternative, a Flower federation for a federated "
+                "stage, NetworkPolicies, a restricted Namespace, kustomization.yaml. Other "
+                f"subcommands: {', '.join(SUBCOMMANDS)} (`baton k8s validate -h`).")
     p.add_argument("spec", nargs="?", help="pipeline YAML (default: the embedded penguins pipeline)")
     p.add_argument("--out", required=True, help="directory to write the manifests into")
     p.add_argument("--workers", type=int, help="training tasks (as for `baton run`)")
@@ -52,7 +59,48 @@ def _generate_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-chief", action="store_true",
                    help="multi_worker_mirrored with Workers only (worker 0 decides success)")
     p.add_argument("--evaluator", action="store_true", help="add an Evaluator replica")
+    p.add_argument("--runs-dir", metavar="URL", help="keep the run directory and the models on "
+                   "a bucket (s3://BUCKET/PREFIX/runs, gs://...): no ReadWriteMany claim; models "
+                   "go to <PREFIX>/models/<pipeline> (docs/kubernetes.md)")
+    p.add_argument("--credentials-secret", metavar="NAME", help="with --runs-dir: a Secret "
+                   "whose keys become every Baton pod's environment (AWS_ACCESS_KEY_ID, ...)")
+    p.add_argument("--service-account", metavar="NAME", help="with --runs-dir: the pods' "
+                   "service account, bound to a cloud identity (IRSA, Workload Identity)")
+    p.add_argument("--service-account-annotation", action="append", default=[],
+                   metavar="KEY=VALUE", help="write the service account with this annotation "
+                   "(eks.amazonaws.com/role-arn=..., iam.gke.io/gcp-service-account=...)")
+    p.add_argument("--target", choices=TARGETS, default=JOBSET,
+                   help="jobset (default: JobSet v1alpha2, the whole pipeline ordered by "
+                   "dependsOn), trainjob (Kubeflow Trainer v2.3 TrainJob + a "
+                   "ClusterTrainingRuntime), tfjob (kubeflow.org/v1, the training operator)")
+    p.add_argument("--serving-image", help="model server image (default: tensorflow/serving:"
+                   "2.18.0); pinned: a tag other than latest, or a digest")
+    p.add_argument("--queue", help="Kueue LocalQueue: the training object is admitted as one gang "
+                   "(label kueue.x-k8s.io/queue-name)")
     return p
+
+
+def object_storage(args: argparse.Namespace):  # noqa: ANN201 - a k8s.ObjectStorage or None
+    """The bucket options of `baton k8s` (None: the shared volume, as before)."""
+    from baton.k8s.object_storage import ObjectStorage
+
+    if args.runs_dir is None:
+        for flag in ("credentials_secret", "service_account"):
+            if getattr(args, flag):
+                raise UsageError(f"--{flag.replace('_', '-')} is for a run directory on a "
+                                 "bucket: give --runs-dir s3://... or gs://... too")
+        if args.service_account_annotation:
+            raise UsageError("--service-account-annotation is for a run directory on a bucket: "
+                             "give --runs-dir s3://... or gs://... too")
+        return None
+    pairs = []
+    for item in args.service_account_annotation:
+        key, eq, value = item.partition("=")
+        if not eq or not key:
+            raise UsageError(f"--service-account-annotation must be KEY=VALUE. Received: {item!r}")
+        pairs.append((key, value))
+    return ObjectStorage(args.runs_dir.rstrip("/"), args.credentials_secret, args.service_account,
+                         tuple(pairs))
 
 
 FEDERATED = "federated"  # the stage type whose training runs on Flower (k8s.federated)
@@ -147,8 +195,9 @@ def cluster_spec_text(spec, models_dir: str) -> str:
     """The spec YAML as shipped to the cluster: push stages publish to the shared volume.
 
     Relative paths in a spec resolve against the spec's directory, which in a pod is the
-    read-only ConfigMap mount; the model servers read `/artifacts/models/<pipeline>`. So a push
-    stage without an absolute `serving_base` gets that one (the YAML is re-dumped only then).
+    read-only ConfigMap mount; the model servers read `/artifacts/models/<pipeline>` (with
+    `--runs-dir` on a bucket, `<prefix>/models/<pipeline>` there). So a push stage without an
+    absolute `serving_base` gets that one (the YAML is re-dumped only then).
     """
     import yaml
 
@@ -176,12 +225,13 @@ def job_options(spec, args: argparse.Namespace):
     cluster = spec.cluster
     if cluster.workers == "auto" and args.workers is None:
         raise UsageError(
-            f"{spec.where('cluster')}: cluster.workers: auto probes local clusters only; a TFJob "
-            "has a fixed replica count: give cluster.workers: N or --workers N. "
+            f"{spec.where('cluster')}: cluster.workers: auto probes local clusters only; a "
+            "cluster's training object has a fixed replica count: give cluster.workers: N or --workers N. "
             "Received: workers='auto'")
     data, train, release, train_inputs, release_inputs = _split_stages(spec)
     res = cluster.resources
-    probe = JobOptions(pipeline=spec.name, run_id="probe")
+    storage = object_storage(args)
+    probe = JobOptions(pipeline=spec.name, run_id="probe", storage=storage)
     spec_text = cluster_spec_text(spec, probe.models_dir)
     stage = next((s for s in spec.stages if s.name == train), None)  # None: federated only
     # the replicas the pods will resolve (commands.task): flags, then the train config, then
@@ -206,11 +256,14 @@ def job_options(spec, args: argparse.Namespace):
         replica_resources=cluster.replica_resources,
         batch_size=build_config(train_stage.Config, stage.config).batch_size if stage else None,
         name=args.name,
+        target=args.target,
+        queue=args.queue,
+        **({"serving_image": args.serving_image} if args.serving_image is not None else {}),
         spec_text=spec_text,
         code_files=spec_code_files(spec) if spec.path else (),
         data_stages=data, train_stage=train or "train", tfjob=train is not None,
         release_stages=release,
-        train_inputs=train_inputs, release_inputs=release_inputs,
+        train_inputs=train_inputs, release_inputs=release_inputs, storage=storage,
     )
     placement.check_batch(opts)  # the global batch must divide over the GPUs asked for
     return opts
@@ -279,7 +332,8 @@ def generate(argv: list[str]) -> int:
     from baton.pipeline.spec import load_spec
 
     args = _generate_parser().parse_args(argv)
-    for option in ("--out", "--image", "--namespace", "--name", "--run-id"):
+    for option in ("--out", "--image", "--namespace", "--name", "--run-id", "--queue",
+                   "--serving-image"):
         text = getattr(args, option[2:].replace("-", "_"))
         if text is not None and not text.strip():  # not "unset": an empty value is a mistake
             raise UsageError(f"{option}: must not be empty. Received: {text!r}")
@@ -289,12 +343,16 @@ def generate(argv: list[str]) -> int:
         check_train(spec, args)
         opts = job_options(spec, args)
         fed = federation(spec)
+        if fed is not None and opts.storage is not None:
+            raise UsageError(
+                f"--runs-dir {args.runs_dir}: the federated stage's SuperNodes read their "
+                "clients' examples from the shared volume (k8s.federated), so a spec with a "
+                "federated stage needs it; generate without --runs-dir")
+        from baton.k8s.render import build_all
+
+        build_all(opts, fed)  # what no manifest can express (a name too long...) is refused here
     except ManifestError as exc:
-        flag = _FLAG_FOR_FIELD.get(exc.field)
-        value = getattr(args, flag.lstrip("-").replace("-", "_"), None) if flag else None
-        given = value is not None and value is not False
-        where = f"{flag}" if given else f"spec {spec.path or '<default penguins>'}: {exc.field}"
-        raise UsageError(f"{where}: {str(exc).split(': ', 1)[1]}") from exc
+        raise UsageError(_where(exc, args, spec)) from exc
     try:
         written = write_manifests(opts, args.out, federation=fed)
     except ValidationFailed as exc:
@@ -302,17 +360,45 @@ def generate(argv: list[str]) -> int:
     except OSError as exc:
         raise UsageError(f"--out {args.out}: cannot write {exc.filename or ''}: {exc.strerror or exc}") from exc
     _note_min_workers(spec)
+    if opts.queue and opts.target == "tfjob":
+        print("note: Kueue's TFJob integration (kubeflow.org/tfjob) is off by default and on its "
+              "way out; with --queue, prefer --target jobset or trainjob (docs/kubernetes.md)",
+              file=sys.stderr)
+    if opts.namespace == "default":
+        print("note: namespace.yaml labels the namespace 'default' to enforce the restricted Pod "
+              "Security Standard, which applies to every pod there; give --namespace for a "
+              "namespace of its own", file=sys.stderr)
     print(f"wrote {len(written)} files to {args.out}: {_summary(opts, fed)}, run id {opts.run_id}")
     return EXIT_OK
+
+
+def _where(exc, args: argparse.Namespace, spec) -> str:  # noqa: ANN001 - a ManifestError
+    """The flag (when given) or spec field a ManifestError is about, and its message."""
+    flag = _FLAG_FOR_FIELD.get(exc.field)
+    value = getattr(args, flag.lstrip("-").replace("-", "_"), None) if flag else None
+    given = value is not None and value is not False
+    if exc.field == "name" and not given:
+        where = ("the job name <pipeline>-<run id> (give a shorter --name, --run-id or pipeline "
+                 "name)")
+    elif exc.field == "image" and not given:
+        where = f"spec {spec.path or '<default penguins>'}: cluster.image (or --image)"
+    else:
+        where = f"{flag}" if given else f"spec {spec.path or '<default penguins>'}: {exc.field}"
+    return f"{where}: {str(exc).split(': ', 1)[1]}"
 
 
 def _summary(opts, fed) -> str:
     from baton.k8s import federated
 
     parts = []
-    if opts.tfjob:
-        topo = opts.topology.replica_counts()
-        parts.append(f"TFJob {opts.job_name} ({', '.join(f'{k} x{v}' for k, v in topo.items())})")
+    topo = ", ".join(f"{k} x{v}" for k, v in opts.topology.replica_counts().items())
+    if opts.tfjob and opts.target == "tfjob" or (opts.tfjob and fed is not None):
+        parts.append(f"TFJob {opts.job_name} ({topo})")
+    elif opts.tfjob and opts.target == "trainjob":
+        parts.append(f"TrainJob {opts.job_name} on ClusterTrainingRuntime "
+                     f"{opts.job_name}-tensorflow (data, {topo}, release)")
+    elif opts.tfjob:
+        parts.append(f"JobSet {opts.job_name} (data, {topo}, release, in order)")
     if fed is not None:
         kind = "rehearsal" if fed.rehearsal else "silos"
         parts.append(f"federation {fed.stage} (SuperLink {federated.superlink_address(opts)}, "
@@ -331,19 +417,23 @@ def _note_min_workers(spec) -> None:
         if s.type == "train"]
     given = [v for v in values if v is not None]
     if given:
-        print(f"note: min_workers={given[0]} is not in the TFJob: the kubeflow.org/v1 TFJob has a "
-              "fixed replica count (elasticPolicy exists for PyTorchJob only), so on Kubernetes "
-              "a lost worker pod is re-created under its restartPolicy and the job waits for it; "
-              "min_workers applies to `baton run`'s local cluster", file=sys.stderr)
+        print(f"note: min_workers={given[0]} is not in the manifests: the training object has a "
+              "fixed replica count (a TFJob's elasticPolicy exists for PyTorchJob only; JobSet's "
+              "elastic scaling is behind a feature gate), so on Kubernetes a lost worker pod is "
+              "re-created under its restart policy and the job waits for it; min_workers "
+              "applies to `baton run`'s local cluster", file=sys.stderr)
 
 
 def validate(argv: list[str]) -> int:
     from baton.k8s.kube_schemas import source
     from baton.k8s.validate import validate_file
 
-    p = _Parser(prog="baton k8s validate", description="Validate manifests: TFJobs against the "
-                "training operator v1.9.0 CRD schema and webhook rules, built-in kinds against "
-                "Kubernetes' schemas. Exit 0 when valid, 1 with every violation listed.")
+    p = _Parser(prog="baton k8s validate", description="Validate manifests: TFJobs, JobSets, "
+                "TrainJobs and ClusterTrainingRuntimes against their CRDs (training operator "
+                "v1.9.0, JobSet v0.12.0, Trainer v2.3.0) and their admission webhooks' rules, "
+                "built-in kinds against Kubernetes' schemas, every pod against the restricted "
+                "Pod Security Standard, a directory's NetworkPolicies and Namespace. Exit 0 when "
+                "valid, 1 with every violation listed.")
     p.add_argument("files", nargs="+", help="YAML files or directories")
     args = p.parse_args(argv)
     missing = [f for f in args.files if not Path(f).exists()]
@@ -355,24 +445,27 @@ def validate(argv: list[str]) -> int:
     if found:
         print(f"{len(found)} violation(s)", file=sys.stderr)
         return EXIT_FAILED
-    print(f"ok: {', '.join(args.files)} (TFJob: kubeflow.org_tfjobs.v1.9.0 + webhook rules; "
-          f"built-in kinds: {source()})")
+    print(f"ok: {', '.join(args.files)} (custom resources: their CRDs and webhook rules, TFJob "
+          f"v1.9.0, JobSet v0.12.0, Trainer v2.3.0; built-in kinds: {source()}; pods: the "
+          "restricted Pod Security Standard)")
     return EXIT_OK
 
 
 def emulate(argv: list[str]) -> int:
-    from baton.k8s.emulator import EmulatorOptions, emulate_file
+    from baton.k8s.emulate_files import emulate_training, manifest_documents
     from baton.k8s.emulator_pods import EmulationError
     from baton.k8s.errors import ValidationFailed
 
-    p = _Parser(prog="baton k8s emulate", description="Run manifests as local processes: a "
-                "TFJob with the environment the operator would give each replica, or the "
-                "Deployments, Services and Jobs of a federated stage (SuperLink, SuperNodes, the "
-                "run Job; see docs/kubernetes.md). Exit 0 when the job (every Job) succeeds, 1 "
-                "when it fails. SIGTERM or Ctrl-C deletes it: every pod is stopped (SIGTERM, "
-                "grace period, SIGKILL), then the exit code is 143 or 130.")
-    p.add_argument("manifests", nargs="+", help="a TFJob YAML (e.g. OUT/tfjob.yaml), or the "
-                   "federation's files, or the directory `baton k8s` wrote")
+    p = _Parser(prog="baton k8s emulate", description="Run manifests as local processes, as "
+                "their controllers would: the directory `baton k8s` wrote (what `kubectl apply "
+                "-k` runs: the data step, the training as a JobSet, a TrainJob or a TFJob, the "
+                "release step, then the serving Deployment's readiness), or a TFJob, a JobSet, a "
+                "TrainJob with its runtime, or a federated stage's Deployments, Services and "
+                "Jobs (see docs/kubernetes.md). Exit 0 when it succeeds, 1 when it fails, 2 for "
+                "an invalid manifest. SIGTERM or Ctrl-C deletes it: every pod is stopped "
+                "(SIGTERM, grace period, SIGKILL), then the exit code is 143 or 130.")
+    p.add_argument("manifests", nargs="+", help="the directory `baton k8s` wrote, or files: "
+                   "a TFJob, a JobSet, a TrainJob and its ClusterTrainingRuntime, a federation")
     p.add_argument("--volume-dir", help="local directory for the PVC (default: WORK_DIR/volume)")
     p.add_argument("--volume", action="append", default=[], metavar="CLAIM=DIR",
                    help="federation: the local directory of one claim (a silo's data); repeat")
@@ -389,51 +482,38 @@ def emulate(argv: list[str]) -> int:
     volume_dir = Path(args.volume_dir or work / "volume").resolve()
     manifests_dir = Path(args.manifests_dir) if args.manifests_dir else None
     try:
-        docs = _manifest_documents(args.manifests)
-        tfjobs = [path for path, d in docs if d.get("kind") == "TFJob"]
+        docs = manifest_documents(args.manifests)
+        kinds = {str(d.get("kind")) for _, d in docs}
         fed = [d for _, d in docs if d.get("kind") == "Deployment"
                and d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "superlink"]
-        if tfjobs and fed:
-            raise UsageError(f"{', '.join(args.manifests)}: a TFJob and a federation; emulate "
-                             "one at a time: give the TFJob's file, or the federation's files")
-        if not fed:
-            if not tfjobs:
-                kinds = sorted({str(d.get("kind")) for _, d in docs})
-                raise UsageError(f"{', '.join(args.manifests)}: no TFJob and no federation "
-                                 f"(SuperLink Deployment) to emulate. Received kinds: {kinds}")
-            if args.volume:
-                raise UsageError("--volume is for a federation's claims; a TFJob's claims are "
-                                 f"all --volume-dir. Received: --volume {args.volume[0]}")
-            return emulate_file(tfjobs[0], EmulatorOptions(
-                volume_dir=volume_dir, work_dir=work.resolve(), manifests_dir=manifests_dir,
-                command=shlex.split(args.command) if args.command else None))
-        if args.command:
-            raise UsageError("--command replaces a TFJob's tensorflow container; a federation "
-                             f"runs its manifests' own commands. Received: --command {args.command!r}")
-        return _emulate_federation(args, docs, volume_dir, work.resolve(), manifests_dir or here)
+        training = sorted(kinds & {"TFJob", "JobSet", "TrainJob"})
+        if training and fed:
+            raise UsageError(f"{', '.join(args.manifests)}: a {training[0]} and a federation; "
+                             "emulate one at a time: give the training's file, or the "
+                             "federation's files")
+        if args.volume and not fed:
+            raise UsageError("--volume is for a federation's claims; a training's claims are "
+                             f"all --volume-dir. Received: --volume {args.volume[0]}")
+        if args.command and (fed or "TFJob" not in kinds or len(args.manifests) > 1 or first.is_dir()):
+            raise UsageError("--command replaces a TFJob file's tensorflow container; a directory, "
+                             "a JobSet, a TrainJob or a federation runs its manifests' own "
+                             f"commands. Received: --command {args.command!r}")
+        if fed:
+            return _emulate_federation(args, docs, volume_dir, work.resolve(), manifests_dir or here)
+        if first.is_dir() and len(args.manifests) == 1 and (first / "kustomization.yaml").is_file():
+            from baton.k8s.emulator_dir import DirOptions, emulate_directory
+
+            return emulate_directory(first, DirOptions(volume_dir=volume_dir, work_dir=work.resolve()))
+        if not training:
+            raise UsageError(f"{', '.join(args.manifests)}: no TFJob, JobSet, TrainJob or "
+                             f"federation (SuperLink Deployment) to emulate. Received kinds: "
+                             f"{sorted(kinds)}")
+        return emulate_training(training[0], docs, volume_dir, work.resolve(), manifests_dir or here,
+                                command=shlex.split(args.command) if args.command else None)
     except ValidationFailed as exc:
         raise UsageError(f"{', '.join(args.manifests)}: {exc}") from exc
     except EmulationError as exc:
         raise UsageError(str(exc)) from exc
-
-
-def _manifest_documents(paths: list[str]) -> list[tuple[Path, dict]]:
-    """(file, document) of every YAML file given, a directory's top-level *.yaml in name order
-    (its kustomization and `alternatives/` left out)."""
-    import yaml
-
-    from baton.k8s.emulator_pods import EmulationError
-
-    files: list[Path] = []
-    for p in map(Path, paths):
-        files += sorted(f for f in p.glob("*.y*ml") if f.name != "kustomization.yaml")             if p.is_dir() else [p]
-    out = []
-    for f in files:
-        try:
-            out += [(f, d) for d in yaml.safe_load_all(f.read_text()) if isinstance(d, dict)]
-        except yaml.YAMLError as exc:
-            raise EmulationError(f"{f}: not YAML ({exc})") from None
-    return out
 
 
 def _emulate_federation(args, docs, volume_dir: Path, work: Path, manifests_dir: Path) -> int:

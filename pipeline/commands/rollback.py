@@ -3,7 +3,9 @@
 TF Serving (and `baton serve`) serve the highest integer version under MODEL_DIR. Rolling back
 renames every version newer than the target to `.rolledback-<version>`, a name servers ignore,
 so the target becomes the newest; nothing is deleted, and the rolled-back numbers are never
-reused by later pushes. Without --to, the version before the newest is the target.
+reused by later pushes. Without --to, the version before the newest is the target. MODEL_DIR
+may be a bucket URL (`s3://...`, `gs://...`): there the newer versions are copied aside and
+retired, commit first (pipeline.release.bucket_versions).
 Exit 0 on success, 1 when there is nothing to roll back to, 2 on bad usage.
 """
 
@@ -18,7 +20,8 @@ from baton.errors import EXIT_OK, BatonError, UsageError
 
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="baton rollback", description=__doc__.splitlines()[0])
-    p.add_argument("model_dir", help="the serving base directory (what --model_base_path names)")
+    p.add_argument("model_dir", help="the serving base directory or bucket URL (what "
+                   "--model_base_path names)")
     p.add_argument("--to", type=int, metavar="VERSION", help="version to serve (default: the one "
                    "before the newest)")
     p.add_argument("--list", action="store_true", help="list versions and exit")
@@ -32,9 +35,16 @@ def main(argv: list[str]) -> int:
         args = parser().parse_args(argv)
     except SystemExit as exc:  # argparse already printed the usage message
         return int(exc.code or EXIT_OK)
-    base = Path(args.model_dir)
-    if not base.is_dir():
-        raise UsageError(f"MODEL_DIR {str(base)!r} is not a directory")
+    from baton.storage import location
+    from baton.storage.filesystems import check_bucket
+
+    base: Path | str = location.normalize(args.model_dir, "MODEL_DIR")
+    if location.is_remote(str(base)):
+        check_bucket(str(base), "MODEL_DIR")
+    elif not Path(base).is_dir():
+        raise UsageError(f"MODEL_DIR {args.model_dir!r} is not a directory")
+    else:
+        base = Path(args.model_dir)
     if args.list:
         present, rolled = V.versions(base), V.rolled_back(base)
         print(f"{base}: versions {present or 'none'} (serving {present[-1] if present else '-'})"

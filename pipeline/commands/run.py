@@ -117,7 +117,9 @@ def main(argv: list[str]) -> int:
     if not result.ok:
         _LOG.error("baton run: %s", result.error)
         return EXIT_FAILED
-    print(result.run_dir)  # stdout: the result, which scripts read (plain in JSON mode too)
+    # stdout: the result, which scripts read (plain in JSON mode too): the run directory, or
+    # its URL on an object store
+    print(result.url or result.run_dir)
     return EXIT_OK
 
 

@@ -1,6 +1,8 @@
 """`baton task`: run stage `train` as ONE task of a cluster (what each TFJob replica runs).
 
     baton task SPEC --stage train --run-dir DIR [--out DIR]     inputs from DIR/<upstream>/<output>
+    baton task SPEC --stage train --run-dir s3://.../<run id>   a bucket run: inputs staged from
+                                                                its commits, the stage committed
     baton task --job JOB.json --out DIR [--backup-dir DIR]      explicit form (the local launcher)
 
 This is the edge: TF_CONFIG (which task am I), BATON_INJECT_FAILURE / BATON_ATTEMPT (fault
@@ -34,6 +36,7 @@ from typing import Any
 
 from baton import logs
 from baton.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, EXIT_TRANSIENT
+from baton.pipeline.training import bucket_task
 from baton.strategies.factory import MULTI_WORKER_MIRRORED, ONE_DEVICE, PARAMETER_SERVER
 
 OK, PERMANENT, TRANSIENT, PREEMPTED = EXIT_OK, EXIT_FAILED, EXIT_TRANSIENT, EXIT_PREEMPTED
@@ -60,28 +63,82 @@ def parser() -> argparse.ArgumentParser:
 def main(argv: list[str]) -> int:
     args = parser().parse_args(argv)
     from baton.errors import BatonError
-    from baton.strategies.cluster import ClusterSpecError, TFConfig
+    from baton.pipeline.training.task_record import SpecRecords
+    from baton.strategies import jobset_cluster
+    from baton.strategies.cluster import ClusterSpecError
     from baton.strategies.faults import FaultSpecError, parse_fault
 
     error_file = _env_path("BATON_ERROR_FILE")
+    started, t0 = _now(), time.monotonic()
+    spec_form = SpecRecords(args.stage, args.run_dir if not args.job and not args.out else None)
+    bucket = None
     try:
-        tf_config = TFConfig.from_env()
+        tf_config = jobset_cluster.tf_config_from_env(os.environ, say=_say)
         attempt = int(os.environ.get("BATON_ATTEMPT", "0") or 0)
         fault = parse_fault(os.environ.get("BATON_INJECT_FAILURE")) if attempt == 0 else None
-        job, out = _job(args, tf_config)
+        bucket = None if args.job else bucket_task.open_run(args.run_dir)
+        if bucket is not None:  # inputs staged from the bucket into this node's mirror
+            from baton.pipeline.spec import load_spec
+
+            spec_form.spec = load_spec(args.spec)
+            inputs = bucket_task.stage_inputs(bucket, spec_form.spec.stage(args.stage))
+            args.run_dir = str(bucket.run_dir)
+            spec_form.run_dir = bucket.run_dir  # records in the mirror, then on the bucket
+        job, out = _job(args, tf_config, spec_form)
     except (BatonError, ClusterSpecError, FaultSpecError, ValueError, KeyError, OSError) as exc:
-        return _permanent("", str(exc), error_file)
-    backup_dir = Path(args.backup_dir) if args.backup_dir else out / "backup"
-    return run(
+        rc = _permanent("", str(exc), error_file)
+        _record_failure(spec_form, bucket, started, "", str(exc))
+        return rc
+    rc = run(
         job,
         tf_config,
         out,
-        backup_dir,
+        bucket_task.backup_dir(args.backup_dir, out),
         fault,
         _env_path("BATON_STATUS_FILE"),
         _env_path("BATON_INVENTORY_DIR"),
         error_file,
     )
+    task_name = tf_config.task.name if tf_config else "worker:0"
+    if rc == OK and (tf_config is None or tf_config.is_chief) and not job.probe_steps:
+        if bucket is not None:
+            from baton.pipeline.stages import train as train_stage
+
+            try:  # the chief commits the stage to the bucket: the release step reads it there
+                record = spec_form.record(started, time.monotonic() - t0, out)
+                bucket_task.commit(bucket, args.stage, out, tuple(train_stage.OUTPUTS),
+                                   inputs, record)
+            except BatonError as exc:
+                return _permanent(task_name, str(exc), error_file)
+            _say(f"committed stage {args.stage!r} to {bucket.url}")
+        else:
+            recorded = spec_form.succeeded(started, time.monotonic() - t0)
+            if recorded is not None:
+                _say(f"recorded {recorded} (the release step reads it)")
+    elif rc == PERMANENT:
+        _record_failure(spec_form, bucket, started, task_name, _read_error(error_file))
+    return rc
+
+
+def _record_failure(form: Any, bucket: Any, started: str, task_name: str, error: str) -> None:
+    """`<stage>.failed.json` beside the run (on the bucket too): a step waiting for this
+    stage's outputs ends at once, naming the failure."""
+    form.failed(started, task_name, error)
+    if bucket is not None:
+        bucket.save_failure(form.stage)
+
+
+def _now() -> str:
+    import datetime as dt
+
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _read_error(error_file: Path | None) -> str:
+    try:
+        return error_file.read_text().strip() if error_file else "exited with 1 (its log says why)"
+    except OSError:
+        return "exited with 1 (its log says why)"
 
 
 def _env_path(name: str) -> Path | None:
@@ -210,7 +267,7 @@ def training_nodes(nodes: list[dict[str, Any]], cluster: dict[str, list[str]], s
     return [n for n in nodes if str(n.get("task", "worker")).split(":")[0] in compute] or nodes
 
 
-def _job(args: argparse.Namespace, tf_config: Any) -> tuple[Any, Path]:
+def _job(args: argparse.Namespace, tf_config: Any, form: Any = None) -> tuple[Any, Path]:
     from baton.strategies.job import TrainJob
 
     if args.job:
@@ -226,6 +283,8 @@ def _job(args: argparse.Namespace, tf_config: Any) -> tuple[Any, Path]:
     from baton.pipeline.stages import train as train_stage
 
     spec = load_spec(args.spec)
+    if form is not None:
+        form.spec = spec
     stage = spec.stage(args.stage)
     if registry.resolve(stage.type).module is not train_stage:
         raise ValueError(

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import pickle
 from collections.abc import Iterator, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import apache_beam as beam
@@ -33,6 +32,7 @@ from apache_beam.internal import pickler as beam_pickler
 from baton.pipeline.dataplane.fn_source import FnSource
 from baton.pipeline.dataplane.reader import encoded_columns
 from baton.pipeline.dataplane.schema_file import Column
+from baton.pipeline.dataplane.shard_sink import shard_path
 from baton.pipeline.dataplane.user_errors import UserErrors
 
 
@@ -78,13 +78,13 @@ class ApplyPreprocessing(beam.DoFn):
         if self.built is None:
             self._build(pickle.loads(merged))
         split, path, index = element
-        out = Path(self.out_dir) / split
-        out.mkdir(parents=True, exist_ok=True)
         needed = [c for c in self.columns if c.name in self.feeder.used]
         read = [*needed, next(c for c in self.columns if c.name == self.label)]
         rows = dropped = 0
+        # out_dir: a local directory or a bucket prefix (dataplane.shard_sink uploads the shard)
         with UserErrors(f"{self.source.where}: applying"), \
-                tf.io.TFRecordWriter(str(out / f"part-{index:05d}.tfrecord")) as writer:
+                shard_path(self.out_dir, split, f"part-{index:05d}.tfrecord") as target, \
+                tf.io.TFRecordWriter(target) as writer:
             batches = group_batches(read_batches(path, read, self.batch_rows),
                                     batch_rows_for(read, self.batch_rows))
             for records, n, gone in ordered_map(lambda b: self._transform(b, needed), batches,

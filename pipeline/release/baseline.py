@@ -15,14 +15,16 @@ from typing import Any
 from baton.strategies.job import MODEL_FILE
 
 
-def output_path(record: Mapping[str, Any], name: str, roots: Iterable[Path]) -> Path | None:
-    """The directory of output `name` of a lineage record, if it still exists."""
+def output_path(record: Mapping[str, Any], name: str, roots: Iterable[Path],
+                fetch: Callable[[Path], Path] = Path) -> Path | None:
+    """The directory of output `name` of a lineage record, if it still exists (`fetch`: stages
+    it on this node first, for a run directory on an object store: StageContext.fetch)."""
     out = (record.get("outputs") or {}).get(name)
     raw = out.get("path") if isinstance(out, Mapping) else out
     if not raw:
         return None
     p = Path(raw)
-    candidates = [p] if p.is_absolute() else [r / p for r in roots] + [p]
+    candidates = [fetch(p)] if p.is_absolute() else [r / p for r in roots] + [p]
     return next((c for c in candidates if c.exists()), None)
 
 
@@ -47,7 +49,7 @@ def find(ctx: Any, reevaluate: Callable[[Path, Path], Mapping[str, float]] | Non
     for record in same:
         if record.get("status", "succeeded") != "succeeded":
             continue
-        bless_dir = output_path(record, "blessing", _roots(ctx))
+        bless_dir = output_path(record, "blessing", _roots(ctx), ctx.fetch)
         blessing = None
         if bless_dir is not None and (bless_dir / "blessing.json").is_file():
             blessing = json.loads((bless_dir / "blessing.json").read_text())
@@ -59,8 +61,8 @@ def find(ctx: Any, reevaluate: Callable[[Path, Path], Mapping[str, float]] | Non
         base = {"run_id": run_id(record), "metrics": metrics, "source": "recorded",
                 "model": (blessing or {}).get("model")}
         if reevaluate and blessing:
-            model = Path(blessing.get("model", ""))
-            transform = Path(blessing.get("transform_graph", ""))
+            model = ctx.fetch(blessing.get("model", ""))
+            transform = ctx.fetch(blessing.get("transform_graph", ""))
             if (model / MODEL_FILE).is_file() and transform.is_dir():
                 try:
                     base["metrics"] = dict(reevaluate(model, transform))

@@ -193,9 +193,43 @@ def predict(model: Any, features: dict[str, Any], batch_size: int = 256) -> Any:
     return np.concatenate(parts, axis=0)
 
 
-def softmax(logits: Any) -> Any:
-    import numpy as np
+def train_info(model_dir: Path) -> dict[str, Any]:
+    """The model's train_info.json ({} when absent or unreadable)."""
+    import json
 
-    z = logits - logits.max(axis=1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=1, keepdims=True)
+    try:
+        return dict(json.loads((model_dir / TRAIN_INFO_FILE).read_text()))
+    except (OSError, ValueError):
+        return {}
+
+
+def model_metrics(model_dir: Path, spec: FeatureSpec) -> list[Any]:
+    """The Keras metrics the model was trained with (the spec's `metrics:` and its compile()'s,
+    graphs.metric_records), rebuilt as they were built for it; its modules imported first."""
+    from baton.graphs.metric_records import rebuild
+    from baton.graphs.user_refs import RefError, custom_objects
+
+    info = train_info(model_dir)
+    if not info.get("metrics"):
+        return []
+    try:
+        custom = (custom_objects(list(info["user_modules"]), info.get("code_dir") or None)
+                  if info.get("user_modules") else {})
+    except RefError:
+        custom = {}
+    return rebuild(info["metrics"], spec.label.task, spec.label.num_classes, custom)
+
+
+def output_kind(model_dir: Path) -> str:
+    """What the trained classifier outputs, as training decided (train_info.json `outputs`,
+    graphs.model_outputs): "probabilities" (a softmax at its end) or "logits" (also for models
+    trained before it was recorded, which were all trained as logits)."""
+    return str((train_info(model_dir).get("outputs") or {}).get("kind", "logits"))
+
+
+def probabilities(outputs: Any, kind: str) -> Any:
+    """Class probabilities from a classifier's outputs (a softmax of logits; probabilities as
+    they are)."""
+    from baton.graphs.model_outputs import to_probabilities
+
+    return to_probabilities(outputs, kind)

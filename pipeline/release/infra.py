@@ -119,6 +119,11 @@ def signature_problems(sigs: Mapping[str, Any], info: Mapping[str, Any]) -> list
         if raw:
             problems += _expect_io(default, "input", sigs[default].inputs, raw, exact=True)
             problems += _shape_problems(default, sigs[default].inputs, info["raw_inputs"])
+            problems += [
+                f"signature {default!r}: input {f['name']!r} is optional (the transform does "
+                "not read it) but has no default in the SignatureDef"
+                for f in info["raw_inputs"]
+                if f.get("required") is False and f["name"] not in sigs[default].defaults]
         outs = {"predictions": FLOAT} if regression else {
             "probabilities": FLOAT, "class_ids": INT64, "classes": STRING}
         problems += _expect_io(default, "output", sigs[default].outputs, outs, exact=False)
@@ -158,12 +163,17 @@ def run_fresh(version_dir: Path, timeout: float) -> dict[str, Any]:
 
 def compare(got: Sequence[Mapping[str, Any]], want: Sequence[Mapping[str, Any]],
             atol: float) -> tuple[float, list[str]]:
-    """(max abs difference, problems) between fresh-process and in-process answers."""
+    """(max abs difference, problems) between fresh-process and in-process answers.
+
+    A NaN (or infinity) is a problem of its own, reported as such once per output with the
+    requests it appears in and whether both sides agree on it: a model that answers NaN must
+    not pass as one that "differs from the in-process model by nan"."""
     import numpy as np
 
     if len(got) != len(want):
         return float("inf"), [f"{len(got)} warmup answers, expected {len(want)}"]
     worst, problems = 0.0, []
+    nonfinite: dict[str, dict[str, list[int]]] = {}
     for i, (g, w) in enumerate(zip(got, want, strict=True)):
         for key, expected in w.items():
             if key not in g:
@@ -174,7 +184,14 @@ def compare(got: Sequence[Mapping[str, Any]], want: Sequence[Mapping[str, Any]],
                 problems.append(f"warmup request {i}: output {key!r} has shape {a.shape}, "
                                 f"expected {b.shape}")
             elif a.dtype.kind in "fc" or b.dtype.kind in "fc":
-                diff = float(np.max(np.abs(a.astype(float) - b.astype(float)))) if a.size else 0.0
+                a, b = a.astype(float), b.astype(float)
+                bad_a, bad_b = ~np.isfinite(a), ~np.isfinite(b)
+                if bad_a.any() or bad_b.any():
+                    side = ("both" if bad_a.any() and bad_b.any() else
+                            "fresh" if bad_a.any() else "in-process")
+                    nonfinite.setdefault(key, {}).setdefault(side, []).append(i)
+                ok = ~(bad_a | bad_b)
+                diff = float(np.max(np.abs(a[ok] - b[ok]))) if ok.any() else 0.0
                 worst = max(worst, diff)
                 if not diff <= atol:
                     problems.append(f"warmup request {i}: output {key!r} differs from the "
@@ -182,4 +199,14 @@ def compare(got: Sequence[Mapping[str, Any]], want: Sequence[Mapping[str, Any]],
             elif a.tolist() != b.tolist():
                 problems.append(f"warmup request {i}: output {key!r} is {a.tolist()}, the "
                                 f"in-process model gives {b.tolist()}")
+    sides = {"both": "in the fresh process as in the in-process model",
+             "in-process": "in the in-process model, not in the fresh process (whose fused "
+                           "kernels may turn NaN into numbers)",
+             "fresh": "in the fresh process, not in the in-process model"}
+    for key, where in nonfinite.items():
+        for side, text in sides.items():
+            if where.get(side):
+                problems.append(f"output {key!r} is NaN (or infinite) for warmup requests "
+                                f"{where[side]}, {text}: the model cannot answer those rows "
+                                "(missing values the transform hands on?)")
     return worst, problems

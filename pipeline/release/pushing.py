@@ -5,6 +5,8 @@ directory is fsynced, and one `os.rename` makes `<base>/<version>` appear comple
 killed at any point leaves either no new version or a complete one; the stale temporary
 directory is swept by the next push. Pushing the same content as the newest version is a no-op
 (content digest stored in `assets.extra/baton_push.json`), so a rerun never adds a duplicate.
+On an object store (`s3://`, `gs://`) the same guarantees come from a commit object written
+last instead of a rename (bucket_versions).
 """
 
 from __future__ import annotations
@@ -19,7 +21,9 @@ from pathlib import Path
 from typing import Any
 
 from baton.graphs.signatures import ASSETS_EXTRA
+from baton.pipeline.release import bucket_versions
 from baton.pipeline.release import versions as V
+from baton.storage.location import is_remote
 
 MARKER = Path(ASSETS_EXTRA) / "baton_push.json"
 
@@ -70,7 +74,7 @@ def _fsync_file(path: Path) -> None:
 
 
 def push(
-    src: Path, base: Path, *, proposed_version: int = 1, keep: int = 5,
+    src: Path, base: Path | str, *, proposed_version: int = 1, keep: int = 5,
     info: dict[str, Any] | None = None,
     extra: dict[str, Path] | None = None,
     copy_file: Callable[[Path, Path], Any] = shutil.copy2,
@@ -79,7 +83,8 @@ def push(
 
     Args:
         src: a SavedModel directory (saved_model.pb, variables/, ...).
-        base: the serving base directory (created if missing).
+        base: the serving base directory (created if missing), or its bucket URL
+            (`s3://...`, `gs://...`: pushed by bucket_versions, committed last).
         proposed_version: the exporter's version; raised above every version already used.
         keep: how many versions to keep after the push (older ones are removed; >= 1).
         info: extra facts stored in the pushed version's marker (run id, blessing).
@@ -94,6 +99,14 @@ def push(
         for rel, path in sorted(extra.items()):
             h.update(rel.encode() + b"\0" + path.read_bytes() + b"\0")
         content = h.hexdigest()
+    if is_remote(str(base)):  # no rename on an object store: committed last, by manifest
+        files = {p.relative_to(src).as_posix(): p for p in sorted(src.rglob("*"))
+                 if p.is_file() and p.relative_to(src) != MARKER}
+        return bucket_versions.push(
+            {**files, **(extra or {})}, str(base), digest=content,
+            proposed_version=proposed_version, keep=keep,
+            record={"source": str(src), "pushed_at": time.time(), **(info or {})})
+    base = Path(base)
     with V.locked(base):
         present = V.versions(base)
         if present:

@@ -70,7 +70,9 @@ def _checks(checks: Sequence[Mapping[str, Any]]) -> str:
                     "</td></tr>")
     for c in checks:
         th = c["threshold"]
-        if isinstance(th, Mapping):
+        if c["kind"] == "finite":
+            th = "finite"
+        elif isinstance(th, Mapping):
             th = " ".join(f"{k} {v}" for k, v in (("&ge;", th.get("min")), ("&le;", th.get("max")))
                           if v is not None)
         else:

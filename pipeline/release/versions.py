@@ -11,6 +11,10 @@ name is ignored. Every change here keeps that view consistent at every instant:
 
 A lock file (`.baton.lock`, flock) serialises pushes and rollbacks; stale `.tmp-*` and
 `.retired-*` directories left by a killed process are removed by the next locked operation.
+
+A base on an object store (`s3://`, `gs://`) has no rename and no lock: `versions`,
+`rolled_back` and `rollback` hand it to `bucket_versions`, which keeps the same view through
+commit objects.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from baton.errors import BatonError
+from baton.pipeline.release import bucket_versions
+from baton.storage.location import is_remote
 
 LOCK = ".baton.lock"
 TMP_PREFIX = ".tmp-"
@@ -36,15 +42,21 @@ class VersionError(BatonError):
     """A version operation that cannot be done (unknown version, nothing to roll back to)."""
 
 
-def versions(base: Path) -> list[int]:
+def versions(base: Path | str) -> list[int]:
     """Integer versions present in `base`, ascending (what a server would load)."""
+    if is_remote(str(base)):
+        return bucket_versions.versions(str(base))
+    base = Path(base)
     if not base.is_dir():
         return []
     return sorted(int(p.name) for p in base.iterdir() if p.is_dir() and p.name.isdigit())
 
 
-def rolled_back(base: Path) -> list[int]:
+def rolled_back(base: Path | str) -> list[int]:
     """Versions that were rolled back (kept under non-integer names)."""
+    if is_remote(str(base)):
+        return bucket_versions.rolled_back(str(base))
+    base = Path(base)
     if not base.is_dir():
         return []
     return sorted(int(m.group(1)) for p in base.iterdir() if (m := _ROLLED.match(p.name)))
@@ -97,25 +109,16 @@ def prune(base: Path, keep: int) -> list[int]:
     return old
 
 
-def rollback(base: Path, to: int | None = None) -> tuple[int, list[int]]:
+def rollback(base: Path | str, to: int | None = None) -> tuple[int, list[int]]:
     """Make `to` (default: the version before the newest) the newest version.
 
     Returns (the version now newest, the versions moved aside).
     """
+    if is_remote(str(base)):
+        return bucket_versions.rollback(str(base), to, VersionError)
+    base = Path(base)
     with locked(base):
-        present = versions(base)
-        if not present:
-            raise VersionError(f"no versions in {base}")
-        if to is None:
-            if len(present) < 2:
-                raise VersionError(f"only version {present[0]} is in {base}: nothing to roll "
-                                   "back to")
-            to = present[-2]
-        if to not in present:
-            raise VersionError(f"version {to} is not in {base}; versions present: {present}")
-        newer = [v for v in present if v > to]
-        if not newer:
-            raise VersionError(f"version {to} is already the newest in {base}")
+        to, newer = bucket_versions.rollback_plan(versions(base), to, base, VersionError)
         for v in sorted(newer, reverse=True):
             dst = base / f"{ROLLED_BACK_PREFIX}{v}"
             n = 1

@@ -1,6 +1,6 @@
 """Edge: TFLite variants of the exported model, measured against it, and a release decision.
 
-Each variant (see pipeline.release.tflite) is converted, run with the TFLite interpreter on the
+Each variant (see pipeline.release.tflite) is converted, run in LiteRT (ai-edge-litert) on the
 eval split and compared with the SavedModel on the same rows: size, latency per example, the
 metric and its delta, agreement. The first variant in `prefer` whose metric is within
 `max_delta` of the cloud model's is released (as model.tflite, with the transform's constants);

@@ -8,7 +8,14 @@ the comparison is on the same rows, otherwise its recorded metrics are used.
 
 A model that fails the gate is not an error here: the blessing (blessed: false, with every
 failed check) is the artifact, and `push` refuses it. That keeps the report and the decision
-inspectable for exactly the runs that need inspecting.
+inspectable for exactly the runs that need inspecting. A model whose outputs or metrics are not
+finite (NaN for rows with missing values) is never blessed, whatever the gate says.
+
+Besides Baton's own metrics (pipeline.release.metrics), the gate takes the Keras metrics the
+model was trained with (its `metrics:` and its compile()'s, by their Keras names, e.g.
+`sparse_categorical_accuracy`) and any Keras metric identifier, computed here on the raw eval
+rows through the transform; on a shared name (accuracy, auc, precision, recall, loss) Baton's
+own is the one gated.
 """
 
 from __future__ import annotations
@@ -27,7 +34,8 @@ from baton.strategies.job import HISTORY_FILE
 INPUTS = {"model": True, "transform_graph": True, "examples": True}
 OUTPUTS = ("evaluation", "blessing")
 CODE_DEPS = ("baton.pipeline.release.data", "baton.pipeline.release.metrics", "baton.pipeline.release.gate",
-             "baton.pipeline.release.report", "baton.pipeline.release.baseline")
+             "baton.pipeline.release.report", "baton.pipeline.release.baseline",
+             "baton.graphs.model_outputs", "baton.graphs.metric_records")
 CACHEABLE = True
 
 
@@ -53,7 +61,25 @@ def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
     """Refuse gates that name unknown metrics or slices before anything (training) runs."""
     from baton.pipeline.release.gate import spec_problems
 
-    return spec_problems(config.gate, config.slices)
+    reported, any_name = _declared_metrics(spec)
+    return spec_problems(config.gate, config.slices, reported=reported, any_name=any_name)
+
+
+def _declared_metrics(spec: Any) -> tuple[set[str], bool]:
+    """(metric names the spec's train stages declare in `metrics:`, whether a name may be any:
+    an own model's compile() may add metrics of any name, and a `module:Class` metric (or a
+    function returning a Metric) reports the name its object carries, known once it exists)."""
+    names: set[str] = set()
+    any_name = False
+    for st in getattr(spec, "stages", ()):
+        if st.type != "train":
+            continue
+        config = st.config or {}
+        any_name = any_name or ":" in str(config.get("model", ""))
+        for m in config.get("metrics") or ():
+            names.add(str(m).split(":")[-1].split(".")[-1])
+            any_name = any_name or ":" in str(m)
+    return names, any_name
 
 
 # Checked as soon as the transform graph exists, before train runs (see check_inputs).
@@ -90,7 +116,9 @@ def run(ctx: StageContext, config: Config) -> None:
         if base:
             ctx.log(f"baseline: run {base['run_id']} ({base['source']})")
     decision = gate.decide(config.gate, result["overall"], result["by_slice"],
-                           base["metrics"] if base else None)
+                           base["metrics"] if base else None,
+                           nonfinite_rows=result["nonfinite_rows"],
+                           directions=result["directions"])
     blessing = {
         "blessed": decision["blessed"],
         "checks": decision["checks"],
@@ -106,6 +134,7 @@ def run(ctx: StageContext, config: Config) -> None:
     evaluation, bless_dir = ctx.output("evaluation"), ctx.output("blessing")
     _write_json(evaluation / "metrics.json", {
         "task": spec.label.task, "split": config.split, "example_count": len(split),
+        "nonfinite_rows": result["nonfinite_rows"],
         "overall": result["overall"], "slices": result["by_slice"],
         "confusion_matrix": result["confusion"], "classes": list(spec.label.vocabulary),
         "calibration": result["calibration"],
@@ -125,36 +154,107 @@ def run(ctx: StageContext, config: Config) -> None:
 
 def evaluate_model(model_dir: Path, transform_dir: Path, split: Any, spec: Any,
                    config: Config) -> dict[str, Any]:
-    """Overall and sliced metrics, confusion matrix and calibration of one model on `split`."""
+    """Overall and sliced metrics, confusion matrix and calibration of one model on `split`,
+    and the rows whose outputs are not finite (`nonfinite_rows`)."""
+    import numpy as np
+
     from baton.pipeline.release import data
     from baton.pipeline.release import metrics as M
 
     transform = data.load_transform(transform_dir)
     model = data.load_model(model_dir)
     feats = data.transform_split(transform, split, spec)
-    outputs = data.predict(model, feats, config.batch_size)
+    raw = data.predict(model, feats, config.batch_size)
+    nonfinite = int((~np.isfinite(raw.reshape(len(raw), -1))).any(axis=1).sum())
     task, classes = spec.label.task, spec.label.vocabulary
+    kind = data.output_kind(model_dir)
     if task == "regression":
-        outputs = outputs.reshape(-1)
+        outputs = raw.reshape(-1)
     else:
-        if outputs.shape[1] != len(classes):
-            raise StageError(f"model: returns {outputs.shape[1]} logits per row but the label "
+        if raw.shape[1] != len(classes):
+            raise StageError(f"model: returns {raw.shape[1]} values per row but the label "
                              f"vocabulary has {len(classes)} classes {list(classes)}")
-        outputs = data.softmax(outputs)
+        outputs = data.probabilities(raw, kind)
+    keras_metrics = _keras_metrics(model_dir, spec, kind, config)
     overall = M.compute(outputs, split.labels, task, classes, config.calibration_bins)
+    overall.update(_keras_values(keras_metrics, split.labels, raw, overall))
     slices = {name: split.raw_strings(name) for name in config.slices}
     by_slice = M.sliced(outputs, split.labels, task, classes, slices, config.calibration_bins)
+    for feature, values in by_slice.items():
+        col = np.asarray(["<missing>" if v == "" else v for v in slices[feature]], dtype=object)
+        for value, metrics in values.items():
+            mask = col == value
+            metrics.update(_keras_values(keras_metrics, split.labels[mask], raw[mask], metrics))
     result: dict[str, Any] = {"overall": overall, "by_slice": by_slice, "confusion": [],
-                              "calibration": None}
+                              "calibration": None, "nonfinite_rows": nonfinite,
+                              "directions": _directions(keras_metrics)}
     if task != "regression":
         result["confusion"] = M.confusion(outputs, split.labels, len(classes))
         result["calibration"] = M.calibration(outputs, split.labels, config.calibration_bins)
     return result
 
 
+def _gate_names(config: Config) -> list[str]:
+    """Every metric the gate names (thresholds, changes, slice thresholds), once each."""
+    names = [*config.gate.thresholds, *config.gate.change]
+    names += [m for ths in config.gate.slices.values() for m in ths]
+    return list(dict.fromkeys(names))
+
+
+def _keras_metrics(model_dir: Path, spec: Any, kind: str,
+                   config: Config) -> tuple[list[Any], dict[str, str]]:
+    """(the model's own Keras metrics (train_info.json) and the Keras metric identifiers the
+    gate names that neither Baton nor the model computes, built for the model's outputs;
+    {metric name: the identifier the gate wrote} for the latter)."""
+    from baton.graphs.objectives import make_metrics, metric_names
+    from baton.pipeline.release import data
+    from baton.pipeline.release import metrics as M
+
+    made = data.model_metrics(model_dir, spec)
+    have = {m.name for m in made}
+    known = set(metric_names())
+    wanted = [n for n in _gate_names(config) if n in known and n not in have
+              and not M.is_known(n, spec.label.task, spec.label.vocabulary)]
+    aliases: dict[str, str] = {}
+    for name in wanted:
+        for m in make_metrics([name], spec.label.task, spec.label.num_classes,
+                              from_logits=kind != "probabilities"):
+            if m.name not in have:
+                made.append(m)
+                have.add(m.name)
+            aliases[m.name] = name
+    return made, aliases
+
+
+def _keras_values(keras_metrics: tuple[list[Any], dict[str, str]], labels: Any, outputs: Any,
+                  baton: dict[str, float]) -> dict[str, float]:
+    """The Keras metrics' values on these rows, by name (a gate identifier also under the name
+    it was written with); Baton's own metric wins a shared name."""
+    from baton.graphs.metric_records import compute
+
+    metrics, aliases = keras_metrics
+    if not metrics or not len(labels):
+        return {}
+    values = compute(metrics, labels, outputs)
+    values.update({alias: values[name] for name, alias in aliases.items()})
+    return {k: v for k, v in values.items() if k not in baton}
+
+
+def _directions(keras_metrics: tuple[list[Any], dict[str, str]]) -> dict[str, bool | None]:
+    """{name: whether higher is better} of the Keras metrics, under every name they are
+    reported by (the gate reads a bare threshold in that direction)."""
+    from baton.graphs.metric_records import higher_is_better
+
+    metrics, aliases = keras_metrics
+    out = {m.name: higher_is_better(m) for m in metrics}
+    out.update({alias: out[name] for name, alias in aliases.items()})
+    return out
+
+
 def _spec_problems(config: Config, spec: Any) -> list[str]:
     """What only the feature spec can tell: slices must be raw categorical columns, gate
     metrics must exist for this task and its classes."""
+    from baton.graphs.objectives import fits_task
     from baton.pipeline.release import metrics as M
 
     problems = []
@@ -166,10 +266,10 @@ def _spec_problems(config: Config, spec: Any) -> list[str]:
             kind = f"a {raw[name]} column" if name in raw else "not a column of the data"
             problems.append(f"evaluate.slices: {name!r} is {kind}{did_you_mean(name, categorical)}; "
                             f"slices must be raw categorical (string) features: {categorical}")
-    names = [*config.gate.thresholds, *config.gate.change]
-    names += [m for ths in config.gate.slices.values() for m in ths]
-    for name in dict.fromkeys(names):
-        if not M.is_known(name, spec.label.task, spec.label.vocabulary):
+    for name in _gate_names(config):
+        baton = M.is_known(name)
+        if (baton and not M.is_known(name, spec.label.task, spec.label.vocabulary)) or (
+                not baton and not fits_task(name, spec.label.task)):
             problems.append(f"evaluate.gate: metric {name!r} does not exist for a "
                             f"{spec.label.task} model with classes {list(spec.label.vocabulary)}")
     return problems

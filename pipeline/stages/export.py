@@ -25,7 +25,8 @@ from baton.pipeline.context import StageContext
 
 INPUTS = {"model": True, "transform_graph": True, "examples": True}
 OUTPUTS = ("saved_model",)
-CODE_DEPS = ("baton.graphs.signatures", "baton.pipeline.release.data", "baton.pipeline.release.baseline")
+CODE_DEPS = ("baton.graphs.signatures", "baton.pipeline.release.data", "baton.pipeline.release.baseline",
+             "baton.graphs.model_outputs", "baton.graphs.transform_reads")
 CACHEABLE = True
 EXPORT_INFO = "export.json"
 EXPECTED = "expected_outputs.json"
@@ -60,8 +61,9 @@ def run(ctx: StageContext, config: Config) -> None:
     model = data.load_model(ctx.inputs["model"])
     out = ctx.output("saved_model")
     export_dir = out / str(version)
+    kind = data.output_kind(ctx.inputs["model"])
     try:
-        module = S.build_module(transform, model, spec)
+        module = S.build_module(transform, model, spec, outputs=kind)
         S.save(module, export_dir, spec)
     except StageError:
         raise
@@ -71,9 +73,10 @@ def run(ctx: StageContext, config: Config) -> None:
     split = data.read_split(ctx.inputs["examples"], spec, config.split,
                             limit=config.warmup_rows or 1).take(config.warmup_rows)
     name = config.model_name or ctx.pipeline
+    required = S.serving_inputs(transform, spec)
     logs = S.warmup_logs(split.columns, split.serialized, spec, name)
     S.write_warmup(export_dir, logs)
-    expected = expected_outputs(transform, model, split, spec)
+    expected = expected_outputs(transform, model, split, spec, kind)
     (out / EXPECTED).write_text(json.dumps(expected) + "\n")
     info = {
         "version": version,
@@ -81,8 +84,10 @@ def run(ctx: StageContext, config: Config) -> None:
         "task": spec.label.task,
         "classes": list(spec.label.vocabulary),
         "signatures": S.signature_names(spec),
-        "raw_inputs": [{"name": n, "dtype": d, **_shape(S.raw_shapes(spec)[n])}
-                       for n, d in S.raw_inputs(spec)],
+        # `required`: read by the transform; the others are optional (a default in the
+        # SignatureDef, graphs.signatures)
+        "raw_inputs": [{"name": n, "dtype": d, **_shape(S.raw_shapes(spec)[n]),
+                        "required": required[n]} for n, d in S.raw_inputs(spec)],
         "features": [{"name": f.name, "dtype": f.dtype, **_shape(f.shape)}
                      for f in spec.features],
         "warmup_requests": len(logs),
@@ -91,6 +96,10 @@ def run(ctx: StageContext, config: Config) -> None:
     size = sum(p.stat().st_size for p in export_dir.rglob("*") if p.is_file())
     ctx.record(version=version, size_bytes=size, warmup_requests=len(logs))
     ctx.log(f"exported version {version} ({size / 1e6:.2f} MB, {len(logs)} warmup requests)")
+    unread = [n for n, needed in required.items() if not needed]
+    if unread:
+        ctx.log(f"serving_default requires {[n for n, needed in required.items() if needed]} "
+                f"(what the transform reads); {unread} are optional (never read)")
 
 
 def _shape(shape: tuple[int | None, ...]) -> dict[str, Any]:
@@ -98,8 +107,10 @@ def _shape(shape: tuple[int | None, ...]) -> dict[str, Any]:
     return {"shape": list(shape)} if shape else {}
 
 
-def expected_outputs(transform: Any, model: Any, split: Any, spec: Any) -> list[dict[str, Any]]:
-    """Per warmup request, in file order: the outputs the in-process model gives.
+def expected_outputs(transform: Any, model: Any, split: Any, spec: Any,
+                     kind: str = "logits") -> list[dict[str, Any]]:
+    """Per warmup request, in file order: the outputs the in-process model gives (`kind`: what
+    the model outputs, logits or probabilities, graphs.model_outputs).
 
     Predict requests come first (one per row), then Classify/Regress (one per row), matching
     `graphs.signatures.warmup_logs`.
@@ -119,7 +130,7 @@ def expected_outputs(transform: Any, model: Any, split: Any, spec: Any) -> list[
             preds.append({"predictions": [value]})
             examples.append({"outputs": [value]})
         else:
-            probs = data.softmax(logits[i:i + 1])[0]
+            probs = data.probabilities(logits[i:i + 1], kind)[0]
             k = int(probs.argmax())
             preds.append({"probabilities": [probs.tolist()], "class_ids": [k],
                           "classes": [classes[k]]})

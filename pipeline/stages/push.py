@@ -35,7 +35,8 @@ EDGE_DIR = f"{ASSETS_EXTRA}/edge"  # the edge files travel inside the pushed ver
 
 @dataclasses.dataclass(frozen=True)
 class Config:
-    """serving_base: the model base path a server watches (default `models/<pipeline>`).
+    """serving_base: the model base path a server watches (default `models/<pipeline>`), or a
+    bucket URL (`s3://bucket/models/<name>`, `gs://...`; committed by manifest: docs/artifacts.md).
     keep: versions kept after a push. on_not_blessed: fail the run (exit 1) or skip quietly.
     server: a REST address (http://127.0.0.1:8501) to poll until the new version is AVAILABLE.
     allow_unchecked: push without a `check` input (a model never loaded in a fresh process)."""
@@ -69,7 +70,7 @@ def run(ctx: StageContext, config: Config) -> None:
     from baton.pipeline.release import pushing
     from baton.pipeline.stages.export import EXPORT_INFO, version_dir
 
-    base = ctx.resolve(config.serving_base or Path("models") / ctx.pipeline)
+    base = serving_base(ctx, config)
     out = ctx.output("pushed")
     blessing = _read_json(ctx.inputs["blessing"] / "blessing.json", "blessing")
     if not blessing.get("blessed"):
@@ -116,6 +117,17 @@ def run(ctx: StageContext, config: Config) -> None:
             + ("" if result["pushed"] else f" ({result['reason']})"))
 
 
+def serving_base(ctx: StageContext, config: Config) -> Path | str:
+    """The serving base: a bucket URL (`s3://`, `gs://`) as given, else a path relative to
+    the spec's directory (default `models/<pipeline>`)."""
+    from baton.storage import location
+
+    given = location.from_path(config.serving_base) if config.serving_base else None
+    if given is not None and location.is_remote(given):
+        return location.normalize(given, "push.serving_base")
+    return ctx.resolve(config.serving_base or Path("models") / ctx.pipeline)
+
+
 def cache_valid(outputs: dict[str, Path]) -> str | None:
     """Why an earlier push cannot stand for this one (None: it can): its version left the base.
 
@@ -130,8 +142,10 @@ def cache_valid(outputs: dict[str, Path]) -> str | None:
         return "the earlier push record is unreadable"
     if not result.get("pushed") and result.get("version") is None:
         return None  # an unblessed model skipped: nothing was meant to be served
-    base, version = Path(result["serving_base"]), int(result["version"])
-    if not base.is_dir():
+    from baton.storage.location import is_remote
+
+    base, version = str(result["serving_base"]), int(result["version"])
+    if not is_remote(base) and not Path(base).is_dir():
         return f"serving base {base} is gone"
     present = versions.versions(base)
     if version in present or version in versions.rolled_back(base) or any(v > version for v in present):

@@ -60,6 +60,11 @@ CODE_DEPS = (
     "baton.graphs.models",
     "baton.graphs.model_fn",
     "baton.graphs.objectives",
+    "baton.graphs.model_outputs",
+    "baton.graphs.compiled",
+    "baton.graphs.metric_records",
+    "baton.graphs.nonfinite",
+    "baton.strategies.nonfinite_guard",
     "baton.graphs.steps",
     "baton.graphs.user_refs",
     "baton.strategies.callbacks",
@@ -71,6 +76,9 @@ CODE_DEPS = (
     "baton.pipeline.training.topology",
 )
 CACHEABLE = True
+# spec.hyperparameters' own keys (strategies.job.TrainJob.hyperparameters), beside model_params
+HYPERPARAMETER_KEYS = frozenset({"learning_rate", "batch_size", "epochs", "steps", "eval_steps",
+                                 "seed"})
 # Whether the loss and metrics fit the task is known once the transform wrote the feature spec:
 # checked then (exit 2), before training (check_inputs).
 EARLY_INPUTS = ("transform_graph",)
@@ -84,6 +92,8 @@ class Config:
     # a built-in (mlp, wide_deep, cnn) or a model function "module:function" (docs/own-model.md)
     model: str = "mlp"
     model_params: dict[str, Any] = dataclasses.field(default_factory=dict)  # ModelSpec.params
+    # handed to the model function as spec.custom_config, as written (TFX's fn_args.custom_config)
+    custom_config: dict[str, Any] = dataclasses.field(default_factory=dict)
     hidden_units: tuple[int, ...] = (64, 32)
     embedding_dim: int = 8
     dropout: float = 0.0
@@ -91,15 +101,24 @@ class Config:
     image_shape: tuple[int, ...] = ()  # () = the image shape recorded in the data (feature spec)
     filters: tuple[int, ...] = (16, 32)
     epochs: int = 20
+    # TFX's TrainArgs(num_steps) / EvalArgs(num_steps): 0 = by epochs / the whole eval split
+    steps: int = 0
+    eval_steps: int = 0
     batch_size: int = 32
     eval_batch_size: int = 256
     learning_rate: float = 0.01
-    # a Keras identifier, {class_name, config} as keras.optimizers.get takes, or "module:fn"
-    optimizer: str | dict[str, Any] = "adam"
-    loss: str = ""  # "": softmax cross-entropy on logits (squared error for regression)
+    # a Keras identifier, {class_name, config} as keras.optimizers.get takes, or "module:fn";
+    # "": the model's compile() optimizer if it has one, else adam
+    optimizer: str | dict[str, Any] = ""
+    # "": the model's compile() loss if it has one, else softmax cross-entropy (squared error
+    # for regression); built for logits, or for probabilities when the model ends in a softmax
+    loss: str = ""
     metrics: tuple[str, ...] = ()  # Keras metric identifiers or "module:function", on eval
     callbacks: tuple[Any, ...] = ()  # Keras callback names, {class_name, config}, "module:fn"
     seed: int = 42
+    # a non-finite training or eval loss: fail the stage, or restore the last epoch whose
+    # losses were finite and end training there (docs/training.md)
+    on_nonfinite: Literal["fail", "restore"] = "fail"
     steps_per_execution: int = 20
     backup_every: int = 0
     jit_compile: bool = False
@@ -140,6 +159,9 @@ class Config:
                      "probe_steps"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1. Received: {name}={getattr(self, name)}")
+        if self.steps < 0 or self.eval_steps < 0:
+            raise ValueError(f"steps and eval_steps must be >= 0 (0: by epochs, the whole eval "
+                             f"split). Received: steps={self.steps}, eval_steps={self.eval_steps}")
         if self.learning_rate <= 0:
             raise ValueError(
                 f"learning_rate must be > 0. Received: learning_rate={self.learning_rate}"
@@ -278,6 +300,19 @@ def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
     cannot be imported (file:line), an unknown Keras identifier (did you mean), parameters a
     built-in model does not have."""
     problems = _code_problems(config, getattr(spec, "spec_dir", None))
+    written = getattr(stage, "config", None) or {}
+    if config.steps and "epochs" in written:
+        problems.append(
+            f"{stage.name}.config: give steps (training runs that many steps, as TFX's "
+            "TrainArgs(num_steps)) or epochs, not both. Received: "
+            f"steps={config.steps}, epochs={config.epochs}")
+    clash = sorted(set(config.model_params) & HYPERPARAMETER_KEYS)
+    if clash:
+        problems.append(
+            f"{stage.name}.config.model_params: {', '.join(map(repr, clash))} "
+            f"{'is a train setting' if len(clash) == 1 else 'are train settings'} (the model "
+            "function reads it as spec.hyperparameters[...]): set it in the stage's config. "
+            f"Received: model_params={config.model_params!r}")
     if config.jit_compile and config.strategy == PARAMETER_SERVER:
         problems.append(_jit_problem(stage.name, PARAMETER_SERVER))
     if config.jit_compile and config.deterministic and config.model == "cnn":
@@ -353,7 +388,7 @@ def _code_problems(config: Config, spec_dir: Path | None) -> list[str]:
                 problems.append(f"config.model: {config.model!r} is not a function. "
                                 f"Received: {type(fn).__name__}")
     if not (config.loss or config.metrics or config.callbacks or config.optimizer not in (
-            "adam", "sgd")):
+            "", "adam", "sgd")):
         return problems  # the defaults: no Keras import at plan time
     from baton.graphs import objectives
     from baton.strategies.callbacks import check_callbacks
@@ -503,6 +538,8 @@ def make_job(
         model=config.model,
         model_config=config.model_config(),
         epochs=config.epochs,
+        steps=config.steps,
+        eval_steps=config.eval_steps,
         batch_size=config.batch_size,
         eval_batch_size=config.eval_batch_size,
         learning_rate=config.learning_rate,
@@ -512,6 +549,8 @@ def make_job(
         callbacks=list(config.callbacks),
         code_dir=str(code_dir) if code_dir is not None and config.user_refs() else "",
         code_hash=hash_of_code,
+        custom_config=dict(config.custom_config),
+        on_nonfinite=config.on_nonfinite,
         seed=config.seed,
         steps_per_execution=config.steps_per_execution,
         backup_every=config.backup_every,
@@ -572,6 +611,8 @@ def run(ctx: StageContext, config: Config) -> None:
     else:
         run_in_process(ctx, job, out, node, defaults, backups)
     info = json.loads((out / TRAIN_INFO_FILE).read_text())
+    for line in _model_notes(info):
+        ctx.log(line)
     history = json.loads((out / HISTORY_FILE).read_text())
     last = history[-1] if history else {}
     from baton.strategies.elastic import describe_segments
@@ -597,3 +638,28 @@ def run(ctx: StageContext, config: Config) -> None:
     )
 
 
+
+
+def _model_notes(info: dict[str, Any]) -> list[str]:
+    """What training decided about the model, for the stage's log: probabilities at its end,
+    what its compile() gave, a non-finite loss that ended training at a restored epoch."""
+    lines = []
+    outputs = info.get("outputs") or {}
+    if outputs.get("kind") == "probabilities":
+        lines.append(f"the model outputs probabilities ({outputs.get('reason')}): trained with "
+                     "the loss and metrics on probabilities (from_logits=False) and served as "
+                     "they are")
+    compiled = info.get("compile")
+    if compiled:
+        used = ", ".join(compiled.get("used", [])) or "nothing"
+        replaced = compiled.get("replaced_by_spec")
+        lines.append(f"the model function compiled the model (loss {compiled.get('loss')!r}, "
+                     f"optimizer {compiled.get('optimizer')}, metrics {compiled.get('metrics')}): "
+                     f"used its {used}" + (f"; the spec's {', '.join(replaced)} replaced "
+                                           "compile()'s" if replaced else ""))
+    bad = info.get("nonfinite")
+    if bad:
+        what = bad.get("what") or f"the {bad['loss']} loss was not finite in epoch {bad['epoch']}"
+        lines.append(f"warning: {what} ({bad['cause']}); on_nonfinite: restore put back the "
+                     f"weights of epoch {bad.get('restored_epoch')} and ended training there")
+    return lines

@@ -52,7 +52,8 @@ CODE_DEPS = ("baton.graphs.transform", "baton.graphs.column_kinds", "baton.graph
              "baton.graphs.tft_api", "baton.graphs.tft_engine", "baton.graphs.tft_trace",
              "baton.graphs.tft_analyzers", "baton.graphs.tft_module", "baton.graphs.tft_reduce",
              "baton.graphs.tft_vocab", "baton.graphs.tft_vocab_order", "baton.graphs.tft_buckets",
-             "baton.graphs.tft_feed", "baton.graphs.tft_output", "baton.graphs.quantile_sketch")
+             "baton.graphs.tft_feed", "baton.graphs.tft_output", "baton.graphs.quantile_sketch",
+             "baton.graphs.label_outputs", "baton.graphs.nonfinite")
 CACHEABLE = True
 
 @dataclasses.dataclass(frozen=True)
@@ -224,7 +225,9 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
             apply = beam_apply.ApplyPreprocessing(
                 source, list(raw_feats), phases.resolved,
                 tft_engine.finishing(phase) if phase else {}, label_meta, label_acc, columns,
-                str(out_t), config.batch_rows, config.chunk_rows, box_key=box_key,
+                ctx.direct_output("transformed", elsewhere=beam_runner.runner_name(args)
+                                  not in beam_runner.LOCAL), config.batch_rows,
+                config.chunk_rows, box_key=box_key,
                 threads=threads)
             beam_runner.run(functools.partial(
                 beam_tft.build_last, shards=shards, dofn=analyze(phase, key), kinds=kinds,
@@ -258,6 +261,11 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
                    {f.name: f.shape for f in spec.features if f.shape},
                    {f.name: f.encoding for f in spec.features if not f.dense})
     spec.save(out_t)
+    from baton.graphs.nonfinite import transform_note
+
+    nonfinite, nonfinite_rows = transform_note(out_t, spec, schema.splits)
+    if nonfinite is not None:
+        ctx.log(f"{where}: {nonfinite}")
     dropped = {s: counts.get(f"dropped_{s}", 0) for s in schema.splits}
     note = tft_module.label_note(built, label)
     if note is not None:
@@ -267,6 +275,6 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
     ctx.record(rows=sum(splits.values()), **{f"rows_{s}": n for s, n in splits.items()},
                dropped_label=sum(dropped.values()), features=len(spec.features),
                analyzers=len(phases.resolved), phases=phases.number,
-               label_transformed=built.label_transformed,
+               label_transformed=built.label_transformed, nonfinite_values=nonfinite_rows,
                beam_seconds=round(beam_s, 3), export_seconds=round(export_s, 3),
                batch_threads=threads, **placed)

@@ -57,7 +57,7 @@ def pick_topology(
             return Topology(cand.strategy, cand.workers, 0), cand_job, info
     energy_config = spec_energy(ctx)
     counter = energy.open_counter(energy_config)
-    total = job.epochs * job.steps_per_epoch()
+    total = job.total_steps()
     probe_len = job.steps_per_execution + auto.probe_steps
     ctx.log(
         f"workers auto ({auto.source}): probing {', '.join(c.label for c in cands)} for "

@@ -13,6 +13,7 @@ from typing import Any
 from baton.errors import Preempted, StageError
 from baton.pipeline.context import StageContext
 from baton.pipeline.training.topology import Topology
+from baton.strategies import backup_sync
 from baton.strategies.factory import MULTI_WORKER_MIRRORED
 from baton.strategies.job import MODEL_FILE, TRAIN_INFO_FILE
 
@@ -36,7 +37,9 @@ def backup_dir(ctx: StageContext, job: Any) -> Path:
 
     code = cache.code_version(registry.resolve(ctx.stage_type).code_files())
     key = hashlib.sha256(f"{code}\n{job.fingerprint()}".encode()).hexdigest()[:16]
-    return ctx.runs_root / ".backups" / f"{ctx.stage}-{key}"
+    path = ctx.runs_root / ".backups" / f"{ctx.stage}-{key}"
+    backup_sync.pull(path)  # a bucket run: the interrupted run's backup, from the bucket
+    return path
 
 
 def content_hash(path: Path) -> str:
@@ -55,7 +58,7 @@ def run_in_process(
     from baton.strategies.job import run_task, write_model_artifact
     from baton.strategies.preemption import stop_on_sigterm
 
-    bar = ctx.progress(job.epochs * job.steps_per_epoch(), "steps", label=ctx.stage)
+    bar = ctx.progress(job.total_steps(), "steps", label=ctx.stage)
 
     def on_progress(step: int, total: int, metrics: dict[str, float]) -> None:
         bar.set(step)
@@ -86,7 +89,7 @@ def run_in_process(
     )
     if sigterm.seen:  # it came after the last chunk: the final backup stands, resume is instant
         raise Preempted(f"SIGTERM after training finished; backup in {backups}")
-    shutil.rmtree(backups, ignore_errors=True)
+    backup_sync.remove(backups)
 
 
 def task_argv(job_file: Path, out: Path, backup_dir: Path) -> list[str]:
@@ -110,7 +113,7 @@ def run_cluster(
     def command(task: Any) -> list[str]:
         return task_argv(job_file, cluster_out, backups)
 
-    bar = ctx.progress(job.epochs * job.steps_per_epoch(), "steps", label=ctx.stage)
+    bar = ctx.progress(job.total_steps(), "steps", label=ctx.stage)
     result = launcher.launch(
         launcher.LaunchConfig(
             workers=topo.workers,
@@ -152,7 +155,7 @@ def run_cluster(
         info["elastic"] = result.elastic
         info["segments"] = result.segments
     (out / TRAIN_INFO_FILE).write_text(json.dumps(info, indent=2, default=str) + "\n")
-    shutil.rmtree(backups, ignore_errors=True)
+    backup_sync.remove(backups)
 
 
 def examples_trained(info: dict[str, Any], batch_size: int) -> int:

@@ -11,7 +11,10 @@ from baton.k8s.options import JobOptions, Topology
 
 def make_options(strategy: str = "multi_worker_mirrored", workers: int = 2, ps: int = 0,
                  **kwargs) -> JobOptions:
+    """Options for the TFJob target unless `target=` says otherwise (most of these tests are
+    about the TFJob path; tests/k8s/test_jobset*.py pass `target="jobset"` / `"trainjob"`)."""
     chief = kwargs.pop("chief", 1)
+    kwargs.setdefault("target", "tfjob")
     base = dict(
         pipeline="penguins", run_id="20261129-221500-3fa2", spec_text="pipeline: penguins\n",
         data_stages=("ingest", "transform"), release_stages=("evaluate", "export", "push"),

@@ -14,7 +14,7 @@ from baton.pipeline.commands.k8s import main
 def test_generate_default_pipeline_both_strategies(tmp_path, capsys):
     for strategy, extra in (("multi_worker_mirrored", []), ("parameter_server", ["--ps", "1"])):
         out = tmp_path / strategy
-        assert main(["--out", str(out), "--strategy", strategy, "--workers", "2",
+        assert main(["--out", str(out), "--strategy", strategy, "--workers", "2", "--target", "tfjob",
                      "--run-id", "r1", "--namespace", "ml", "--image", "reg.io/baton:1", *extra]) == 0
         job = yaml.safe_load((out / "tfjob.yaml").read_text())
         assert job["metadata"] == {**job["metadata"], "name": "penguins-r1", "namespace": "ml"}
@@ -61,7 +61,7 @@ def test_out_that_is_a_file_exits_2_naming_out(tmp_path, capsys):
 
 def test_validate_reports_each_violation_and_exits_1(tmp_path, capsys):
     out = tmp_path / "o"
-    assert main(["--out", str(out), "--run-id", "r1"]) == 0
+    assert main(["--out", str(out), "--run-id", "r1", "--target", "tfjob"]) == 0
     job = yaml.safe_load((out / "tfjob.yaml").read_text())
     job["metadata"]["name"] = "Bad"
     job["spec"]["tfReplicaSpecs"]["Chief"]["replicas"] = "1"
@@ -77,7 +77,7 @@ def test_validate_reports_each_violation_and_exits_1(tmp_path, capsys):
 def test_emulate_cli_runs_the_generated_job(tmp_path, capsys):
     out = tmp_path / "o"
     assert main(["--out", str(out), "--run-id", "r1", "--strategy", "multi_worker_mirrored",
-                 "--workers", "2"]) == 0
+                 "--workers", "2", "--target", "tfjob"]) == 0
     job = yaml.safe_load((out / "tfjob.yaml").read_text())
     for rspec in job["spec"]["tfReplicaSpecs"].values():  # no upstream data in this test
         del rspec["template"]["spec"]["initContainers"]
@@ -158,10 +158,11 @@ def test_a_topology_given_in_the_train_config_shapes_the_tfjob(tmp_path):
     the TFJob is shaped the same way (it was shaped by `cluster:` and the flags alone)."""
     spec = _train_spec(tmp_path / "spec.yaml", "{}",
                        "{strategy: parameter_server, workers: 3, ps: 1, batch_size: 48}")
-    assert baton(["k8s", str(spec), "--out", str(tmp_path / "a")]) == 0
+    assert baton(["k8s", str(spec), "--out", str(tmp_path / "a"), "--target", "tfjob"]) == 0
     replicas = yaml.safe_load((tmp_path / "a" / "tfjob.yaml").read_text())["spec"]["tfReplicaSpecs"]
     assert {k: v["replicas"] for k, v in replicas.items()} == {"Chief": 1, "Worker": 3, "PS": 1}
     # a flag still beats the config
-    assert baton(["k8s", str(spec), "--out", str(tmp_path / "b"), "--workers", "2"]) == 0
+    assert baton(["k8s", str(spec), "--out", str(tmp_path / "b"), "--workers", "2",
+                  "--target", "tfjob"]) == 0
     replicas = yaml.safe_load((tmp_path / "b" / "tfjob.yaml").read_text())["spec"]["tfReplicaSpecs"]
     assert replicas["Worker"]["replicas"] == 2

@@ -195,7 +195,7 @@ def _zombie(pid: int) -> bool:
 
 @pytest.mark.parametrize("extra, message", [
     (["--volume", "no-equals"], "--volume must be CLAIM=DIR. Received: 'no-equals'"),
-    (["--command", "true"], "--command replaces a TFJob's tensorflow container"),
+    (["--command", "true"], "--command replaces a TFJob file's tensorflow container"),
 ])
 def test_emulate_cli_refuses_bad_federation_flags_naming_them(tmp_path, capsys, extra, message):
     from baton.pipeline.cli import main as baton
@@ -210,5 +210,5 @@ def test_emulate_cli_names_the_kinds_when_there_is_nothing_to_run(tmp_path, caps
 
     _federation(tmp_path)
     assert baton(["k8s", "emulate", str(tmp_path / "manifests" / "pvc.yaml")]) == 2
-    assert "no TFJob and no federation (SuperLink Deployment) to emulate. Received kinds: " \
+    assert "no TFJob, JobSet, TrainJob or federation (SuperLink Deployment) to emulate. Received kinds: " \
            "['PersistentVolumeClaim']" in capsys.readouterr().err

@@ -44,10 +44,11 @@ def _spec(tmp_path: Path, clients, train: bool = False, **config) -> Path:
     return path
 
 
-def _generate(tmp_path: Path, clients, capsys=None, **kwargs) -> dict[str, list[dict]]:
+def _generate(tmp_path: Path, clients, capsys=None, target: str = "jobset",
+              **kwargs) -> dict[str, list[dict]]:
     out = tmp_path / "m"
     assert main([str(_spec(tmp_path, clients, **kwargs)), "--out", str(out), "--run-id", "r1",
-                 "--namespace", "ml"]) == 0
+                 "--namespace", "ml", "--target", target]) == 0
     assert validate_file(out) == []
     kust = yaml.safe_load((out / "kustomization.yaml").read_text())
     return {name: [d for d in yaml.safe_load_all((out / name).read_text()) if d]
@@ -107,7 +108,8 @@ def test_each_supernode_mounts_only_its_own_data(tmp_path):
             for c in [*pod["initContainers"], *pod["containers"]]:
                 data = [m for m in c["volumeMounts"] if m["name"] == "data"]
                 assert data and all(m["mountPath"] == "/data" and m["readOnly"] for m in data)
-                assert {m["name"] for m in c["volumeMounts"]} <= {"data", "pipeline-spec", "flwr-home"}
+                # and an emptyDir at /tmp (the read-only root file system's writable place)
+                assert {m["name"] for m in c["volumeMounts"]} <= {"data", "pipeline-spec", "flwr-home", "tmp"}
             client = re.search(r"client='([^']*)'", _node_config(node)).group(1)
             mount = next(m for m in pod["containers"][0]["volumeMounts"] if m["name"] == "data")
             if isinstance(clients, int):  # its silo of the artifacts claim, no wider
@@ -214,8 +216,19 @@ def test_resources_come_from_the_stage_for_nodes_and_the_cluster_for_the_superli
 
 
 def test_a_spec_with_train_and_federated_gets_both(tmp_path):
-    files = _generate(tmp_path, 2, train=True)
+    files = _generate(tmp_path, 2, target="tfjob", train=True)
     assert "tfjob.yaml" in files and "federated-run-job.yaml" in files
+
+
+def test_a_spec_with_train_and_federated_is_no_jobset(tmp_path, capsys):
+    """The release step needs the federation's outputs and the training's: one JobSet cannot
+    order both (the federation is Deployments and a Job beside it): exit 2 naming --target."""
+    out = tmp_path / "m"
+    assert baton(["k8s", str(_spec(tmp_path, 2, train=True)), "--out", str(out), "--run-id", "r1",
+                  "--target", "trainjob"]) == 2
+    err = capsys.readouterr().err
+    assert "--target: a spec with a federated stage and a train stage cannot be one trainjob" in err
+    assert not out.exists()
 
 
 def test_long_client_names_stay_within_63_characters_and_distinct():

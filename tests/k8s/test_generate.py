@@ -64,7 +64,8 @@ def test_tfjob_carries_what_the_operator_needs():
 def test_write_manifests_makes_a_kustomize_dir(tmp_path):
     written = write_manifests(make_options(), tmp_path)
     kust = yaml.safe_load((tmp_path / "kustomization.yaml").read_text())
-    assert kust["resources"][0] == "pvc.yaml" and "tfjob.yaml" in kust["resources"]
+    assert kust["resources"][:3] == ["namespace.yaml", "network-policies.yaml", "pvc.yaml"]
+    assert "tfjob.yaml" in kust["resources"]
     assert all((tmp_path / r).exists() for r in kust["resources"])
     assert (tmp_path / "alternatives" / "inferenceservice.yaml") in written
     assert "&id" not in (tmp_path / "tfjob.yaml").read_text()
@@ -119,15 +120,34 @@ def test_every_baton_container_logs_json_records_for_the_log_router():
         [container] = replica["template"]["spec"]["containers"]
         assert {"name": "BATON_LOG_FORMAT", "value": "json"} in container["env"]
     base = Path(__file__).resolve().parents[2] / "k8s" / "base"
-    for name in ("tfjob.yaml", "data-job.yaml", "release-job.yaml"):
-        text = (base / name).read_text()
-        envs = [c.get("env", []) for d in yaml.safe_load_all(text) if d
-                for c in _containers(d)]
-        assert envs and all({"name": "BATON_LOG_FORMAT", "value": "json"} in e for e in envs), name
+    text = (base / "jobset.yaml").read_text()  # data, training and release steps
+    envs = [c.get("env", []) for d in yaml.safe_load_all(text) if d for c in _containers(d)]
+    assert len(envs) == 4 and all({"name": "BATON_LOG_FORMAT", "value": "json"} in e for e in envs)
 
 
 def _containers(doc: dict) -> list[dict]:
-    if doc.get("kind") == "TFJob":
-        return [c for r in doc["spec"]["tfReplicaSpecs"].values()
-                for c in r["template"]["spec"]["containers"]]
-    return list(doc.get("spec", {}).get("template", {}).get("spec", {}).get("containers", []))
+    from baton.k8s.security import pod_specs
+
+    return [c for _, pod in pod_specs(doc) for c in pod["containers"]]
+
+
+def test_an_input_gate_ends_when_its_stage_failed_for_good(tmp_path):
+    """The TFJob's and release Job's `wait-for-inputs` used to wait forever for a stage that had
+    failed; now `<run dir>/<stage>.failed.json` (the runner's, `baton task`'s record of a
+    permanent failure) ends it with exit 1 and the record, and a finished output passes it."""
+    import subprocess
+
+    from baton.k8s import pods
+
+    opts = make_options()
+    vols, mounts = pods.volumes(opts)
+    gate = pods.gate_container(opts, ("train/model",), mounts)
+    script = gate["command"][2].replace(opts.mount_path, str(tmp_path))
+    run_dir = tmp_path / "runs" / "penguins" / opts.run_id
+    run_dir.mkdir(parents=True)
+    (run_dir / "train.failed.json").write_text('{"status": "failed", "error": "boom"}')
+    proc = subprocess.run(["sh", "-c", script], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 1 and "upstream stage failed for good" in proc.stdout
+    assert "boom" in proc.stdout
+    (run_dir / "train" / "model").mkdir(parents=True)  # a later success wins over the record
+    assert subprocess.run(["sh", "-c", script], timeout=30).returncode == 0

@@ -88,7 +88,7 @@ def test_spec_replica_resources_reach_the_manifests(tmp_path) -> None:
                             "resources": {"cpu": 2, "memory": "4Gi"},
                             "replica_resources": {"worker": {"gpu": 1, "cpu": 3}}}, batch=30)
     out = tmp_path / "o"
-    assert baton(["k8s", str(spec), "--out", str(out), "--run-id", "r1"]) == 0
+    assert baton(["k8s", str(spec), "--out", str(out), "--run-id", "r1", "--target", "tfjob"]) == 0
     c = _containers(yaml.safe_load((out / "tfjob.yaml").read_text()))
     assert c["Worker"]["resources"]["limits"] == {"cpu": "3", "memory": "4Gi",
                                                   "nvidia.com/gpu": "1"}

@@ -72,7 +72,7 @@ def test_namespace_override_and_api_errors():
     api, sent = _client(status=403)
     with pytest.raises(sub.SubmitError, match="403"):
         sub.submit(sub.plan(_docs(), namespace="other"), api)
-    assert "/namespaces/other/" in sent[0]["url"]
+    assert sent[0]["url"].endswith("/api/v1/namespaces") and sent[0]["body"]["metadata"]["name"] == "other"
     with pytest.raises(sub.SubmitError, match="kind='Pod'"):
         sub.plan([{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"}}])
 
@@ -103,9 +103,13 @@ def test_namespace_override_is_also_the_body_namespace():
     docs = _docs()
     api, sent = _client()
     sub.submit(sub.plan(docs, namespace="other"), api)
-    assert sent and all("/namespaces/other/" in s["url"] for s in sent)
-    assert {s["body"]["metadata"]["namespace"] for s in sent} == {"other"}
-    assert {d["metadata"]["namespace"] for d in docs} == {"ml"}  # the caller's documents untouched
+    namespace, *rest = sent
+    # the Namespace itself becomes the one named (cluster-scoped: no namespace in its URL)
+    assert namespace["url"].endswith("/api/v1/namespaces") and namespace["body"]["metadata"]["name"] == "other"
+    assert rest and all("/namespaces/other/" in s["url"] for s in rest)
+    assert {s["body"]["metadata"]["namespace"] for s in rest} == {"other"}
+    assert {d["metadata"]["name"] for d in docs if d["kind"] == "Namespace"} == {"ml"}
+    assert {d["metadata"]["namespace"] for d in docs if d["kind"] != "Namespace"} == {"ml"}  # untouched
 
 
 def test_directory_is_created_in_kustomization_order(tmp_path, monkeypatch, capsys):
@@ -117,11 +121,13 @@ def test_directory_is_created_in_kustomization_order(tmp_path, monkeypatch, caps
                 for d in yaml.safe_load_all((out / f).read_text())]
     assert [f"{s['body']['kind']}/{s['body']['metadata']['name']}" for s in sent] == expected
     paths = [_path(s) for s in sent]
-    assert paths[:3] == ["/api/v1/namespaces/ml/persistentvolumeclaims", "/api/v1/namespaces/ml/configmaps",
-                         "/apis/batch/v1/namespaces/ml/jobs"]
+    assert paths[:6] == ["/api/v1/namespaces", *["/apis/networking.k8s.io/v1/namespaces/ml/networkpolicies"] * 3,
+                         "/api/v1/namespaces/ml/persistentvolumeclaims", "/api/v1/namespaces/ml/configmaps"]
+    assert paths[6] == "/apis/batch/v1/namespaces/ml/jobs"
     assert not any("inferenceservices" in p for p in paths)  # the alternative is not listed
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0] == "created PersistentVolumeClaim/penguins-artifacts in ml"
+    assert lines[0] == "created Namespace/ml (cluster-scoped)"
+    assert lines[4] == "created PersistentVolumeClaim/penguins-artifacts in ml"
 
 
 def test_kustomization_order_and_namespace_are_followed(tmp_path, monkeypatch):
@@ -143,9 +149,10 @@ def test_directory_without_kustomization_in_kind_order(tmp_path, monkeypatch):
     rc, sent = _cli_submit(monkeypatch, [str(out), "--namespace", "other"])
     assert rc == 0
     kinds = [s["body"]["kind"] for s in sent]
-    assert kinds == ["PersistentVolumeClaim", "ConfigMap", "ConfigMap", "ConfigMap", "Service",
+    assert kinds == ["Namespace", "NetworkPolicy", "NetworkPolicy", "NetworkPolicy",
+                     "PersistentVolumeClaim", "ConfigMap", "ConfigMap", "ConfigMap", "Service",
                      "Job", "Job", "TFJob", "Deployment"]
-    assert {s["body"]["metadata"]["namespace"] for s in sent} == {"other"}
+    assert {s["body"]["metadata"].get("namespace") for s in sent[1:]} == {"other"}
 
 
 def test_overlay_with_patches_is_refused(monkeypatch, capsys):
@@ -177,9 +184,11 @@ def test_unsupported_kind_and_bad_yaml_are_usage_errors(tmp_path, monkeypatch, c
     rc, sent = _cli_submit(monkeypatch, [str(bad)])
     assert rc == 2 and not sent
     assert "bad.yaml" in capsys.readouterr().err
-    pod = tmp_path / "pod.yaml"
-    pod.write_text(yaml.safe_dump({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
-                                   "spec": {"containers": [{"name": "c", "image": "i"}]}}))
+    from baton.k8s.security import harden
+
+    pod = tmp_path / "pod.yaml"  # a valid, restricted Pod: only its kind is not submitted
+    pod.write_text(yaml.safe_dump(harden({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "p"},
+                                          "spec": {"containers": [{"name": "c", "image": "i:1"}]}})))
     rc, sent = _cli_submit(monkeypatch, [str(pod)])
     assert rc == 2 and not sent
     assert "kind='Pod'" in capsys.readouterr().err

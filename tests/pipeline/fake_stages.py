@@ -128,3 +128,15 @@ def failing_early(ctx, config: dict) -> None:
 
     ctx.output("never")
     raise StageError("the model function returned a string")
+
+
+@stage(outputs=("shards",))
+def direct_writer(ctx, config: dict) -> None:
+    """Writes a shard as a Beam worker on another machine would (StageContext.direct_output),
+    and a file of its own."""
+    from baton.pipeline.dataplane.shard_sink import shard_path
+
+    with shard_path(ctx.direct_output("shards", elsewhere=True), "train",
+                    "part-00000.bin") as path:
+        Path(path).write_bytes(b"rows written by a worker")
+    (ctx.output("shards") / "meta.json").write_text('{"splits": ["train"]}')

@@ -205,17 +205,19 @@ def test_a_stage_that_failed_before_writing_leaves_no_empty_directories(tmp_path
     assert json.loads((res.run_dir / "bad.failed.json").read_text())["status"] == "failed"
 
 
-def test_killed_mid_write_leaves_nothing_that_looks_complete(tmp_path):
+def kill_in_slow_stage(tmp_path: Path, runs: str, *args: str, timeout: float = 60) -> Path:
+    """`baton run` of make()'s spec plus a stage that writes half its output and waits:
+    SIGKILLed once that stage has started. Returns the spec."""
     p = make(tmp_path)
     ready = tmp_path / "ready"
     p.write_text(p.read_text() + f"  - name: slow\n    type: {F}:slow_writer\n"
                  f"    inputs: {{lines: source.lines}}\n    config: {{ready_file: {ready}}}\n")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "baton.pipeline.cli", "run", str(p), "--runs-dir", str(tmp_path / "runs"), "-q"],
-        cwd=Path(__file__).resolve().parents[2],
+        [sys.executable, "-m", "baton.pipeline.cli", "run", str(p), "--runs-dir", runs, "-q",
+         *args], cwd=Path(__file__).resolve().parents[2],
     )
     try:
-        deadline = time.time() + 60
+        deadline = time.time() + timeout
         while not ready.exists() and time.time() < deadline:
             time.sleep(0.05)
         assert ready.exists(), "the slow stage never started"
@@ -224,6 +226,11 @@ def test_killed_mid_write_leaves_nothing_that_looks_complete(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+    return p
+
+
+def test_killed_mid_write_leaves_nothing_that_looks_complete(tmp_path):
+    p = kill_in_slow_stage(tmp_path, str(tmp_path / "runs"))
     run_dir = next((tmp_path / "runs" / "demo").glob("2*"))
     assert not (run_dir / "slow").exists()  # the half-written artifact never got its final name
     partial = list(run_dir.glob(".tmp-slow-*"))

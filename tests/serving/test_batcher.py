@@ -180,12 +180,12 @@ def test_mismatched_batch_dims_rejected_with_batching_run_alone_without():
     """As TF Serving: BatchingSession refuses inputs without a common 0th dimension; a
     plain Session::Run (no --enable_batching) runs them, and a signature with no inputs."""
     task = Task(FakeSignature(), {"a": np.zeros(2), "b": np.zeros(3)}, lambda o, e: None)
-    assert "same size in the 0th" in task.unbatchable
+    assert "must have equal 0th-dimension size" in task.unbatchable
     s = BatchScheduler(BatchingOptions(max_batch_size=4))
     try:
-        with pytest.raises(ServingError, match="same size in the 0th"):
+        with pytest.raises(ServingError, match="must have equal 0th-dimension size"):
             s.submit(task)
-        with pytest.raises(ServingError, match="same size in the 0th"):
+        with pytest.raises(ServingError, match="must have at least one dimension"):
             s.submit(Task(FakeSignature(), {"a": np.zeros(())}, lambda o, e: None))
     finally:
         s.close()
@@ -352,3 +352,45 @@ def test_batch_with_a_live_task_runs_everyone_under_the_latest_deadline(other_ti
     assert sig.calls == [1, 2]  # as TF Serving: the batch runs if any task is in time
     assert res[0]["y"].tolist() == [4.0]
     assert late.deadline == live.deadline  # 0 (none) or the live task's deadline
+
+
+class Picky(FakeSignature):
+    """Fails a whole call when any row is negative, as TensorFlow fails a batch on one
+    request's bad value."""
+
+    stateful = False
+
+    def __call__(self, feeds):
+        self.gate.wait(10)
+        self.calls.append(len(feeds["x"]))
+        if (feeds["x"] < 0).any():
+            raise ServingError(Code.INVALID_ARGUMENT, "negative")
+        return {"y": feeds["x"] * 2}
+
+
+@pytest.mark.parametrize("stateful", [False, True])
+def test_a_batch_failing_on_one_request_fails_only_that_request(stateful):
+    sig = Picky()
+    sig.stateful = stateful
+    sig.gate.clear()  # hold the worker so the tasks queue up and share one batch
+    s = BatchScheduler(BatchingOptions(max_batch_size=64, num_batch_threads=1))
+    done: dict = {}
+    try:
+        s.submit(Task(sig, {"x": np.ones(1)}, lambda o, e: done.setdefault("first", e)))
+        time.sleep(0.2)  # the first task is taken alone and waits at the gate
+        for i in range(8):
+            x = np.array([-1.0 if i == 5 else float(i)])
+            s.submit(Task(sig, {"x": x}, lambda o, e, i=i: done.setdefault(i, (o, e))))
+        sig.gate.set()
+        deadline = time.monotonic() + 10
+        while len(done) < 9 and time.monotonic() < deadline:
+            time.sleep(0.01)
+    finally:
+        s.close()
+    assert sig.calls[:2] == [1, 8]  # the eight were one batch
+    failed = {i for i in range(8) if done[i][1] is not None}
+    if stateful:  # never run twice: every request of the failed batch gets the error
+        assert failed == set(range(8)) and len(sig.calls) == 2
+    else:
+        assert failed == {5} and done[5][1].message == "negative"
+        assert [float(done[i][0]["y"][0]) for i in (0, 7)] == [0.0, 14.0]

@@ -121,7 +121,8 @@ def test_implemented_tf_serving_flags_reach_server_options():
                     "--enable_serialization_as_tensor_content", "--enable_profiler=false",
                     "--num_request_iterations_for_warmup=3", "--saved_model_tags=serve,gpu",
                     "--tensorflow_intra_op_parallelism=2", "--tensorflow_inter_op_parallelism=1",
-                    "--allow_version_labels_for_unavailable_models"])
+                    "--allow_version_labels_for_unavailable_models",
+                    "--prefer_tflite_model", "--num_tflite_pools=3"])
     assert (o.grpc_socket_path, o.grpc_channel_arguments) == (
         "/tmp/s.sock", "grpc.max_connection_age_ms=2000,a=b")
     assert o.enable_signature_method_name_check and o.enable_serialization_as_tensor_content
@@ -129,10 +130,11 @@ def test_implemented_tf_serving_flags_reach_server_options():
     assert (o.saved_model_tags, o.tensorflow_intra_op_parallelism,
             o.tensorflow_inter_op_parallelism) == ("serve,gpu", 2, 1)
     assert o.allow_version_labels_for_unavailable_models
+    assert o.prefer_tflite_model and o.num_tflite_pools == 3
 
 
 @pytest.mark.parametrize("arg", ["--ssl_config_file=/etc/ssl.config", "--use_alts_credentials",
-                                 "--prefer_tflite_model=true", "--mixed_precision=bfloat16",
+                                 "--mixed_precision=bfloat16",
                                  "--enable_grpc_healthcheck_service",
                                  "--platform_config_file=p.config",
                                  "--rest_api_enable_cors_support"])

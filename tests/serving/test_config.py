@@ -60,15 +60,25 @@ model_config_list {
     assert d.policy == VersionPolicy("latest", 1) and d.policy.select([4, 9]) == [9]
 
 
-def test_model_config_file_rejects_duplicates_and_paths(tmp_path):
+def test_model_config_file_rejects_duplicates_and_control_characters(tmp_path):
     p = tmp_path / "models.config"
     p.write_text('model_config_list { config { name: "a" base_path: "/x" } '
                  'config { name: "a" base_path: "/y" } }')
     with pytest.raises(ConfigError, match="duplicate model name. Received: 'a'"):
         load_model_config_file(str(p))
-    p.write_text('model_config_list { config { name: "../a" base_path: "/x" } }')
-    with pytest.raises(ConfigError, match="Received: '../a'"):
+    p.write_text('model_config_list { config { name: "a\\tb" base_path: "/x" } }')
+    with pytest.raises(ConfigError, match="without control characters. Received: 'a\\\\tb'"):
         load_model_config_file(str(p))
+
+
+def test_model_names_with_reserved_characters_are_accepted(tmp_path):
+    """TF Serving takes any model name; http_rest_api_util_test's reserved characters
+    reach the REST API percent-encoded (test_http_rest_api_util.py)."""
+    name = "modelname!#$%&'()*+,/:;=?@[]"
+    p = tmp_path / "models.config"
+    quoted = name.replace("'", "\\'")
+    p.write_text(f'model_config_list {{ config {{ name: "{quoted}" base_path: "/x" }} }}')
+    assert [c.name for c in load_model_config_file(str(p))] == [name]
 
 
 def test_flags_both_forms():

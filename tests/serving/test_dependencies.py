@@ -7,7 +7,7 @@ import orjson
 import pytest
 import uvloop
 
-from baton.serving import rest_json
+from baton.serving import json_parse, rest_json
 from baton.serving.server import new_event_loop
 
 
@@ -28,7 +28,7 @@ def test_serving_loop_is_uvloop_unless_switched_off(monkeypatch):
 
 
 def test_rest_json_uses_orjson_and_json_for_what_orjson_refuses():
-    assert rest_json.orjson is orjson
+    assert json_parse.orjson is orjson
     assert rest_json.loads(b'{"instances": [1, 2.5]}') == {"instances": [1, 2.5]}
     # NaN is not RFC 8259: orjson refuses it and json.loads parses it, as TF Serving does
     assert rest_json.loads(b'{"x": NaN}')["x"] != rest_json.loads(b'{"x": NaN}')["x"]

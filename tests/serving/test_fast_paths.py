@@ -1,28 +1,23 @@
 """The REST fast paths give exactly what the general paths give.
 
-Rows of scalars are converted by a per-signature plan (rest_json._rows_fast), string
-outputs are encoded by orjson, a loaded signature is called flat and batch metrics are
+Rows of scalars are converted by a per-signature plan (rest_json._rows_fast), outputs
+are written as TF Serving writes them (json_write), a loaded signature is called flat and batch metrics are
 recorded in bulk: each is checked here against the slower path it stands in for, on
 valid input and, for the row plan, on input that must fall back and fail the same way.
 """
 
-import json
+
 
 import fixture_models as fm
 import numpy as np
 import pytest
 
 from baton.serving.batcher import Task
+from baton.serving.json_parse import parse
+from baton.serving.json_write import predict_json
+from baton.serving.loader import load_servable
 from baton.serving.metrics import Histogram
-from baton.serving.rest_json import (
-    _row_plan,
-    _rows_fast,
-    dumps,
-    feeds_from_json,
-    parse_predict,
-    predict_response,
-)
-from baton.serving.servable import load_servable
+from baton.serving.rest_json import _row_plan, _rows_fast, feeds_from_json, parse_predict
 from baton.serving.status import ServingError
 
 
@@ -43,13 +38,13 @@ GOOD = [
     {"instances": [fm.PENGUIN]},
     {"instances": [fm.PENGUIN] * 5},
     {"instances": [dict(fm.PENGUIN, body_mass_g=4000)]},  # an int for a float
-    {"instances": [dict(fm.PENGUIN, bill_depth_mm=True)]},  # bools are numbers
     {"instances": [dict(fm.PENGUIN, island="Dream é"), dict(fm.PENGUIN, sex="")]},
     {"instances": [{k: fm.PENGUIN[k] for k in reversed(list(fm.PENGUIN))}]},
     {"instances": [dict(fm.PENGUIN, flipper_length_mm=1e300)]},  # inf in float32, as before
     {"instances": [dict(fm.PENGUIN, body_mass_g=2 ** 70)]},  # a float32 like any other
 ]
 BAD = [
+    {"instances": [dict(fm.PENGUIN, bill_depth_mm=True)]},  # not a number, as rapidjson
     {"instances": [dict(fm.PENGUIN, bill_length_mm="abc")]},
     {"instances": [dict(fm.PENGUIN, bill_length_mm=None)]},
     {"instances": [dict(fm.PENGUIN, island=7)]},
@@ -99,25 +94,24 @@ def test_a_row_the_plan_cannot_take_is_parsed_by_the_general_path_shape_unchecke
     assert key is None and row and feeds[name].shape == (1, 1)
 
 
-def test_string_outputs_encode_to_the_same_json(sig):
+def test_outputs_are_written_as_tf_serving_writes_them():
     outputs = {
         "classes": np.array([b"Adelie", "Gentoo é".encode(), b"null", b"tab\there \"q\" \\",
                              b"\x7f\x01"], dtype=object),
         "class_ids": np.arange(5, dtype=np.int64),
-        "probabilities": np.array([[0.25, 0.5, 0.25]] * 4 + [[np.nan, 1.0, 0.0]], np.float32),
+        "probabilities": np.array([[0.25, 0.5, 0.2]] * 4 + [[np.nan, 1.0, 0.0]], np.float32),
         "raw_bytes": np.array([b"\xff\x00"] * 5, dtype=object),
     }
-    for row in (True, False):
-        for n in (1, 3, 5):
-            out = {k: v[:n] for k, v in outputs.items()}
-            payload = predict_response(out, row)
-            reference = json.dumps(predict_response(out, row))
-            # same JSON values (NaN included: orjson's null falls back to json.dumps)
-            assert json.loads(dumps(payload, out)) == json.loads(reference) or n == 5
-            if n == 5:
-                assert dumps(payload, out) == reference.encode()
-    text = predict_response({"s": np.array([b"\xc3\xa9", b"\xff"], dtype=object)}, True)
-    assert text == {"predictions": ["é", {"b64": "/w=="}]}
+    rows = parse(predict_json(outputs, True).decode())["predictions"]
+    assert rows[0] == {"classes": "Adelie", "class_ids": 0, "probabilities": [0.25, 0.5, 0.2],
+                       "raw_bytes": {"b64": "/wA="}}
+    assert rows[4]["classes"] == "\x7f\x01" and rows[2]["classes"] == "null"
+    assert rows[3]["classes"] == "tab\there \"q\" \\"
+    assert rows[1]["classes"] == "Gentoo é" and rows[4]["probabilities"][1:] == [1.0, 0.0]
+    # float32 0.2 is written 0.2 (six significant digits), not 0.20000000298023224
+    assert b"0.2]" in predict_json({"p": outputs["probabilities"][:1]}, True)
+    text = predict_json({"s": np.array([b"\xc3\xa9", b"\xff"], dtype=object)}, True)
+    assert parse(text.decode()) == {"predictions": ["é", {"b64": "/w=="}]}
 
 
 def test_fast_signature_call_matches_the_keyword_call(sig):
@@ -189,3 +183,27 @@ def test_observe_many_equals_observe():
     one.render(a)
     many.render(b)
     assert a == b
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_large_float_tensors_are_written_as_value_by_value(dtype):
+    """json_write's numpy path (>= 48 values) writes the same text as the per-value
+    WriteDecimal: six significant digits where they read back, else full precision,
+    exponents, NaN/Infinity, powers of ten and ties."""
+
+    from baton.serving.json_write import _nest, decimals, item_jsons, tensor_json
+
+    rng = np.random.default_rng(7)
+    special = [9000000, 999999, 0.5, .0003, .00003, 555557.5, 0.2, 1 / 3, np.nan, np.inf,
+               -np.inf, 0, -0.0, 1e-45, 999999.5, 99999.95, 0.1, 1000, 100000, 0.0001,
+               0.00009999999, 1e-300 if dtype == np.float64 else 1e-38]
+    values = np.concatenate([
+        rng.random(500), rng.random(500) * 1e6, rng.standard_normal(500) * 1e-3,
+        np.round(rng.random(500) * 100, 2), rng.random(500) * 10.0 ** rng.integers(-6, 7, 500),
+        np.array(special * 3)]).astype(dtype)[:2560]
+    for shape in [(2560,), (256, 10), (64, 8, 5)]:
+        arr = values.reshape(shape)
+        reference = _nest(decimals(arr), arr.shape)  # value by value, as WriteDecimal
+        assert tensor_json("y", arr) == reference
+        rows = [_nest(decimals(r), r.shape) if r.ndim else decimals(r)[0] for r in arr]
+        assert item_jsons("y", arr) == rows

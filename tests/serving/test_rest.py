@@ -84,7 +84,8 @@ def test_regress(server):
     ("POST", "/v1/models/penguins/versions/9:predict", {"instances": [1]}, 404, "Specific"),
     ("POST", "/v1/models/penguins/labels/beta:predict", {"instances": [1]}, 400,
      "Unrecognized servable version label"),
-    ("POST", "/v1/models/penguins:predict", {"instances": [{"island": "x"}]}, 400, "must have"),
+    ("POST", "/v1/models/penguins:predict", {"instances": [{"island": "x"}]}, 400,
+     "keys must be equal to: bill_depth_mm,bill_length_mm,body_mass_g"),
     ("POST", "/v1/models/penguins:predict", {"signature_name": "nope", "instances": [1]}, 400,
      "not found in signature def"),
     # no classify signature: serving_default, whose structure is not a classifier's

@@ -5,7 +5,7 @@ Issue 15's ten points, each against TF Serving's own kind of test model
 shape checks before TensorFlow, typed value fields in Predict responses, Classify/Regress
 not gated by method_name, MultiInference, REST `"results"`, metadata with empty fields,
 the gRPC flags (Unix socket, channel arguments), TF Serving's config parse message, and
-the profiler service refused by name. The same cases through a `baton serve` subprocess
+the profiler service's refusals. The same cases through a `baton serve` subprocess
 with upstream's own flags are in test_upstream_model_server.py.
 """
 
@@ -33,7 +33,6 @@ from tensorflow_serving.apis import (
 
 from baton.serving.config import ConfigError, ModelConfig, VersionPolicy, load_model_config_file
 from baton.serving.manager import version_dirs
-from baton.serving.profiler import MESSAGE as PROFILER_MESSAGE
 from baton.serving.server import ModelServer, ServerOptions
 from baton.serving.tensor_proto import from_ndarray, to_ndarray
 
@@ -457,15 +456,28 @@ def test_bad_model_config_file_message(tmp_path):
         f"Invalid protobuf file: '{bad}'")
 
 
-# 10. The profiler service is there, and refuses with a clear status ---------------------
+# 10. The profiler service is there: hostile requests refused, Monitor unimplemented -----
 
-def test_profiler_service_refused_by_name(server):
+def test_profiler_service_refuses_paths_that_climb_out(server, tmp_path):
+    from baton.serving.profiler import _messages
+
+    req_t = _messages()[0]
+    cases = [req_t(duration_ms=10),  # no repository_root
+             req_t(duration_ms=10, repository_root=str(tmp_path), session_id="../x"),
+             req_t(duration_ms=10, repository_root=str(tmp_path), session_id="s",
+                   host_name="a/b")]
     with grpc.insecure_channel(f"127.0.0.1:{server.grpc_port}") as ch:
-        for method in ("Profile", "Terminate", "Monitor"):
+        profile = ch.unary_unary("/tensorflow.ProfilerService/Profile")
+        for req in cases:
             with pytest.raises(grpc.RpcError) as e:
-                ch.unary_unary(f"/tensorflow.ProfilerService/{method}")(b"", timeout=10)
-            assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
-            assert e.value.details() == PROFILER_MESSAGE
+                profile(req.SerializeToString(), timeout=10)
+            assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        with pytest.raises(grpc.RpcError) as e:
+            ch.unary_unary("/tensorflow.ProfilerService/Monitor")(b"", timeout=10)
+        assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        # Terminate of no running session answers OK, as TSL's
+        assert ch.unary_unary("/tensorflow.ProfilerService/Terminate")(b"", timeout=10) == b""
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_enable_profiler_false_leaves_the_service_out(upstream):
@@ -475,7 +487,6 @@ def test_enable_profiler_false_leaves_the_service_out(upstream):
               pytest.raises(grpc.RpcError) as e):
             ch.unary_unary("/tensorflow.ProfilerService/Profile")(b"", timeout=10)
         assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
-        assert e.value.details() != PROFILER_MESSAGE
     finally:
         s.stop(grace=1)
 

@@ -42,3 +42,21 @@ def stop_on_worker_1():
     if task.get("type") == "worker" and task.get("index") == 1:
         return keras.callbacks.EarlyStopping(monitor="val_loss", patience=0, min_delta=100.0)
     return _Noop()
+
+
+class _PoisonAt(keras.callbacks.Callback):
+    """Every weight NaN when epoch `epoch` (0-based) begins: a diverged training."""
+
+    def __init__(self, epoch):
+        super().__init__()
+        self.epoch = epoch
+
+    def on_epoch_begin(self, epoch, logs=None):
+        if epoch == self.epoch:
+            import numpy as np
+
+            self.model.set_weights([np.full_like(w, np.nan) for w in self.model.get_weights()])
+
+
+def poison_second_epoch():
+    return _PoisonAt(1)

@@ -160,6 +160,19 @@ def test_user_model_trains_under_parameter_servers(tmp_path) -> None:
     assert len(history) == 3 and history[-1]["eval_accuracy"] > 0.5, history
 
 
+def test_a_nan_loss_under_parameter_servers_fails_naming_the_epochs_steps(tmp_path) -> None:
+    """The coordinator's non-finite guard (issue 35): the chunk that went NaN is named by the
+    epoch's own steps, though steps_per_execution (20) is longer than the epoch (16 steps)."""
+    code = _code_dir(tmp_path)
+    job = _job(code, strategy="parameter_server", epochs=3, backup_every=0, loss="",
+               steps_per_execution=20, callbacks=["tiny_model:poison_second_epoch"])
+    assert job.steps_per_epoch() == 16
+    result, model_dir, log = _launch(tmp_path, "ps_nan", job, workers=2, ps=1)
+    assert not result.ok and not model_dir.exists()
+    assert re.search(r"the training loss is not finite in epoch 2 \(steps 17-32\): the weight "
+                     r"'\S+' holds NaN while the features are finite", log), log[-3000:]
+
+
 def test_early_stopping_on_one_worker_stops_both_at_the_same_step(tmp_path) -> None:
     """The stop request of worker 1's EarlyStopping reaches worker 0 through one all-reduce."""
     code = _code_dir(tmp_path)
