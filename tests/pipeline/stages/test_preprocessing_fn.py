@@ -304,3 +304,38 @@ def test_the_built_in_models_refuse_what_they_cannot_take_before_training(tmp_pa
         assert "train your own model (train.config.model: 'module:function')" in problems[4]
     own = build_config(train.Config, {"model": "own_model:build"})
     assert train.check_inputs(own, {"transform_graph": out["transform_graph"]}) == []
+
+
+COMPOSITE_NAN = '''\
+import tensorflow as tf
+
+
+def preprocessing_fn(inputs):
+    mass = inputs["body_mass_g"]  # NaN in 2 of the 344 penguins
+    pair = tf.stack([mass, tf.ones_like(mass)], axis=1)
+    return {
+        "mass_ragged": tf.RaggedTensor.from_tensor(pair, lengths=tf.ones_like(
+            tf.cast(mass, tf.int64)) * 2),
+        "mass_sparse": tf.sparse.from_dense(pair),
+        "ones_ragged": tf.RaggedTensor.from_tensor(pair[:, 1:]),
+        "species": inputs["species"],
+    }
+'''
+
+
+def test_non_finite_ragged_and_sparse_float_outputs_are_counted_per_row(tmp_path):
+    """The stage's count of non-finite outputs (issue 35) over ragged and sparse float outputs
+    (issue 34): each row holding a NaN is counted once, as for a dense output."""
+    (tmp_path / "composite.py").write_text(COMPOSITE_NAN)
+    out, metrics = run_stage("transform", {"preprocessing_fn": "composite:preprocessing_fn"},
+                             {"examples": penguins(tmp_path)["examples"]}, tmp_path,
+                             spec_dir=tmp_path, run_id="nan")
+    assert metrics["nonfinite_values"] == 4  # 2 rows x 2 outputs; ones_ragged is finite
+    from baton.graphs.feature_spec import FeatureSpec
+    from baton.graphs.nonfinite import count_transformed
+
+    counts, rows = count_transformed(out["transformed"], FeatureSpec.load(out["transform_graph"]),
+                                     ["train", "eval"])
+    assert sum(rows.values()) == 344
+    assert {k: sum(c[k] for c in counts.values()) for k in counts["train"]} == {
+        "mass_ragged": 2, "mass_sparse": 2, "ones_ragged": 0}
