@@ -57,13 +57,21 @@ def count_transformed(transformed_dir: Any, spec: Any, splits: Iterable[str]
                       ) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
     """Per split, {feature: rows with a non-finite value} and the rows, over the transform's
     written chunks (graphs.input_pipeline.read_chunks): one pass, in TensorFlow."""
+    import dataclasses
+
     from baton.graphs.input_pipeline import read_chunks
 
-    numeric = [f.name for f in spec.features if f.kind == "numeric"]
-    counts, rows = {}, {}
+    floats = tuple(f for f in spec.features if f.kind == "numeric")
+    numeric = [f.name for f in floats]
+    counts: dict[str, dict[str, int]] = {}
+    rows: dict[str, int] = {}
+    if not floats:  # nothing to count: no pass over the data
+        return counts, rows
+    # only the float columns are parsed: token ids, strings and ids are not read
+    floats_only = dataclasses.replace(spec, features=floats, images=())
     for split in splits:
         try:
-            ds = read_chunks(transformed_dir, split, spec)
+            ds = read_chunks(transformed_dir, split, floats_only)
         except FileNotFoundError:
             continue
         counts[split], rows[split] = count_split(ds, numeric)
