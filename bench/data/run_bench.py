@@ -483,6 +483,7 @@ def run_all(a: argparse.Namespace) -> None:
     tables_and_big.enter_context(held())
     examples = {}
     for table, n in ((t, rows) for t in tables):
+        started = _machine()  # this table's own date and load, at its start
         with held():  # one table (Baton's runs, the peer's, parity): one hold
             fn = {"census": "census_fn:preprocessing_fn",
                   "text": "text_fn:preprocessing_fn"}.get(table, "")
@@ -518,7 +519,7 @@ def run_all(a: argparse.Namespace) -> None:
                                              tr["transformed"],
                                              json.dumps(entry["peer"]["transformed"])])
                     log(f"parity {table}: {entry['parity']}")
-            entry["run"] = _machine()  # this table's own date and load
+            entry["run"] = started
             res["tables"][table] = entry
             for r in transforms:  # the median run's output is read by the parity/input cases
                 if r["root"] != tr["root"]:

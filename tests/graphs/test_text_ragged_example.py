@@ -85,3 +85,13 @@ def test_the_ragged_text_example_trains_exports_and_serves_as_trained(ran):
     np.testing.assert_allclose(probs, trained, rtol=1e-5, atol=1e-6)
     classes = [p["classes"] for p in served]
     assert classes[:2] == ["shipping", "billing"], classes
+
+    # TFX's serving input, serialized tf.Examples of the raw features (the classify signature):
+    # parsed, transformed to ragged tokens and scored by the same graph
+    pushed = d / "models" / "text-ragged"
+    loaded = tf.saved_model.load(str(max((p for p in pushed.iterdir() if p.name.isdigit()),
+                                         key=lambda p: int(p.name))))
+    examples = [tf.train.Example(features=tf.train.Features(feature={"text": tf.train.Feature(
+        bytes_list=tf.train.BytesList(value=[t.encode()]))})).SerializeToString() for t in TEXTS]
+    scores = loaded.signatures["classify"](inputs=tf.constant(examples))["scores"].numpy()
+    np.testing.assert_allclose(scores, trained, rtol=1e-5, atol=1e-6)
