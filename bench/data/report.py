@@ -142,7 +142,14 @@ def write_report(r: dict[str, Any], path: Path) -> Path:
                   + "; ".join(f"{k} {run['date']} (load average "
                               f"{', '.join(f'{x:.1f}' for x in run['load_average'])} at its "
                               "start)" for k, run in own)
-                  + ". Their ratios are of that run, both sides measured in it.", ""]
+                  + ". Their ratios are of that run, both sides measured in it"
+                  + ("." if all(run.get("lock") for _, run in own) else
+                     ", without the benchmark lock, beside other work on the shared cores: "
+                     "there Baton's seconds grew more than the peer's against the quiet run "
+                     "above (census: Baton 3.18 s quiet, the peer 41.6 s), so these ratios "
+                     "are below a quiet machine's; quote them as measured, and rerun with "
+                     "`--lock` on a quiet machine to compare.")
+                  , ""]
     if par:
         differ = ", ".join(f"{k} {v:.3%}" for k, v in par["bucket_ids_differ"].items())
         lines += [

@@ -519,7 +519,7 @@ def run_all(a: argparse.Namespace) -> None:
                                              tr["transformed"],
                                              json.dumps(entry["peer"]["transformed"])])
                     log(f"parity {table}: {entry['parity']}")
-            entry["run"] = started
+            entry["run"] = {**started, "lock": a.lock}
             res["tables"][table] = entry
             for r in transforms:  # the median run's output is read by the parity/input cases
                 if r["root"] != tr["root"]:
