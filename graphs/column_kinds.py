@@ -38,6 +38,7 @@ from typing import Any
 
 from baton.graphs import tft_api as tft
 from baton.graphs import tft_trace
+from baton.graphs.tft_vocab import vocabulary_size
 
 NUMERIC_KINDS = ("zscore", "minmax", "identity")
 CATEGORICAL_KINDS = ("bucketize", "vocabulary", "hash")
@@ -142,7 +143,7 @@ def _apply(name: str, step: Mapping[str, Any], x: Any) -> Any:
                            frequency_threshold=min_frequency if min_frequency > 1 else None,
                            vocab_filename=name)
     ids = tft.apply_vocabulary(x, vocab, num_oov_buckets=oov)
-    size = tf.size(vocab, out_type=tf.int64)
+    size = vocabulary_size(vocab)
     out = tf.where(missing, size, tf.where(ids >= size, ids + 1, ids))
     domain = tft_trace.current().domains.get(ids.ref())
     return _ids(out, 0, domain[1] + 1) if domain is not None else out

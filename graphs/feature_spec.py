@@ -4,9 +4,13 @@ Written by the transform stage as `feature_spec.json` beside the transform graph
 builders, the input pipeline, evaluation and export. Keeping it typed (rather than a dict passed
 around) is what lets a model builder refuse a feature it cannot handle with a clear message.
 
-A feature may be a fixed-shape tensor: `shape` is its per-example shape (`()` for a scalar,
-`(D,)` for a vector, `(H, W, C)` for an image), so the model input, the input pipeline and the
-serving signature take it as one `[B, *shape]` tensor. `images` names the features that are
+A feature is what tf.Transform's transformed feature spec says of an output (a
+FixedLenFeature of any shape, a RaggedFeature, a VarLenFeature or SparseFeature; float32, int64
+or string), plus the id range of ids: `Feature.kind`, `encoding`, `shape`, `vocab_size` and
+`min_id`. A dense feature may be a fixed-shape tensor: `shape` is its per-example shape (`()`
+for a scalar, `(D,)` for a vector, `(H, W, C)` for an image), so the model input, the input
+pipeline and the serving signature take it as one `[B, *shape]` tensor; a ragged or sparse
+feature reaches a model as a `tf.RaggedTensor` or `tf.SparseTensor`. `images` names the features that are
 images, with their (height, width, channels): a tensor feature of that shape (written since
 tensor features exist), or, in feature specs written before, `H*W*C` scalar pixel features
 `<name>_0 ... <name>_{H*W*C-1}` (row-major HWC), which still load and still build the CNN.
@@ -21,7 +25,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-Kind = Literal["numeric", "categorical"]
+Kind = Literal["numeric", "categorical", "integer", "string"]
+Encoding = Literal["dense", "ragged", "sparse"]
 Task = Literal["classification", "regression"]
 FILENAME = "feature_spec.json"
 
@@ -43,38 +48,51 @@ class RawFeature:
 
 @dataclasses.dataclass(frozen=True)
 class Feature:
-    """A transformed feature as the model sees it.
+    """A transformed feature as the model sees it: what tf.Transform's transformed feature
+    spec says of an output, plus its id range.
 
-    numeric: float32 per example (already scaled), of shape `shape` (`()` a scalar, `(H, W, C)`
-    an image: a tensor feature). categorical: int64 id in [0, vocab_size), out-of-vocabulary
-    and missing values mapped to dedicated ids inside that range.
+    kind: numeric (float32), categorical (int64 ids in [min_id, min_id + vocab_size): a
+    vocabulary, buckets or hashes; out-of-vocabulary and missing values mapped inside that
+    range unless the transform gave them a default such as -1, then min_id is it), integer
+    (int64 with no known range: an analyzer's value, a count, ids padded by hand), string.
+    encoding: dense (`shape` its per-example shape, every dimension known: `()` a scalar, `(D,)`
+    a vector, `(H, W, C)` an image), ragged (`shape` with None for its ragged dimensions, e.g.
+    `(None,)` for tokens), sparse (`shape` its per-example dense shape, None where unknown;
+    `(None,)` is tf.Transform's VarLenFeature).
     """
 
     name: str
     kind: Kind
     vocab_size: int = 0
-    shape: tuple[int, ...] = ()  # per-example shape of a numeric feature; () = a scalar
+    shape: tuple[int | None, ...] = ()
+    encoding: Encoding = "dense"
+    min_id: int = 0
 
     def __post_init__(self) -> None:
-        _check_shape(self.name, self.shape)
-        if self.shape and self.kind != "numeric":
-            raise ValueError(f"feature {self.name!r}: only numeric features may be tensors. "
-                             f"Received: kind={self.kind!r}, shape={self.shape}")
-        if self.kind not in ("numeric", "categorical"):
-            raise ValueError(f"feature {self.name!r}: kind must be numeric or categorical. "
-                             f"Received: kind={self.kind!r}")
+        if self.encoding not in ("dense", "ragged", "sparse"):
+            raise ValueError(f"feature {self.name!r}: encoding must be dense, ragged or sparse. "
+                             f"Received: encoding={self.encoding!r}")
+        _check_shape(self.name, self.shape, unknown=self.encoding != "dense")
+        if self.kind not in ("numeric", "categorical", "integer", "string"):
+            raise ValueError(f"feature {self.name!r}: kind must be numeric, categorical, integer "
+                             f"or string. Received: kind={self.kind!r}")
         if self.kind == "categorical" and self.vocab_size < 1:
             raise ValueError(f"categorical feature {self.name!r} needs vocab_size >= 1. "
                              f"Received: vocab_size={self.vocab_size}")
 
     @property
     def dtype(self) -> str:
-        return "float32" if self.kind == "numeric" else "int64"
+        return {"numeric": "float32", "categorical": "int64", "integer": "int64",
+                "string": "string"}[self.kind]
+
+    @property
+    def dense(self) -> bool:
+        return self.encoding == "dense"
 
     @property
     def size(self) -> int:
-        """Values per example (1 for a scalar)."""
-        return math.prod(self.shape)
+        """Values per example (1 for a scalar) of a dense feature."""
+        return math.prod(d or 0 for d in self.shape)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,20 +152,22 @@ class FeatureSpec:
 
     @property
     def numeric(self) -> list[Feature]:
-        return [f for f in self.features if f.kind == "numeric"]
+        """The dense float features."""
+        return [f for f in self.features if f.kind == "numeric" and f.dense]
 
     @property
     def categorical(self) -> list[Feature]:
-        return [f for f in self.features if f.kind == "categorical"]
+        """The dense id features with a known range."""
+        return [f for f in self.features if f.kind == "categorical" and f.dense]
 
     @property
     def tensors(self) -> list[Feature]:
-        """The tensor features (numeric features with a per-example shape)."""
-        return [f for f in self.features if f.shape]
+        """The dense numeric features with a per-example shape (images, vectors)."""
+        return [f for f in self.numeric if f.shape]
 
     def tensor(self, name: str) -> Feature | None:
         """The tensor feature `name`, or None (absent, or a scalar feature)."""
-        return next((f for f in self.features if f.name == name and f.shape), None)
+        return next((f for f in self.tensors if f.name == name), None)
 
     def feature(self, name: str) -> Feature:
         for f in self.features:
@@ -190,25 +210,45 @@ class FeatureSpec:
         return cls.from_dict(json.loads(p.read_text()))
 
 
-def _check_shape(name: str, shape: tuple[int, ...]) -> None:
+def _check_shape(name: str, shape: tuple[int | None, ...], unknown: bool = False) -> None:
+    """Positive dimensions; None (unknown) only where `unknown` (ragged and sparse features)."""
     if not isinstance(shape, tuple) or any(
-            isinstance(d, bool) or not isinstance(d, int) or d < 1 for d in shape):
+            (d is None and not unknown) or (d is not None and (
+                isinstance(d, bool) or not isinstance(d, int) or d < 1)) for d in shape):
         raise ValueError(f"feature {name!r}: shape must be a tuple of positive integers. "
                          f"Received: shape={shape!r}")
 
 
 def _asdict(feature: RawFeature | Feature) -> dict[str, Any]:
-    """A feature as JSON: `shape` only for tensors, so scalar specs read as they always did."""
+    """A feature as JSON: `shape` only for tensors, `encoding`/`min_id` only when not the
+    default, so scalar dense specs read as they always did."""
     out = dataclasses.asdict(feature)
     if out["shape"]:
         out["shape"] = list(out["shape"])
     else:
         del out["shape"]
+    if out.get("encoding") == "dense":
+        del out["encoding"]
+    if out.get("min_id") == 0:
+        del out["min_id"]
     return out
 
 
 def _shaped(data: Mapping[str, Any]) -> dict[str, Any]:
     out = dict(data)
     if "shape" in out:
-        out["shape"] = tuple(int(d) for d in out["shape"])
+        out["shape"] = tuple(None if d is None else int(d) for d in out["shape"])
     return out
+
+
+def slice_rows(value: Any, lo: Any, hi: Any) -> Any:
+    """Rows [lo, hi) of a batch's feature: a dense or ragged tensor's slice, a sparse tensor's
+    rows (re-based at row 0)."""
+    import tensorflow as tf
+
+    if isinstance(value, tf.SparseTensor):
+        lo = tf.cast(lo, tf.int64)
+        size = tf.concat([[tf.cast(hi, tf.int64) - lo], value.dense_shape[1:]], 0)
+        start = tf.concat([[lo], tf.zeros_like(value.dense_shape[1:])], 0)
+        return tf.sparse.slice(value, start, size)
+    return value[lo:hi]

@@ -21,7 +21,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-_NUMPY_TO_TF = {"float32": "float32", "int64": "int64"}
 WINDOW_VALUES = 1 << 23  # at most ~8M values (32 MB of float32) per shuffle window
 
 
@@ -41,24 +40,106 @@ def column_dtypes(feature_spec: Any) -> dict[str, str]:
     return cols
 
 
+LENGTHS = "$row_lengths_"  # pipeline.dataplane.transformed_io's keys
+INDICES = "$indices"
+
+
+def ragged_rank(feature: Any) -> int:
+    """Stored ragged levels of a ragged feature: up to its last ragged (None) dimension; the
+    uniform dimensions after it are the values' own (pipeline.dataplane.transformed_io)."""
+    shape = tuple(getattr(feature, "shape", ()))
+    last = max((i for i, d in enumerate(shape) if d is None), default=0)
+    return last + 1
+
+
 def _chunk_parser(feature_spec: Any) -> Any:
-    """`record -> (features, label)`: one stored chunk of rows, decoded column by column."""
+    """`record -> (features, label)`: one stored chunk of rows, decoded column by column. A
+    ragged feature is a tf.RaggedTensor; a sparse one is, until `_finish`, the ragged rows of
+    its values (and of its indices), so that rebatching and shuffling treat it like the rest."""
     import tensorflow as tf
 
-    dtypes = column_dtypes(feature_spec)
     label = feature_spec.label.name
-    tf_dtypes = {k: tf.as_dtype(_NUMPY_TO_TF[v]) for k, v in dtypes.items()}
-    spec = {k: tf.io.FixedLenFeature([], tf.string) for k in dtypes}
-    shapes = {f.name: tuple(f.shape) for f in feature_spec.features if getattr(f, "shape", ())}
+    features = {f.name: f for f in feature_spec.features}
+    spec: dict[str, Any] = {label: tf.io.FixedLenFeature([], tf.string)}
+    for f in feature_spec.features:
+        spec[f.name] = (tf.io.VarLenFeature(tf.string) if f.dtype == "string"
+                        else tf.io.FixedLenFeature([], tf.string))
+        levels = ragged_rank(f) if f.encoding == "ragged" else (
+            1 if f.encoding == "sparse" else 0)
+        for k in range(levels):
+            spec[f"{f.name}{LENGTHS}{k}"] = tf.io.FixedLenFeature([], tf.string)
+        if f.encoding == "sparse" and len(f.shape) > 1:
+            spec[f"{f.name}{INDICES}"] = tf.io.FixedLenFeature([], tf.string)
+    y_dtype = tf.int64 if feature_spec.label.task == "classification" else tf.float32
+
+    def values(raw: Any, f: Any, inner: tuple[Any, ...]) -> Any:
+        if f.dtype == "string":
+            v = raw[f.name].values
+        else:
+            v = tf.io.decode_raw(raw[f.name], tf.as_dtype(f.dtype), little_endian=True)
+        return tf.reshape(v, [-1, *inner])
+
+    def lengths(raw: Any, name: str, k: int) -> Any:
+        return tf.io.decode_raw(raw[f"{name}{LENGTHS}{k}"], tf.int64, little_endian=True)
 
     def parse(record):  # noqa: ANN001, ANN202
         raw = tf.io.parse_single_example(record, spec)
-        cols = {k: tf.io.decode_raw(raw[k], tf_dtypes[k], little_endian=True) for k in dtypes}
-        for k, shape in shapes.items():  # a tensor feature's chunk: n * prod(shape) values
-            cols[k] = tf.reshape(cols[k], [-1, *shape])
-        return {k: v for k, v in cols.items() if k != label}, cols[label]
+        out = {}
+        for name, f in features.items():
+            if f.encoding == "dense":
+                out[name] = values(raw, f, tuple(f.shape))
+            elif f.encoding == "ragged":
+                r = ragged_rank(f)
+                v = values(raw, f, tuple(d for d in f.shape[r:]))
+                out[name] = tf.RaggedTensor.from_nested_row_lengths(
+                    v, [lengths(raw, name, k) for k in range(r)], validate=False)
+            else:
+                counts = lengths(raw, name, 0)
+                out[name] = tf.RaggedTensor.from_row_lengths(values(raw, f, ()), counts,
+                                                             validate=False)
+                if len(f.shape) > 1:
+                    idx = tf.reshape(tf.io.decode_raw(raw[f"{name}{INDICES}"], tf.int64,
+                                                      little_endian=True), [-1, len(f.shape)])
+                    out[f"{name}{INDICES}"] = tf.RaggedTensor.from_row_lengths(
+                        idx, counts, validate=False)
+        y = tf.io.decode_raw(raw[label], y_dtype, little_endian=True)
+        return out, y
 
-    return parse
+    # plain TensorFlow (Python loops over the spec only): autograph's conversion of it cost
+    # ~1 s of each dataset's construction on 2 cores, more under load
+    return tf.autograph.experimental.do_not_convert(parse)
+
+
+def _finish(feature_spec: Any) -> Any:
+    """The map turning sparse features' ragged rows into tf.SparseTensors (after batching):
+    a 2-D one left-aligned (tf.Transform's VarLenFeature, as its written examples read
+    back), a larger one at its stored indices with its dense shape (unknown dimensions: the
+    batch's largest index + 1). None when there is no sparse feature."""
+    import tensorflow as tf
+
+    sparse = [f for f in feature_spec.features if f.encoding == "sparse"]
+    if not sparse:
+        return None
+
+    def finish(features, labels):  # noqa: ANN001, ANN202
+        out = dict(features)
+        for f in sparse:
+            rows = out[f.name]
+            if len(f.shape) <= 1:
+                out[f.name] = rows.to_sparse()
+                continue
+            idx = out.pop(f"{f.name}{INDICES}")
+            positions = idx.flat_values
+            indices = tf.concat([tf.expand_dims(rows.value_rowids(), 1), positions], axis=1)
+            known = tf.constant([d if d is not None else 0 for d in f.shape], tf.int64)
+            seen = tf.reduce_max(tf.concat([positions + 1, tf.zeros([1, len(f.shape)],
+                                                                     tf.int64)], 0), axis=0)
+            dims = tf.where(known > 0, known, seen)
+            out[f.name] = tf.SparseTensor(indices, rows.flat_values,
+                                          tf.concat([[rows.nrows()], dims], 0))
+        return out, labels
+
+    return tf.autograph.experimental.do_not_convert(finish)
 
 
 def read_chunks(transformed_dir: str | Path, split: str, feature_spec: Any) -> Any:
@@ -69,7 +150,9 @@ def read_chunks(transformed_dir: str | Path, split: str, feature_spec: Any) -> A
     import tensorflow as tf
 
     ds = tf.data.TFRecordDataset(_files(transformed_dir, split), buffer_size=4 << 20)
-    return ds.map(_chunk_parser(feature_spec))
+    ds = ds.map(_chunk_parser(feature_spec))
+    finish = _finish(feature_spec)
+    return ds if finish is None else ds.map(finish)
 
 
 def make_dataset(
@@ -111,7 +194,8 @@ def make_dataset(
 
     # Rows held at once by the shuffle window (and the row-sharding batch) are bounded in
     # values, so a window of images stays tens of MB instead of 16384 images.
-    row_values = sum(f.size if getattr(f, "shape", ()) else 1 for f in feature_spec.features)
+    row_values = sum(f.size if getattr(f, "shape", ()) and getattr(f, "dense", True) else 1
+                     for f in feature_spec.features)
     shuffle_buffer = max(batch_size, min(shuffle_buffer, WINDOW_VALUES // max(row_values, 1)))
 
     deterministic = seed is not None or not shuffle  # a seed promises a reproducible order
@@ -145,6 +229,9 @@ def make_dataset(
         options.experimental_distribute.auto_shard_policy = (
             tf.data.experimental.AutoShardPolicy.OFF)
         ds = ds.with_options(options)
+    finish = _finish(feature_spec)
+    if finish is not None:
+        ds = ds.map(finish, num_parallel_calls=tf.data.AUTOTUNE, deterministic=deterministic)
     return ds.prefetch(tf.data.AUTOTUNE)
 
 
@@ -167,3 +254,4 @@ def _window_shuffle(tf: Any, ds: Any, window: int, seed: int | None) -> Any:
         return {k: tf.gather(v, order) for k, v in features.items()}, tf.gather(target, order)
 
     return tf.data.Dataset.zip((ds, seeds)).map(permute, num_parallel_calls=tf.data.AUTOTUNE)
+

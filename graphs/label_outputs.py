@@ -31,11 +31,14 @@ def passes_through(value: Any, stub: Any) -> bool:
 
 
 def computed_from(value: Any, stub: Any) -> bool:
-    """`value`'s graph reads the label placeholder (data inputs, followed back)."""
-    op = getattr(value, "op", None)
-    if op is None:
+    """`value`'s graph reads the label placeholder (data inputs, followed back); a ragged or
+    sparse `value` through any of its component tensors."""
+    import tensorflow as tf
+
+    ops = [t.op for t in tf.nest.flatten(value, expand_composites=True) if hasattr(t, "op")]
+    if not ops:
         return False
-    target, stack, seen = stub.op, [op], set()
+    target, stack, seen = stub.op, ops, set()
     while stack:
         node = stack.pop()
         if node is target:

@@ -27,9 +27,10 @@ class ModelSpec:
     """Everything a model function needs to build a model for the transformed features.
 
     Attributes:
-        inputs: feature name -> `keras.Input` with the transformed feature's dtype and shape
-            (float32 numerics and int64 categorical ids `[B]`; a tensor feature `[B, *shape]`,
-            e.g. an image `[B, H, W, C]`).
+        inputs: feature name -> `keras.Input` of the transformed feature's kind: its dtype
+            (float32, int64 or string) and shape (`[B]` for a scalar, `[B, *shape]` for a
+            tensor, e.g. an image `[B, H, W, C]`), `ragged=True` for a ragged feature (e.g.
+            token ids `[B, None]`), `sparse=True` for a sparse one.
         feature_spec: the transform's FeatureSpec (vocabulary sizes, images, raw features).
         task: "classification" or "regression".
         num_classes: classes of the label (1 for regression).
@@ -58,8 +59,15 @@ class ModelSpec:
         """A ModelSpec with fresh `keras.Input`s for `spec` (call it inside the strategy scope)."""
         import keras
 
-        inputs = {f.name: keras.Input(shape=f.shape, dtype=f.dtype, name=f.name) for f in spec.features}
+        inputs = {f.name: model_input(keras, f) for f in spec.features}
         return cls(inputs=inputs, feature_spec=spec, task=spec.label.task,
                    num_classes=spec.label.num_classes, label=spec.label.name,
                    params=dict(params or {}), custom_config=dict(custom_config or {}),
                    hyperparameters=dict(hyperparameters or {}))
+
+
+def model_input(keras: Any, feature: Any) -> Any:
+    """The `keras.Input` of one transformed feature, of its kind (dense, ragged or sparse)."""
+    encoding = getattr(feature, "encoding", "dense")
+    return keras.Input(shape=tuple(feature.shape), dtype=feature.dtype, name=feature.name,
+                       ragged=encoding == "ragged" or None, sparse=encoding == "sparse" or None)

@@ -1,13 +1,17 @@
 """Model builders: a typed config plus a FeatureSpec in, a Keras 3 functional model out.
 
-Every model takes the transformed features as a dict of `[B]` tensors (numeric float32,
-categorical int64 ids) and returns logits `[B, num_classes]` (`[B, 1]` for regression), which is
+Every model takes the transformed features as a dict of `[B]` (or `[B, *shape]`) tensors
+(numeric float32, categorical int64 ids) and returns logits `[B, num_classes]` (`[B, 1]` for
+regression), which is
 the `model` artifact contract that evaluation and export rely on. Builders are plain functions of
 frozen dataclasses so a config round-trips through YAML and `train_info.json` unchanged, and so
 a strategy can call the same builder inside its `scope()` on every task.
 
 Only standard Keras layers and `keras.ops` are used (no Lambda), so `model.keras` reloads
-without custom objects.
+without custom objects. The mlp and wide_deep take dense numbers and dense ids with a known
+range; a string, int64 without a range, or a ragged or sparse output is refused before training
+(`unusable`: the output and the fix), as the user's own model takes those. The cnn takes the
+image and leaves every other feature out.
 """
 
 from __future__ import annotations
@@ -172,21 +176,91 @@ def model_inputs(spec: FeatureSpec) -> dict[str, Any]:
     return dict(ModelSpec.from_feature_spec(spec).inputs)
 
 
+def unusable(spec: FeatureSpec) -> list[str]:
+    """Why each feature the built-in mlp and wide_deep cannot take is so, with the fix: they
+    take dense float32 numbers and dense ids with a known range (a vocabulary's, buckets',
+    hashes'; a default id such as -1 included). A string, int64 values with no known range,
+    and ragged or sparse features need the user's own model (which receives them as
+    `keras.Input`s of their kind) or another output."""
+    out = []
+    own = ("or train your own model (train.config.model: 'module:function'), which receives "
+           "it as a keras.Input of its kind")
+    for f in spec.features:
+        if not f.dense:
+            out.append(f"output {f.name!r} is {f.encoding} ({f.dtype}, shape {list(f.shape)}): "
+                       "densify it (e.g. .to_tensor(default_value=0, shape=[None, L]) on "
+                       "vocabulary ids) or reduce it per example, " + own)
+        elif f.kind == "string":
+            out.append(f"output {f.name!r} is a string: encode it with "
+                       "tft.compute_and_apply_vocabulary or tft.hash_strings, or leave it out "
+                       "of the outputs, " + own)
+        elif f.kind == "integer":
+            out.append(f"output {f.name!r} is int64 with no known id range: make ids with "
+                       "tft.compute_and_apply_vocabulary, tft.bucketize or tft.hash_strings, "
+                       "or cast it to float32 to use it as a number, " + own)
+    return out
+
+
+def ignored(kind: str, spec: FeatureSpec, params: Any = None) -> list[str]:
+    """Warning lines for the features the built-in model `kind` leaves out: the cnn takes only
+    its image, so any other output (a string, ragged tokens, a number) is ignored, named."""
+    if kind != "cnn":
+        return []
+    try:
+        used = set(_cnn_features(spec, builtin_config("cnn", params)))
+    except ValueError:
+        return []  # building the model reports it
+    left = [f for f in spec.features if f.name not in used]
+    if not left:
+        return []
+    named = ", ".join(f"{f.name!r} ({f.kind}" + (f", {f.encoding})" if not f.dense else ")")
+                      for f in left)
+    return [f"warning: the built-in cnn takes only the image; it ignores the outputs {named}: "
+            "leave them out of the preprocessing_fn's outputs, or train your own model "
+            "(train.config.model: 'module:function') to use them"]
+
+
+def _check_usable(kind: str, spec: FeatureSpec) -> None:
+    problems = unusable(spec)
+    if problems:
+        raise ValueError(f"the built-in model {kind} takes dense numbers and ids: "
+                         + "; ".join(problems))
+
+
+def _ids(f: Any, inputs: dict[str, Any]) -> Any:
+    """A categorical input as ids from 0 (ids from a default such as -1 shifted up, so the
+    default has its own embedding row)."""
+    import keras
+
+    x = inputs[f.name]
+    return x if not f.min_id else keras.ops.subtract(x, f.min_id)
+
+
+def _id_block(f: Any, ids: Any, config: Any, one_hot: bool, suffix: str) -> Any:
+    """One categorical feature as a `[B, n]` block: its embedding (a tensor of ids: every
+    id's, concatenated) or its one-hot / multi-hot encoding."""
+    from keras import layers
+
+    if one_hot:
+        mode = "one_hot" if f.size <= 1 else "multi_hot"
+        return layers.CategoryEncoding(f.vocab_size, output_mode=mode,
+                                       name=f"{f.name}_{suffix}")(ids)
+    emb = _embedding(f.name, f.vocab_size, config)(ids)
+    if f.shape:
+        emb = layers.Reshape((f.size * config.embedding_dim,), name=f"{f.name}_flat")(emb)
+    return emb
+
+
 def build_mlp(spec: FeatureSpec, config: MLPConfig) -> Any:
     import keras
     from keras import layers
 
+    _check_usable("mlp", spec)
     inputs = model_inputs(spec)
     parts = _numeric_block(spec, inputs)
     for f in spec.categorical:
-        if config.categorical == "one_hot":
-            parts.append(
-                layers.CategoryEncoding(
-                    f.vocab_size, output_mode="one_hot", name=f"{f.name}_onehot"
-                )(inputs[f.name])
-            )
-        else:
-            parts.append(_embedding(f.name, f.vocab_size, config)(inputs[f.name]))
+        parts.append(_id_block(f, _ids(f, inputs), config, config.categorical == "one_hot",
+                               "onehot"))
     x = _concat(parts)
     x = _dense_stack(x, config.hidden_units, config.activation, config.dropout)
     outputs = layers.Dense(spec.label.num_classes, name="logits", dtype="float32")(x)
@@ -197,17 +271,15 @@ def build_wide_deep(spec: FeatureSpec, config: WideDeepConfig) -> Any:
     import keras
     from keras import layers
 
+    _check_usable("wide_deep", spec)
     inputs = model_inputs(spec)
     numeric = _numeric_block(spec, inputs)
     wide_parts = list(numeric)
     deep_parts = list(numeric)
     for f in spec.categorical:
-        wide_parts.append(
-            layers.CategoryEncoding(f.vocab_size, output_mode="one_hot", name=f"{f.name}_wide")(
-                inputs[f.name]
-            )
-        )
-        deep_parts.append(_embedding(f.name, f.vocab_size, config)(inputs[f.name]))
+        ids = _ids(f, inputs)
+        wide_parts.append(_id_block(f, ids, config, True, "wide"))
+        deep_parts.append(_id_block(f, ids, config, False, "deep"))
     n = spec.label.num_classes
     wide = layers.Dense(n, name="wide_logits", dtype="float32")(_concat(wide_parts, "wide_concat"))
     deep = _dense_stack(
@@ -236,20 +308,24 @@ def build_cnn(spec: FeatureSpec, config: CNNConfig) -> Any:
     return keras.Model(inputs, outputs, name="cnn")
 
 
-def _cnn_image(spec: FeatureSpec, config: CNNConfig, inputs: dict[str, Any]) -> Any:
+def _cnn_features(spec: FeatureSpec, config: CNNConfig) -> list[str]:
+    """The features the cnn's image is made of: the image tensor's name, or its pixels'."""
+    return _cnn_image(spec, config, None)
+
+
+def _cnn_image(spec: FeatureSpec, config: CNNConfig, inputs: dict[str, Any] | None) -> Any:
     """The CNN's `[B, H, W, C]` image: the spec's image tensor feature as it is, or (pixel
     features: feature specs from before tensor features, or `image_shape` over plain numeric
-    features) the pixel features stacked and reshaped, row-major HWC."""
+    features) the pixel features stacked and reshaped, row-major HWC. With no `inputs`, the
+    names of the features it takes."""
     import math
-
-    import keras
-    from keras import layers
 
     image = spec.images[0] if spec.images else None
     tensor = spec.tensor(image.name) if image is not None else None
     if image is None and len(spec.tensors) == 1 and len(spec.tensors[0].shape) == 3:
         tensor = spec.tensors[0]  # one 3-d tensor feature: the image
-    shape = tuple(config.image_shape) or (tuple(tensor.shape) if tensor is not None else
+    shape = tuple(config.image_shape) or (tuple(int(d or 0) for d in tensor.shape)
+                                          if tensor is not None else
                                           image.shape if image is not None else ())
     if not shape:
         raise ValueError(
@@ -265,6 +341,10 @@ def _cnn_image(spec: FeatureSpec, config: CNNConfig, inputs: dict[str, Any]) -> 
                 f"image_shape to {list(tensor.shape)} or leave it unset. "
                 f"Received: image_shape={shape}"
             )
+        if inputs is None:
+            return [tensor.name]
+        from keras import layers
+
         x = inputs[tensor.name]  # [B, H, W, C] as it arrives
         return x if shape == tensor.shape else layers.Reshape(shape, name="image_reshape")(x)
     if image is not None:
@@ -283,6 +363,11 @@ def _cnn_image(spec: FeatureSpec, config: CNNConfig, inputs: dict[str, Any]) -> 
                 f"the cnn needs {need} numeric pixel features for image_shape={shape}. "
                 f"Received: {len(pixels)} numeric features"
             )
+    if inputs is None:
+        return list(pixels)
+    import keras
+    from keras import layers
+
     # One stack op, not a Reshape layer per pixel: building (and loading) a model with
     # thousands of layers takes seconds per thousand.
     x = keras.ops.stack([inputs[p] for p in pixels], axis=-1)

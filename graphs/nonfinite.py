@@ -23,8 +23,7 @@ def count_split(dataset: Any, float_features: Iterable[str]) -> tuple[dict[str, 
     names = sorted(float_features)
 
     def bad_rows(x: Any) -> Any:
-        flat = tf.reshape(x, [tf.shape(x)[0], -1])
-        return tf.reduce_sum(tf.cast(tf.reduce_any(~tf.math.is_finite(flat), axis=1), tf.int64))
+        return tf.reduce_sum(tf.cast(bad_row_mask(tf, x), tf.int64))
 
     def add(acc: Any, batch: Any) -> Any:
         features, labels = batch
@@ -37,17 +36,42 @@ def count_split(dataset: Any, float_features: Iterable[str]) -> tuple[dict[str, 
     return dict(zip(names, (int(c) for c in counts.numpy()), strict=True)), int(rows)
 
 
+def bad_row_mask(tf: Any, x: Any) -> Any:
+    """`[B]` bool: the rows of `x` holding a non-finite value, for a dense `[B, ...]` tensor,
+    a RaggedTensor or a SparseTensor (the encodings a transformed float feature has)."""
+    if isinstance(x, tf.SparseTensor):
+        bad = ~tf.math.is_finite(x.values)
+        rows = tf.boolean_mask(x.indices[:, 0], bad)
+        return tf.math.unsorted_segment_max(tf.ones_like(rows, tf.int32), rows,
+                                            tf.cast(x.dense_shape[0], tf.int32)) > 0
+    if isinstance(x, tf.RaggedTensor):
+        flat = x.merge_dims(1, -1) if x.shape.rank > 2 else x  # [B, (values)]
+        rows = tf.boolean_mask(flat.value_rowids(), ~tf.math.is_finite(flat.values))
+        return tf.math.unsorted_segment_max(tf.ones_like(rows, tf.int32), rows,
+                                            tf.cast(x.nrows(), tf.int32)) > 0
+    flat = tf.reshape(x, [tf.shape(x)[0], -1])
+    return tf.reduce_any(~tf.math.is_finite(flat), axis=1)
+
+
 def count_transformed(transformed_dir: Any, spec: Any, splits: Iterable[str]
                       ) -> tuple[dict[str, dict[str, int]], dict[str, int]]:
     """Per split, {feature: rows with a non-finite value} and the rows, over the transform's
     written chunks (graphs.input_pipeline.read_chunks): one pass, in TensorFlow."""
+    import dataclasses
+
     from baton.graphs.input_pipeline import read_chunks
 
-    numeric = [f.name for f in spec.features if f.kind == "numeric"]
-    counts, rows = {}, {}
+    floats = tuple(f for f in spec.features if f.kind == "numeric")
+    numeric = [f.name for f in floats]
+    counts: dict[str, dict[str, int]] = {}
+    rows: dict[str, int] = {}
+    if not floats:  # nothing to count: no pass over the data
+        return counts, rows
+    # only the float columns are parsed: token ids, strings and ids are not read
+    floats_only = dataclasses.replace(spec, features=floats, images=())
     for split in splits:
         try:
-            ds = read_chunks(transformed_dir, split, spec)
+            ds = read_chunks(transformed_dir, split, floats_only)
         except FileNotFoundError:
             continue
         counts[split], rows[split] = count_split(ds, numeric)
@@ -91,13 +115,13 @@ def first_cause(batches: Iterable[Any], model: Any, loss_fn: Any, split: str,
     for i, (features, labels) in enumerate(itertools.islice(batches, max_batches)):
         n = int(labels.shape[0])
         for name in sorted(features):
-            x = np.asarray(features[name])
-            if x.dtype.kind != "f":
+            found = _bad_rows(features[name], n)
+            if found is None:
                 continue
-            bad = ~np.isfinite(x.reshape(n, -1)).all(axis=1)
+            bad, first_values = found
             if bad.any():
                 first = int(np.argmax(bad))
-                return (f"feature {name!r} is {_what(x.reshape(n, -1)[first])} in "
+                return (f"feature {name!r} is {_what(first_values(first))} in "
                         f"{int(bad.sum())} of the {n} {split} rows of batch {i + 1} (first at "
                         f"{split} row {row + first}): the transform hands it on (a missing "
                         "value is NaN): impute it in the preprocessing_fn or drop those rows")
@@ -126,6 +150,27 @@ def first_cause(batches: Iterable[Any], model: Any, loss_fn: Any, split: str,
                     "probabilities, or the reverse?)")
         row += n
     return None
+
+
+def _bad_rows(value: Any, n: int) -> Any:
+    """(`[n]` bool mask of the rows holding a non-finite value, row -> that row's values) for a
+    float feature, dense, ragged or sparse; None for any other dtype."""
+    import numpy as np
+    import tensorflow as tf
+
+    if isinstance(value, tf.RaggedTensor | tf.SparseTensor):
+        if not value.dtype.is_floating:
+            return None
+        if isinstance(value, tf.SparseTensor):
+            idx, vals = value.indices.numpy()[:, 0], value.values.numpy()
+            return bad_row_mask(tf, value).numpy(), lambda i: vals[idx == i]
+        rows = value.merge_dims(1, -1) if value.shape.rank > 2 else value  # [B, (values)]
+        return bad_row_mask(tf, value).numpy(), lambda i: rows[i].numpy()
+    x = np.asarray(value)
+    if x.dtype.kind != "f":
+        return None
+    flat = x.reshape(n, -1)
+    return ~np.isfinite(flat).all(axis=1), lambda i: flat[i]
 
 
 def weights_finite(model: Any) -> bool:

@@ -30,8 +30,14 @@ class QuantileSketch:
         self.values = np.zeros(0, np.float64)
         self.weights = np.zeros(0, np.float64)
 
-    def add(self, x: np.ndarray) -> None:
+    def add(self, x: np.ndarray, weights: np.ndarray | None = None) -> None:
+        """Add values (NaN-free), each of weight 1 or of its `weights` entry."""
         if not len(x):
+            return
+        if weights is not None:  # weighted points: merged, and thinned by the weighted CDF
+            order = np.argsort(x, kind="stable")
+            self._extend(*_runs(x[order].astype(np.float64),
+                                np.asarray(weights, np.float64)[order]))
             return
         x = np.sort(x.astype(np.float64))
         pts, w = _runs(x, np.ones(len(x)))

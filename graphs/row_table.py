@@ -71,7 +71,10 @@ def _cgroup_headroom(cgroup: Path) -> int | None:
 
 
 def fits(num_rows: int, feature_spec: Any, available: int | None = None) -> bool:
-    """Whether a split of `num_rows` rows fits the table's memory share."""
+    """Whether a split of `num_rows` rows fits the table's memory share. A split with a
+    ragged, sparse or string feature is streamed instead: the table gathers fixed-size rows."""
+    if any(not getattr(f, "dense", True) or f.dtype == "string" for f in feature_spec.features):
+        return False
     available = available_memory() if available is None else available
     return 0 < num_rows * row_bytes(feature_spec) <= MEMORY_SHARE * available
 

@@ -17,9 +17,11 @@ Serving clients expect:
   [None, C] string and `scores` [None, C] float32. TF Serving's classifier looks the input up
   under the literal key "inputs" and requires method_name `tensorflow/serving/classify`.
 - `regress` (Regress API, regression only): `inputs` -> `outputs` [None] float32.
-- `transform_features`: raw features -> transformed features, for debugging skew.
+- `transform_features`: raw features -> transformed features, for debugging skew (a ragged or
+  sparse feature as its component tensors, `flat_features`).
 - `predict_transformed`: transformed features -> model outputs; what the edge (TFLite) model is
-  converted from, since TFLite cannot run the string lookups of the transform.
+  converted from, since TFLite cannot run the string lookups of the transform. Only when every
+  transformed feature is a tensor: a signature cannot take a ragged or sparse input.
 
 TF2's saver writes every signature with method_name `tensorflow/serving/predict`;
 `set_method_names` rewrites saved_model.pb afterwards, which is the only way to get a classify
@@ -98,9 +100,9 @@ def build_module(transform: Any, model: Any, spec: FeatureSpec, outputs: str = "
     shapes = raw_shapes(spec)
     raw_sig = {n: tf.TensorSpec([None, *shapes[n]], _tf_dtype(d), name=n)
                for n, d in raw_inputs(spec)}
-    transformed_sig = {
+    transformed_sig = {  # (only when every feature is dense: see signature_names)
         f.name: tf.TensorSpec([None, *f.shape], _tf_dtype(f.dtype), name=f.name)
-        for f in spec.features
+        for f in spec.features if f.dense
     }
     parse_spec = {
         n: tf.io.FixedLenFeature(list(shapes[n]), _tf_dtype(d), default_value=_default(d, shapes[n]))
@@ -144,7 +146,7 @@ def build_module(transform: Any, model: Any, spec: FeatureSpec, outputs: str = "
 
     @tf.function(input_signature=[raw_sig])
     def transform_features(raw):
-        return transformed(raw)
+        return flat_features(transformed(raw))
 
     @tf.function(input_signature=[transformed_sig])
     def predict_transformed(features):
@@ -154,7 +156,8 @@ def build_module(transform: Any, model: Any, spec: FeatureSpec, outputs: str = "
 
     module.serving_default = serving_default
     module.transform_features = transform_features
-    module.predict_transformed = predict_transformed
+    if all(f.dense for f in spec.features):
+        module.predict_transformed = predict_transformed
     if regression:
         module.regress = regress
     else:
@@ -219,8 +222,30 @@ def signature_names(spec: FeatureSpec) -> list[str]:
     import tensorflow as tf
 
     task = "regress" if spec.label.task == "regression" else "classify"
-    return [tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY, task, "transform_features",
-            "predict_transformed"]
+    names = [tf.saved_model.DEFAULT_SERVING_SIGNATURE_DEF_KEY, task, "transform_features"]
+    # the edge model's input: tensors only (a signature takes no ragged or sparse input)
+    return names + (["predict_transformed"] if all(f.dense for f in spec.features) else [])
+
+
+def flat_features(features: Mapping[str, Any]) -> dict[str, Any]:
+    """Transformed features as a signature's outputs, which are tensors: a ragged feature as
+    `<name>$ragged_values` and `<name>$row_lengths_<k>`, a sparse one as
+    `<name>$sparse_indices`, `$sparse_values` and `$sparse_dense_shape`."""
+    import tensorflow as tf
+
+    out = {}
+    for name, v in features.items():
+        if isinstance(v, tf.RaggedTensor):
+            out[f"{name}$ragged_values"] = v.flat_values
+            for k, lengths in enumerate(v.nested_row_lengths()):
+                out[f"{name}$row_lengths_{k}"] = lengths
+        elif isinstance(v, tf.SparseTensor):
+            out[f"{name}$sparse_indices"] = v.indices
+            out[f"{name}$sparse_values"] = v.values
+            out[f"{name}$sparse_dense_shape"] = v.dense_shape
+        else:
+            out[name] = v
+    return out
 
 
 def save(module: Any, export_dir: str | Path, spec: FeatureSpec) -> Path:

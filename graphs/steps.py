@@ -233,8 +233,10 @@ def make_train_chunk(
         return totals
 
     def slice_rows(batch: Any, lo: Any, hi: Any) -> Any:
+        from baton.graphs.feature_spec import slice_rows as rows
+
         features, labels = batch
-        return {k: v[lo:hi] for k, v in features.items()}, labels[lo:hi]
+        return {k: rows(v, lo, hi) for k, v in features.items()}, labels[lo:hi]
 
     take_rows = take_rows or slice_rows
 

@@ -73,7 +73,7 @@ class Phase:
 
 def _outputs(req: tft_trace.Request) -> int:
     """How many arrays the phase's graph returns for an analyzer (tft_trace.trace_function)."""
-    return 2 if req.kind == "vocabulary" else len(req.inputs)
+    return len(req.inputs)
 
 
 def merge_all(phase: Phase, parts: Iterable[Mapping[int, Any]]) -> dict[int, Any]:
@@ -114,20 +114,18 @@ class Phases:
         self.done = phase.last
 
 
-def finishing(phase: Phase) -> dict[int, tuple[str, dict[str, Any], np.ndarray]]:
-    """What `finalize` needs of a phase, picklable (no graph): each analyzer's kind, its
-    parameters and an empty input (its value on no rows at all)."""
-    return {k: (req.kind, dict(req.params), _empty(req)) for k, req in phase.analyzers.items()}
+def finishing(phase: Phase) -> dict[int, tuple[str, dict[str, Any], None]]:
+    """What `finalize` needs of a phase, picklable (no graph; a vocabulary's `key_fn` needs
+    cloudpickle): each analyzer's kind and its parameters."""
+    return {k: (req.kind, dict(req.params), None) for k, req in phase.analyzers.items()}
 
 
-def finalize(spec: Mapping[int, tuple[str, dict[str, Any], np.ndarray]],
+def finalize(spec: Mapping[int, tuple[str, dict[str, Any], Any]],
              merged: Mapping[int, Any]) -> dict[int, list[Any]]:
-    """The analyzers' values from their merged accumulators (`spec`: `finishing(phase)`)."""
-    out = {}
-    for k, (kind, params, empty) in spec.items():
-        acc = merged[k] if k in merged else tft_analyzers.accumulate(kind, params, [empty])
-        out[k] = tft_analyzers.finalize(kind, params, acc)
-    return out
+    """The analyzers' values from their merged accumulators (`spec`: `finishing(phase)`); an
+    analyzer that saw no rows gets its value on no data."""
+    return {k: tft_analyzers.finalize(kind, params, merged.get(k))
+            for k, (kind, params, _) in spec.items()}
 
 
 def analyze(preprocessing_fn: Callable[[dict[str, Any]], Any], specs: Mapping[str, Any],
@@ -166,7 +164,3 @@ def _feed(concrete: Any, batch: Mapping[str, np.ndarray]) -> dict[str, Any]:
 def _numpy(t: Any) -> Any:
     return t.numpy() if hasattr(t, "numpy") else t
 
-
-def _empty(req: tft_trace.Request) -> np.ndarray:
-    dt = req.inputs[0].dtype
-    return np.zeros(0, object if dt.name == "string" else dt.as_numpy_dtype)

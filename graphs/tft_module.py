@@ -21,6 +21,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from baton.errors import BatonError
 from baton.graphs import tft_engine, tft_feed, tft_trace
 from baton.graphs.tft_output import METADATA_FILE
@@ -33,13 +35,14 @@ class OutputError(BatonError, ValueError):
 @dataclasses.dataclass
 class Built:
     module: Any  # the tf.Module
-    outputs: dict[str, dict[str, Any]]  # name -> dtype, shape, min/max of ids
+    outputs: dict[str, dict[str, Any]]  # name -> dtype, shape, encoding, min/max of ids
     vocabularies: dict[str, list[bytes]]  # vocab_filename -> tokens
     features: list[Any] = dataclasses.field(default_factory=list)  # the feature spec's
     inputs: frozenset[str] = frozenset()  # the raw features it reads (tft_feed.used_inputs)
     # the function returned the label changed (not passed through): its output is dropped, as
     # Baton encodes the label itself; the stage and the dry run say so (label_note)
     label_transformed: bool = False
+    files: dict[str, str] = dataclasses.field(default_factory=dict)  # asset name -> its file
     # outputs that pass the label through under another name (TFX's `species_xf`): the label,
     # not features (graphs.label_outputs)
     label_aliases: tuple[str, ...] = ()
@@ -68,7 +71,9 @@ def build_module(preprocessing_fn: Callable[[dict[str, Any]], Any], raw: list[tu
                        label_dtype)
         outputs = preprocessing_fn({**inputs, label_name: stub})
         if not isinstance(outputs, Mapping):
-            raise OutputError(f"returned {type(outputs).__name__}, not a dict of tensors")
+            raise OutputError("A `preprocessing_fn` must return a Dict[str, Union[tf.Tensor, "
+                              "tf.SparseTensor, tf.RaggedTensor]]. Got: "
+                              f"{type(outputs).__name__}")
         if label_name in outputs and outputs[label_name] is not stub:
             transformed_label.append(True)
         try:
@@ -84,6 +89,9 @@ def build_module(preprocessing_fn: Callable[[dict[str, Any]], Any], raw: list[tu
         def __init__(self) -> None:
             super().__init__(name="baton_preprocessing")
             self.tables = list(trace.tables)
+            self.resources = list(trace.resources)  # tables the function built itself
+            self.created_variables = list(trace.variables)
+            self.vocabulary_assets = list(trace.assets)
             if label["task"] == "classification":
                 self.label_table = vocabulary_table(tf, label["vocabulary"])
             self._concrete = concrete
@@ -97,11 +105,15 @@ def build_module(preprocessing_fn: Callable[[dict[str, Any]], Any], raw: list[tu
         def transform_label(self, raw_label):
             return apply_label(tf, label["task"], getattr(self, "label_table", None), raw_label)
 
+    metas = {trace.vocab_meta[k]["vocab_filename"]: trace.vocab_meta[k]
+             for k in trace.vocab_meta}
     built = Built(PreprocessingModule(), outputs_info(trace, concrete),
                   {name: [bytes(t) for t in resolved[k][0]]
                    for name, k in trace.vocab_files.items() if k in resolved},
                   inputs=tft_feed.used_inputs(concrete), label_transformed=bool(transformed_label),
+                  files={Path(m["path"]).name: m["path"] for m in metas.values()},
                   label_aliases=tuple(aliases))
+    _evaluate_bounds(built.outputs, features_fn, specs, resolved)
     built.features = features(built.outputs)  # checked now: before any data is transformed
     return built
 
@@ -121,71 +133,151 @@ def label_note(built: Built, label: str) -> str | None:
 
 
 def check_rows(outputs: Mapping[str, Any], rows: int) -> None:
-    """Raise OutputError unless every applied output (numpy arrays) has `rows` rows: an output
-    must keep its input's batch dimension, or its rows no longer line up with the label's.
-    The stage's apply step and the dry run both check with this, so they say the same."""
+    """Raise OutputError unless every applied output (numpy arrays, or ragged/sparse values)
+    has `rows` rows: an output must keep its input's batch dimension, or its rows no longer
+    line up with the label's. The stage's apply step and the dry run both check with this."""
     for name, value in outputs.items():
-        if value.shape[:1] != (rows,):
-            got = value.shape[0] if value.ndim else "no"
-            raise OutputError(f"output {name!r} has {got} rows for a batch of {rows}: "
-                              "outputs keep the batch dimension")
+        got = nrows(value)
+        if got != rows:
+            raise OutputError(f"output {name!r} has {'no' if got is None else got} rows for a "
+                              f"batch of {rows}: outputs keep the batch dimension")
+
+
+def nrows(value: Any) -> int | None:
+    """Rows of an applied output: a numpy array's first dimension, a ragged tensor's rows, a
+    sparse tensor's dense_shape[0]; None for a scalar."""
+    import tensorflow as tf
+
+    if isinstance(value, tf.RaggedTensor):
+        return int(value.nrows())
+    if isinstance(value, tf.SparseTensor):
+        return int(value.dense_shape[0])
+    shape: Any = getattr(value, "shape", ())
+    return int(shape[0]) if len(shape) else None
+
+
+DTYPES = ("float32", "int64", "string")  # what tf.Transform's feature specs hold
 
 
 def outputs_info(trace: tft_trace.Trace, concrete: Any) -> dict[str, dict[str, Any]]:
-    """Each output's dtype, per-example shape and id range (int64 outputs of a vocabulary,
-    buckets or hashes); OutputError for what the models cannot take."""
+    """Each output as tf.Transform's schema inference sees it: dtype (float32, int64 or string),
+    encoding (dense, ragged or sparse), per-example shape, and the id range of int64 outputs
+    made by a vocabulary, buckets or hashes. OutputError for what tf.Transform refuses too."""
     import tensorflow as tf
 
     outputs = trace.outputs or {}
     info: dict[str, dict[str, Any]] = {}
     for name, t in outputs.items():
-        if isinstance(t, tf.RaggedTensor | tf.SparseTensor):
-            raise OutputError(f"output {name!r} is a {type(t).__name__}: Baton's models take "
-                              "fixed-shape features (densify it, e.g. .to_tensor(shape=...), "
-                              "or reduce it per example)")
-        shape = t.shape[1:]
-        if not shape.is_fully_defined():
-            raise OutputError(f"output {name!r} has per-example shape {shape}: it must be "
-                              "fixed (a scalar, a vector [D] or an image [H, W, C])")
-        if t.shape.rank == 0:
-            raise OutputError(f"output {name!r} is a scalar, not a batch [B, ...]")
-        entry: dict[str, Any] = {"dtype": t.dtype.name, "shape": [int(d) for d in shape]}
-        if t.dtype.is_integer:
-            domain = trace.domains.get(t.ref())
+        if not isinstance(t, tf.Tensor | tf.RaggedTensor | tf.SparseTensor):
+            raise OutputError(f"Expected a Tensor, SparseTensor, or RaggedTensor got {t!r} of "
+                              f"type {type(t).__name__} for feature {name!r}")
+        if t.dtype.name not in DTYPES:
+            raise OutputError(f"Feature {name!r} had invalid dtype {t.dtype.name} for feature "
+                              "spec: outputs are float32, int64 or string (cast it, e.g. "
+                              "tf.cast(x, tf.float32))")
+        entry: dict[str, Any] = {"dtype": t.dtype.name}
+        if isinstance(t, tf.SparseTensor):
+            if t.shape.rank is not None and t.shape.rank < 2:
+                raise OutputError(f"Feature {name!r} is a SparseTensor of rank {t.shape.rank}: "
+                                  "outputs have a batch dimension and at least one more")
+            entry["encoding"] = "sparse"
+            entry["shape"] = [None if d is None else int(d) for d in (t.shape[1:] if
+                              t.shape.rank is not None else [None])]
+        elif isinstance(t, tf.RaggedTensor):
+            entry["encoding"] = "ragged"
+            entry["shape"] = [None if d is None else int(d) for d in t.shape[1:]]
+        else:
+            if t.shape.rank in (None, 0):
+                raise OutputError(f"Feature {name!r} ({t.name}) had invalid shape {t.shape} for "
+                                  "FixedLenFeature: must have rank at least 1 (an analyzer's "
+                                  "value is one per dataset: broadcast it to the batch, e.g. "
+                                  "tf.zeros_like(x) + tft.mean(x))")
+            if not t.shape[1:].is_fully_defined():
+                raise OutputError(f"Feature {name!r} ({t.name}) had invalid shape {t.shape} for "
+                                  "FixedLenFeature: apart from the batch dimension, all "
+                                  "dimensions must have known size (set_shape or reshape it, "
+                                  "or return a RaggedTensor)")
+            entry["shape"] = [int(d) for d in t.shape[1:]]  # (dense: no "encoding" key)
+        if t.dtype == tf.int64:
+            values = t.flat_values if isinstance(t, tf.RaggedTensor) else (
+                t.values if isinstance(t, tf.SparseTensor) else t)
+            domain = trace.domains.get(values.ref())
             if domain is not None:
-                entry["min"], entry["max"] = int(domain[0]), int(domain[1])
-        elif t.dtype not in (tf.float32, tf.float64, tf.float16):
-            raise OutputError(f"output {name!r} is {t.dtype.name}: outputs are numbers "
-                              "(float) or ids (int64); encode strings with a vocabulary or "
-                              "a hash")
+                entry["min"], entry["max"] = _bound(domain[0]), _bound(domain[1])
         info[name] = entry
     if not info:
         raise OutputError("returned no feature (an empty dict, or only the label)")
     return info
 
 
+def _bound(b: Any) -> Any:
+    """An id bound: an int, or a tensor evaluated later (`_evaluate_bounds`)."""
+    if isinstance(b, int | np.integer):
+        return int(b)
+    import tensorflow as tf
+
+    static = tf.get_static_value(b)
+    return int(static) if static is not None else b
+
+
+def _evaluate_bounds(outputs: dict[str, dict[str, Any]], features_fn: Any,
+                     specs: Mapping[str, Any], resolved: Mapping[int, list[Any]]) -> None:
+    """Id bounds only known in the graph (the size of a table a `lookup_fn` built) are
+    evaluated as tf.Transform evaluates its schema overrides: the function traced once more,
+    returning them, and run on an empty batch."""
+    import tensorflow as tf
+
+    pending = {n: i for n, i in outputs.items()
+               if not isinstance(i.get("min", 0), int) or not isinstance(i.get("max", 0), int)}
+    if not pending:
+        return
+    trace, concrete = None, None
+
+    def bounds_fn(raw: dict[str, Any]) -> dict[str, Any]:
+        out = features_fn(raw)
+        got = {}
+        for name in pending:
+            t = out[name]
+            v = t.flat_values if isinstance(t, tf.RaggedTensor) else (
+                t.values if isinstance(t, tf.SparseTensor) else t)
+            lo, hi = tft_trace.current().domains[v.ref()]
+            got[name] = tf.stack([tf.cast(lo, tf.int64), tf.cast(hi, tf.int64)])
+        return got
+
+    trace, concrete = tft_trace.trace_function(bounds_fn, specs, resolved, analysis=False)
+    empty = {n: tf.zeros([0, *s.shape[1:]], s.dtype) for n, s in specs.items()}
+    try:
+        values = concrete(raw=empty)
+    except (tf.errors.OpError, ValueError):
+        values = {}
+    for name in pending:
+        if name in values:
+            lo, hi = (int(v) for v in values[name].numpy())
+            outputs[name]["min"], outputs[name]["max"] = lo, hi
+        else:
+            outputs[name].pop("min", None)
+            outputs[name].pop("max", None)
+
+
 def features(outputs: Mapping[str, Mapping[str, Any]]) -> list[Any]:
-    """The feature spec's features from the outputs: a float is numeric of its shape; an int64
-    with a known id range from 0 is categorical of that size. OutputError otherwise."""
+    """The feature spec's features from the outputs: float32 numeric, int64 with a known id
+    range categorical (ids from its min), other int64 integer, string string; each of its
+    encoding and per-example shape."""
     from baton.graphs.feature_spec import Feature
 
     out = []
     for name, info in outputs.items():
+        shape = tuple(info["shape"])
+        encoding = info.get("encoding", "dense")
         if info["dtype"].startswith("float"):
-            out.append(Feature(name, "numeric", shape=tuple(info["shape"])))
-            continue
-        if "max" not in info:
-            raise OutputError(f"output {name!r} is {info['dtype']} with no known id range: "
-                              "make ids with tft.compute_and_apply_vocabulary, tft.bucketize "
-                              "or tft.hash_strings, or cast it to float32")
-        if info["min"] < 0:
-            raise OutputError(f"output {name!r} holds ids from {info['min']} (an unknown "
-                              "token's default_value): pass num_oov_buckets >= 1 or a "
-                              "default_value >= 0 so every id is an embedding row")
-        if info["shape"]:
-            raise OutputError(f"output {name!r}: ids must be one per example, found "
-                              f"shape {info['shape']}")
-        out.append(Feature(name, "categorical", vocab_size=info["max"] + 1))
+            out.append(Feature(name, "numeric", shape=shape, encoding=encoding))
+        elif info["dtype"] == "string":
+            out.append(Feature(name, "string", shape=shape, encoding=encoding))
+        elif "max" in info and info["max"] >= info["min"]:
+            out.append(Feature(name, "categorical", vocab_size=info["max"] - info["min"] + 1,
+                               shape=shape, encoding=encoding, min_id=info["min"]))
+        else:
+            out.append(Feature(name, "integer", shape=shape, encoding=encoding))
     return out
 
 
@@ -202,14 +294,18 @@ def feature_spec(built: Built, raw: list[tuple[str, str, Any]], label: Mapping[s
 
 
 def save(built: Built, directory: str | Path) -> Path:
-    """The SavedModel, its vocabulary files and tft_metadata.json in `directory`."""
+    """The SavedModel (which copies the vocabulary files it tracks into `assets/`), every
+    vocabulary file in `assets/` (also those no lookup reads), and tft_metadata.json."""
+    import shutil
+
     import tensorflow as tf
 
     d = Path(directory)
     tf.saved_model.save(built.module, str(d))
     assets = d / "assets"
     assets.mkdir(exist_ok=True)
-    for name, tokens in built.vocabularies.items():
-        (assets / name).write_bytes(b"".join(t + b"\n" for t in tokens))
+    for name, source in built.files.items():
+        if not (assets / name).is_file():
+            shutil.copyfile(source, assets / name)
     (d / METADATA_FILE).write_text(json.dumps(built.outputs, indent=1) + "\n")
     return d

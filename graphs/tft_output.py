@@ -23,6 +23,34 @@ METADATA_FILE = "tft_metadata.json"  # graphs.tft_module writes it
 TRANSFORM_FN_DIR = "transform_fn"
 
 
+def feature_spec_entry(name: str, info: dict[str, Any]) -> Any:
+    """One output's tf.io feature spec, from its tft_metadata.json entry (tf.Transform's
+    schema_inference rules: `_feature_spec_from_batched_tensors`)."""
+    import tensorflow as tf
+
+    dtype = tf.as_dtype(info["dtype"])
+    shape = list(info.get("shape", []))
+    encoding = info.get("encoding", "dense")
+    if encoding == "dense":
+        return tf.io.FixedLenFeature(shape, dtype)
+    if encoding == "sparse":
+        if len(shape) <= 1:
+            return tf.io.VarLenFeature(dtype)
+        return tf.io.SparseFeature(
+            index_key=[f"{name}$sparse_indices_{i}" for i in range(len(shape))],
+            value_key=f"{name}$sparse_values", dtype=dtype, size=shape, already_sorted=True)
+    partitions = []
+    ragged = 0
+    for d in shape[1:]:
+        if d is None:
+            ragged += 1
+            partitions.append(tf.io.RaggedFeature.RowLengths(f"{name}$row_lengths_{ragged}"))
+        else:
+            partitions.append(tf.io.RaggedFeature.UniformRowLength(d))
+    return tf.io.RaggedFeature(dtype=dtype, value_key=f"{name}$ragged_values",
+                               partitions=partitions, row_splits_dtype=tf.int64)
+
+
 class TFTransformOutput:
     """A transform graph directory (Baton's `transform_graph`, or tf.Transform's output)."""
 
@@ -47,18 +75,25 @@ class TFTransformOutput:
         if path.is_file():
             return json.loads(path.read_text())
         spec = json.loads((self._root / FEATURE_SPEC_FILE).read_text())  # the built-in transform
-        return {f["name"]: {"dtype": "float32" if f["kind"] == "numeric" else "int64",
-                            "shape": list(f.get("shape", [])),
-                            **({"min": 0, "max": int(f["vocab_size"]) - 1}
-                               if f["kind"] == "categorical" else {})}
-                for f in spec["features"]}
+        out = {}
+        for f in spec["features"]:
+            kind = f["kind"]
+            entry: dict[str, Any] = {
+                "dtype": {"numeric": "float32", "string": "string"}.get(kind, "int64"),
+                "shape": list(f.get("shape", [])), "encoding": f.get("encoding", "dense")}
+            if kind == "categorical":
+                lo = int(f.get("min_id", 0))
+                entry.update(min=lo, max=lo + int(f["vocab_size"]) - 1)
+            out[f["name"]] = entry
+        return out
 
     def transformed_feature_spec(self) -> dict[str, Any]:
-        """`{name: tf.io.FixedLenFeature(shape, dtype)}` of the transformed features."""
-        import tensorflow as tf
-
-        return {name: tf.io.FixedLenFeature(info["shape"], tf.as_dtype(info["dtype"]))
-                for name, info in self._metadata().items()}
+        """The transformed features as tf.Transform's schema inference describes them: a dense
+        output `tf.io.FixedLenFeature(shape, dtype)`, a ragged one `tf.io.RaggedFeature` (its
+        values `<name>$ragged_values`, a ragged inner dimension `<name>$row_lengths_<i>`, a
+        uniform one `UniformRowLength`), a sparse one `tf.io.VarLenFeature` (2-D) or
+        `tf.io.SparseFeature` (`<name>$sparse_indices_<i>`, `<name>$sparse_values`)."""
+        return {name: feature_spec_entry(name, info) for name, info in self._metadata().items()}
 
     def num_buckets_for_transformed_feature(self, name: str) -> int:
         info = self._metadata().get(name)
@@ -70,13 +105,23 @@ class TFTransformOutput:
         return int(info["max"]) + 1
 
     def vocabulary_file_by_name(self, vocab_filename: str) -> str | None:
-        path = self._saved / "assets" / sanitized_vocab_filename(vocab_filename)
-        return str(path) if path.is_file() else None
+        """The vocabulary file's path (a GZIP TFRecord file is `<name>.tfrecord.gz`), or None."""
+        base = self._saved / "assets" / sanitized_vocab_filename(vocab_filename)
+        for path in (base, base.with_name(base.name + ".tfrecord.gz")):
+            if path.is_file():
+                return str(path)
+        return None
 
     def vocabulary_by_name(self, vocab_filename: str) -> list[bytes]:
+        """The vocabulary's entries: a text file's lines, a TFRecord file's records."""
         path = self.vocabulary_file_by_name(vocab_filename)
         if path is None:
             raise ValueError(f"no vocabulary {vocab_filename!r} in {self._saved / 'assets'}")
+        if path.endswith(".tfrecord.gz"):
+            import tensorflow as tf
+
+            return [bytes(r.numpy()) for r in
+                    tf.data.TFRecordDataset(path, compression_type="GZIP")]
         return Path(path).read_bytes().splitlines()
 
     def vocabulary_size_by_name(self, vocab_filename: str) -> int:

@@ -230,8 +230,10 @@ def dataset_fns(job: TrainJob, table: Any = None) -> tuple[Any, Any]:
         first = ctx.input_pipeline_id * local
 
         def cut(features: Any, labels: Any, r: int) -> Any:
+            from baton.graphs.feature_spec import slice_rows
+
             lo, hi = r * per, (r + 1) * per
-            return {k: v[lo:hi] for k, v in features.items()}, labels[lo:hi]
+            return {k: slice_rows(v, lo, hi) for k, v in features.items()}, labels[lo:hi]
 
         def mine(features: Any, labels: Any) -> Any:
             out = tf.data.Dataset.from_tensors(cut(features, labels, first))

@@ -17,4 +17,4 @@ def preprocessing_fn(inputs):  # noqa: ANN001, ANN201
 
     import baton.tft as tft
 
-    return tft_parity_fn.make(tft, tf, for_stage=True)(inputs)
+    return tft_parity_fn.make(tft, tf)(inputs)

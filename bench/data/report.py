@@ -115,8 +115,11 @@ def write_report(r: dict[str, Any], path: Path) -> Path:
         "|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     names = {"current": "current: z-score x4 + vocabulary x1 (built-in kinds)",
-             "census": "census-like `preprocessing_fn` (tests/graphs/tft_parity_fn.py)"}
-    for key in ("current", "census"):
+             "census": "census-like `preprocessing_fn` (tests/graphs/tft_parity_fn.py)",
+             "text": "text: vocabulary over ragged tokens (bench/data/text_fn.py)"}
+    for key in ("current", "census", "text"):
+        if key not in t:
+            continue
         e = t[key]
         p = e.get("peer")
         total = e["baton_seconds"]
@@ -132,6 +135,21 @@ def write_report(r: dict[str, Any], path: Path) -> Path:
     cen = t["census"]
     par = cen.get("parity")
     lines += [""]
+    own = [(k, t[k]["run"]) for k in ("current", "census", "text")
+           if k in t and t[k].get("run", {}).get("date", m["date"]) != m["date"]]
+    if own:
+        lines += ["Tables rerun after the run above (`--tables`), each on its own date and load: "
+                  + "; ".join(f"{k} {run['date']} (load average "
+                              f"{', '.join(f'{x:.1f}' for x in run['load_average'])} at its "
+                              "start)" for k, run in own)
+                  + ". Their ratios are of that run, both sides measured in it"
+                  + ("." if all(run.get("lock") for _, run in own) else
+                     ", without the benchmark lock, beside other work on the shared cores: "
+                     "there Baton's seconds grew more than the peer's against the quiet run "
+                     "above (census: Baton 3.18 s quiet, the peer 41.6 s), so these ratios "
+                     "are below a quiet machine's; quote them as measured, and rerun with "
+                     "`--lock` on a quiet machine to compare.")
+                  , ""]
     if par:
         differ = ", ".join(f"{k} {v:.3%}" for k, v in par["bucket_ids_differ"].items())
         lines += [
@@ -141,11 +159,27 @@ def write_report(r: dict[str, Any], path: Path) -> Path:
             "the checks of tests/graphs/test_tft_parity.py): "
             + ("**same outputs**" if par["ok"] else f"**FAILED**: {par['failures']}")
             + f" (ids, hashes, token ids and analyzer values equal; scalings within 1e-5; "
-            f"bucket ids differing within tf.Transform's quantile epsilon: {differ}). The "
-            "bench runs the function with `for_stage=True`: `cat2_top` gets an OOV bucket and "
-            "the padded token ids are float32, since the stage refuses -1 ids and int64 ids "
-            "of unknown range.",
+            f"bucket ids differing within tf.Transform's quantile epsilon: {differ}). "
+            + ("The function is the one a TFX user writes: `cat2_top` keeps tf.Transform's "
+               "default id -1 and the token ids are padded with -1 (int64 with no known "
+               "range), which the stage writes as tf.Transform does (issue 34; before it, the "
+               "bench had to give `cat2_top` an OOV bucket and cast the padded ids to float32)."
+               if "run" in cen else
+               "This table was measured before issue 34, with `for_stage=True`: `cat2_top` got "
+               "an OOV bucket and the padded token ids were float32, since the stage then "
+               "refused -1 ids and int64 ids of unknown range (the bench now runs the function "
+               "as a TFX user writes it; rerun with `--tables census`)."),
             ""]
+    tpar = t.get("text", {}).get("parity")
+    if tpar:
+        lines += [
+            f"Parity (text table, every run): the ragged token ids Baton wrote and the peer "
+            f"wrote (its `tokens` feature, each row's ids), read back and compared row by row on all "
+            f"{tpar['rows']:,} rows ({tpar['tokens']:,} tokens): "
+            + ("**same ids in every row**" if tpar["ok"] else
+               f"**FAILED**: {tpar['rows_differ']} rows differ")
+            + f". Baton writes the output as `{tpar.get('encoding')}` (its values and row "
+            "lengths), which a user's model reads as a ragged `keras.Input`.", ""]
     lines += [
         "**Read the ratios with the machine's load in mind.** Under load the peer slows more "
         "than Baton (it is mostly single-threaded Python per batch of <= 1000 rows): issue 12 "
@@ -236,7 +270,10 @@ def write_report(r: dict[str, Any], path: Path) -> Path:
                   "pure overhead, which a cluster spreads over its workers.", ""]
     goals = []
     for key, label in (("current", "the current table"), ("census", "the census-like "
-                                                                     "preprocessing_fn")):
+                                                                     "preprocessing_fn"),
+                       ("text", "the ragged-token text preprocessing_fn (issue 34)")):
+        if key not in t:
+            continue
         e = t[key]
         if "ratio" in e:
             goals.append(f"- {_goal(e['ratio'] >= 10)}: ingest + transform >= 10x tf.Transform "
@@ -253,7 +290,7 @@ def write_report(r: dict[str, Any], path: Path) -> Path:
         goals.append(f"- {_goal(grow <= 0.10)}: peak memory at {big:,} rows within 10% of "
                      f"{rows:,}: **{grow:+.1%}** ({top['peak_rss_mb']:.0f} vs "
                      f"{base['peak_rss_mb']:.0f} MB, transform stage)")
-    lines += ["### Goals (issue 12)", "", *goals, "",
+    lines += ["### Goals (issues 12 and 34)", "", *goals, "",
               *([] if quiet else _quiet_caveat(t)), "",
               "### Ingest alone, before and after the vectorised encoder (hand-recorded)", "",
               "The `ingest` stage on the current table's 1M-row CSV file, old code (commit "

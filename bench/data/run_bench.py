@@ -13,6 +13,9 @@ Tables (each a CSV file generated once, `--rows` rows, default 1M):
   `transform.config.preprocessing_fn` (bench/data/census_fn.py) and by the peer; then the
   two written outputs are read back and compared row by row (`tft_parity_fn.compare`): the
   parity check runs on every benchmark run.
+- `text`: short texts (3-15 words of 30,000 with Zipf-like frequencies); bench/data/text_fn.py,
+  a vocabulary (top 10,000, one OOV bucket) over `tf.strings.split` tokens applied to them: a
+  ragged output on both sides, compared row by row on every run.
 
 Baton's figure is the ingest stage + the transform stage (each reported, and the sum); the
 peer's is one tf.Transform pipeline from the CSV file (CsvTFXIO -> AnalyzeAndTransformDataset
@@ -74,6 +77,8 @@ def case_gen(table: str, rows: int, path: str) -> dict:
     if table == "current":
         chunks = synthetic.generate(rows, seed=1, numeric=4, categorical=1, vocab_size=100,
                                     classes=2)
+    elif table == "text":
+        chunks = _text_chunks(rows)
     else:
         chunks = _census_chunks(rows)
     for chunk in chunks:
@@ -118,6 +123,30 @@ def _census_chunks(rows: int, chunk: int = 1 << 18):  # noqa: ANN202
             "text": np.array(text.to_pylist(), object),
             "label": np.array(["no", "yes"], object)[rng.integers(0, 2, n)],
         }
+
+
+def _text_chunks(rows: int, chunk: int = 1 << 18, words: int = 30_000):  # noqa: ANN202
+    """Short texts: 3 to 15 words per row drawn from `words` words with Zipf-like frequencies
+    (so a top_k of 10,000 leaves a long tail out of vocabulary), a `row` number and a binary
+    `label`."""
+    import numpy as np
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    vocab = np.array([f"w{i}" for i in range(words)], object)
+    p = 1.0 / np.arange(1, words + 1) ** 1.1
+    p /= p.sum()
+    for start in range(0, rows, chunk):
+        n = min(chunk, rows - start)
+        rng = np.random.default_rng([11, start])
+        count = rng.integers(3, 16, n)
+        flat = vocab[rng.choice(words, size=int(count.sum()), p=p)]
+        offsets = np.concatenate([[0], np.cumsum(count)]).astype(np.int32)
+        text = pc.binary_join(pa.ListArray.from_arrays(pa.array(offsets),
+                                                       pa.array(flat.tolist(), pa.string())), " ")
+        yield {"row": np.arange(start, start + n, dtype=np.float32),
+               "text": np.array(text.to_pylist(), object),
+               "label": np.array(["no", "yes"], object)[rng.integers(0, 2, n)]}
 
 
 def _preload(stage: str) -> None:
@@ -276,6 +305,47 @@ def case_parity(transformed: str, peer_files: str) -> dict:
             "ok": not failures and len(a) == len(b)}
 
 
+def _raw_column(feats: Any, key: str, dtype: str) -> Any:
+    """A columnar chunk's raw little-endian column (pipeline/dataplane/transformed_io.py)."""
+    import numpy as np
+
+    return np.frombuffer(feats[key].bytes_list.value[0], np.dtype(dtype).newbyteorder("<"))
+
+
+def case_parity_text(transformed: str, peer_files: str) -> dict:
+    """The text table's ragged token ids, Baton's against the peer's, row by row."""
+    import numpy as np
+    import tensorflow as tf
+
+    meta = json.loads((Path(transformed) / "metadata.json").read_text())
+    rows_out, values, lengths = [], [], []
+    for f in sorted((Path(transformed) / "train").glob("*.tfrecord")):
+        for rec in tf.data.TFRecordDataset(str(f)).as_numpy_iterator():
+            feats = tf.train.Example.FromString(rec).features.feature
+            rows_out.append(_raw_column(feats, "row_out", "float32"))
+            values.append(_raw_column(feats, "tokens", "int64"))
+            lengths.append(_raw_column(feats, "tokens$row_lengths_0", "int64"))
+    ours_rows = np.concatenate(rows_out)
+    ours = np.split(np.concatenate(values), np.cumsum(np.concatenate(lengths))[:-1])
+    spec = {"row_out": tf.io.FixedLenFeature([], tf.float32),
+            # tf.Transform writes a one-level ragged output as the row's values under its name
+            "tokens": tf.io.RaggedFeature(tf.int64, partitions=[], row_splits_dtype=tf.int64)}
+    peer_rows, peer = [], []
+    ds = tf.data.TFRecordDataset(json.loads(peer_files)).batch(65_536).map(
+        lambda x: tf.io.parse_example(x, spec))
+    for batch in ds:
+        peer_rows.append(batch["row_out"].numpy())
+        peer += [np.asarray(r) for r in batch["tokens"].numpy()]
+    peer_rows_a = np.concatenate(peer_rows)
+    a, b = np.argsort(ours_rows, kind="stable"), np.argsort(peer_rows_a, kind="stable")
+    differ = sum(not np.array_equal(ours[i], peer[j]) for i, j in zip(a, b, strict=True))
+    tokens = int(sum(len(x) for x in ours))
+    return {"rows": len(a), "rows_peer": len(b), "tokens": tokens, "rows_differ": differ,
+            "encoding": meta.get("encodings", {}).get("tokens"),
+            "ok": differ == 0 and len(a) == len(b) and bool(np.array_equal(ours_rows[a],
+                                                                           peer_rows_a[b]))}
+
+
 def case_peer(tft_python: str, table: str, csv: str, out: str, tfrecords: str = "",
               batch_size: int = 0, processes: int = 1) -> dict:
     argv = [str(HERE / "tft_peer.py"), "--table", table, "--csv", csv, "--out", out,
@@ -337,6 +407,10 @@ def main() -> None:
     ap.add_argument("--peer-repeat", type=int, default=1, help="runs of each peer case")
     ap.add_argument("--peer-big", action="store_true",
                     help="also run the peer's transform alone at --big-rows (~5 min at 10M)")
+    ap.add_argument("--tables", default="",
+                    help="comma-separated tables to run (current, census, text); the others, "
+                         "and the transform-alone, statistics and input sections, are kept "
+                         "from results/data.json, each table with its own date and load")
     ap.add_argument("--tft-python", default=str(ROOT / ".venv-tft" / "bin" / "python"))
     ap.add_argument("--work", default="", help="scratch directory kept (default: a temp dir)")
     ap.add_argument("--out", default=str(ROOT / "docs" / "benchmarks-data.md"))
@@ -350,6 +424,7 @@ def main() -> None:
         cases = {"gen": lambda t, r, p: case_gen(t, int(r), p), "ingest": case_ingest,
                  "stage": lambda s, e, args, fn: case_stage(s, e, args.split(), fn),
                  "input": lambda t, g, b: case_input(t, g, int(b)), "parity": case_parity,
+                 "parity_text": case_parity_text,
                  "portable": lambda r: case_portable(int(r))}
         print(json.dumps(cases[a.case](*a.arg)))
         return
@@ -389,10 +464,16 @@ def run_all(a: argparse.Namespace) -> None:
 
     def baton(argv: list[str]) -> dict:
         return child([me, "--case", argv[0], *[f"--arg={arg}" for arg in argv[1:]]],
-                     timed=argv[0] not in ("gen", "parity"))
+                     timed=argv[0] not in ("gen", "parity", "parity_text"))
 
+    tables = a.tables.split(",") if a.tables else ["current", "census", "text"]
+    unknown = set(tables) - {"current", "census", "text"}
+    if unknown:
+        raise SystemExit(f"--tables: no table {sorted(unknown)}; the tables are current, "
+                         "census, text")
+    only = set(tables) != {"current", "census", "text"}
     csvs = {}
-    for table, n in (("current", rows), ("census", rows), ("current", big)):
+    for table, n in [*((t, rows) for t in tables), *([] if only else [("current", big)])]:
         path = work / f"{table}-{n}.csv"
         if not path.exists():
             baton(["gen", table, str(n), str(path)])
@@ -401,9 +482,11 @@ def run_all(a: argparse.Namespace) -> None:
     tables_and_big = contextlib.ExitStack()  # the tables and the big transform: one hold
     tables_and_big.enter_context(held())
     examples = {}
-    for table, n in (("current", rows), ("census", rows)):
+    for table, n in ((t, rows) for t in tables):
+        started = _machine()  # this table's own date and load, at its start
         with held():  # one table (Baton's runs, the peer's, parity): one hold
-            fn = "census_fn:preprocessing_fn" if table == "census" else ""
+            fn = {"census": "census_fn:preprocessing_fn",
+                  "text": "text_fn:preprocessing_fn"}.get(table, "")
             ingests, transforms = [], []
             for i in range(a.repeat):
                 out = work / f"ingest-{table}-{n}-{i}"
@@ -431,14 +514,19 @@ def run_all(a: argparse.Namespace) -> None:
 
                 entry["peer"], entry["peer_by_processes"] = _faster_peer(peer_runs)
                 entry["ratio"] = entry["peer"]["seconds_median"] / entry["baton_seconds"]
-                if table == "census":
-                    entry["parity"] = baton(["parity", tr["transformed"],
+                if table in ("census", "text"):
+                    entry["parity"] = baton(["parity" if table == "census" else "parity_text",
+                                             tr["transformed"],
                                              json.dumps(entry["peer"]["transformed"])])
-                    log(f"parity: {'ok' if entry['parity']['ok'] else entry['parity']['failures']}")
+                    log(f"parity {table}: {entry['parity']}")
+            entry["run"] = {**started, "lock": a.lock}
             res["tables"][table] = entry
             for r in transforms:  # the median run's output is read by the parity/input cases
                 if r["root"] != tr["root"]:
                     shutil.rmtree(r["root"], ignore_errors=True)
+    if only:
+        _merge_tables(a, res, work, tables)
+        return
     # The transform stage alone: on the current table's examples at `rows` (already measured
     # above, the same runs) and at `big` (ingested once from its CSV; not timed here).
     with held():  # the big table's ingest and transforms, 2 processes, portable: one hold
@@ -492,7 +580,7 @@ def run_all(a: argparse.Namespace) -> None:
         res["statistics"] = stats
         first = res["tables"]["current"]["transform"]
         res["input"] = baton(["input", first["transformed"], first["transform_graph"], "32"])
-    for case in [*alone, res["tables"]["census"]["transform"]]:
+    for case in [*alone, res["tables"]["census"]["transform"], res["tables"]["text"]["transform"]]:
         if case.get("root"):
             shutil.rmtree(case.pop("root"), ignore_errors=True)
     results = HERE / "results"
@@ -506,6 +594,34 @@ def run_all(a: argparse.Namespace) -> None:
     path = write_report(res, Path(a.out))
     print(json.dumps({k: v for k, v in res.items() if k != "input"}, indent=1, default=str))
     log(f"wrote {results / 'data.json'} and {path}")
+
+
+def _merge_tables(a: argparse.Namespace, res: dict, work: Path, tables: list[str]) -> None:
+    """`--tables`: the tables just run replace theirs in results/data.json (each keeps its own
+    `run`: date and load), the rest of it stays, and the report is rewritten from the whole."""
+    path = HERE / "results" / "data.json"
+    if not path.is_file():
+        raise SystemExit(f"--tables needs a full run's {path} to merge into")
+    old = json.loads(path.read_text())
+    if old["rows"] != res["rows"]:
+        raise SystemExit(f"--tables: {path} has {old['rows']:,} rows a table, this run "
+                         f"{res['rows']:,}: rerun them all (no --tables) or pass --rows "
+                         f"{old['rows']}")
+    for t in tables:
+        case = res["tables"][t]["transform"]
+        if case.get("root"):
+            shutil.rmtree(case.pop("root"), ignore_errors=True)
+        old["tables"][t] = res["tables"][t]
+    path.write_text(json.dumps(old, indent=1) + "\n")
+    if not a.work:
+        shutil.rmtree(work, ignore_errors=True)
+    sys.path.insert(0, str(HERE))
+    from report import write_report
+
+    out = write_report(old, Path(a.out))
+    print(json.dumps({t: {k: v for k, v in old["tables"][t].items() if k != "input"}
+                      for t in tables}, indent=1, default=str))
+    print(f"wrote {path} and {out}", file=sys.stderr)
 
 
 def _machine() -> dict:

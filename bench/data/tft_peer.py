@@ -17,8 +17,9 @@ the local runner. Measured here: 2 processes 22.9 s against 29.5 s in-process on
 table (a batch size of 10,000 or 100,000 rows: 28.2 s, 28.9 s), so run_bench.py runs both and
 counts the faster.
 
-Tables: `current` (z-score on x0..x3, a vocabulary on c0, the label passed through) and
-`census` (tests/graphs/tft_parity_fn.py's preprocessing_fn, the label passed through).
+Tables: `current` (z-score on x0..x3, a vocabulary on c0, the label passed through),
+`census` (tests/graphs/tft_parity_fn.py's preprocessing_fn, the label passed through) and
+`text` (bench/data/text_fn.py: a vocabulary over ragged tokens, the label passed through).
 
     .venv-tft/bin/python bench/data/tft_peer.py --table census --csv rows.csv --out DIR
 """
@@ -40,7 +41,7 @@ sys.path.insert(0, os.path.join(ROOT, "tests", "graphs"))
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--table", choices=("current", "census"), required=True)
+    ap.add_argument("--table", choices=("current", "census", "text"), required=True)
     ap.add_argument("--csv", required=True, help="the benchmark's CSV file (with a header)")
     ap.add_argument("--tfrecords", default="", help="read these tf.Examples instead of the CSV")
     ap.add_argument("--out", required=True)
@@ -70,10 +71,18 @@ def main() -> None:
             out["c0"] = tft.compute_and_apply_vocabulary(inputs["c0"])
             out["label"] = inputs["label"]
             return out
+    elif args.table == "text":
+        sys.path.insert(0, os.path.join(ROOT, "bench", "data"))
+        import text_fn
+
+        text = text_fn.make(tft, tf)
+
+        def preprocessing_fn(inputs):  # noqa: ANN001, ANN202
+            return {**text(inputs), "label": inputs["label"]}
     else:
         import tft_parity_fn
 
-        census = tft_parity_fn.make(tft, tf, for_stage=True)
+        census = tft_parity_fn.make(tft, tf)
 
         def preprocessing_fn(inputs):  # noqa: ANN001, ANN202
             return {**census(inputs), "label": inputs["label"]}

@@ -103,7 +103,6 @@ def dry_run(config: Any, spec_dir: Path, examples: Path, rows: int, show: int,
             stage: str) -> str:
     """The report: analyzer values, then the first `show` rows' inputs and outputs.
     `config`: the transform stage's Config (its preprocessing_fn, else its column kinds)."""
-    import numpy as np
 
     from baton.graphs import tft_engine, tft_module
     from baton.graphs.column_kinds import ColumnsFn
@@ -154,7 +153,7 @@ def dry_run(config: Any, spec_dir: Path, examples: Path, rows: int, show: int,
             fn, raw_feats, {"name": label, "dtype": label_col.dtype, "task": schema.task,
                             "vocabulary": vocab}, phases.resolved)
     with UserErrors(f"{where}: applying"):
-        out = {k: v.numpy() for k, v in built.module.transform_features(
+        out = {k: _rows(v) for k, v in built.module.transform_features(
             {n: batch[n] for n, _, _ in raw_feats}).items()}
         n = len(batch[label])
         tft_module.check_rows(out, n)
@@ -168,11 +167,12 @@ def dry_run(config: Any, spec_dir: Path, examples: Path, rows: int, show: int,
         head[1:1] = [note]
     for name, info in built.outputs.items():
         ids = f", ids {info['min']}..{info['max']}" if "max" in info else ""
-        head.append(f"  {name}: {info['dtype']} {info['shape']}{ids}")
+        kind = f" {info['encoding']}" if info.get("encoding", "dense") != "dense" else ""
+        head.append(f"  {name}: {info['dtype']}{kind} {info['shape']}{ids}")
     for i in range(min(show, n)):
         head += ["", f"row {i}:",
                  "  in:  " + ", ".join(f"{k}={_value(batch[k][i])}" for k, _, _ in raw_all),
-                 "  out: " + ", ".join(f"{k}={_value(np.asarray(v)[i])}" for k, v in out.items())]
+                 "  out: " + ", ".join(f"{k}={_value(v[i])}" for k, v in out.items())]
     return "\n".join(head)
 
 
@@ -214,9 +214,35 @@ def _short(values: list[Any]) -> str:
     return "; ".join(shown)
 
 
+def _rows(v: Any) -> Any:
+    """An applied output as something indexable by row: a numpy array, or a ragged or sparse
+    output's rows as lists (tft_module.check_rows counts them the same way)."""
+    import tensorflow as tf
+
+    if isinstance(v, tf.SparseTensor):
+        v = tf.RaggedTensor.from_sparse(tf.sparse.reorder(v)) if v.shape.rank == 2 else v
+    if isinstance(v, tf.RaggedTensor):
+        return _Listed(v.to_list())
+    if isinstance(v, tf.SparseTensor):  # more than 2 dimensions: each row's (index, value)s
+        rows: list[list[Any]] = [[] for _ in range(int(v.dense_shape[0]))]
+        for idx, val in zip(v.indices.numpy().tolist(), v.values.numpy().tolist(), strict=True):
+            rows[idx[0]].append((tuple(idx[1:]), val))
+        return _Listed(rows)
+    return v.numpy()
+
+
+class _Listed(list):  # noqa: FURB189 - a list with the `shape` check_rows reads
+    @property
+    def shape(self) -> tuple[int]:
+        return (len(self),)
+
+
 def _value(v: Any) -> str:
     import numpy as np
 
+    if isinstance(v, list):
+        return json.dumps(v, default=lambda b: b.decode("utf-8", "replace")
+                          if isinstance(b, bytes) else str(b))
     if isinstance(v, bytes):
         return repr(v.decode("utf-8", "replace"))
     a = np.asarray(v)

@@ -27,6 +27,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import apache_beam as beam
+from apache_beam.internal import pickler as beam_pickler
 
 from baton.pipeline.dataplane.fn_source import FnSource
 from baton.pipeline.dataplane.reader import encoded_columns
@@ -57,7 +58,8 @@ class ApplyPreprocessing(beam.DoFn):
                  out_dir: str, batch_rows: int, chunk_rows: int, box_key: str | None = None,
                  threads: int = 1) -> None:
         self.source, self.raw = source, raw
-        self.known = pickle.dumps((dict(resolved), dict(last), label_acc))
+        # Beam's pickler (cloudpickle): a vocabulary's key_fn may be a lambda
+        self.known = beam_pickler.dumps((dict(resolved), dict(last), label_acc))
         self.label_meta = dict(label)
         self.columns, self.out_dir = list(columns), out_dir
         self.batch_rows, self.chunk_rows = batch_rows, chunk_rows
@@ -97,12 +99,13 @@ class ApplyPreprocessing(beam.DoFn):
     def _build(self, merged: Mapping[str, Any]) -> None:
         """The module from the analyzer values: the earlier phases' and the last one's."""
         from baton.graphs import tft_engine
+        from baton.graphs.input_pipeline import ragged_rank
         from baton.graphs.tft_feed import Feeder
         from baton.graphs.tft_module import build_module
         from baton.pipeline.dataplane.analysis import label_analysis
         from baton.pipeline.dataplane.local_objects import borrow
 
-        resolved, last, label_acc = pickle.loads(self.known)
+        resolved, last, label_acc = beam_pickler.loads(self.known)
         resolved.update(tft_engine.finalize(last, merged["tft"]))
         features = [(n, d, s) for n, d, s in self.raw]
         analysis = label_analysis(label_acc if label_acc is not None else merged["label"] or {},
@@ -115,6 +118,7 @@ class ApplyPreprocessing(beam.DoFn):
         # the exported function itself, its string columns fed encoded (graphs.tft_feed)
         self.feeder = Feeder(built.module.transform_features, tft_engine.raw_specs(self.raw),
                              built.inputs)
+        self.ranks = {f.name: ragged_rank(f) for f in built.features if f.encoding == "ragged"}
         self.built = built
 
     def _transform(self, group: list[Any], needed: Sequence[Column]
@@ -125,14 +129,15 @@ class ApplyPreprocessing(beam.DoFn):
 
         from baton.errors import StageError
         from baton.graphs.tft_module import OutputError, check_rows
-        from baton.pipeline.dataplane.transformed_io import encode_chunks
+        from baton.pipeline.dataplane.transformed_io import Ragged, encode_chunks, to_numpy
 
         n = sum(b.num_rows for b in group)
-        feats = {k: v.numpy() for k, v in self.feeder(encoded_columns(group, needed)).items()}
+        out = self.feeder(encoded_columns(group, needed))
         try:
-            check_rows(feats, n)
+            check_rows(out, n)
         except OutputError as e:
             raise StageError(f"{self.source.where}: applying: {e}") from None
+        feats = {k: to_numpy(v, self.ranks.get(k)) for k, v in out.items()}
         labels = [self._label(b.column(self.label)) for b in group]
         label, keep = (labels[0] if len(labels) == 1 else
                        (np.concatenate([y for y, _ in labels]),
@@ -140,7 +145,8 @@ class ApplyPreprocessing(beam.DoFn):
         dropped = 0
         if not keep.all():
             dropped = int((~keep).sum())
-            feats = {k: v[keep] for k, v in feats.items()}
+            feats = {k: v.take(keep) if isinstance(v, Ragged) else v[keep]
+                     for k, v in feats.items()}
             label = label[keep]
         feats[self.label] = label
         return encode_chunks(feats, self.chunk_rows), len(label), dropped

@@ -169,17 +169,26 @@ def transform_split(transform: Any, split: Split, spec: FeatureSpec) -> dict[str
     if missing:
         raise StageError(f"transform_graph: transform_features did not produce features "
                          f"{missing} named in feature_spec.json; it produced {sorted(out)}")
-    return {f.name: out[f.name].numpy() for f in spec.features}
+    # a ragged or sparse feature stays a tf value: the model takes it as such
+    return {f.name: out[f.name].numpy() if f.dense else out[f.name] for f in spec.features}
 
 
 def predict(model: Any, features: dict[str, Any], batch_size: int = 256) -> Any:
     """Model outputs (logits [N, C] or [N, 1]) in batches, as float32 numpy."""
     import numpy as np
 
-    n = len(next(iter(features.values())))
+    from baton.graphs.feature_spec import slice_rows
+    from baton.graphs.tft_module import nrows
+
+    n = nrows(next(iter(features.values()))) or 0
     parts = []
     for start in range(0, n, batch_size):
-        batch = {k: v[start:start + batch_size] for k, v in features.items()}
+        batch = {k: slice_rows(v, start, min(start + batch_size, n)) for k, v in features.items()}
+        if not all(isinstance(v, np.ndarray) for v in batch.values()):  # Keras takes one kind
+            import tensorflow as tf
+
+            batch = {k: tf.constant(v) if isinstance(v, np.ndarray) else v
+                     for k, v in batch.items()}
         parts.append(np.asarray(model(batch, training=False), dtype="float32"))
     return np.concatenate(parts, axis=0)
 

@@ -102,7 +102,7 @@ def run(ctx: StageContext, config: Config) -> None:
                 f"(what the transform reads); {unread} are optional (never read)")
 
 
-def _shape(shape: tuple[int, ...]) -> dict[str, Any]:
+def _shape(shape: tuple[int | None, ...]) -> dict[str, Any]:
     """`{"shape": [...]}` for a tensor input (per example, without the batch), {} for a scalar."""
     return {"shape": list(shape)} if shape else {}
 

@@ -212,17 +212,36 @@ def _code_problems(config: Config, spec_dir: Path | None) -> list[str]:
 
 def check_inputs(config: Config, inputs: dict[str, Path]) -> list[str]:
     """Once the feature spec exists (before training): Keras losses and metrics that do not fit
-    its task (`accuracy` on a regression label, `mse` on classes)."""
-    if not (config.loss or config.metrics) or "transform_graph" not in inputs:
+    its task (`accuracy` on a regression label, `mse` on classes); transformed features the
+    built-in mlp or wide_deep cannot take (a string, int64 without an id range, ragged or
+    sparse), each named with its fix."""
+    if "transform_graph" not in inputs or not (
+            config.loss or config.metrics or config.model in ("mlp", "wide_deep")):
         return []
     from baton.graphs.feature_spec import FeatureSpec
+    from baton.graphs.models import unusable
     from baton.graphs.objectives import task_problems
 
     try:
-        task = FeatureSpec.load(inputs["transform_graph"]).label.task
+        spec = FeatureSpec.load(inputs["transform_graph"])
     except (OSError, KeyError, ValueError):
         return []  # the stage itself reports an unreadable feature spec
-    return [f"config.{p}" for p in task_problems(config.loss, config.metrics, task)]
+    problems = [f"config.{p}" for p in task_problems(config.loss, config.metrics, spec.label.task)]
+    if config.model in ("mlp", "wide_deep"):
+        problems += [f"config.model: the built-in {config.model} cannot take {p}"
+                     for p in unusable(spec)]
+    return problems
+
+
+def ignored_outputs(job: Any) -> list[str]:
+    """Warnings for the transformed features a built-in model leaves out (the cnn's non-image
+    outputs), each named."""
+    from baton.graphs.feature_spec import FeatureSpec
+    from baton.graphs.models import ignored
+
+    if job.model not in BUILTIN_MODELS:
+        return []
+    return ignored(job.model, FeatureSpec.from_dict(job.feature_spec), job.model_config)
 
 
 def external_inputs(config: Config, spec_dir: Path | None) -> list[Path]:
@@ -349,6 +368,8 @@ def run(ctx: StageContext, config: Config) -> None:
         f"{inventory.describe(node)}; "
         f"{inventory.describe_defaults(defaults)}"
     )
+    for line in ignored_outputs(job):
+        ctx.log(line)
     found = " (holds a backup: resuming from it)" if (backups / "checkpoint").is_file() else ""
     ctx.log(f"backups in {backups}{found}")
     if topo.multi_process:

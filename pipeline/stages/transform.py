@@ -51,8 +51,10 @@ INPUTS = {"examples": True}
 OUTPUTS = ("transformed", "transform_graph")
 CODE_DEPS = ("baton.graphs.transform", "baton.graphs.column_kinds", "baton.graphs.feature_spec", "baton.pipeline.dataplane",
              "baton.graphs.tft_api", "baton.graphs.tft_engine", "baton.graphs.tft_trace",
-             "baton.graphs.tft_analyzers", "baton.graphs.tft_module",
-             "baton.graphs.quantile_sketch", "baton.graphs.label_outputs", "baton.graphs.nonfinite")
+             "baton.graphs.tft_analyzers", "baton.graphs.tft_module", "baton.graphs.tft_reduce",
+             "baton.graphs.tft_vocab", "baton.graphs.tft_vocab_order", "baton.graphs.tft_buckets",
+             "baton.graphs.tft_feed", "baton.graphs.tft_output", "baton.graphs.quantile_sketch",
+             "baton.graphs.label_outputs", "baton.graphs.nonfinite")
 CACHEABLE = True
 
 @dataclasses.dataclass(frozen=True)
@@ -267,7 +269,8 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
     dtypes = {f.name: f.dtype for f in spec.features}
     dtypes[label] = "int64" if schema.task == "classification" else "float32"
     write_metadata(out_t, splits, dtypes, label, config.chunk_rows,
-                   {f.name: f.shape for f in spec.features if f.shape})
+                   {f.name: f.shape for f in spec.features if f.shape},
+                   {f.name: f.encoding for f in spec.features if not f.dense})
     spec.save(out_t)
     from baton.graphs.nonfinite import transform_note
 

@@ -141,3 +141,62 @@ def test_an_empty_image_shape_from_the_train_job_means_the_spec_image() -> None:
                    model_config={"image_shape": [], "filters": [4], "dense_units": 8})
     model, _ = build_fn(job)()
     assert model.get_layer("image").output.shape[1:] == (4, 4, 1)
+
+
+def _mixed_spec() -> FeatureSpec:
+    """Outputs of every kind a preprocessing_fn can write (issue 34), beside usable ones."""
+    feats = (Feature("x", "numeric"), Feature("i", "categorical", 4, min_id=-1),
+             Feature("q", "categorical", 3, (1,)), Feature("tok", "categorical", 9, (None,),
+                                                           "ragged"),
+             Feature("s", "string"), Feature("n", "integer"),
+             Feature("sp", "numeric", 0, (None,), "sparse"))
+    raw = (RawFeature("x", "float32"),)
+    return FeatureSpec(raw, feats, Label("label", "classification", ("a", "b")))
+
+
+def test_mlp_and_wide_deep_name_each_output_they_cannot_take_with_its_fix() -> None:
+    spec = _mixed_spec()
+    problems = models.unusable(spec)
+    assert [p.split("'")[1] for p in problems] == ["tok", "s", "n", "sp"]
+    assert "output 'tok' is ragged (int64, shape [None]): densify it" in problems[0]
+    assert "output 's' is a string: encode it" in problems[1]
+    assert "output 'n' is int64 with no known id range" in problems[2]
+    assert "output 'sp' is sparse (float32, shape [None])" in problems[3]
+    for kind in ("mlp", "wide_deep"):
+        with pytest.raises(ValueError, match=rf"the built-in model {kind} takes dense numbers "
+                                             r"and ids: output 'tok' is ragged"):
+            models.build_model(kind, spec)
+    assert models.ignored("mlp", spec) == []
+
+
+@pytest.mark.parametrize("kind", ["mlp", "wide_deep"])
+def test_ids_from_minus_one_and_id_vectors_are_embedded(kind: str) -> None:
+    """An id default of -1 (compute_and_apply_vocabulary's default) gets its own row; ids of
+    shape [1] (bucketized [B, 1] values) are embedded and flattened."""
+    feats = (Feature("x", "numeric"), Feature("i", "categorical", 4, min_id=-1),
+             Feature("q", "categorical", 3, (1,)))
+    spec = FeatureSpec((RawFeature("x", "float32"),), feats,
+                       Label("label", "classification", ("a", "b")))
+    model = models.build_model(kind, spec)
+    out = np.asarray(model({"x": np.zeros(3, np.float32), "i": np.array([-1, 0, 2]),
+                            "q": np.array([[0], [2], [1]])}))
+    assert out.shape == (3, 2) and np.all(np.isfinite(out))
+
+
+def test_cnn_ignores_the_other_outputs_with_a_warning_naming_them() -> None:
+    import tensorflow as tf
+
+    pixels = tuple(Feature(f"img_{i}", "numeric") for i in range(4))
+    spec = FeatureSpec(tuple(RawFeature(f.name, "float32") for f in pixels),
+                       (Feature("tok", "string", 0, (None,), "ragged"), Feature("s", "string"),
+                        *pixels),
+                       Label("label", "classification", ("a", "b")),
+                       images=(Image("img", (2, 2, 1)),))
+    assert models.ignored("cnn", spec, {"filters": [2]}) == [
+        "warning: the built-in cnn takes only the image; it ignores the outputs 'tok' (string, "
+        "ragged), 's' (string): leave them out of the preprocessing_fn's outputs, or train your "
+        "own model (train.config.model: 'module:function') to use them"]
+    model = models.build_model("cnn", spec, models.CNNConfig(filters=(2,)))
+    batch = {f"img_{i}": tf.ones(3) for i in range(4)}
+    batch |= {"tok": tf.ragged.constant([["a"], [], ["b", "c"]]), "s": tf.constant(["a"] * 3)}
+    assert np.asarray(model(batch)).shape == (3, 2)

@@ -55,7 +55,9 @@ def test_a_feature_spec_written_before_tensor_features_still_loads():
 
 
 @pytest.mark.parametrize(("make", "message"), [
-    (lambda: Feature("c", "categorical", 3, shape=(2,)), r"only numeric features may be tensors"),
+    # a dense feature's dimensions are known (ragged and sparse ones may have None)
+    (lambda: Feature("c", "categorical", 3, shape=(None,)), r"shape must be a tuple of positive"),
+    (lambda: Feature("c", "categorical", 3, encoding="packed"), r"encoding must be dense, "),
     (lambda: Feature("x", "numeric", shape=(0, 2)), r"shape must be a tuple of positive"),
     (lambda: RawFeature("s", "string", (2,)), r"tensor features are numeric"),
     (lambda: FeatureSpec((), (Feature("image", "numeric", shape=(2, 2, 1)),), Label("y"),

@@ -28,12 +28,10 @@ def rows(n: int = 3000, seed: int = 7) -> dict[str, np.ndarray]:
     }
 
 
-def make(tft, tf, for_stage: bool = False):  # noqa: ANN001, ANN201 - tft is either library
-    """`for_stage`: every id output a valid embedding row, as Baton's transform stage requires
-    (the data benchmark runs it there): `cat2_top` gets an OOV bucket, and the text ids are
-    padded with the OOV id (50) instead of -1 and cast to float32 (the stage takes int64 ids
-    only with a known range, which padding a ragged tensor loses)."""
-    top_oov, pad = (1, 50) if for_stage else (0, -1)
+def make(tft, tf):  # noqa: ANN001, ANN201 - tft is either library
+    """The function as a TFX user writes it: `cat2_top` keeps tf.Transform's default id -1 for
+    unknown tokens, and the text ids are padded with -1 (int64 with no known range): Baton's
+    transform stage writes both, as tf.Transform does (the data benchmark runs it there)."""
 
     def preprocessing_fn(inputs):  # noqa: ANN001, ANN202
         out = {"row_out": inputs["row"] + 0.0}
@@ -46,15 +44,13 @@ def make(tft, tf, for_stage: bool = False):  # noqa: ANN001, ANN201 - tft is eit
                                                               vocab_filename=k)
         out["cat2_top"] = tft.compute_and_apply_vocabulary(inputs["cat2"], top_k=3,
                                                            frequency_threshold=5,
-                                                           num_oov_buckets=top_oov)
+                                                           num_oov_buckets=0)
         out["c_b"] = tft.bucketize(inputs["c"], 8)
         out["d_b"] = tft.bucketize(inputs["d"], 4)
         out["cat1_h"] = tft.hash_strings(inputs["cat1"], 16)
         tokens = tf.strings.split(inputs["text"])
         out["text_ids"] = tft.compute_and_apply_vocabulary(
-            tokens, top_k=50, num_oov_buckets=1).to_tensor(default_value=pad, shape=[None, 5])
-        if for_stage:
-            out["text_ids"] = tf.cast(out["text_ids"], tf.float32)
+            tokens, top_k=50, num_oov_buckets=1).to_tensor(default_value=-1, shape=[None, 5])
         zero = tf.zeros_like(inputs["a"])
         out["a_mean"] = tft.mean(inputs["a"]) + zero
         out["a_var"] = tft.var(inputs["a"]) + zero

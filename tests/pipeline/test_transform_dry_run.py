@@ -75,15 +75,17 @@ def test_dry_run_shows_the_stages_error_and_bad_usage_exits_2(tmp_path):
     _write(tmp_path, BAD)
     res = baton(tmp_path, "transform", "spec.yaml", "--dry-run")
     assert res.returncode == 1
-    assert ("transform.preprocessing_fn pre:preprocessing_fn: tracing: TypeError: "
-            "tft.vocabulary: x must be a string or integer tensor. Received: float32") in res.stderr
+    assert ("transform.preprocessing_fn pre:preprocessing_fn: tracing: ValueError: "
+            "tft.vocabulary: expected tf.string or integer but got float32") in res.stderr
     assert "pre.py, line 4)" in res.stderr
-    # an output check (ids that can be -1) is raised by the dry run too, before any data pass
-    _write(tmp_path, BAD.replace("inputs[\"body_mass_g\"]", "inputs[\"island\"]"))
+    # an output check (a dtype tf.Transform's feature specs do not hold) is raised by the dry
+    # run too, before any data pass
+    _write(tmp_path, "import tensorflow as tf\n\ndef preprocessing_fn(inputs):\n"
+                     "    return {'v': tf.cast(inputs['year'], tf.float64)}\n")
     res = baton(tmp_path, "transform", "spec.yaml", "--dry-run")
     assert res.returncode == 1
-    assert ("pre:preprocessing_fn: building the transform: output 'v' holds ids from -1"
-            in res.stderr) and "line" not in res.stderr.split("holds ids")[1]
+    assert ("pre:preprocessing_fn: building the transform: Feature 'v' had invalid dtype "
+            "float64" in res.stderr) and "line" not in res.stderr.split("invalid dtype")[1]
     # an output that drops or adds rows is the stage's applying error, whatever --show says
     # (one process per case: each imports TensorFlow, and the suite is CPU-bound)
     for body, rows, show in (('inputs["year"][:5]', 5, "0"),

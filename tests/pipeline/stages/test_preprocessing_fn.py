@@ -162,36 +162,26 @@ BAD = {
                r"transform.preprocessing_fn bad_raises:preprocessing_fn: tracing: ValueError: "
                r"no good \(.*bad_raises.py, line 2\)"),
     "not_a_dict": ("def preprocessing_fn(inputs):\n    return inputs['island']\n",
-                   r"returned .*Tensor.*, not a dict of tensors"),
+                   r"A `preprocessing_fn` must return a Dict\[str, Union\[tf.Tensor, "
+                   r"tf.SparseTensor, tf.RaggedTensor\]\]. Got: .*Tensor"),
     "missing_column": ("def preprocessing_fn(inputs):\n    return {'x': inputs['wingspan']}\n",
                        r"KeyError: no raw column 'wingspan'"),
     "vocabulary_of_floats": (
         "import baton.tft as tft\n"
         "def preprocessing_fn(inputs):\n"
         "    return {'x': tft.compute_and_apply_vocabulary(inputs['body_mass_g'])}\n",
-        r"tft.vocabulary: x must be a string or integer tensor. Received: float32"),
-    "scalar_output": (
+        r"tft.vocabulary: expected tf.string or integer but got float32"),
+    "scalar_output": (  # tf.Transform refuses it too: an output has a batch dimension
         "import baton.tft as tft\n"
         "def preprocessing_fn(inputs):\n    return {'m': tft.mean(inputs['body_mass_g'])}\n",
-        r"output 'm' is a scalar, not a batch"),
-    "unknown_ids": (
-        "import baton.tft as tft\n"
-        "def preprocessing_fn(inputs):\n"
-        "    return {'i': tft.compute_and_apply_vocabulary(inputs['island'])}\n",
-        r"building the transform: output 'i' holds ids from -1 .*num_oov_buckets >= 1"),
-    "ragged_output": (
+        r"Feature 'm' .* had invalid shape \(\) for FixedLenFeature: must have rank at least "
+        r"1 .*broadcast it to the batch"),
+    "float64_output": (  # tf.Transform refuses it too: feature specs hold float32
         "import tensorflow as tf\n"
         "def preprocessing_fn(inputs):\n"
-        "    return {'t': tf.strings.length(tf.strings.split(inputs['island'], 'e'))}\n",
-        r"output 't' is a RaggedTensor: Baton's models take fixed-shape features"),
-    "string_output": (
-        "def preprocessing_fn(inputs):\n    return {'s': inputs['island']}\n",
-        r"output 's' is string: outputs are numbers"),
-    "unranged_ids": (
-        "import tensorflow as tf\n"
-        "def preprocessing_fn(inputs):\n"
-        "    return {'y': tf.cast(inputs['year'], tf.int64)}\n",
-        r"output 'y' is int64 with no known id range"),
+        "    return {'d': tf.cast(inputs['year'], tf.float64)}\n",
+        r"Feature 'd' had invalid dtype float64 for feature spec: outputs are float32, int64 "
+        r"or string"),
     "batch_changed": (
         "import tensorflow as tf\n"
         "def preprocessing_fn(inputs):\n    return {'x': inputs['year'][:1]}\n",
@@ -214,3 +204,138 @@ def test_a_bad_preprocessing_fn_is_a_stage_error_naming_it(tmp_path, case):
                   {"examples": examples}, tmp_path, spec_dir=tmp_path, run_id=case)
     run = tmp_path / "runs" / "test" / case
     assert not (run / "transform").exists()  # nothing half-written: no output was placed
+
+
+# Every output the issue found refused (issue 34), as tf.Transform writes them: the stage writes
+# each, the feature spec says what it is, and the rows read back for training are the rows the
+# exported graph gives for the same raw input.
+ACCEPTED = '''\
+import tensorflow as tf
+
+import baton.tft as tft
+
+
+def preprocessing_fn(inputs):
+    year = tf.cast(inputs["year"], tf.int64)
+    tokens = tf.strings.split(inputs["island"], "e")
+    return {
+        "i": tft.compute_and_apply_vocabulary(inputs["island"]),  # ids from -1
+        "index": tft.compute_and_apply_vocabulary(tokens, vocab_filename="parts"),  # ragged
+        "notes_ids": tft.compute_and_apply_vocabulary(tokens).to_tensor(
+            default_value=-1, shape=[None, 3]),  # padded with -1: no known range
+        "x": inputs["sex"],  # a string passed through
+        "min": tf.zeros_like(year) + tft.min(year),  # an analyzer's value
+        "q_b": tft.bucketize(tf.reshape(inputs["body_mass_g"], [-1, 1]), 3),  # ids of shape [1]
+        "sp": tf.sparse.from_dense(tf.strings.split(inputs["island"], "o").to_tensor(
+            shape=[None, 2])),  # sparse, 2-D: tf.Transform's VarLenFeature
+        "species": inputs["species"],
+    }
+'''
+
+
+def test_outputs_tf_transform_writes_are_written_described_and_read_back(tmp_path):
+    import tensorflow as tf
+
+    import baton.tft as tft
+    from baton.graphs.feature_spec import FeatureSpec
+    from baton.graphs.input_pipeline import make_dataset
+    from baton.pipeline.release import data
+
+    (tmp_path / "accepted.py").write_text(ACCEPTED)
+    examples = penguins(tmp_path)["examples"]
+    out, metrics = run_stage("transform", {"preprocessing_fn": "accepted:preprocessing_fn"},
+                             {"examples": examples}, tmp_path, spec_dir=tmp_path, run_id="ok")
+    assert metrics["rows"] == 344
+    spec = FeatureSpec.load(out["transform_graph"])
+    kinds = {f.name: (f.kind, f.encoding, f.shape, f.vocab_size, f.min_id) for f in spec.features}
+    assert kinds["i"] == ("categorical", "dense", (), 4, -1)  # 3 islands and -1
+    assert kinds["index"][:3] == ("categorical", "ragged", (None,))
+    assert kinds["notes_ids"] == ("integer", "dense", (3,), 0, 0)
+    assert kinds["x"] == ("string", "dense", (), 0, 0)
+    assert kinds["min"] == ("integer", "dense", (), 0, 0)
+    assert kinds["q_b"] == ("categorical", "dense", (1,), 3, 0)
+    assert kinds["sp"] == ("string", "sparse", (2,), 0, 0)
+    tfo = tft.TFTransformOutput(str(out["transform_graph"]))
+    fs = tfo.transformed_feature_spec()
+    assert fs["index"] == tf.io.RaggedFeature(tf.int64, value_key="index$ragged_values",
+                                              partitions=[], row_splits_dtype=tf.int64)
+    assert fs["sp"] == tf.io.VarLenFeature(tf.string)
+    assert fs["x"] == tf.io.FixedLenFeature([], tf.string)
+    assert fs["q_b"] == tf.io.FixedLenFeature([1], tf.int64)
+    split = data.read_split(examples, spec, "eval")
+    raw = {n: tf.constant(split.columns[n]) for n in (r.name for r in spec.raw_features)}
+    served = tfo.transform_raw_features(raw)
+    written = next(iter(make_dataset(out["transformed"], "eval", spec, batch_size=1000,
+                                     shuffle=False)))[0]
+    for name in served:
+        got, want = written[name], served[name]
+        if isinstance(want, tf.SparseTensor):
+            got, want = tf.sparse.to_dense(got, b""), tf.sparse.to_dense(want, b"")
+        if isinstance(want, tf.RaggedTensor):
+            assert got.to_list() == want.to_list(), name
+        else:
+            np.testing.assert_array_equal(got.numpy(), want.numpy(), err_msg=name)
+    assert int(tf.reduce_min(written["i"])) >= -1 and set(written["min"].numpy()) == {2007}
+
+
+def test_the_built_in_models_refuse_what_they_cannot_take_before_training(tmp_path):
+    """The refusals moved from the transform stage to the built-in mlp and wide_deep: the
+    runner's check_inputs hook names each output and its fix once the transform graph exists,
+    before train runs (exit 2); ids from -1 and ids of shape [1] are taken."""
+    from baton.pipeline.configs import build_config
+    from baton.pipeline.stages import train
+
+    (tmp_path / "accepted.py").write_text(ACCEPTED)
+    out, _ = run_stage("transform", {"preprocessing_fn": "accepted:preprocessing_fn"},
+                       {"examples": penguins(tmp_path)["examples"]}, tmp_path,
+                       spec_dir=tmp_path, run_id="ok")
+    assert train.EARLY_INPUTS == ("transform_graph",)
+    for model in ("mlp", "wide_deep"):
+        problems = train.check_inputs(build_config(train.Config, {"model": model}),
+                                      {"transform_graph": out["transform_graph"]})
+        named = [p.split("'")[1] for p in problems]
+        assert named == ["index", "notes_ids", "x", "min", "sp"], problems
+        assert all(p.startswith(f"config.model: the built-in {model} cannot take output ")
+                   for p in problems)
+        assert "is ragged (int64, shape [None]): densify it" in problems[0]
+        assert "is int64 with no known id range: make ids with" in problems[1]
+        assert "is a string: encode it with tft.compute_and_apply_vocabulary" in problems[2]
+        assert "is sparse (string, shape [2])" in problems[4]
+        assert "train your own model (train.config.model: 'module:function')" in problems[4]
+    own = build_config(train.Config, {"model": "own_model:build"})
+    assert train.check_inputs(own, {"transform_graph": out["transform_graph"]}) == []
+
+
+COMPOSITE_NAN = '''\
+import tensorflow as tf
+
+
+def preprocessing_fn(inputs):
+    mass = inputs["body_mass_g"]  # NaN in 2 of the 344 penguins
+    pair = tf.stack([mass, tf.ones_like(mass)], axis=1)
+    return {
+        "mass_ragged": tf.RaggedTensor.from_tensor(pair, lengths=tf.ones_like(
+            tf.cast(mass, tf.int64)) * 2),
+        "mass_sparse": tf.sparse.from_dense(pair),
+        "ones_ragged": tf.RaggedTensor.from_tensor(pair[:, 1:]),
+        "species": inputs["species"],
+    }
+'''
+
+
+def test_non_finite_ragged_and_sparse_float_outputs_are_counted_per_row(tmp_path):
+    """The stage's count of non-finite outputs (issue 35) over ragged and sparse float outputs
+    (issue 34): each row holding a NaN is counted once, as for a dense output."""
+    (tmp_path / "composite.py").write_text(COMPOSITE_NAN)
+    out, metrics = run_stage("transform", {"preprocessing_fn": "composite:preprocessing_fn"},
+                             {"examples": penguins(tmp_path)["examples"]}, tmp_path,
+                             spec_dir=tmp_path, run_id="nan")
+    assert metrics["nonfinite_values"] == 4  # 2 rows x 2 outputs; ones_ragged is finite
+    from baton.graphs.feature_spec import FeatureSpec
+    from baton.graphs.nonfinite import count_transformed
+
+    counts, rows = count_transformed(out["transformed"], FeatureSpec.load(out["transform_graph"]),
+                                     ["train", "eval"])
+    assert sum(rows.values()) == 344
+    assert {k: sum(c[k] for c in counts.values()) for k in counts["train"]} == {
+        "mass_ragged": 2, "mass_sparse": 2, "ones_ragged": 0}
