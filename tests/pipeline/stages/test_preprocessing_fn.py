@@ -283,7 +283,6 @@ def test_the_built_in_models_refuse_what_they_cannot_take_before_training(tmp_pa
     runner's check_inputs hook names each output and its fix once the transform graph exists,
     before train runs (exit 2); ids from -1 and ids of shape [1] are taken."""
     from baton.configs import build_config
-
     from baton.pipeline.stages import train
 
     (tmp_path / "accepted.py").write_text(ACCEPTED)
