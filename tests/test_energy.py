@@ -238,7 +238,9 @@ def test_an_interrupted_stage_keeps_its_energy_in_the_run_record(tmp_path) -> No
     assert record["status"] == "interrupted"
     stopped = record["stages"][-1]
     assert stopped["name"] == "stopped" and stopped["status"] == "interrupted"
-    assert stopped["usage"]["energy_j"] >= 2 and stopped["usage"]["cpu_s"] >= 0.4
+    # the stage burns 0.4 s by time.process_time(); the record reads os.times(), which counts
+    # whole clock ticks (10 ms), so a tick or two may fall on either side
+    assert stopped["usage"]["energy_j"] >= 2 and stopped["usage"]["cpu_s"] >= 0.38
     assert record["totals"]["energy_j"] == pytest.approx(
         sum(s["usage"]["energy_j"] for s in record["stages"]), abs=0.2)
     assert not list(run_dir.glob(".tmp*"))  # its partial outputs are gone
