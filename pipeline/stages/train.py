@@ -239,9 +239,11 @@ def ignored_outputs(job: Any) -> list[str]:
     from baton.graphs.feature_spec import FeatureSpec
     from baton.graphs.models import ignored
 
-    if job.model not in BUILTIN_MODELS:
+    settings = job.settings
+    if settings.model not in BUILTIN_MODELS:
         return []
-    return ignored(job.model, FeatureSpec.from_dict(job.feature_spec), job.model_config)
+    return ignored(settings.model, FeatureSpec.from_dict(job.feature_spec),
+                   settings.model_config())
 
 
 def external_inputs(config: Config, spec_dir: Path | None) -> list[Path]:
