@@ -57,8 +57,22 @@ def test_edge_values_encode_as_protobuf_does():
         assert tw.encode_tensor(a) == want.SerializeToString(), a
 
 
-def test_strings_and_large_integers_are_left_to_protobuf():
-    assert tw.encode_tensor(np.array([b"a", b"b"], dtype=object)) is None
+def test_string_outputs_encode_as_from_ndarray_does():
+    """Strings (bytes, str, numpy S/U, other objects, long, empty, non-ASCII, any shape)
+    are written byte for byte as from_ndarray fills string_val."""
+    long = b"\xff" * 300
+    for a in (np.array([b"a", b"b"], dtype=object), np.array([b"", long], dtype=object),
+              np.array(["Adelie", "d\u00e9j\u00e0"], dtype=object), np.array([b"x", b"yz"]),
+              np.array(["u", "\u2603"]), np.array([[b"a"], [b"b"]], dtype=object),
+              np.array([1, 2.5, None], dtype=object), np.array(b"scalar", dtype=object),
+              np.empty((0, 3), dtype=object)):
+        for content in (False, True):
+            want = tensor_pb2.TensorProto()
+            from_ndarray(a, want, content)
+            assert tw.encode_tensor(a, content) == want.SerializeToString(), a
+
+
+def test_large_integers_are_left_to_protobuf():
     assert tw.encode_tensor(np.arange(tw.MAX_VARINT_VALUES + 1)) is None
     assert tw.encode_tensor(np.arange(tw.MAX_VARINT_VALUES + 1), True) is not None
 
