@@ -248,8 +248,8 @@ def encode_tensor(arr: np.ndarray, tensor_content: bool = False) -> bytes | None
         data = np.ascontiguousarray(arr, dtype=_FLOAT_FIELDS[dt][1]).tobytes()
         tag = b"\x2a" if dt == 1 else b"\x32"
     else:
-        if arr.size > MAX_VARINT_VALUES:
-            return None
+        if arr.size > MAX_VARINT_VALUES or dt not in _VARINT_FIELDS:
+            return None  # complex values too: from_ndarray writes their pairs
         flat = arr.reshape(-1)
         if dt == 19:
             flat = flat.view(np.uint16)

@@ -72,6 +72,15 @@ def test_string_outputs_encode_as_from_ndarray_does():
             assert tw.encode_tensor(a, content) == want.SerializeToString(), a
 
 
+def test_complex_outputs_are_left_to_protobuf():
+    """A complex output raised TypeError in the varint writer (the native server's
+    Predict answered INTERNAL); it is from_ndarray's to write."""
+    for dtype in (np.complex64, np.complex128):
+        a = np.array([1 + 2j, -3.5j], dtype)
+        assert tw.encode_tensor(a) is None
+        assert tw.encode_tensor(a, True) is not None  # tensor_content: the raw bytes
+
+
 def test_large_integers_are_left_to_protobuf():
     assert tw.encode_tensor(np.arange(tw.MAX_VARINT_VALUES + 1)) is None
     assert tw.encode_tensor(np.arange(tw.MAX_VARINT_VALUES + 1), True) is not None
