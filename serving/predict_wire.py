@@ -1,12 +1,13 @@
 """PredictRequest and PredictResponse in protobuf's wire format, by hand: Predict's hot path.
 
-A PredictRequest is walked once (model spec, inputs map, output filter) and its inputs
-decoded by tensor_wire; once read, its layout (every byte but the packed input values) is
-kept, so a request of the same model spec, input names, dtypes, shapes and output filter,
+A PredictRequest is walked once (model spec, inputs map, output filter), each input in
+the usual form (float, double or string values) read by entry_wire from its cached head,
+any other by tensor_wire; once a request of packed values only is read, its layout
+(every byte but the packed input values) is kept, so a request of the same model spec, input names, dtypes, shapes and output filter,
 which is what a client sends call after call, is read by comparing those literal bytes
 and taking the values with np.frombuffer. The response is the outputs map around
 tensor_wire's serialized TensorProtos and a serialized ModelSpec. Anything unusual
-(strings, varint inputs, repeated or merged fields, unknown fields) returns None and the
+(varint inputs, repeated or merged fields, unknown fields) returns None and the
 caller uses the protobuf message (tests/serving/test_tensor_wire.py).
 """
 
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from baton.serving.entry_wire import read_entry
 from baton.serving.tensor_wire import (
     MASK64,
     decode_general,
@@ -192,12 +194,17 @@ def parse_predict_request(raw: bytes) -> PredictParts | None:
             return parts
     parts = PredictParts()
     regions: list = []
+    inputs = parts.inputs
     pos, end = 0, len(raw)
     try:
         while pos < end:
             key, pos, stop = _delimited(raw, pos, end)
-            if key == 0x12:  # an inputs map entry
-                if not _input(raw, pos, stop, parts, regions):
+            if key == 0x12:  # an inputs map entry: in the usual form, or walked
+                entry = read_entry(raw, pos, stop)
+                if entry is not None:
+                    inputs[entry[0]] = entry[1]
+                    regions.append(entry[2])
+                elif not _input(raw, pos, stop, parts, regions):
                     return None
             elif key == 0x0A:
                 if not _model_spec(raw[pos:stop], parts):
@@ -209,8 +216,7 @@ def parse_predict_request(raw: bytes) -> PredictParts | None:
             pos = stop
     except (ValueError, IndexError, UnicodeDecodeError):
         return None
-    names = [r[0] for r in regions if r is not None]
-    if regions and None not in regions and len(set(names)) == len(names):
+    if regions and None not in regions and len({r[0] for r in regions}) == len(regions):
         _LAYOUTS.insert(0, _Layout(raw, parts, regions))
         del _LAYOUTS[MAX_LAYOUTS:]
     return parts

@@ -11,7 +11,8 @@ values around the array's own bytes.
 
 Only what is checked to round-trip is handled: `decode_tensor` returns None and
 `encode_tensor` returns None for anything else (strings, values in varint fields on
-input, large integer outputs, malformed or unusual encodings), and the caller uses
+input, large integer outputs, malformed or unusual encodings; string outputs are
+written), and the caller uses
 tensor_proto.py's `to_ndarray` / `from_ndarray`, with their answers and errors. Tests
 compare both paths on every dtype (tests/serving/test_tensor_wire.py).
 """
@@ -204,8 +205,8 @@ def decode_general(raw: bytes) -> np.ndarray | None:
 
 
 def _head(dtype: np.dtype, shape: tuple) -> tuple[int, bytes] | None:
-    """(dtype enum, the serialized dtype and tensor_shape fields), or None (strings, or
-    a dtype TensorProto has no enum for)."""
+    """(dtype enum, the serialized dtype and tensor_shape fields), or None (a dtype
+    TensorProto has no enum for)."""
     key = (dtype, shape)
     hit = _HEADS.get(key)
     if hit is not None or key in _HEADS:
@@ -213,10 +214,8 @@ def _head(dtype: np.dtype, shape: tuple) -> tuple[int, bytes] | None:
     if len(_HEADS) >= 4096:
         _HEADS.clear()
     try:
-        dt = dtype_enum(dtype) if dtype.kind not in "OSU" else DT_STRING
+        dt = dtype_enum(dtype)
     except Exception:  # noqa: BLE001 - an unsupported dtype: from_ndarray's error
-        dt = DT_STRING
-    if dt == DT_STRING:
         _HEADS[key] = None
         return None
     out = [b"\x08", varint(dt)]
@@ -237,6 +236,11 @@ def encode_tensor(arr: np.ndarray, tensor_content: bool = False) -> bytes | None
         return None
     dt, prefix = head
     out = [prefix]
+    if dt == DT_STRING:  # string_val (8) fields, as from_ndarray fills them
+        for v in arr.reshape(-1).tolist():
+            b = v if isinstance(v, bytes) else str(v).encode()
+            out += [b"\x42", varint(len(b)), b]
+        return b"".join(out)
     if tensor_content:
         data = np.ascontiguousarray(arr).tobytes()
         tag = b"\x22"
@@ -244,8 +248,8 @@ def encode_tensor(arr: np.ndarray, tensor_content: bool = False) -> bytes | None
         data = np.ascontiguousarray(arr, dtype=_FLOAT_FIELDS[dt][1]).tobytes()
         tag = b"\x2a" if dt == 1 else b"\x32"
     else:
-        if arr.size > MAX_VARINT_VALUES:
-            return None
+        if arr.size > MAX_VARINT_VALUES or dt not in _VARINT_FIELDS:
+            return None  # complex values too: from_ndarray writes their pairs
         flat = arr.reshape(-1)
         if dt == 19:
             flat = flat.view(np.uint16)
