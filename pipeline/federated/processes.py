@@ -82,6 +82,9 @@ class Federation(Control):
         link = self.superlink
         wait_for(lambda: "Application startup complete" in link.tail(20000), self.timeout,
                  "the SuperLink did not start", link)
+        # uvicorn says "Application startup complete" before it binds its socket: on a loaded
+        # machine the first Control API call (registering the nodes) could come before the bind
+        self.wait_reachable(self.timeout)
 
     def node_argv(self, name: str, superlink: str) -> list[str]:
         node = self.credentials.nodes[name]
