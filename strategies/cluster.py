@@ -12,6 +12,7 @@ import dataclasses
 import json
 import os
 import socket
+import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -265,21 +266,40 @@ def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     on "Could not start gRPC server" while a federation emulated beside it had a pod restart.
     Such neighbours get ranges of their own with BATON_PORT_RANGE=LOW-HIGH (inclusive, the test
     suite gives each pytest-xdist worker one); within it there is no fallback, so the choice
-    never leaves the range it was given.
+    never leaves the range it was given. Within one process, a port handed out is not handed
+    out again while the range has room (a launcher starting two clusters at once).
     """
+    with _HANDED_OUT_LOCK:  # one choice at a time in this process, each remembered
+        ports = _free_ports(n, host)
+        for port in ports:
+            _HANDED_OUT.pop(port, None)
+            _HANDED_OUT[port] = None
+        while len(_HANDED_OUT) > _HANDED_OUT_KEPT:
+            _HANDED_OUT.pop(next(iter(_HANDED_OUT)))
+        return ports
+
+
+def _free_ports(n: int, host: str) -> list[int]:
     import random
 
     given = _given_range()
     low, high = given or (_PRIVATE_FROM, _ephemeral_low() - 1)
     pick = random.SystemRandom()
     socks: list[socket.socket] = []
+    # Ports this process handed out lately are skipped while the range has room: their tasks
+    # may not have bound them yet (two clusters launched at once from one process, seen in CI:
+    # the second took a port the first had chosen, whose worker then failed to bind it).
+    recent = set(_HANDED_OUT) if len(_HANDED_OUT) < (high + 1 - low) // 2 else set()
     try:
         tries, limit = 0, max(200 * n, 4 * (high + 1 - low)) if given else 200 * n
         while len(socks) < n and (given or high + 1 - low >= 64 * n) and tries < limit:
             tries += 1
+            port = pick.randint(low, high)
+            if port in recent:
+                continue
             s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
             try:  # no SO_REUSEADDR: a port in any use, lingering connections included, is refused
-                s.bind(("" if host in _LOOPBACK else host, pick.randint(low, high)))
+                s.bind(("" if host in _LOOPBACK else host, port))
             except OSError:
                 s.close()
                 continue
@@ -321,6 +341,10 @@ def port_holders(port: int) -> list[str]:
     return sorted(found)
 
 
+# Ports free_ports handed out in this process, oldest first (an insertion-ordered dict)
+_HANDED_OUT: dict[int, None] = {}
+_HANDED_OUT_KEPT = 512
+_HANDED_OUT_LOCK = threading.Lock()
 _PRIVATE_FROM = 20000  # above the ports services usually listen on (8080, 8500, 9000...)
 # A loopback port is checked on every address: TensorFlow's server binds the wildcard
 _LOOPBACK = ("127.0.0.1", "localhost")

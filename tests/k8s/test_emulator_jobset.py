@@ -222,9 +222,15 @@ def test_a_pod_whose_manifest_lost_a_tf_config_input_exits_1_naming_it(tmp_path)
     worker = next(rj for rj in js["spec"]["replicatedJobs"] if rj["name"] == "worker")
     [c] = worker["template"]["spec"]["template"]["spec"]["containers"]
     c["env"] = [e for e in c["env"] if e["name"] != "BATON_JOB_INDEX"]
+    # The chief (a stand-in that runs until stopped): a real chief would fail on its own, on
+    # the transform outputs this test does not make, and race the worker to fail the JobSet.
+    _stand_in(js, [rj for rj in js["spec"]["replicatedJobs"] if rj["name"] == "chief"])
     started = time.monotonic()
-    rc, em, events = _run(tmp_path, js, {})
+    rc, em, events = _run(tmp_path, js, {"chief_0": "-1"})
     assert rc == 1 and time.monotonic() - started < 120
+    # Both workers lack it; whichever fails first fails the JobSet, and the other is deleted,
+    # perhaps before it could say anything: read the log of a pod that exited 1.
+    assert em.status()["pods"]["penguins-20261129-221500-3fa2-worker-0-0"]["exitCodes"] == [1]
     log = (tmp_path / "work" / "logs" / "penguins-20261129-221500-3fa2-worker-0-0.log").read_text()
     assert ("BATON_JOB_INDEX is missing: the container must take it from "
             "metadata.labels['jobset.sigs.k8s.io/job-index']") in log

@@ -85,6 +85,7 @@ def test_free_ports_are_below_the_ephemeral_range_and_fall_back_to_port_0(monkey
         taken = held.getsockname()[1]
         held.listen()
         picks = iter([taken, taken, low - 1])
+        monkeypatch.setattr(cluster, "_HANDED_OUT", {})  # low - 1 not skipped as handed out
         monkeypatch.setattr("random.SystemRandom.randint", lambda self, a, b: next(picks))
         monkeypatch.setattr(cluster, "_ephemeral_low", lambda: 65000)
         assert free_ports(1) == [low - 1]
@@ -92,6 +93,36 @@ def test_free_ports_are_below_the_ephemeral_range_and_fall_back_to_port_0(monkey
     monkeypatch.setattr(cluster, "_ephemeral_low", lambda: cluster._PRIVATE_FROM + 10)
     (port,) = free_ports(1)
     assert 0 < port < 65536
+
+
+def test_ports_handed_out_are_not_handed_out_again_while_the_range_has_room(monkeypatch):
+    """Two clusters launched at once from one process (threads): the second must not take a
+    port the first chose and has not bound yet (seen in CI: 'Could not start gRPC server')."""
+    import threading
+
+    from baton.strategies import cluster
+
+    with _bound(reuse=False) as probe:
+        base = probe.getsockname()[1]
+    low = max(cluster._PRIVATE_FROM, min(base, 30000))
+    monkeypatch.setenv(cluster.PORT_RANGE_ENV, f"{low}-{low + 63}")
+    monkeypatch.setattr(cluster, "_HANDED_OUT", {})
+    got: list[int] = []
+
+    def take() -> None:
+        for _ in range(4):
+            got.extend(free_ports(2))
+
+    threads = [threading.Thread(target=take) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert len(got) == 16 and len(set(got)) == 16  # 16 of 64: room left, so none twice
+    assert all(low <= p <= low + 63 for p in got)
+    # once half the range has been handed out, ports come round again rather than run out
+    monkeypatch.setenv(cluster.PORT_RANGE_ENV, f"{low}-{low + 3}")
+    assert len(set(free_ports(3))) == 3
 
 
 def _bound(reuse: bool) -> socket.socket:
