@@ -39,10 +39,19 @@ def did_you_mean(name: str, choices: typing.Iterable[str], ignore_case: bool = F
 
     `ignore_case`: compare lower-cased (Keras identifiers: `Adam` and `adam` name one
     optimizer), and name the choice as it is spelled."""
+    match = closest(name, choices, ignore_case, cutoff)
+    return f" (did you mean {match!r}?)" if match is not None else ""
+
+
+def closest(name: str, choices: typing.Iterable[str], ignore_case: bool = False,
+            cutoff: float = 0.6) -> str | None:
+    """The choice closest to `name` as it is spelled, or None when none is close enough
+    (difflib's ratio under `cutoff`): did_you_mean's match, for a hint worded otherwise (a
+    command-line flag's `--name`)."""
     spelled = {(c.lower() if ignore_case else c): c for c in choices}
     key = name.lower() if ignore_case else name
     match = difflib.get_close_matches(key, list(spelled), n=1, cutoff=cutoff)
-    return f" (did you mean {spelled[match[0]]!r}?)" if match else ""
+    return spelled[match[0]] if match else None
 
 
 def build_config(cls: type, data: Mapping[str, Any] | None, path: str = "") -> Any:

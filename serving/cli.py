@@ -10,7 +10,6 @@ requests finish, new ones are refused), then exit 0.
 
 from __future__ import annotations
 
-import difflib
 import os
 import signal
 import sys
@@ -20,6 +19,7 @@ from typing import Any
 from absl import flags
 
 from baton import logs
+from baton.configs import closest
 from baton.errors import EXIT_FAILED, EXIT_USAGE, BatonError, UsageError
 from baton.serving.conventions import DEFAULT_GRPC_PORT, DEFAULT_REST_PORT, SERVING
 
@@ -195,9 +195,9 @@ def _parse(argv: list[str]) -> dict[str, Any]:
     except _Invalid as e:
         raise UsageError(str(e)) from None
     except flags.UnrecognizedFlagError as e:
-        hint = difflib.get_close_matches(e.flagname, [*SERVER_FLAGS, *IGNORED, *REFUSED], n=1)
+        hint = closest(e.flagname, [*SERVER_FLAGS, *IGNORED, *REFUSED])
         raise UsageError(f"unknown flag --{e.flagname}"
-                         + (f"; did you mean --{hint[0]}?" if hint else "")) from None
+                         + (f"; did you mean --{hint}?" if hint else "")) from None
     except flags.Error as e:
         message = str(e)
         if message.startswith("Missing value for flag "):  # only the last argument can be
