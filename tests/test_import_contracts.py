@@ -24,6 +24,7 @@ LAYERED = (
     "baton.pipeline.release",
     "baton.pipeline.datasets",
     "baton.graphs",
+    "baton.graphs.tft",
     "baton.strategies",
     "baton.serving",
     "baton.k8s",

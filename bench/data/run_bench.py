@@ -160,7 +160,7 @@ def _preload(stage: str) -> None:
     names = {"ingest": ["pyarrow", "pyarrow.csv", "baton.pipeline.dataplane.ingest_csv"]}.get(
         stage, ["pyarrow", "apache_beam", "apache_beam.runners.portability.fn_api_runner",
                 "baton.pipeline.dataplane.beam_runner", "baton.pipeline.dataplane.beam_tft",
-                "baton.pipeline.dataplane.beam_statistics", "baton.graphs.tft_engine"])
+                "baton.pipeline.dataplane.beam_statistics", "baton.graphs.tft.engine"])
     for name in names:
         importlib.import_module(name)
 

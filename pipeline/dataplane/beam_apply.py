@@ -2,7 +2,7 @@
 
 It runs in the same Beam pipeline as the last analyzer phase (beam_tft.build_last): that
 phase's merged accumulators arrive as a side input, and the DoFn finishes the analysis and
-builds the transform module itself (graphs.tft_module) before its first shard. One pipeline
+builds the transform module itself (graphs.tft.module) before its first shard. One pipeline
 fewer than analyze-then-apply, which measured ~0.35 s of Beam's own cost per pipeline on the
 in-process runner (translation, stages, bundle start and stop) at 1M-10M rows.
 
@@ -14,7 +14,7 @@ before any row is transformed, and its errors read as the driver's would
 ("building the transform: ...", dataplane.user_errors).
 
 Per shard, record batches are gathered to `batch_rows`, fed to the exported
-`transform_features` with their string columns encoded (graphs.tft_feed), and encoded as
+`transform_features` with their string columns encoded (graphs.tft.feed), and encoded as
 columnar chunks on `threads` threads; this thread writes them in order (ordered_threads), so
 the bytes written do not depend on the thread count. Imports Beam at its top: import it only
 inside a stage's `run`.
@@ -98,10 +98,10 @@ class ApplyPreprocessing(beam.DoFn):
 
     def _build(self, merged: Mapping[str, Any]) -> None:
         """The module from the analyzer values: the earlier phases' and the last one's."""
-        from baton.graphs import tft_engine
         from baton.graphs.input_pipeline import ragged_rank
-        from baton.graphs.tft_feed import Feeder
-        from baton.graphs.tft_module import build_module
+        from baton.graphs.tft import engine as tft_engine
+        from baton.graphs.tft.feed import Feeder
+        from baton.graphs.tft.module import build_module
         from baton.pipeline.dataplane.analysis import label_analysis
         from baton.pipeline.dataplane.local_objects import borrow
 
@@ -115,7 +115,7 @@ class ApplyPreprocessing(beam.DoFn):
         box = borrow(self.box_key)
         if box is not None:
             box.update(built=built, analysis=analysis)
-        # the exported function itself, its string columns fed encoded (graphs.tft_feed)
+        # the exported function itself, its string columns fed encoded (graphs.tft.feed)
         self.feeder = Feeder(built.module.transform_features, tft_engine.raw_specs(self.raw),
                              built.inputs)
         self.ranks = {f.name: ragged_rank(f) for f in built.features if f.encoding == "ragged"}
@@ -128,7 +128,7 @@ class ApplyPreprocessing(beam.DoFn):
         import numpy as np
 
         from baton.errors import StageError
-        from baton.graphs.tft_module import OutputError, check_rows
+        from baton.graphs.tft.module import OutputError, check_rows
         from baton.pipeline.dataplane.transformed_io import Ragged, encode_chunks, to_numpy
 
         n = sum(b.num_rows for b in group)

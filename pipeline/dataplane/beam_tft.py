@@ -52,7 +52,7 @@ class AnalyzePhase(beam.DoFn):
         self.local_key, self.threads = local_key, threads
 
     def setup(self) -> None:
-        from baton.graphs import tft_engine
+        from baton.graphs.tft import engine as tft_engine
         from baton.pipeline.dataplane.local_objects import borrow
 
         lent = borrow(self.local_key)
@@ -99,7 +99,7 @@ class AnalyzePhase(beam.DoFn):
             for _ in batches():  # (batches() updates label_acc as it reads)
                 continue
         else:
-            from baton.graphs.tft_engine import merge_all
+            from baton.graphs.tft.engine import merge_all
 
             def work(group: list[Any]) -> dict[int, Any]:
                 return phase.accumulate(encoded_columns(group, needed))
@@ -132,7 +132,7 @@ class MergePhase(beam.CombineFn):
         return pickle.dumps(acc)
 
     def _merge(self, acc: dict[str, Any], part: Mapping[str, Any]) -> dict[str, Any]:
-        from baton.graphs.tft_analyzers import merge
+        from baton.graphs.tft.analyzers import merge
         from baton.pipeline.dataplane import accumulators as accs_mod
 
         for k, a in part["tft"].items():

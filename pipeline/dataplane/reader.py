@@ -231,9 +231,9 @@ def raw_columns(batch: Any, columns: Sequence[Column]) -> dict[str, np.ndarray]:
 
 def encoded_columns(batches: Sequence[Any], columns: Sequence[Column]) -> dict[str, Any]:
     """The rows of `batches` (consecutive record batches, see `group_batches`) as one batch
-    of `raw_columns`, each string column left encoded as `graphs.tft_feed.Codes` (its
-    distinct values and a code per row) for a graph that decodes it (graphs.tft_feed)."""
-    from baton.graphs.tft_feed import Codes
+    of `raw_columns`, each string column left encoded as `graphs.tft.feed.Codes` (its
+    distinct values and a code per row) for a graph that decodes it (graphs.tft.feed)."""
+    from baton.graphs.tft.feed import Codes
 
     out: dict[str, Any] = {}
     for c in columns:

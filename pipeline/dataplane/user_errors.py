@@ -25,7 +25,7 @@ class UserErrors:
     def __exit__(self, et: Any, exc: BaseException | None, tb: Any) -> None:
         if exc is None or isinstance(exc, StageError | KeyboardInterrupt):
             return
-        from baton.graphs.tft_module import OutputError
+        from baton.graphs.tft.module import OutputError
         from baton.graphs.user_refs import user_line
 
         line = "" if isinstance(exc, OutputError) else user_line(exc)  # about outputs: no line

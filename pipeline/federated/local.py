@@ -18,7 +18,7 @@ to the server in the setup reply, which records it for export and serving
 first cause here (graphs.nonfinite.first_cause); the server stops the run on it.
 
 The transform a client applies is built from the same function and the same analyzer values
-as the server's `transform_graph` (graphs.tft_module), so the features it trains on are the
+as the server's `transform_graph` (graphs.tft.module), so the features it trains on are the
 features the released model serves on.
 """
 
@@ -95,7 +95,7 @@ class ClientData:
 def analyze(fn_spec: FnSpec, resolved: Mapping[int, list[Any]], data: ClientData,
             with_label: bool) -> dict[str, Any]:
     """This client's partial accumulators for the next analyzer phase (none left: empty)."""
-    from baton.graphs import tft_engine
+    from baton.graphs.tft import engine as tft_engine
 
     schema = data.schema
     label = schema.column(schema.label)
@@ -201,7 +201,8 @@ class Local:
 
     def __init__(self, fn_spec: FnSpec, resolved: Mapping[int, list[Any]],
                  label: Mapping[str, Any], data: ClientData, settings: Settings) -> None:
-        from baton.graphs import model_fn, tft_module
+        from baton.graphs import model_fn
+        from baton.graphs.tft import module as tft_module
 
         self.settings = settings
         self.task = label["task"]

@@ -53,8 +53,7 @@ from baton.strategies.faults import split_fault
 
 INPUTS = {"examples": False}
 OUTPUTS = ("model", "transform_graph")
-CODE_DEPS = ("baton.pipeline.federated", "baton.graphs.column_kinds", "baton.graphs.tft_module",
-             "baton.graphs.tft_engine", "baton.graphs.tft_api", "baton.graphs.tft_analyzers",
+CODE_DEPS = ("baton.pipeline.federated", "baton.graphs.column_kinds", "baton.graphs.tft",
              "baton.graphs.models", "baton.graphs.model_fn", "baton.graphs.objectives",
              "baton.graphs.model_outputs", "baton.graphs.nonfinite",
              "baton.pipeline.dataplane.partition")

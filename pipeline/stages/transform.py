@@ -3,7 +3,7 @@
 The transform is a preprocessing_fn: the user's (`preprocessing_fn:`, docs/preprocessing.md) or
 the one the column kinds below stand for (graphs.column_kinds). Both run the same way: one Beam
 pass per analyzer phase, the last one in the same pipeline as the apply pass calling the final
-graph per record batch (dataplane.beam_apply), and that graph exported (graphs.tft_module).
+graph per record batch (dataplane.beam_apply), and that graph exported (graphs.tft.module).
 
 Outputs:
 - `transformed/<split>/part-NNNNN.tfrecord` (columnar chunks, see `dataplane.transformed_io`)
@@ -50,10 +50,7 @@ from baton.pipeline.dataplane.user_errors import UserErrors  # noqa: F401 - also
 INPUTS = {"examples": True}
 OUTPUTS = ("transformed", "transform_graph")
 CODE_DEPS = ("baton.graphs.transform", "baton.graphs.column_kinds", "baton.graphs.feature_spec", "baton.pipeline.dataplane",
-             "baton.graphs.tft_api", "baton.graphs.tft_engine", "baton.graphs.tft_trace",
-             "baton.graphs.tft_analyzers", "baton.graphs.tft_module", "baton.graphs.tft_reduce",
-             "baton.graphs.tft_vocab", "baton.graphs.tft_vocab_order", "baton.graphs.tft_buckets",
-             "baton.graphs.tft_feed", "baton.graphs.tft_output", "baton.graphs.quantile_sketch",
+             "baton.graphs.tft", "baton.graphs.quantile_sketch",
              "baton.graphs.label_outputs", "baton.graphs.nonfinite")
 CACHEABLE = True
 
@@ -153,8 +150,9 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
              features: list[Any], plan: dict[str, dict] | None = None) -> None:
     """A preprocessing_fn (the user's, or the column plan's `ColumnsFn`): its analyzer phases
     and its apply pass on Beam, its final graph exported as the transform SavedModel
-    (graphs.tft_module). `features`: the raw feature columns it reads (the serving inputs)."""
-    from baton.graphs import tft_engine, tft_module
+    (graphs.tft.module). `features`: the raw feature columns it reads (the serving inputs)."""
+    from baton.graphs.tft import engine as tft_engine
+    from baton.graphs.tft import module as tft_module
     from baton.graphs.user_refs import RefError
     from baton.pipeline.dataplane import beam_apply, beam_runner, beam_tft, local_objects
     from baton.pipeline.dataplane.analysis import label_analysis, save_transform_graph

@@ -87,8 +87,8 @@ PLAN = {"bill_length_mm": {"kind": "zscore"}, "body_mass_g": {"kind": "bucketize
 
 
 def test_analyzers_merged_from_client_summaries_equal_the_centralized_ones(art, islands):
-    from baton.graphs import tft_engine
     from baton.graphs.column_kinds import ColumnsFn
+    from baton.graphs.tft import engine as tft_engine
 
     root, names, _ = islands
     datas = {n: ClientData(root / n) for n in names}

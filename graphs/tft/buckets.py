@@ -15,7 +15,8 @@ import builtins
 import math
 from typing import Any
 
-from baton.graphs import tft_reduce, tft_trace
+from baton.graphs.tft import reduce as tft_reduce
+from baton.graphs.tft import trace as tft_trace
 
 
 def quantiles(x: Any, num_buckets: int, epsilon: float, weights: Any = None,

@@ -24,8 +24,10 @@ from typing import Any
 import numpy as np
 
 from baton.errors import BatonError
-from baton.graphs import tft_engine, tft_feed, tft_trace
-from baton.graphs.tft_output import METADATA_FILE
+from baton.graphs.tft import engine as tft_engine
+from baton.graphs.tft import feed as tft_feed
+from baton.graphs.tft import trace as tft_trace
+from baton.graphs.tft.output import METADATA_FILE
 
 
 class OutputError(BatonError, ValueError):

@@ -19,8 +19,8 @@ from typing import Any
 
 import numpy as np
 
-from baton.graphs import tft_vocab_order
 from baton.graphs.quantile_sketch import QuantileSketch
+from baton.graphs.tft import vocab_order as tft_vocab_order
 
 EMPTY_VOCABULARY_TOKEN = tft_vocab_order.EMPTY_STRING_TOKEN
 KINDS = ("moments", "min_max", "sum", "vocabulary", "quantiles")

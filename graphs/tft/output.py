@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from baton.graphs.feature_spec import FILENAME as FEATURE_SPEC_FILE
-from baton.graphs.tft_trace import sanitized_vocab_filename
+from baton.graphs.tft.trace import sanitized_vocab_filename
 
 METADATA_FILE = "tft_metadata.json"  # graphs.tft_module writes it
 TRANSFORM_FN_DIR = "transform_fn"

@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from baton.graphs import tft_reduce, tft_trace
-from baton.graphs.tft_buckets import apply_buckets, bucketize, hash_strings, quantiles
-from baton.graphs.tft_vocab import apply_vocabulary, compute_and_apply_vocabulary, vocabulary
+from baton.graphs.tft import reduce as tft_reduce
+from baton.graphs.tft import trace as tft_trace
+from baton.graphs.tft.buckets import apply_buckets, bucketize, hash_strings, quantiles
+from baton.graphs.tft.vocab import apply_vocabulary, compute_and_apply_vocabulary, vocabulary
 
 tf_ = tft_reduce.tf_
 

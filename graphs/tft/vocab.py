@@ -23,7 +23,9 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from baton.graphs import tft_reduce, tft_trace, tft_vocab_order
+from baton.graphs.tft import reduce as tft_reduce
+from baton.graphs.tft import trace as tft_trace
+from baton.graphs.tft import vocab_order as tft_vocab_order
 
 FILE_FORMATS = ("text", "tfrecord_gzip")
 _DIR: list[Path] = []

@@ -22,7 +22,9 @@ from typing import Any
 
 import numpy as np
 
-from baton.graphs import tft_analyzers, tft_feed, tft_trace
+from baton.graphs.tft import analyzers as tft_analyzers
+from baton.graphs.tft import feed as tft_feed
+from baton.graphs.tft import trace as tft_trace
 
 MAX_PHASES = 32
 
