@@ -54,7 +54,7 @@ def bucketize_epsilon(buckets: int) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class ColumnsFn:
-    """The plan's preprocessing_fn; also its own function source (pipeline.dataplane.fn_source)
+    """The plan's preprocessing_fn; also its own function source (pipeline.dataplane.transform.fn_source)
     for the Beam workers: it pickles as the plan."""
 
     plan: Mapping[str, Mapping[str, Any]]

@@ -197,7 +197,7 @@ def write_report(r: dict[str, Any], path: Path) -> Path:
         "of it. Ingest from CSV: pyarrow's multithreaded parser converts the columns while it "
         "parses, strings stay dictionary-encoded, and the tf.Example bytes and their TFRecord "
         "framing (masked CRC-32C) are assembled for a whole batch with Arrow and numpy "
-        "(`pipeline/dataplane/example_codec.py`, `crc32c.py`), so no Python code runs per row.",
+        "(`pipeline/dataplane/records/example_codec.py`, `crc32c.py`), so no Python code runs per row.",
         "",
         "### Transform stage alone (current table)",
         "",

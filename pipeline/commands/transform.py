@@ -108,8 +108,8 @@ def dry_run(config: Any, spec_dir: Path, examples: Path, rows: int, show: int,
     from baton.graphs.tft import engine as tft_engine
     from baton.graphs.tft import module as tft_module
     from baton.graphs.user_refs import RefError, import_ref
-    from baton.pipeline.dataplane.reader import raw_columns, read_batches
-    from baton.pipeline.dataplane.schema_file import ExamplesSchema, shard_files
+    from baton.pipeline.dataplane.records.reader import raw_columns, read_batches
+    from baton.pipeline.dataplane.records.schema_file import ExamplesSchema, shard_files
     from baton.pipeline.stages.transform import UserErrors, plan_columns
 
     schema = ExamplesSchema.load(examples)

@@ -35,7 +35,7 @@ class Transform:
 
 def check_schemas(replies: Sequence[Mapping[str, Any]]) -> Any:
     """The clients' common column layout; StageError naming the client that differs."""
-    from baton.pipeline.dataplane.schema_file import ExamplesSchema
+    from baton.pipeline.dataplane.records.schema_file import ExamplesSchema
 
     first = replies[0]
     base = ExamplesSchema.from_dict(first["schema"])

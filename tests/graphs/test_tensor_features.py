@@ -89,7 +89,7 @@ def _identity_transform(path) -> None:
 def test_input_pipeline_yields_tensor_features_as_batches_of_tensors(tmp_path):
     import tensorflow as tf
 
-    from baton.pipeline.dataplane.transformed_io import write_chunks
+    from baton.pipeline.dataplane.records.transformed_io import write_chunks
 
     spec = _spec()
     n = 50

@@ -196,8 +196,8 @@ def _example(row: Mapping[str, Any], feature_spec: Mapping[str, Any]) -> bytes:
 
 def write_examples(cases: Sequence[Case], directory: Path) -> Path:
     """The examples artifact of every case's rows: train = input_data, eval = test_data."""
-    from baton.pipeline.dataplane.examples_writer import ExamplesWriter
-    from baton.pipeline.dataplane.schema_file import Column, ExamplesSchema
+    from baton.pipeline.dataplane.records.examples_writer import ExamplesWriter
+    from baton.pipeline.dataplane.records.schema_file import Column, ExamplesSchema
 
     columns = [Column("case", "string"), Column("example", "string"), Column("row", "float32"),
                Column("label", "float32")]

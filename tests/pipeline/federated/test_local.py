@@ -10,7 +10,7 @@ import pytest
 
 from baton.errors import StageError
 from baton.pipeline.dataplane.partition import Partition, client_names, split
-from baton.pipeline.dataplane.schema_file import ExamplesSchema
+from baton.pipeline.dataplane.records.schema_file import ExamplesSchema
 from baton.pipeline.federated import codec
 from baton.pipeline.federated.local import ClientData, FnSpec, Local, Settings, analyze
 from baton.pipeline.federated.server import federated_transform

@@ -130,7 +130,7 @@ def test_threads_and_the_driver_s_traces_change_nothing_but_the_time(tmp_path, c
     import shutil
 
     from baton.graphs.tft import trace as tft_trace
-    from baton.pipeline.dataplane import beam_runner
+    from baton.pipeline.dataplane.beam import runner as beam_runner
 
     examples = tmp_path / "examples"  # TFRecords only: parsed in batches of batch_rows
     shutil.copytree(penguins(tmp_path)["examples"], examples,

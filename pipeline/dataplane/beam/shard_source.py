@@ -7,7 +7,7 @@ objects of the shard (its TFRecord file and, when ingest wrote one, its Arrow co
 the sha256 and size its commit's manifest gives. The worker fetches them into its own node
 cache (baton.storage.node_cache: streamed, hashed and checked against the manifest before it
 is used, once per worker node however many passes read it) and reads the local copy as a local
-run would (dataplane.reader). Nothing passes through the driver, and a shard changed on the
+run would (dataplane.records.reader). Nothing passes through the driver, and a shard changed on the
 store after its commit fails the read, named. On this node (the in-process and
 multi-processing runners) the elements stay plain paths into the staged input.
 
@@ -47,7 +47,7 @@ def shard_refs(files: Sequence[Path], examples: Path, objects: dict[str, Any] | 
                ) -> list[str | RemoteShard]:
     """What the workers get for each shard file of `examples`: its path, or (with `objects`,
     the input's committed objects: rel -> {url, sha256, size}) a RemoteShard."""
-    from baton.pipeline.dataplane.reader import columnar_path
+    from baton.pipeline.dataplane.records.reader import columnar_path
 
     if objects is None:
         return [str(f) for f in files]
@@ -69,7 +69,7 @@ def local_shard(ref: str | RemoteShard) -> Iterator[str]:
     if isinstance(ref, str):
         yield ref
         return
-    from baton.pipeline.dataplane.reader import columnar_path
+    from baton.pipeline.dataplane.records.reader import columnar_path
     from baton.storage import node_cache
 
     tmp = Path(tempfile.mkdtemp(prefix="baton-shard-in-"))

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from baton.errors import StageError
-from baton.pipeline.dataplane.schema_file import Column
+from baton.pipeline.dataplane.records.schema_file import Column
 
 MAX_VECTOR = 64
 BATCH_VALUES = 1 << 23  # pixel values per batch read from TFDS (32 MB of float32)

@@ -9,8 +9,8 @@ A function with k analyzer phases runs k pipelines (one, a label-only pass plus 
 when it has no analyzers). Each DoFn rebuilds the traced graph in its worker (`setup`), from
 the function's reference and the values known so far, so a worker in another process imports
 the user's module itself; in the driver's process it uses the driver's trace
-(dataplane.local_objects). TensorFlow runs once per gathered record batch (the stage's
-`batch_rows`), never per row, on `threads` threads (dataplane.ordered_threads). The first
+(dataplane.beam.local_objects). TensorFlow runs once per gathered record batch (the stage's
+`batch_rows`), never per row, on `threads` threads (dataplane.beam.ordered_threads). The first
 phase also accumulates the label's classes, which the module's `transform_label` then
 encodes. The built-in column kinds run here too, as graphs.column_kinds' preprocessing_fn.
 This module imports Beam at its top: import it only inside a stage's `run`.
@@ -24,12 +24,12 @@ from typing import Any
 
 import apache_beam as beam
 
-from baton.pipeline.dataplane.beam_apply import ApplyPreprocessing
-from baton.pipeline.dataplane.fn_source import FnSource
-from baton.pipeline.dataplane.reader import encoded_columns
-from baton.pipeline.dataplane.schema_file import Column
-from baton.pipeline.dataplane.shard_source import local_shard
-from baton.pipeline.dataplane.user_errors import UserErrors
+from baton.pipeline.dataplane.beam.apply import ApplyPreprocessing
+from baton.pipeline.dataplane.beam.shard_source import local_shard
+from baton.pipeline.dataplane.records.reader import encoded_columns
+from baton.pipeline.dataplane.records.schema_file import Column
+from baton.pipeline.dataplane.transform.fn_source import FnSource
+from baton.pipeline.dataplane.transform.user_errors import UserErrors
 from baton.storage import objects
 
 
@@ -37,8 +37,8 @@ class AnalyzePhase(beam.DoFn):
     """Per train shard: this phase's partial accumulators (and, in phase 1, the label's).
 
     `local_key`: the driver's traced phase, lent to a DoFn running in its process
-    (dataplane.local_objects); elsewhere `setup` traces it. `threads`: batches worked on at
-    once (dataplane.ordered_threads), merged in the batches' order.
+    (dataplane.beam.local_objects); elsewhere `setup` traces it. `threads`: batches worked on at
+    once (dataplane.beam.ordered_threads), merged in the batches' order.
     """
 
     def __init__(self, source: FnSource, raw: list[tuple[str, str, Any]],
@@ -53,7 +53,7 @@ class AnalyzePhase(beam.DoFn):
 
     def setup(self) -> None:
         from baton.graphs.tft import engine as tft_engine
-        from baton.pipeline.dataplane.local_objects import borrow
+        from baton.pipeline.dataplane.beam.local_objects import borrow
 
         lent = borrow(self.local_key)
         if lent is not None:
@@ -75,9 +75,13 @@ class AnalyzePhase(beam.DoFn):
             yield from self._analyze(path)
 
     def _analyze(self, path: str) -> Iterator[Any]:
-        from baton.pipeline.dataplane import accumulators as accs_mod
-        from baton.pipeline.dataplane.ordered_threads import ordered_map
-        from baton.pipeline.dataplane.reader import batch_rows_for, group_batches, read_batches
+        from baton.pipeline.dataplane.beam.ordered_threads import ordered_map
+        from baton.pipeline.dataplane.records.reader import (
+            batch_rows_for,
+            group_batches,
+            read_batches,
+        )
+        from baton.pipeline.dataplane.statistics import accumulators as accs_mod
 
         phase = self.phase if self.phase is not None and self.phase.analyzers else None
         label_col = next(c for c in self.columns if c.name == self.label)
@@ -133,7 +137,7 @@ class MergePhase(beam.CombineFn):
 
     def _merge(self, acc: dict[str, Any], part: Mapping[str, Any]) -> dict[str, Any]:
         from baton.graphs.tft.analyzers import merge
-        from baton.pipeline.dataplane import accumulators as accs_mod
+        from baton.pipeline.dataplane.statistics import accumulators as accs_mod
 
         for k, a in part["tft"].items():
             acc["tft"][k] = a if k not in acc["tft"] else merge(self.kinds[k], acc["tft"][k], a)
@@ -159,7 +163,7 @@ def build_last(p: Any, *, shards: list[tuple[str, Any, int]], dofn: AnalyzePhase
                counts_path: str) -> None:
     """The last analyzer phase and the apply step in one pipeline: the phase's merged
     accumulators are written for the driver and reach the apply DoFn as a side input."""
-    from baton.pipeline.dataplane.beam_merge import SumCounts, write_json
+    from baton.pipeline.dataplane.beam.merge import SumCounts, write_json
 
     def write(value: bytes) -> None:  # a local path, or an object (a remote worker's)
         objects.write_bytes(result_path, value)

@@ -13,9 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from baton.errors import StageError
-from baton.pipeline.dataplane import csv_source
-from baton.pipeline.dataplane.examples_writer import ExamplesWriter
-from baton.pipeline.dataplane.schema_file import Column, ExamplesSchema
+from baton.pipeline.dataplane.records.examples_writer import ExamplesWriter
+from baton.pipeline.dataplane.records.schema_file import Column, ExamplesSchema
+from baton.pipeline.dataplane.sources import csv_source
 
 
 def ingest(ctx: Any, config: Any, out: Path) -> None:

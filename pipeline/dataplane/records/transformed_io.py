@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from baton.pipeline.dataplane.example_codec import _ld, _varint
+from baton.pipeline.dataplane.records.example_codec import _ld, _varint
 
 FORMAT = "baton-columnar-tfrecord-v1"
 METADATA = "metadata.json"
@@ -118,7 +118,7 @@ def _bytes_list(values: list[bytes]) -> bytes:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from baton.pipeline.dataplane.example_codec import _bytes_of, _ragged, _varint_block
+    from baton.pipeline.dataplane.records.example_codec import _bytes_of, _ragged, _varint_block
 
     arr = pa.array(values, pa.large_binary())
     lens = np.asarray(pc.binary_length(arr).to_numpy(zero_copy_only=False), np.int64)

@@ -32,7 +32,7 @@ from typing import Any
 
 import numpy as np
 
-from baton.pipeline.dataplane import crc32c
+from baton.pipeline.dataplane.records import crc32c
 
 MISSING = ""  # a string column value that means "absent"
 

@@ -39,7 +39,7 @@ class NumericAcc:
         self.sketch = QuantileSketch() if sketch else None  # quantiles cost a sort per batch
 
     def add(self, x: np.ndarray, keep_nan: bool = False) -> None:
-        from baton.pipeline.dataplane.reader import ABSENT
+        from baton.pipeline.dataplane.records.reader import ABSENT
 
         nan = np.isnan(x)
         if keep_nan:
@@ -103,7 +103,7 @@ class TensorAcc(NumericAcc):
         self.present = 0
 
     def add(self, x: np.ndarray, keep_nan: bool = False) -> None:
-        from baton.pipeline.dataplane.reader import ABSENT
+        from baton.pipeline.dataplane.records.reader import ABSENT
 
         x = x.reshape(len(x), -1)
         absent = (x == ABSENT).all(axis=1) if keep_nan else np.isnan(x).all(axis=1)
@@ -170,7 +170,11 @@ def new_accumulators(columns: list[Any], sketch: Any = None) -> dict[str, Any]:
 
 def update(accs: dict[str, Any], batch: Any, keep_nan: bool = False) -> None:
     """Add one pyarrow RecordBatch (from `reader.read_batches`, read with the same `keep_nan`)."""
-    from baton.pipeline.dataplane.reader import dictionary_parts, numeric_values, tensor_values
+    from baton.pipeline.dataplane.records.reader import (
+        dictionary_parts,
+        numeric_values,
+        tensor_values,
+    )
 
     for name, acc in accs.items():
         col = batch.column(name)

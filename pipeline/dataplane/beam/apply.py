@@ -7,11 +7,11 @@ fewer than analyze-then-apply, which measured ~0.35 s of Beam's own cost per pip
 in-process runner (translation, stages, bundle start and stop) at 1M-10M rows.
 
 In the driver's process the DoFn hands the module it built back to the driver
-(dataplane.local_objects: a box the driver lends), so the driver exports the very object the
+(dataplane.beam.local_objects: a box the driver lends), so the driver exports the very object the
 rows went through instead of tracing the function again; in any other process the driver
 builds the same module from the same values. Building checks the outputs (id ranges, shapes)
 before any row is transformed, and its errors read as the driver's would
-("building the transform: ...", dataplane.user_errors).
+("building the transform: ...", dataplane.transform.user_errors).
 
 Per shard, record batches are gathered to `batch_rows`, fed to the exported
 `transform_features` with their string columns encoded (graphs.tft.feed), and encoded as
@@ -29,12 +29,12 @@ from typing import Any
 import apache_beam as beam
 from apache_beam.internal import pickler as beam_pickler
 
-from baton.pipeline.dataplane.fn_source import FnSource
-from baton.pipeline.dataplane.reader import encoded_columns
-from baton.pipeline.dataplane.schema_file import Column
-from baton.pipeline.dataplane.shard_sink import shard_path
-from baton.pipeline.dataplane.shard_source import local_shard
-from baton.pipeline.dataplane.user_errors import UserErrors
+from baton.pipeline.dataplane.beam.shard_sink import shard_path
+from baton.pipeline.dataplane.beam.shard_source import local_shard
+from baton.pipeline.dataplane.records.reader import encoded_columns
+from baton.pipeline.dataplane.records.schema_file import Column
+from baton.pipeline.dataplane.transform.fn_source import FnSource
+from baton.pipeline.dataplane.transform.user_errors import UserErrors
 
 
 class ApplyPreprocessing(beam.DoFn):
@@ -47,7 +47,7 @@ class ApplyPreprocessing(beam.DoFn):
         label: {"name", "dtype", "task"} of the label column.
         label_acc: the label's accumulators from an earlier phase, or None when the last
             phase's side input carries them.
-        box_key: a dict lent by the driver (dataplane.local_objects): the built module and
+        box_key: a dict lent by the driver (dataplane.beam.local_objects): the built module and
             the analysis go into it when the DoFn runs in the driver's process.
         threads: batches transformed and encoded at once.
     """
@@ -73,8 +73,12 @@ class ApplyPreprocessing(beam.DoFn):
     def process(self, element: tuple[str, Any, int], merged: bytes) -> Iterator[Any]:
         import tensorflow as tf
 
-        from baton.pipeline.dataplane.ordered_threads import ordered_map
-        from baton.pipeline.dataplane.reader import batch_rows_for, group_batches, read_batches
+        from baton.pipeline.dataplane.beam.ordered_threads import ordered_map
+        from baton.pipeline.dataplane.records.reader import (
+            batch_rows_for,
+            group_batches,
+            read_batches,
+        )
 
         if self.built is None:
             self._build(pickle.loads(merged))
@@ -82,7 +86,7 @@ class ApplyPreprocessing(beam.DoFn):
         needed = [c for c in self.columns if c.name in self.feeder.used]
         read = [*needed, next(c for c in self.columns if c.name == self.label)]
         rows = dropped = 0
-        # out_dir: a local directory or a bucket prefix (dataplane.shard_sink uploads the shard)
+        # out_dir: a local directory or a bucket prefix (dataplane.beam.shard_sink uploads the shard)
         with UserErrors(f"{self.source.where}: applying"), local_shard(ref) as path, \
                 shard_path(self.out_dir, split, f"part-{index:05d}.tfrecord") as target, \
                 tf.io.TFRecordWriter(target) as writer:
@@ -102,8 +106,8 @@ class ApplyPreprocessing(beam.DoFn):
         from baton.graphs.tft import engine as tft_engine
         from baton.graphs.tft.feed import Feeder
         from baton.graphs.tft.module import build_module
-        from baton.pipeline.dataplane.analysis import label_analysis
-        from baton.pipeline.dataplane.local_objects import borrow
+        from baton.pipeline.dataplane.beam.local_objects import borrow
+        from baton.pipeline.dataplane.transform.analysis import label_analysis
 
         resolved, last, label_acc = beam_pickler.loads(self.known)
         resolved.update(tft_engine.finalize(last, merged["tft"]))
@@ -129,7 +133,7 @@ class ApplyPreprocessing(beam.DoFn):
 
         from baton.errors import StageError
         from baton.graphs.tft.module import OutputError, check_rows
-        from baton.pipeline.dataplane.transformed_io import Ragged, encode_chunks, to_numpy
+        from baton.pipeline.dataplane.records.transformed_io import Ragged, encode_chunks, to_numpy
 
         n = sum(b.num_rows for b in group)
         out = self.feeder(encoded_columns(group, needed))
@@ -159,7 +163,7 @@ class ApplyPreprocessing(beam.DoFn):
         import numpy as np
         import pyarrow as pa
 
-        from baton.pipeline.dataplane.reader import dictionary_parts, numeric_values
+        from baton.pipeline.dataplane.records.reader import dictionary_parts, numeric_values
 
         if pa.types.is_dictionary(column.type):
             values, codes = dictionary_parts(column)

@@ -1,7 +1,7 @@
 """The Beam combiners the data passes share: shard accumulators merged, counts summed.
 
 Statistics (and the transform's label pass) compute per-shard accumulator dicts
-(pipeline.dataplane.accumulators) and merge them associatively; only what is made of the
+(pipeline.dataplane.statistics.accumulators) and merge them associatively; only what is made of the
 merged result differs, so subclasses give `finish`. `SumCounts` adds the per-shard row counts
 the apply pass reports, and `write_json` lands a pipeline's single result in a file.
 Imports Beam at its top: import inside `run` only.
@@ -15,7 +15,7 @@ from typing import Any
 
 import apache_beam as beam
 
-from baton.pipeline.dataplane import accumulators as accs_mod
+from baton.pipeline.dataplane.statistics import accumulators as accs_mod
 
 
 class MergeShardAccumulators(beam.CombineFn):
@@ -57,7 +57,7 @@ class SumCounts(beam.CombineFn):
 
 def write_json(value: Any, path: str) -> None:
     """`value` at `path`: a local file, or an object (written by a worker on another machine
-    for the driver to read back, dataplane.shard_source.result_location)."""
+    for the driver to read back, dataplane.beam.shard_source.result_location)."""
     from baton.storage import objects
 
     objects.write_bytes(path, (json.dumps(value, indent=1) + "\n").encode())

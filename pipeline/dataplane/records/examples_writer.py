@@ -37,8 +37,8 @@ from typing import Any
 
 import numpy as np
 
-from baton.pipeline.dataplane.example_codec import Strings, as_strings, encode
-from baton.pipeline.dataplane.schema_file import Column
+from baton.pipeline.dataplane.records.example_codec import Strings, as_strings, encode
+from baton.pipeline.dataplane.records.schema_file import Column
 
 COLUMNAR = "columnar"
 MISSING_KEY = b"baton.missing"  # Arrow schema metadata: b"null" = a null is a missing value
@@ -115,7 +115,7 @@ class SplitWriter:
         """Append framed TFRecord records (an Arrow binary array from
         `example_codec.encode(..., framed=True)`) and the same rows as a pyarrow RecordBatch,
         if columnar."""
-        from baton.pipeline.dataplane.example_codec import _bytes_of
+        from baton.pipeline.dataplane.records.example_codec import _bytes_of
 
         data, offsets = _bytes_of(records)
         i = 0

@@ -3,7 +3,7 @@
 The label's part of `analysis.json` is its class vocabulary, or its mean and variance.
 
 Baton encodes the label itself, whatever computes the features: the first analyzer pass also
-accumulates the label column (pipeline.dataplane.accumulators), and this turns the merged
+accumulates the label column (pipeline.dataplane.statistics.accumulators), and this turns the merged
 accumulator into the class vocabulary the transform SavedModel's `transform_label` looks up.
 """
 
@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from baton.errors import StageError
-from baton.pipeline.dataplane.accumulators import NumericAcc, StringAcc
+from baton.pipeline.dataplane.statistics.accumulators import NumericAcc, StringAcc
 
 VERSION = 1
 

@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 
 from baton.errors import StageError
-from baton.pipeline.dataplane.schema_file import Column
+from baton.pipeline.dataplane.records.schema_file import Column
 
 ABSENT = np.float32(-3.0e38)  # default of an absent float when NaN must stay distinguishable
 BATCH_VALUES = 1 << 23  # values per batch of a shard with tensor columns (32 MB of float32)
@@ -150,7 +150,7 @@ def _read_columnar(path: Path, columns: Sequence[Column], keep_nan: bool = False
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from baton.pipeline.dataplane.examples_writer import MISSING_KEY
+    from baton.pipeline.dataplane.records.examples_writer import MISSING_KEY
 
     names = [c.name for c in columns]
     with pa.memory_map(str(path)) as source:

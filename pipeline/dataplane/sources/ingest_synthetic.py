@@ -14,8 +14,8 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-from baton.pipeline.dataplane.examples_writer import ExamplesWriter
-from baton.pipeline.dataplane.schema_file import Column, ExamplesSchema
+from baton.pipeline.dataplane.records.examples_writer import ExamplesWriter
+from baton.pipeline.dataplane.records.schema_file import Column, ExamplesSchema
 from baton.pipeline.datasets import synthetic
 
 

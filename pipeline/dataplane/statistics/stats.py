@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from baton.pipeline.dataplane.accumulators import NumericAcc, StringAcc, TensorAcc
+from baton.pipeline.dataplane.statistics.accumulators import NumericAcc, StringAcc, TensorAcc
 
 STATS_FILE = "statistics.json"
 SCHEMA_FILE = "schema.json"

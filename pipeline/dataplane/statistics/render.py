@@ -2,7 +2,7 @@
 
 Pure Python (no TensorFlow, no Beam), so `baton inspect` can import it cheaply:
 
-    from baton.pipeline.dataplane.render import statistics_table, html_path
+    from baton.pipeline.dataplane.statistics.render import statistics_table, html_path
     print(statistics_table(run_dir / "statistics" / "statistics"))
 """
 

@@ -35,7 +35,7 @@ test_portable_runner.py). What Baton does, and needs, for them:
 - paths in the pipeline (the examples' shards, the run directory's outputs) are opened by the
   workers: on a local runs directory they must be on a volume every worker mounts at the same
   path; on a bucket run (`--runs-dir s3://...`) the workers read the shards' objects and write
-  their outputs and results on the store (dataplane.shard_source, dataplane.shard_sink).
+  their outputs and results on the store (dataplane.beam.shard_source, dataplane.beam.shard_sink).
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ def plan_workers(args: Sequence[str], *, rows: int, work_items: int,
 
 
 def batch_threads(placed: dict[str, Any], node: dict[str, Any] | None = None) -> int:
-    """Threads a transform DoFn works on its record batches with (dataplane.ordered_threads).
+    """Threads a transform DoFn works on its record batches with (dataplane.beam.ordered_threads).
 
     The node's usable cores (this task's share) when `plan_workers` placed the work on one
     in-memory worker: that worker is then the only user of the cores, and TensorFlow, numpy

@@ -200,7 +200,7 @@ def string_column(arr: Any, na: set[bytes]) -> tuple[Any, np.ndarray]:
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    from baton.pipeline.dataplane.example_codec import Strings
+    from baton.pipeline.dataplane.records.example_codec import Strings
 
     try:
         s = pc.ascii_trim_whitespace(arr.cast(pa.string()))
@@ -215,7 +215,7 @@ def string_column(arr: Any, na: set[bytes]) -> tuple[Any, np.ndarray]:
 
 
 def _string_column_slow(arr: Any, na: set[bytes]) -> tuple[Any, np.ndarray]:
-    from baton.pipeline.dataplane.example_codec import Strings
+    from baton.pipeline.dataplane.records.example_codec import Strings
 
     values = arr.to_pylist()
     out = np.empty(len(values), object)

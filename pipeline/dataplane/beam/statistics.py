@@ -14,9 +14,9 @@ from typing import Any
 
 import apache_beam as beam
 
-from baton.pipeline.dataplane import accumulators as accs_mod
-from baton.pipeline.dataplane.beam_merge import MergeShardAccumulators
-from baton.pipeline.dataplane.schema_file import Column
+from baton.pipeline.dataplane.beam.merge import MergeShardAccumulators
+from baton.pipeline.dataplane.records.schema_file import Column
+from baton.pipeline.dataplane.statistics import accumulators as accs_mod
 
 
 class StatsShard(beam.DoFn):
@@ -24,8 +24,8 @@ class StatsShard(beam.DoFn):
         self.columns, self.batch_rows = list(columns), batch_rows
 
     def process(self, element: tuple[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
-        from baton.pipeline.dataplane.reader import read_batches
-        from baton.pipeline.dataplane.shard_source import local_shard
+        from baton.pipeline.dataplane.beam.shard_source import local_shard
+        from baton.pipeline.dataplane.records.reader import read_batches
 
         split, ref = element  # a path, or a remote shard fetched into this worker's cache
         accs = accs_mod.new_accumulators(self.columns)
@@ -37,14 +37,14 @@ class StatsShard(beam.DoFn):
 
 class MergeToStats(MergeShardAccumulators):
     def finish(self, acc: dict[str, Any]) -> dict[str, Any]:
-        from baton.pipeline.dataplane.stats import split_stats
+        from baton.pipeline.dataplane.statistics.stats import split_stats
 
         return split_stats(acc)
 
 
 def build(p: Any, *, shards: list[tuple[str, Any]], columns: Sequence[Column],
           batch_rows: int, out_path: str) -> None:
-    from baton.pipeline.dataplane.beam_merge import write_json
+    from baton.pipeline.dataplane.beam.merge import write_json
 
     (
         p
