@@ -33,6 +33,7 @@ LAYERED = (
     "baton.strategies",
     "baton.serving",
     "baton.k8s",
+    "baton.k8s.emulator",
     "baton.storage",
 )
 INDEPENDENT = ("baton.pipeline.commands.*", "baton.pipeline.stages.*")

@@ -447,8 +447,8 @@ def validate(argv: list[str]) -> int:
 
 
 def emulate(argv: list[str]) -> int:
-    from baton.k8s.emulate_files import emulate_training, manifest_documents
-    from baton.k8s.emulator_pods import EmulationError
+    from baton.k8s.emulator.files import emulate_training, manifest_documents
+    from baton.k8s.emulator.pods import EmulationError
     from baton.k8s.errors import ValidationFailed
 
     p = _Parser(prog="baton k8s emulate", description="Run manifests as local processes, as "
@@ -496,7 +496,7 @@ def emulate(argv: list[str]) -> int:
         if fed:
             return _emulate_federation(args, docs, volume_dir, work.resolve(), manifests_dir or here)
         if first.is_dir() and len(args.manifests) == 1 and (first / "kustomization.yaml").is_file():
-            from baton.k8s.emulator_dir import DirOptions, emulate_directory
+            from baton.k8s.emulator.directory import DirOptions, emulate_directory
 
             return emulate_directory(first, DirOptions(volume_dir=volume_dir, work_dir=work.resolve()))
         if not training:
@@ -512,7 +512,7 @@ def emulate(argv: list[str]) -> int:
 
 
 def _emulate_federation(args, docs, volume_dir: Path, work: Path, manifests_dir: Path) -> int:
-    from baton.k8s.emulator_federation import FederationOptions, emulate_documents
+    from baton.k8s.emulator.federation import FederationOptions, emulate_documents
 
     volumes = {}
     for item in args.volume:

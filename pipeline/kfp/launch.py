@@ -14,7 +14,7 @@ own, so its step starts them and waits:
 - Vertex AI: a CustomJob with one worker pool per replica type (pipeline.kfp.vertex); Vertex
   writes TF_CONFIG itself, in the format `baton task` reads.
 - `kfp.local` (`baton kfp --run-local`): the same training object, run on this machine by
-  Baton's emulator of its controller (baton.k8s.emulator), replica processes and all.
+  Baton's emulator of its controller (baton.k8s.emulator.tfjob), replica processes and all.
 
 The object is target-agnostic here: `training_documents` picks the training object and what it
 needs from what `baton k8s` builds for the target, and `CONDITIONS` says how each kind tells
@@ -211,7 +211,7 @@ def train(launch: dict[str, Any], spec_path: Path, stage: str, run_id: str,
 def _emulate(docs: list[dict[str, Any]]) -> tuple[int, list[str]]:
     """The training object run here by Baton's emulator of its controller (the TFJob's
     training operator, the JobSet controller, Trainer's TrainJob controller)."""
-    from baton.k8s.emulate_files import emulate_training
+    from baton.k8s.emulator.files import emulate_training
     from baton.k8s.render import dump
 
     obj = docs[-1]

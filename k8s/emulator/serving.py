@@ -22,7 +22,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from baton.k8s.emulator_pods import EmulationError, find_configmaps, plan_steps
+from baton.k8s.emulator.pods import EmulationError, find_configmaps, plan_steps
 from baton.strategies.supervisor import Command, ProcessGroup
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from baton.k8s import tfconfig
-from baton.k8s.emulator_pods import (
+from baton.k8s.emulator.pods import (
     EmulationError,
     InitWatch,
     PodPlan,

@@ -31,7 +31,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from baton.k8s.emulator_pods import EmulationError
+from baton.k8s.emulator.pods import EmulationError
 
 KUSTOMIZATION = "kustomization.yaml"
 
@@ -85,7 +85,7 @@ class _Run:
         self.stream.flush()
 
     def jobset(self, doc: dict, work: Path, label: str = "JobSet") -> int:
-        from baton.k8s.emulator_jobset import JobSetEmulator, JobSetOptions
+        from baton.k8s.emulator.jobset import JobSetEmulator, JobSetOptions
 
         return JobSetEmulator(doc, JobSetOptions(
             volume_dir=self.opts.volume_dir, work_dir=work, manifests_dir=self.root,
@@ -93,7 +93,7 @@ class _Run:
             on_event=self.opts.on_event, label=label)).run()
 
     def plain(self, jobs: list[dict], work: Path) -> int:
-        from baton.k8s.emulator_jobset import JobSetEmulator, JobSetOptions, plain_jobs
+        from baton.k8s.emulator.jobset import JobSetEmulator, JobSetOptions, plain_jobs
 
         return JobSetEmulator(plain_jobs(jobs), JobSetOptions(
             volume_dir=self.opts.volume_dir, work_dir=work, manifests_dir=self.root,
@@ -101,7 +101,7 @@ class _Run:
             on_event=self.opts.on_event, label="Job"), plain=True).run()
 
     def tfjob(self, doc: dict, work: Path) -> int:
-        from baton.k8s.emulator import Emulator, EmulatorOptions
+        from baton.k8s.emulator.tfjob import Emulator, EmulatorOptions
 
         return Emulator(doc, EmulatorOptions(
             volume_dir=self.opts.volume_dir, work_dir=work, manifests_dir=self.root,
@@ -146,7 +146,7 @@ class _Run:
         return 0
 
     def run(self) -> int:
-        from baton.k8s.emulator_serving import check_ready
+        from baton.k8s.emulator.serving import check_ready
         from baton.k8s.errors import ValidationFailed
         from baton.k8s.validate import validate_documents
 
@@ -177,7 +177,7 @@ class _Run:
         return 0
 
     def federation(self, docs: list[dict]) -> int:
-        from baton.k8s.emulator_federation import FederationOptions, emulate_documents
+        from baton.k8s.emulator.federation import FederationOptions, emulate_documents
 
         ordered = sorted((d for d in docs if d.get("kind") in ("Deployment", "Job", "Service")),
                          key=lambda d: 0 if d.get("kind") == "Deployment" else 1)

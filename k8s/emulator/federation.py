@@ -43,7 +43,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, TextIO
 
-from baton.k8s.emulator_pods import (
+from baton.k8s.emulator.pods import (
     EmulationError,
     Step,
     controller_exit,

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from baton.k8s.emulator_pods import EmulationError
+from baton.k8s.emulator.pods import EmulationError
 
 
 def manifest_documents(paths: list[str]) -> list[tuple[Path, dict]]:
@@ -39,8 +39,8 @@ def emulate_training(kind: str, docs: list[tuple[Path, dict]], volume_dir: Path,
     """One training object among `docs`: a TFJob (`command` may replace its tensorflow
     container), a JobSet, or a TrainJob with its runtime; the emulation's exit code."""
     from baton.k8s import trainer_controller
-    from baton.k8s.emulator import EmulatorOptions, emulate_file
-    from baton.k8s.emulator_jobset import JobSetEmulator, JobSetOptions
+    from baton.k8s.emulator.jobset import JobSetEmulator, JobSetOptions
+    from baton.k8s.emulator.tfjob import EmulatorOptions, emulate_file
     from baton.k8s.errors import ValidationFailed
     from baton.k8s.validate import check, check_set
 

@@ -48,9 +48,9 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from baton.k8s import jobset_webhook
-from baton.k8s.emulator_jobs import ChildJob, JobPod, jobset_labels
-from baton.k8s.emulator_jobs import plain_jobs as plain_jobs
-from baton.k8s.emulator_pods import (
+from baton.k8s.emulator.jobs import ChildJob, JobPod, jobset_labels
+from baton.k8s.emulator.jobs import plain_jobs as plain_jobs
+from baton.k8s.emulator.pods import (
     EmulationError,
     InitWatch,
     controller_exit,
