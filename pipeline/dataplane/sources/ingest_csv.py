@@ -15,7 +15,7 @@ from typing import Any
 from baton.errors import StageError
 from baton.pipeline.dataplane.records.examples_writer import ExamplesWriter
 from baton.pipeline.dataplane.records.schema_file import Column, ExamplesSchema
-from baton.pipeline.dataplane.sources import csv_source
+from baton.pipeline.dataplane.sources import csv_source, csv_values
 
 
 def ingest(ctx: Any, config: Any, out: Path) -> None:
@@ -37,7 +37,7 @@ def ingest(ctx: Any, config: Any, out: Path) -> None:
     if len(set(header)) != len(header):
         raise StageError(f"ingest: CSV header has duplicate column names: {header}")
     na = {v.encode() for v in config.na_values}
-    types = csv_source.infer_types(nonempty[0], header, na)
+    types = csv_values.infer_types(nonempty[0], header, na)
     for name, dtype in config.column_types.items():
         if name not in header:
             from baton.configs import did_you_mean
@@ -62,7 +62,7 @@ def ingest(ctx: Any, config: Any, out: Path) -> None:
         for f in nonempty:
             for raw in csv_source.iter_raw(f, header, quarantine, config.batch_rows,
                                              types=types, na=na):
-                batch, nan = csv_source.decode_batch(raw, f, types, na, quarantine)
+                batch, nan = csv_values.decode_batch(raw, f, types, na, quarantine)
                 n = len(batch[label])
                 if n:
                     writer.write_batch(batch, nan=nan)

@@ -152,7 +152,8 @@ TOKENS = ["1", "-0", "+1.5", "1e3", ".5", "5.", "inf", "-Infinity", "nan", "nAn"
 def test_csv_values_converted_by_the_parser_equal_the_raw_path(tmp_path, token):
     """iter_raw(types=...) lets pyarrow convert while parsing; whatever it accepts must decode
     exactly as the raw-bytes path does (the rest falls back to that path)."""
-    from baton.pipeline.dataplane.sources.csv_source import Quarantine, decode_batch, iter_raw
+    from baton.pipeline.dataplane.sources.csv_source import Quarantine, iter_raw
+    from baton.pipeline.dataplane.sources.csv_values import decode_batch
 
     path = tmp_path / "t.csv"
     path.write_text(f"a,s\n{token},{token}\n0.5,é\n")
