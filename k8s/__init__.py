@@ -2,7 +2,7 @@
 local emulation; submission.
 
 Takes plain dataclasses (`k8s.options.JobOptions`), never a pipeline spec: the CLI glue
-(`pipeline/commands/k8s.py`) builds the options. Modules, each importable on its own and free of
+(`pipeline/commands/k8s/`) builds the options. Modules, each importable on its own and free of
 heavy imports at module level (the kubernetes client and jsonschema load inside functions):
 
 * `options`   JobOptions / Topology / Resources / RunPolicy, refused early with the field named

@@ -20,6 +20,7 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERED = (
     "baton",
     "baton.pipeline",
+    "baton.pipeline.commands.k8s",
     "baton.pipeline.dataplane",
     "baton.pipeline.dataplane.beam",
     "baton.pipeline.dataplane.records",

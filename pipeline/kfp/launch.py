@@ -80,7 +80,7 @@ def plan(spec: Any, the_plan: Any, options: Any, bundle: Any) -> dict[str, dict[
 
 
 def _flags(options: Any, topo: Any) -> dict[str, Any]:
-    """`baton k8s`'s flags for this topology (commands.k8s.job_options reads them)."""
+    """`baton k8s`'s flags for this topology (commands.k8s.generate.job_options reads them)."""
     return {"workers": topo.workers, "ps": topo.ps, "strategy": topo.strategy,
             "image": options.image, "namespace": options.namespace, "target": options.target,
             "queue": options.queue,
@@ -96,7 +96,7 @@ def documents(launch: dict[str, Any], spec: Any, stage: str, run_id: str,
     from baton.k8s.errors import ManifestError, ValidationFailed
     from baton.k8s.render import build_all
     from baton.k8s.validate import check
-    from baton.pipeline.commands import k8s as k8s_cmd
+    from baton.pipeline.commands.k8s import generate as k8s_cmd
 
     args = argparse.Namespace(
         **{"target": "jobset", "queue": None, **launch["flags"]}, run_id=run_id,

@@ -1,23 +1,18 @@
-"""`baton k8s`: Kubernetes manifests from a pipeline spec; validate, emulate and submit them.
+"""`baton k8s [SPEC] --out DIR`: the manifests of a pipeline spec, written as a kustomize directory.
 
-    baton k8s [SPEC] --out DIR [--workers N] [--ps M] [--strategy S] [--image I] [--namespace NS]
-    baton k8s validate FILE_OR_DIR...
-    baton k8s emulate TFJOB.yaml [--volume-dir DIR] [--work-dir DIR] [--command "CMD ..."]
-    baton k8s emulate OUT_DIR | FEDERATION.yaml... [--volume CLAIM=DIR] [--volume-dir DIR]
-    baton k8s submit DIR_OR_FILE... [--kubeconfig F] [--context C] [--namespace NS] [--dry-run]
-
-This module is the only place that knows both a PipelineSpec and the `k8s` package: it splits
-the stages into data Job / TFJob / release Job and hands `k8s` plain dataclasses.
+The spec's stages split into data Job / training (JobSet, TrainJob or TFJob; or a Flower
+federation) / release Job, and `k8s` is handed plain dataclasses (`job_options`): the only
+place that knows both a PipelineSpec and the `k8s` package. The other subcommands (validate,
+emulate, submit) take manifests, not a spec, and live beside this module.
 """
 
 from __future__ import annotations
 
 import argparse
-import shlex
 import sys
 from pathlib import Path
 
-from baton.errors import EXIT_FAILED, EXIT_OK, BatonError, UsageError
+from baton.errors import EXIT_OK, UsageError
 from baton.strategies.factory import STRATEGIES
 
 TARGETS = ("jobset", "trainjob", "tfjob")  # k8s.options.TARGETS (imported lazily there)
@@ -417,163 +412,3 @@ def _note_min_workers(spec) -> None:
               "elastic scaling is behind a feature gate), so on Kubernetes a lost worker pod is "
               "re-created under its restart policy and the job waits for it; min_workers "
               "applies to `baton run`'s local cluster", file=sys.stderr)
-
-
-def validate(argv: list[str]) -> int:
-    from baton.k8s.kube_schemas import source
-    from baton.k8s.validate import validate_file
-
-    p = _Parser(prog="baton k8s validate", description="Validate manifests: TFJobs, JobSets, "
-                "TrainJobs and ClusterTrainingRuntimes against their CRDs (training operator "
-                "v1.9.0, JobSet v0.12.0, Trainer v2.3.0) and their admission webhooks' rules, "
-                "built-in kinds against Kubernetes' schemas, every pod against the restricted "
-                "Pod Security Standard, a directory's NetworkPolicies and Namespace. Exit 0 when "
-                "valid, 1 with every violation listed.")
-    p.add_argument("files", nargs="+", help="YAML files or directories")
-    args = p.parse_args(argv)
-    missing = [f for f in args.files if not Path(f).exists()]
-    if missing:
-        raise UsageError(f"no such file: {', '.join(missing)}")
-    found = [v for f in args.files for v in validate_file(f)]
-    for v in found:
-        print(v)
-    if found:
-        print(f"{len(found)} violation(s)", file=sys.stderr)
-        return EXIT_FAILED
-    print(f"ok: {', '.join(args.files)} (custom resources: their CRDs and webhook rules, TFJob "
-          f"v1.9.0, JobSet v0.12.0, Trainer v2.3.0; built-in kinds: {source()}; pods: the "
-          "restricted Pod Security Standard)")
-    return EXIT_OK
-
-
-def emulate(argv: list[str]) -> int:
-    from baton.k8s.emulator.files import emulate_training, manifest_documents
-    from baton.k8s.emulator.pods import EmulationError
-    from baton.k8s.errors import ValidationFailed
-
-    p = _Parser(prog="baton k8s emulate", description="Run manifests as local processes, as "
-                "their controllers would: the directory `baton k8s` wrote (what `kubectl apply "
-                "-k` runs: the data step, the training as a JobSet, a TrainJob or a TFJob, the "
-                "release step, then the serving Deployment's readiness), or a TFJob, a JobSet, a "
-                "TrainJob with its runtime, or a federated stage's Deployments, Services and "
-                "Jobs (see docs/kubernetes.md). Exit 0 when it succeeds, 1 when it fails, 2 for "
-                "an invalid manifest. SIGTERM or Ctrl-C deletes it: every pod is stopped "
-                "(SIGTERM, grace period, SIGKILL), then the exit code is 143 or 130.")
-    p.add_argument("manifests", nargs="+", help="the directory `baton k8s` wrote, or files: "
-                   "a TFJob, a JobSet, a TrainJob and its ClusterTrainingRuntime, a federation")
-    p.add_argument("--volume-dir", help="local directory for the PVC (default: WORK_DIR/volume)")
-    p.add_argument("--volume", action="append", default=[], metavar="CLAIM=DIR",
-                   help="federation: the local directory of one claim (a silo's data); repeat")
-    p.add_argument("--work-dir", help="logs, status.json, tf_config.json (default: ./.baton-emulator/<dir name>)")
-    p.add_argument("--manifests-dir", help="where mounted ConfigMaps are found (default: the manifests' dir)")
-    p.add_argument("--command", help="TFJob: replace the tensorflow container's command and args")
-    args = p.parse_args(argv)
-    missing = [f for f in args.manifests if not Path(f).exists()]
-    if missing:
-        raise UsageError(f"no such file: {', '.join(missing)}")
-    first = Path(args.manifests[0]).resolve()
-    here = first if first.is_dir() else first.parent
-    work = Path(args.work_dir or Path(".baton-emulator") / here.name)
-    volume_dir = Path(args.volume_dir or work / "volume").resolve()
-    manifests_dir = Path(args.manifests_dir) if args.manifests_dir else None
-    try:
-        docs = manifest_documents(args.manifests)
-        kinds = {str(d.get("kind")) for _, d in docs}
-        fed = [d for _, d in docs if d.get("kind") == "Deployment"
-               and d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "superlink"]
-        training = sorted(kinds & {"TFJob", "JobSet", "TrainJob"})
-        if training and fed:
-            raise UsageError(f"{', '.join(args.manifests)}: a {training[0]} and a federation; "
-                             "emulate one at a time: give the training's file, or the "
-                             "federation's files")
-        if args.volume and not fed:
-            raise UsageError("--volume is for a federation's claims; a training's claims are "
-                             f"all --volume-dir. Received: --volume {args.volume[0]}")
-        if args.command and (fed or "TFJob" not in kinds or len(args.manifests) > 1 or first.is_dir()):
-            raise UsageError("--command replaces a TFJob file's tensorflow container; a directory, "
-                             "a JobSet, a TrainJob or a federation runs its manifests' own "
-                             f"commands. Received: --command {args.command!r}")
-        if fed:
-            return _emulate_federation(args, docs, volume_dir, work.resolve(), manifests_dir or here)
-        if first.is_dir() and len(args.manifests) == 1 and (first / "kustomization.yaml").is_file():
-            from baton.k8s.emulator.directory import DirOptions, emulate_directory
-
-            return emulate_directory(first, DirOptions(volume_dir=volume_dir, work_dir=work.resolve()))
-        if not training:
-            raise UsageError(f"{', '.join(args.manifests)}: no TFJob, JobSet, TrainJob or "
-                             f"federation (SuperLink Deployment) to emulate. Received kinds: "
-                             f"{sorted(kinds)}")
-        return emulate_training(training[0], docs, volume_dir, work.resolve(), manifests_dir or here,
-                                command=shlex.split(args.command) if args.command else None)
-    except ValidationFailed as exc:
-        raise UsageError(f"{', '.join(args.manifests)}: {exc}") from exc
-    except EmulationError as exc:
-        raise UsageError(str(exc)) from exc
-
-
-def _emulate_federation(args, docs, volume_dir: Path, work: Path, manifests_dir: Path) -> int:
-    from baton.k8s.emulator.federation import FederationOptions, emulate_documents
-
-    volumes = {}
-    for item in args.volume:
-        claim, sep, where = item.partition("=")
-        if not sep or not claim or not where:
-            raise UsageError(f"--volume must be CLAIM=DIR. Received: {item!r}")
-        volumes[claim] = Path(where).resolve()
-    ordered = [d for _, d in docs]
-    # apply order as `baton k8s` writes it: data Job, federation, release Job (kustomization)
-    ordered.sort(key=lambda d: 0 if d.get("kind") == "Deployment" else 1)
-    return emulate_documents(ordered, FederationOptions(
-        volume_dir=volume_dir, work_dir=work, volumes=volumes, manifests_dir=manifests_dir))
-
-
-def submit(argv: list[str]) -> int:
-    from baton.k8s import submit as sub
-    from baton.k8s.options import DNS1123_LABEL
-    from baton.k8s.validate import validate_documents
-
-    p = _Parser(prog="baton k8s submit", description="Create the manifests on a cluster with the "
-                "official kubernetes client (your kubeconfig); TFJobs via CustomObjectsApi. A "
-                "directory is created in the order of its kustomization.yaml. Exit 0 when every "
-                "object was created, 1 when the cluster refused or could not be reached, 2 for an "
-                "invalid manifest or kubeconfig (nothing is sent).")
-    p.add_argument("paths", nargs="+", help="manifest files or a directory written by `baton k8s`")
-    p.add_argument("--kubeconfig", help="kubeconfig file (default: $KUBECONFIG or ~/.kube/config)")
-    p.add_argument("--context", help="kubeconfig context")
-    p.add_argument("--namespace", help="override the manifests' namespace")
-    p.add_argument("--dry-run", action="store_true", help="server-side dry run (dryRun=All)")
-    args = p.parse_args(argv)
-    if args.namespace is not None and (not DNS1123_LABEL.match(args.namespace) or len(args.namespace) > 63):
-        raise UsageError(f"--namespace: must be a DNS-1123 label. Received: {args.namespace!r}")
-    missing = [f for f in args.paths if not Path(f).exists()]
-    if missing:
-        raise UsageError(f"no such file: {', '.join(missing)}")
-    try:
-        pairs = [pair for path in args.paths for pair in sub.collect(path)]
-    except sub.ManifestSetError as exc:
-        raise UsageError(str(exc)) from exc
-    found = validate_documents(pairs)
-    if len(found) == 1:
-        raise UsageError(f"invalid manifest, nothing submitted: {found[0]}")
-    if found:
-        lines = "\n".join(f"  - {v}" for v in found)
-        raise UsageError(f"{len(found)} manifest violations, nothing submitted:\n{lines}")
-    try:
-        requests = sub.plan([doc for _, doc in pairs], namespace=args.namespace, dry_run=args.dry_run)
-    except sub.SubmitError as exc:
-        raise UsageError(f"{exc}; nothing submitted") from exc
-    try:
-        api_client = sub.load_client(args.kubeconfig, args.context)
-    except sub.KubeconfigError as exc:
-        raise UsageError(str(exc)) from exc
-    try:
-        sub.submit(requests, api_client, on_created=lambda line: print(line, flush=True))
-    except sub.SubmitError as exc:
-        raise BatonError(str(exc)) from exc
-    return EXIT_OK
-
-
-def main(argv: list[str]) -> int:
-    if argv and argv[0] in SUBCOMMANDS:
-        return {"validate": validate, "emulate": emulate, "submit": submit}[argv[0]](argv[1:])
-    return generate(argv)
