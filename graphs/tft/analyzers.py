@@ -1,12 +1,12 @@
 """The analyzers' data side: mergeable accumulators over per-batch reductions, and final values.
 
 `accumulate(kind, params, arrays)` turns what a phase's graph returned for one analyzer on one
-batch (its per-batch reduction, graphs.tft_reduce) into a partial accumulator; `merge(kind, a,
+batch (its per-batch reduction, graphs.tft.reduce) into a partial accumulator; `merge(kind, a,
 b)` combines two in any grouping and order (Beam's CombineFn contract; `None` is the empty
 accumulator); `finalize(kind, params, acc)` gives the analyzer's output values, in the order
-graphs.tft_api declared them, `acc=None` meaning no data at all. The merge rules are
+graphs.tft.api declared them, `acc=None` meaning no data at all. The merge rules are
 tf.Transform's combiners' (analyzers.py: `NumPyCombiner`, `WeightedMeanAndVarCombiner`,
-`QuantilesCombiner`; beam/analyzer_impls.py for vocabularies, graphs.tft_vocab_order). Memory
+`QuantilesCombiner`; beam/analyzer_impls.py for vocabularies, graphs.tft.vocab_order). Memory
 is bounded: moments and extremes are a few numbers per element, a vocabulary one entry per
 distinct token, quantiles a sketch sized by the analyzer's epsilon (graphs.quantile_sketch).
 """
@@ -70,7 +70,7 @@ def merge(kind: str, a: Any, b: Any) -> Any:
 
 
 def finalize(kind: str, params: Mapping[str, Any], acc: Any) -> list[Any]:
-    """The analyzer's output values (numpy), as graphs.tft_api declared them."""
+    """The analyzer's output values (numpy), as graphs.tft.api declared them."""
     dtype = np.dtype(params.get("output_dtype", "float32"))
     shape = [d if d is not None else 0 for d in params.get("shape", [])]
     if kind == "moments":

@@ -2,10 +2,10 @@
 
 Exported as `baton.tft`, so a TFX `preprocessing_fn` moves over by changing its import
 (`import baton.tft as tft`). Each analyzer registers itself with the current trace
-(graphs.tft_trace) with its per-batch reduction (graphs.tft_reduce) and returns tensors that
-are constants once its values are known; the data side is graphs.tft_analyzers. This module
-holds the numeric analyzers and the scaling mappers; vocabularies are graphs.tft_vocab,
-quantiles, buckets and hashes graphs.tft_buckets.
+(graphs.tft.trace) with its per-batch reduction (graphs.tft.reduce) and returns tensors that
+are constants once its values are known; the data side is graphs.tft.analyzers. This module
+holds the numeric analyzers and the scaling mappers; vocabularies are graphs.tft.vocab,
+quantiles, buckets and hashes graphs.tft.buckets.
 
 Semantics follow tensorflow/transform's code (listed in docs/preprocessing.md): dtypes as
 tf.Transform's maps (mean/var float32 for integers, the float's own; sum int64 for integers;

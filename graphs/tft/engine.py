@@ -1,7 +1,7 @@
 """Analyze, then transform: a preprocessing_fn's phases over batches of raw columns.
 
 The loop is the same wherever the batches come from: `Phases.next()` traces the function
-with the analyzer values known so far (graphs.tft_trace) and returns the phase to compute,
+with the analyzer values known so far (graphs.tft.trace) and returns the phase to compute,
 or None once everything is known; `phase.accumulate(batch)` runs the phase's graph on one
 record batch (tens of thousands of rows per TensorFlow call) and gives partial accumulators,
 `merge_all` combines partials (the transform stage does it in a Beam CombineFn), and

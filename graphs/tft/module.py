@@ -3,7 +3,7 @@
 The module has the interface of graphs.transform's: `transform_features(raw)` over the raw
 feature columns and `transform_label(raw_label)`, so training, export, check, edge and serving
 take it unchanged. `transform_features` calls the user's function with every analyzer a
-constant (graphs.tft_engine.transform_fn's trace) and the lookup tables tracked by the module;
+constant (graphs.tft.engine.transform_fn's trace) and the lookup tables tracked by the module;
 the label column is not a serving input, so the function sees a placeholder for it and the
 label output is left out (Baton encodes the label itself: `transform_label`, the class
 vocabulary, as for the built-in transform). The same module object is what the Beam apply

@@ -19,7 +19,7 @@ from typing import Any
 from baton.graphs.feature_spec import FILENAME as FEATURE_SPEC_FILE
 from baton.graphs.tft.trace import sanitized_vocab_filename
 
-METADATA_FILE = "tft_metadata.json"  # graphs.tft_module writes it
+METADATA_FILE = "tft_metadata.json"  # graphs.tft.module writes it
 TRANSFORM_FN_DIR = "transform_fn"
 
 

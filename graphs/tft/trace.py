@@ -7,7 +7,7 @@ already known becomes a constant; one that is not yet known returns a placeholde
 `baton_tft_pending_<k>`) and, if its own inputs do not depend on any placeholder, it is
 *ready*: its inputs (per-batch reductions built in the graph, as tf.Transform's analyzers
 reduce each batch before combining) are what the phase's graph returns. The data pass combines
-every ready analyzer (graphs.tft_analyzers), and the next phase traces again with more values
+every ready analyzer (graphs.tft.analyzers), and the next phase traces again with more values
 known. An analyzer applied to values computed from another analyzer's result is therefore
 computed one phase later, as tf.Transform does. Once nothing is pending, the last trace is the
 transform itself: the graph that Beam applies to record batches and that the SavedModel serves.

@@ -3,7 +3,7 @@
 As in tf.Transform, `vocabulary()` returns the path of the vocabulary file: a string tensor
 that `apply_vocabulary`, a `lookup_fn` or a table the function builds itself
 (`tf.lookup.TextFileInitializer(path, ...)`) read. Once the analyzer is known the file is
-written (graphs.tft_vocab_order: text lines, or a GZIP TFRecord file) into a directory of this
+written (graphs.tft.vocab_order: text lines, or a GZIP TFRecord file) into a directory of this
 process, keyed by its content, and wrapped as a `tf.saved_model.Asset`, which the transform
 SavedModel copies into `assets/` and finds again wherever it is moved. Before that, the path
 is a placeholder, and what is computed from it waits for a later phase.

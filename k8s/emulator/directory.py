@@ -8,16 +8,16 @@ part is played:
 * Namespace, NetworkPolicies: noted (a local run enforces neither: every pod runs as you, on
   one network); PersistentVolumeClaims: the volume directory; ConfigMaps: materialised where
   pods mount them;
-* the pipeline, by target: a **JobSet** (k8s.emulator_jobset: data, training, release in their
+* the pipeline, by target: a **JobSet** (k8s.emulator.jobset: data, training, release in their
   `dependsOn` order); a **TrainJob**, turned into the JobSet Trainer's controller would create
   from its ClusterTrainingRuntime (k8s.trainer_controller), then run the same way; a **TFJob**
   between the **data and release Jobs**: on a cluster all three start at once and the TFJob's
   and release Job's `wait-for-inputs` init containers hold them until the artifacts they read
-  exist; here the data Job runs first, then the TFJob (k8s.emulator), then the release Job, and
+  exist; here the data Job runs first, then the TFJob (k8s.emulator.tfjob), then the release Job, and
   the console says what each waits for; a Job that fails means the ones after it would wait
   for inputs that never come (with `<stage>.failed.json` on the volume their gates end at
-  once): the run fails there. A federated stage runs as k8s.emulator_federation does;
-* the serving **Deployment**: its readiness (k8s.emulator_serving), once the pipeline pushed.
+  once): the run fails there. A federated stage runs as k8s.emulator.federation does;
+* the serving **Deployment**: its readiness (k8s.emulator.serving), once the pipeline pushed.
 
 Exit 0 when every step succeeded and the server became Ready, 1 when one failed, 143/130 when
 a signal deleted what ran.

@@ -1,6 +1,6 @@
 """Run Deployments, Services and Jobs on this machine: the Flower federation `baton k8s` writes.
 
-The TFJob emulator (k8s.emulator) plays the training operator; this plays the parts of
+The TFJob emulator (k8s.emulator.tfjob) plays the training operator; this plays the parts of
 Kubernetes a federated stage's manifests use, so the exact files can be rehearsed on one
 machine before a cluster sees them:
 
@@ -16,7 +16,7 @@ machine before a cluster sees them:
 * a pod's **containerPorts** each get a free local port (bound to 0 and read back; pods share
   this machine's network, so no two may keep 9091): an argument equal to the port, `--x=PORT`
   or `HOST:PORT` becomes the local one, and a bind address `0.0.0.0` becomes `127.0.0.1`;
-* **volumes** as for the TFJob (emulator_pods): a claim is a local directory, the artifacts
+* **volumes** as for the TFJob (emulator.pods): a claim is a local directory, the artifacts
   claim `volume_dir`, a claim named in `volumes` its own directory (a real silo's data), a
   `subPath` inside it. A mount the manifest makes read-only is checked: a file created, changed
   or removed under it while its pod ran fails the run, naming the pod, the mount and the files.

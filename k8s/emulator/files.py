@@ -1,8 +1,8 @@
 """`baton k8s emulate FILE...`: the manifests given as files, each object to its emulator.
 
-The directory `baton k8s` wrote goes to k8s.emulator_dir; a federated stage's files to
-k8s.emulator_federation; a training object given alone runs here: a TFJob as the training
-operator would (k8s.emulator), a JobSet as its controller would (k8s.emulator_jobset), a
+The directory `baton k8s` wrote goes to k8s.emulator.directory; a federated stage's files to
+k8s.emulator.federation; a training object given alone runs here: a TFJob as the training
+operator would (k8s.emulator.tfjob), a JobSet as its controller would (k8s.emulator.jobset), a
 TrainJob as the JobSet Trainer's controller creates from the ClusterTrainingRuntime given
 beside it. Each is validated first (ValidationFailed: nothing runs).
 """

@@ -1,7 +1,7 @@
 """The Job controller's rules, for `baton k8s emulate`: one batch/v1 Job's pods, retries and end.
 
 What Kubernetes' Job controller does with the pods of an Indexed Job, as much as a local run
-needs (k8s.emulator_jobset runs the pods, a JobSet's or a plain Job's):
+needs (k8s.emulator.jobset runs the pods, a JobSet's or a plain Job's):
 
 * a pod per completion index; when one exits 0 its index is complete, and the Job is `Complete`
   once every index is;

@@ -2,7 +2,7 @@
 
 One local process per pod (its init containers, then its container), under one
 `strategies.supervisor.ProcessGroup`; the controllers' bookkeeping is here and in
-k8s.emulator_jobs:
+k8s.emulator.jobs:
 
 * **replicated jobs in order**, each created (its `replicas` Jobs, each Indexed with
   `completions` pods) once every `dependsOn` entry is reached, as `dependencyReachedStatus`
@@ -18,7 +18,7 @@ k8s.emulator_jobs:
   get free local ports (kept for its life, as a DNS name is) and every pod gets
   `BATON_ADDRESS_MAP` (`<host>.<subdomain>:<port>` -> `127.0.0.1:<local port>`), which
   `baton task` applies to the TF_CONFIG it builds (strategies.jobset_cluster);
-* **the Jobs' pod failure policies and backoff limits** (k8s.emulator_jobs), then the JobSet's
+* **the Jobs' pod failure policies and backoff limits** (k8s.emulator.jobs), then the JobSet's
   `failurePolicy` when a Job fails: the first rule whose `onJobFailureReasons` and
   `targetReplicatedJobs` match decides (`FailJobSet`; `RestartJobSet`, which fails the JobSet
   with `ReachedMaxRestarts` once `maxRestarts` restarts are spent; `RestartJobSetAndIgnore
@@ -67,7 +67,7 @@ COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 @dataclasses.dataclass
 class JobSetOptions:
-    """How to run it here (see k8s.emulator.EmulatorOptions for the same fields on a TFJob)."""
+    """How to run it here (see k8s.emulator.tfjob.EmulatorOptions for the same fields on a TFJob)."""
 
     volume_dir: Path
     work_dir: Path
