@@ -18,7 +18,7 @@ to the server in the setup reply, which records it for export and serving
 first cause here (graphs.nonfinite.first_cause); the server stops the run on it.
 
 The transform a client applies is built from the same function and the same analyzer values
-as the server's `transform_graph` (graphs.tft.module), so the features it trains on are the
+as the server's `transform_graph` (graphs.tft_module), so the features it trains on are the
 features the released model serves on.
 """
 
