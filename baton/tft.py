@@ -1,8 +1,8 @@
 """`import baton.tft as tft`: tf.Transform's analyzers and mappers for a `preprocessing_fn`.
 
-The names, arguments, defaults and output values are tf.Transform 1.21's (graphs.tft_api);
-the analysis runs in phases on Baton's engine (graphs.tft_engine); `TFTransformOutput` reads a
-transform graph back (graphs.tft_output). A name tf.Transform has and
+The names, arguments, defaults and output values are tf.Transform 1.21's (graphs.tft.api);
+the analysis runs in phases on Baton's engine (graphs.tft.engine); `TFTransformOutput` reads a
+transform graph back (graphs.tft.output). A name tf.Transform has and
 Baton does not is an AttributeError naming the supported ones.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from baton.graphs.tft_api import (
+from baton.graphs.tft.api import (
     SUPPORTED,
     apply_buckets,
     apply_vocabulary,
@@ -29,7 +29,7 @@ from baton.graphs.tft_api import (
     var,
     vocabulary,
 )
-from baton.graphs.tft_output import TFTransformOutput
+from baton.graphs.tft.output import TFTransformOutput
 
 __all__ = [  # = SUPPORTED (tests/graphs/test_tft.py checks)
     "TFTransformOutput", "apply_buckets", "apply_vocabulary", "bucketize", "compute_and_apply_vocabulary",

@@ -4,8 +4,8 @@
 shorthand. The stage resolves it to a plan, column -> {"kind", "buckets", "top_k",
 "min_frequency", "oov_buckets"}, and `ColumnsFn(plan)` is the preprocessing_fn it stands for,
 written with baton.tft's analyzers and mappers. It runs on exactly the machinery a user's
-function runs on (graphs.tft_trace phases, the Beam analyze and apply passes, the exported
-graphs.tft_module SavedModel), so there is no second copy of the arithmetic anywhere: the graph
+function runs on (graphs.tft.trace phases, the Beam analyze and apply passes, the exported
+graphs.tft.module SavedModel), so there is no second copy of the arithmetic anywhere: the graph
 Beam applies is the graph that serves.
 
 Each kind, on one raw column `x` (float32 with NaN for missing, string with "" for missing):
@@ -36,13 +36,13 @@ import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-from baton.graphs import tft_api as tft
-from baton.graphs import tft_trace
-from baton.graphs.tft_vocab import vocabulary_size
+from baton.graphs.tft import api as tft
+from baton.graphs.tft import trace as tft_trace
+from baton.graphs.tft.vocab import vocabulary_size
 
 NUMERIC_KINDS = ("zscore", "minmax", "identity")
 CATEGORICAL_KINDS = ("bucketize", "vocabulary", "hash")
-# analyzers each kind calls, in call order (graphs.tft_trace numbers them by call order)
+# analyzers each kind calls, in call order (graphs.tft.trace numbers them by call order)
 ANALYZERS = {"zscore": ("moments",), "minmax": ("min_max", "min_max"),  # tft.min, tft.max
              "bucketize": ("quantiles",), "vocabulary": ("vocabulary",), "identity": (),
              "hash": ()}
@@ -54,7 +54,7 @@ def bucketize_epsilon(buckets: int) -> float:
 
 @dataclasses.dataclass(frozen=True)
 class ColumnsFn:
-    """The plan's preprocessing_fn; also its own function source (pipeline.dataplane.fn_source)
+    """The plan's preprocessing_fn; also its own function source (pipeline.dataplane.transform.fn_source)
     for the Beam workers: it pickles as the plan."""
 
     plan: Mapping[str, Mapping[str, Any]]

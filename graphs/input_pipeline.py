@@ -1,7 +1,7 @@
 """The tf.data reader of the `transformed` artifact, used by training and evaluation.
 
 Records are columnar chunks (each feature a raw little-endian byte string of `n` values, see
-`pipeline.dataplane.transformed_io`), so parsing is batched by construction: one
+`pipeline.dataplane.records.transformed_io`), so parsing is batched by construction: one
 `parse_single_example` + `decode_raw` per chunk of thousands of rows. The pipeline:
 
     files -> [shard per worker] -> interleave(TFRecordDataset, AUTOTUNE) -> map(parse, AUTOTUNE)
@@ -40,13 +40,13 @@ def column_dtypes(feature_spec: Any) -> dict[str, str]:
     return cols
 
 
-LENGTHS = "$row_lengths_"  # pipeline.dataplane.transformed_io's keys
+LENGTHS = "$row_lengths_"  # pipeline.dataplane.records.transformed_io's keys
 INDICES = "$indices"
 
 
 def ragged_rank(feature: Any) -> int:
     """Stored ragged levels of a ragged feature: up to its last ragged (None) dimension; the
-    uniform dimensions after it are the values' own (pipeline.dataplane.transformed_io)."""
+    uniform dimensions after it are the values' own (pipeline.dataplane.records.transformed_io)."""
     shape = tuple(getattr(feature, "shape", ()))
     last = max((i for i, d in enumerate(shape) if d is None), default=0)
     return last + 1

@@ -2,7 +2,7 @@
 
 Baton encodes the label itself (its class vocabulary, or the raw value for regression), so the
 features a `preprocessing_fn` computes never see it: at serving time there is no label, and the
-function is traced with a placeholder for it (graphs/tft_module.py). What that means for each
+function is traced with a placeholder for it (graphs/tft/module.py). What that means for each
 output:
 
 - the label passed through under its own name (`outputs["species"] = inputs["species"]`) or

@@ -5,7 +5,7 @@ seven); the serving signature used to demand every raw column all the same. The 
 transform's `transform_features` takes every raw column, and calls the traced function through
 a `PartitionedCall`, so the columns it reads are found by walking the function definitions back
 from their outputs (and their stateful ops), into called functions, as TensorFlow prunes them
-when it instantiates the function (graphs/tft_feed.py does the same walk on a traced graph).
+when it instantiates the function (graphs/tft/feed.py does the same walk on a traced graph).
 
 Control flow with function bodies (`If`, `While`) counts every input as read: the walk never
 calls a column unread that the graph may read.

@@ -2,7 +2,7 @@
 local emulation; submission.
 
 Takes plain dataclasses (`k8s.options.JobOptions`), never a pipeline spec: the CLI glue
-(`pipeline/commands/k8s.py`) builds the options. Modules, each importable on its own and free of
+(`pipeline/commands/k8s/`) builds the options. Modules, each importable on its own and free of
 heavy imports at module level (the kubernetes client and jsonschema load inside functions):
 
 * `options`   JobOptions / Topology / Resources / RunPolicy, refused early with the field named
@@ -14,9 +14,10 @@ heavy imports at module level (the kubernetes client and jsonschema load inside 
 * `crd`, `webhook`, `jobset_webhook`, `trainer_webhook`, `job_rules`, `kube_schemas`,
   `validate`   validation against the real CRDs, their webhooks' rules and Kubernetes' schemas;
   `trainer_controller` is what Trainer's controller makes of a TrainJob
-* `emulator_dir` runs a generated directory as `kubectl apply -k` would: `emulator_jobset` and
-  `emulator_jobs` (the JobSet and Job controllers), `tfconfig`, `emulator_pods`, `emulator` (a
-  TFJob as the training operator would), `emulator_federation`, `emulator_serving`
+* `emulator/` (a subpackage): `emulator.directory` runs a generated directory as `kubectl
+  apply -k` would: `emulator.jobset` and `emulator.jobs` (the JobSet and Job controllers),
+  `tfconfig`, `emulator.pods`, `emulator.tfjob` (a TFJob as the training operator would),
+  `emulator.federation`, `emulator.serving`; `emulator.files` takes manifests given as files
 * `submit`    create the manifests with the official kubernetes client
 """
 

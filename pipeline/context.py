@@ -152,7 +152,7 @@ class StageContext:
     def input_objects(self, name: str, elsewhere: bool = True) -> dict[str, Any] | None:
         """What processes on other machines (Beam workers) read input `name` from: on a
         bucket run whose readers run `elsewhere`, its committed objects (rel -> {url, sha256,
-        size}; see dataplane.shard_source); None when they read `inputs[name]` here."""
+        size}; see dataplane.beam.shard_source); None when they read `inputs[name]` here."""
         if self.bucket is None or not elsewhere:
             return None
         return dict(self.bucket.committed_objects(self.inputs[name]))

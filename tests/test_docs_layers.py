@@ -21,10 +21,14 @@ def test_every_module_of_a_layers_contract_is_in_the_docs():
     contracts = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["importlinter"]
     bullets = _doc_bullets()
     checked = 0
+    layered = [c for c in contracts["contracts"] if c.get("type") == "layers"]
+    last = [c["containers"][0].split(".")[-1] for c in layered if len(c["containers"]) == 1]
     for c in contracts["contracts"]:
         if c.get("type") != "layers" or len(c["containers"]) != 1:
             continue
         package = c["containers"][0].split(".")[-1]
+        if last.count(package) > 1:  # k8s and pipeline.commands.k8s: the bullet names the path
+            package = c["containers"][0].removeprefix("baton.")
         if package not in bullets:  # sub-packages (dataplane, release...) are named in prose
             continue
         modules = {m.strip("() ") for layer in c["layers"] for m in layer.split("|")}
@@ -32,4 +36,4 @@ def test_every_module_of_a_layers_contract_is_in_the_docs():
         documented = set(re.findall(r"\w+", bullets[package]))
         assert modules <= documented, (package, sorted(modules - documented))
         checked += 1
-    assert checked >= 6
+    assert checked >= 14  # the packages and the subpackages with a bullet (graphs.tft: `tft`)

@@ -20,13 +20,21 @@ ROOT = Path(__file__).resolve().parents[1]
 LAYERED = (
     "baton",
     "baton.pipeline",
+    "baton.pipeline.commands.k8s",
     "baton.pipeline.dataplane",
+    "baton.pipeline.dataplane.beam",
+    "baton.pipeline.dataplane.records",
+    "baton.pipeline.dataplane.sources",
+    "baton.pipeline.dataplane.statistics",
+    "baton.pipeline.dataplane.transform",
     "baton.pipeline.release",
     "baton.pipeline.datasets",
     "baton.graphs",
+    "baton.graphs.tft",
     "baton.strategies",
     "baton.serving",
     "baton.k8s",
+    "baton.k8s.emulator",
     "baton.storage",
 )
 INDEPENDENT = ("baton.pipeline.commands.*", "baton.pipeline.stages.*")

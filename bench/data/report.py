@@ -197,7 +197,7 @@ def write_report(r: dict[str, Any], path: Path) -> Path:
         "of it. Ingest from CSV: pyarrow's multithreaded parser converts the columns while it "
         "parses, strings stay dictionary-encoded, and the tf.Example bytes and their TFRecord "
         "framing (masked CRC-32C) are assembled for a whole batch with Arrow and numpy "
-        "(`pipeline/dataplane/example_codec.py`, `crc32c.py`), so no Python code runs per row.",
+        "(`pipeline/dataplane/records/example_codec.py`, `crc32c.py`), so no Python code runs per row.",
         "",
         "### Transform stage alone (current table)",
         "",
@@ -302,11 +302,11 @@ def write_report(r: dict[str, Any], path: Path) -> Path:
               "1.0 s.", "",
               "Census transform profile (hand-recorded, cProfile of the stage at 1M rows, "
               "13.7 s at load ~3): 4.8 s in numpy `sort` under `np.unique` (90 calls, 5.0 s "
-              "cumulative) from `graphs/tft_analyzers.py: accumulate` (5.3 s): the vocabulary "
+              "cumulative) from `graphs/tft/analyzers.py: accumulate` (5.3 s): the vocabulary "
               "analyzers sort each batch's Python string objects; 1.2 s in TensorFlow eager "
               "execution, 0.6 s converting numpy batches to tensors. That profile predates the "
               "vocabulary analyzers counting their tokens in the phase graph "
-              "(`tf.unique_with_counts`, graphs/tft_trace.py); the tables above are with it.",
+              "(`tf.unique_with_counts`, graphs/tft/trace.py); the tables above are with it.",
               "",
               "Census transform profile, 2026-12-02 (hand-recorded, py-spy at 200 Hz on a quiet "
               "machine, the stage 3.9 s under the profiler): 2 analyzer phases and the apply "

@@ -157,10 +157,10 @@ def _preload(stage: str) -> None:
 
     import tensorflow  # noqa: F401
 
-    names = {"ingest": ["pyarrow", "pyarrow.csv", "baton.pipeline.dataplane.ingest_csv"]}.get(
+    names = {"ingest": ["pyarrow", "pyarrow.csv", "baton.pipeline.dataplane.sources.ingest_csv"]}.get(
         stage, ["pyarrow", "apache_beam", "apache_beam.runners.portability.fn_api_runner",
-                "baton.pipeline.dataplane.beam_runner", "baton.pipeline.dataplane.beam_tft",
-                "baton.pipeline.dataplane.beam_statistics", "baton.graphs.tft_engine"])
+                "baton.pipeline.dataplane.beam.runner", "baton.pipeline.dataplane.beam.tft",
+                "baton.pipeline.dataplane.beam.statistics", "baton.graphs.tft.engine"])
     for name in names:
         importlib.import_module(name)
 
@@ -250,7 +250,7 @@ def case_input(transformed: str, graph: str, batch: int) -> dict:
 
 
 def _read_baton(transformed: str) -> dict:
-    """Baton's `transformed` artifact (columnar chunk records, dataplane.transformed_io) as
+    """Baton's `transformed` artifact (columnar chunk records, dataplane.records.transformed_io) as
     numpy columns, read with its documented format only."""
     import numpy as np
     import tensorflow as tf
@@ -306,7 +306,7 @@ def case_parity(transformed: str, peer_files: str) -> dict:
 
 
 def _raw_column(feats: Any, key: str, dtype: str) -> Any:
-    """A columnar chunk's raw little-endian column (pipeline/dataplane/transformed_io.py)."""
+    """A columnar chunk's raw little-endian column (pipeline/dataplane/records/transformed_io.py)."""
     import numpy as np
 
     return np.frombuffer(feats[key].bytes_list.value[0], np.dtype(dtype).newbyteorder("<"))

@@ -121,8 +121,8 @@ def simulation(root: Path, rounds: int) -> dict[str, Any]:
     from flwr.simulation import run_simulation
 
     from baton.pipeline.dataplane import partition as P
-    from baton.pipeline.dataplane.column_plan import TransformSettings, plan_columns
-    from baton.pipeline.dataplane.schema_file import ExamplesSchema
+    from baton.pipeline.dataplane.records.schema_file import ExamplesSchema
+    from baton.pipeline.dataplane.transform.column_plan import TransformSettings, plan_columns
     from baton.pipeline.federated import flower_client
     from baton.pipeline.federated.flower_server import FederatedRun
     from baton.pipeline.federated.local import FnSpec

@@ -99,7 +99,7 @@ def write_transformed(root: Path, spec, n_train: int, n_eval: int, files: int = 
 
     from baton.graphs.input_pipeline import column_dtypes
     from baton.graphs.synthetic import synthetic_arrays
-    from baton.pipeline.dataplane.transformed_io import write_chunks
+    from baton.pipeline.dataplane.records.transformed_io import write_chunks
 
     dtypes = column_dtypes(spec)
     for split, n, seed in (("train", n_train, 0), ("eval", n_eval, 1)):

@@ -164,7 +164,7 @@ def _extras(run_dir: Path, run: dict[str, Any], bucket: Any = None) -> list[str]
                     out.append(f"report ({s['name']}): {bucket.root}/{entry['key']}")
         if s["type"] == "statistics" and (stage_dir / "statistics").is_dir():
             try:
-                from baton.pipeline.dataplane.render import statistics_table
+                from baton.pipeline.dataplane.statistics.render import statistics_table
             except ImportError:
                 continue
             out += ["", f"statistics ({s['name']}):", statistics_table(stage_dir / "statistics")]

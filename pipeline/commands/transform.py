@@ -4,7 +4,7 @@ a sample, in seconds, before any Beam pipeline runs.
 The spec's transform stage (the one with `preprocessing_fn:`, else the first; its built-in
 column kinds are a preprocessing_fn too, graphs.column_kinds) is run eagerly on the first N
 train rows of its examples. Its analyzers are computed in memory, on those rows, in the same
-phases the stage runs, and with the same graph code (graphs.tft_engine, graphs.tft_module). The
+phases the stage runs, and with the same graph code (graphs.tft.engine, graphs.tft.module). The
 command prints each analyzer's values and, for the first K rows, every output feature beside the
 raw inputs. This is the answer to tf.Transform's "passes my unit test, fails in Beam": the same
 errors the stage would raise (a missing column, a vocabulary of floats, an output that is not a
@@ -104,11 +104,12 @@ def dry_run(config: Any, spec_dir: Path, examples: Path, rows: int, show: int,
     """The report: analyzer values, then the first `show` rows' inputs and outputs.
     `config`: the transform stage's Config (its preprocessing_fn, else its column kinds)."""
 
-    from baton.graphs import tft_engine, tft_module
     from baton.graphs.column_kinds import ColumnsFn
+    from baton.graphs.tft import engine as tft_engine
+    from baton.graphs.tft import module as tft_module
     from baton.graphs.user_refs import RefError, import_ref
-    from baton.pipeline.dataplane.reader import raw_columns, read_batches
-    from baton.pipeline.dataplane.schema_file import ExamplesSchema, shard_files
+    from baton.pipeline.dataplane.records.reader import raw_columns, read_batches
+    from baton.pipeline.dataplane.records.schema_file import ExamplesSchema, shard_files
     from baton.pipeline.stages.transform import UserErrors, plan_columns
 
     schema = ExamplesSchema.load(examples)

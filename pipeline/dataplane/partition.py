@@ -29,9 +29,9 @@ from typing import Any
 import numpy as np
 
 from baton.errors import StageError
-from baton.pipeline.dataplane.examples_writer import COLUMNAR, SplitWriter, arrow_schema
-from baton.pipeline.dataplane.reader import raw_columns, read_batches
-from baton.pipeline.dataplane.schema_file import ExamplesSchema, shard_files
+from baton.pipeline.dataplane.records.examples_writer import COLUMNAR, SplitWriter, arrow_schema
+from baton.pipeline.dataplane.records.reader import raw_columns, read_batches
+from baton.pipeline.dataplane.records.schema_file import ExamplesSchema, shard_files
 
 
 @dataclasses.dataclass(frozen=True)

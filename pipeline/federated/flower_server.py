@@ -306,7 +306,11 @@ def epsilon(plan: Plan, rounds: int) -> float:
 
 
 def save_transform(t: Any, directory: Path, fn: Any) -> None:
-    from baton.pipeline.dataplane.analysis import VERSION, raw_entries, save_transform_graph
+    from baton.pipeline.dataplane.transform.analysis import (
+        VERSION,
+        raw_entries,
+        save_transform_graph,
+    )
 
     analysis = {"version": VERSION, "raw_features": raw_entries(t.raw), "features": [],
                 "label": t.label, "phases": t.phases, "analyzers": len(t.resolved),

@@ -45,7 +45,7 @@ class FnSpec:
 
     def source(self) -> Any:
         if self.preprocessing_fn is not None:
-            from baton.pipeline.dataplane.fn_source import UserFn
+            from baton.pipeline.dataplane.transform.fn_source import UserFn
 
             return UserFn(self.preprocessing_fn, self.search_dir)
         from baton.graphs.column_kinds import ColumnsFn
@@ -67,7 +67,7 @@ class ClientData:
     """The client's examples directory, read once into raw columns (the raw contract)."""
 
     def __init__(self, examples: str | Path) -> None:
-        from baton.pipeline.dataplane.schema_file import ExamplesSchema
+        from baton.pipeline.dataplane.records.schema_file import ExamplesSchema
 
         self.dir = Path(examples)
         if not (self.dir / "schema.json").is_file():
@@ -78,8 +78,8 @@ class ClientData:
 
     def raw(self, split: str) -> dict[str, np.ndarray]:
         if split not in self._raw:
-            from baton.pipeline.dataplane.reader import raw_columns, read_batches
-            from baton.pipeline.dataplane.schema_file import shard_files
+            from baton.pipeline.dataplane.records.reader import raw_columns, read_batches
+            from baton.pipeline.dataplane.records.schema_file import shard_files
 
             cols = list(self.schema.columns)
             parts = [raw_columns(b, cols) for f in shard_files(self.dir, split)
@@ -95,7 +95,7 @@ class ClientData:
 def analyze(fn_spec: FnSpec, resolved: Mapping[int, list[Any]], data: ClientData,
             with_label: bool) -> dict[str, Any]:
     """This client's partial accumulators for the next analyzer phase (none left: empty)."""
-    from baton.graphs import tft_engine
+    from baton.graphs.tft import engine as tft_engine
 
     schema = data.schema
     label = schema.column(schema.label)
@@ -201,7 +201,8 @@ class Local:
 
     def __init__(self, fn_spec: FnSpec, resolved: Mapping[int, list[Any]],
                  label: Mapping[str, Any], data: ClientData, settings: Settings) -> None:
-        from baton.graphs import model_fn, tft_module
+        from baton.graphs import model_fn
+        from baton.graphs.tft import module as tft_module
 
         self.settings = settings
         self.task = label["task"]

@@ -35,7 +35,7 @@ class Transform:
 
 def check_schemas(replies: Sequence[Mapping[str, Any]]) -> Any:
     """The clients' common column layout; StageError naming the client that differs."""
-    from baton.pipeline.dataplane.schema_file import ExamplesSchema
+    from baton.pipeline.dataplane.records.schema_file import ExamplesSchema
 
     first = replies[0]
     base = ExamplesSchema.from_dict(first["schema"])
@@ -50,7 +50,8 @@ def check_schemas(replies: Sequence[Mapping[str, Any]]) -> Any:
 
 
 def federated_transform(fn_spec: FnSpec, ask: Ask) -> Transform:
-    from baton.graphs import tft_engine, tft_module
+    from baton.graphs.tft import engine as tft_engine
+    from baton.graphs.tft import module as tft_module
 
     replies = ask({"resolved": {}, "with_label": True})
     if not replies:

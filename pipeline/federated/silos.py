@@ -25,7 +25,7 @@ def for_stage(ctx: StageContext, config: Any, external: bool = False) -> dict[st
     """Client name -> its examples directory: the listed silos' (checked here unless they are
     on other machines), or a rehearsal's, partitioned from the stage's examples input now."""
     from baton.pipeline.dataplane import partition as P
-    from baton.pipeline.dataplane.schema_file import ExamplesSchema
+    from baton.pipeline.dataplane.records.schema_file import ExamplesSchema
 
     if not isinstance(config.clients, int):
         out = {}

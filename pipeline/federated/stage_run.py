@@ -14,7 +14,7 @@ from typing import Any
 
 from baton.errors import StageError
 from baton.pipeline.context import StageContext
-from baton.pipeline.dataplane.column_plan import plan_columns
+from baton.pipeline.dataplane.transform.column_plan import plan_columns
 from baton.pipeline.federated import silos
 from baton.pipeline.federated.silos import FEDERATION_SUFFIX
 
@@ -104,7 +104,7 @@ def run_external(ctx: StageContext, config: Any, control: Any, creds: Any,
 
 def fn_spec(ctx: StageContext, config: Any, clients: dict[str, Path],
              external: str | None) -> Any:
-    from baton.pipeline.dataplane.schema_file import ExamplesSchema
+    from baton.pipeline.dataplane.records.schema_file import ExamplesSchema
     from baton.pipeline.federated.local import FnSpec
 
     spec_dir = str(ctx.spec_dir) if ctx.spec_dir else None

@@ -14,7 +14,7 @@ own, so its step starts them and waits:
 - Vertex AI: a CustomJob with one worker pool per replica type (pipeline.kfp.vertex); Vertex
   writes TF_CONFIG itself, in the format `baton task` reads.
 - `kfp.local` (`baton kfp --run-local`): the same training object, run on this machine by
-  Baton's emulator of its controller (baton.k8s.emulator), replica processes and all.
+  Baton's emulator of its controller (baton.k8s.emulator.tfjob), replica processes and all.
 
 The object is target-agnostic here: `training_documents` picks the training object and what it
 needs from what `baton k8s` builds for the target, and `CONDITIONS` says how each kind tells
@@ -80,7 +80,7 @@ def plan(spec: Any, the_plan: Any, options: Any, bundle: Any) -> dict[str, dict[
 
 
 def _flags(options: Any, topo: Any) -> dict[str, Any]:
-    """`baton k8s`'s flags for this topology (commands.k8s.job_options reads them)."""
+    """`baton k8s`'s flags for this topology (commands.k8s.generate.job_options reads them)."""
     return {"workers": topo.workers, "ps": topo.ps, "strategy": topo.strategy,
             "image": options.image, "namespace": options.namespace, "target": options.target,
             "queue": options.queue,
@@ -96,7 +96,7 @@ def documents(launch: dict[str, Any], spec: Any, stage: str, run_id: str,
     from baton.k8s.errors import ManifestError, ValidationFailed
     from baton.k8s.render import build_all
     from baton.k8s.validate import check
-    from baton.pipeline.commands import k8s as k8s_cmd
+    from baton.pipeline.commands.k8s import generate as k8s_cmd
 
     args = argparse.Namespace(
         **{"target": "jobset", "queue": None, **launch["flags"]}, run_id=run_id,
@@ -211,7 +211,7 @@ def train(launch: dict[str, Any], spec_path: Path, stage: str, run_id: str,
 def _emulate(docs: list[dict[str, Any]]) -> tuple[int, list[str]]:
     """The training object run here by Baton's emulator of its controller (the TFJob's
     training operator, the JobSet controller, Trainer's TrainJob controller)."""
-    from baton.k8s.emulate_files import emulate_training
+    from baton.k8s.emulator.files import emulate_training
     from baton.k8s.render import dump
 
     obj = docs[-1]

@@ -19,7 +19,7 @@ GRACE_SECONDS = 30.0
 
 def run_pools(body: dict[str, Any]) -> tuple[int, list[str]]:
     """Run the pools of CustomJob `body`; (exit code, the last lines of the replicas)."""
-    from baton.k8s.emulator_pods import project_path
+    from baton.k8s.emulator.pods import project_path
     from baton.strategies.cluster import free_ports
     from baton.strategies.inventory import TASKS_ON_NODE_ENV
     from baton.strategies.supervisor import Command, ProcessGroup

@@ -178,7 +178,7 @@ def predict(model: Any, features: dict[str, Any], batch_size: int = 256) -> Any:
     import numpy as np
 
     from baton.graphs.feature_spec import slice_rows
-    from baton.graphs.tft_module import nrows
+    from baton.graphs.tft.module import nrows
 
     n = nrows(next(iter(features.values()))) or 0
     parts = []

@@ -46,15 +46,14 @@ from typing import Any, Literal
 
 from baton.errors import StageError
 from baton.pipeline.context import StageContext
-from baton.pipeline.dataplane.column_plan import TransformSettings
+from baton.pipeline.dataplane.transform.column_plan import TransformSettings
 from baton.pipeline.federated.silos import FEDERATION_SUFFIX as FEDERATION_SUFFIX
 from baton.pipeline.federated.stage_run import federation_dir as federation_dir
 from baton.strategies.faults import split_fault
 
 INPUTS = {"examples": False}
 OUTPUTS = ("model", "transform_graph")
-CODE_DEPS = ("baton.pipeline.federated", "baton.graphs.column_kinds", "baton.graphs.tft_module",
-             "baton.graphs.tft_engine", "baton.graphs.tft_api", "baton.graphs.tft_analyzers",
+CODE_DEPS = ("baton.pipeline.federated", "baton.graphs.column_kinds", "baton.graphs.tft",
              "baton.graphs.models", "baton.graphs.model_fn", "baton.graphs.objectives",
              "baton.graphs.model_outputs", "baton.graphs.nonfinite",
              "baton.pipeline.dataplane.partition")

@@ -133,7 +133,7 @@ def external_inputs(config: Config, spec_dir: Path) -> list[Path]:
     if config.source == "penguins":
         return [PENGUINS_CSV]
     if config.source == "csv":
-        from baton.pipeline.dataplane.csv_source import expand_glob
+        from baton.pipeline.dataplane.sources.csv_source import expand_glob
 
         return expand_glob(str(config.path), spec_dir)
     if config.source == "tfds" and config.data_dir is not None:
@@ -145,12 +145,12 @@ def external_inputs(config: Config, spec_dir: Path) -> list[Path]:
 def run(ctx: StageContext, config: Config) -> None:
     out = ctx.output("examples")
     if config.source == "csv":
-        from baton.pipeline.dataplane import ingest_csv
+        from baton.pipeline.dataplane.sources import ingest_csv
 
         ingest_csv.ingest(ctx, config, out)
         return
     if config.source == "synthetic":
-        from baton.pipeline.dataplane import ingest_synthetic
+        from baton.pipeline.dataplane.sources import ingest_synthetic
 
         ingest_synthetic.ingest(ctx, config, out)
         return
@@ -160,9 +160,9 @@ def run(ctx: StageContext, config: Config) -> None:
 def _ingest_tfds(ctx: StageContext, config: Config, out: Path) -> None:
     import tensorflow_datasets as tfds
 
-    from baton.pipeline.dataplane import tfds_source
-    from baton.pipeline.dataplane.examples_writer import ExamplesWriter
-    from baton.pipeline.dataplane.schema_file import Column, ExamplesSchema
+    from baton.pipeline.dataplane.records.examples_writer import ExamplesWriter
+    from baton.pipeline.dataplane.records.schema_file import Column, ExamplesSchema
+    from baton.pipeline.dataplane.sources import tfds_source
 
     tfds.disable_progress_bar()
     scratch = None

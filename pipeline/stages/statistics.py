@@ -1,7 +1,7 @@
 """statistics: per-feature statistics of every split (Beam) and the schema inferred from train.
 
 Outputs:
-- `statistics/statistics.json` (see `pipeline.dataplane.stats`), `statistics/statistics.txt`
+- `statistics/statistics.json` (see `pipeline.dataplane.statistics.stats`), `statistics/statistics.txt`
   (the table `baton inspect` prints) and `statistics/index.html` (per-feature histograms);
 - `schema/schema.json`: type, presence and domain per feature plus a reference distribution.
 """
@@ -35,9 +35,11 @@ class Config:
 
 
 def run(ctx: StageContext, config: Config) -> None:
-    from baton.pipeline.dataplane import beam_runner, beam_statistics, render, stats
-    from baton.pipeline.dataplane.schema_file import ExamplesSchema, shard_files
-    from baton.pipeline.dataplane.shard_source import result_location, shard_refs
+    from baton.pipeline.dataplane.beam import runner as beam_runner
+    from baton.pipeline.dataplane.beam import statistics as beam_statistics
+    from baton.pipeline.dataplane.beam.shard_source import result_location, shard_refs
+    from baton.pipeline.dataplane.records.schema_file import ExamplesSchema, shard_files
+    from baton.pipeline.dataplane.statistics import render, stats
     from baton.storage import objects
 
     examples = ctx.inputs["examples"]

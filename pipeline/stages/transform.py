@@ -3,10 +3,10 @@
 The transform is a preprocessing_fn: the user's (`preprocessing_fn:`, docs/preprocessing.md) or
 the one the column kinds below stand for (graphs.column_kinds). Both run the same way: one Beam
 pass per analyzer phase, the last one in the same pipeline as the apply pass calling the final
-graph per record batch (dataplane.beam_apply), and that graph exported (graphs.tft_module).
+graph per record batch (dataplane.beam.apply), and that graph exported (graphs.tft.module).
 
 Outputs:
-- `transformed/<split>/part-NNNNN.tfrecord` (columnar chunks, see `dataplane.transformed_io`)
+- `transformed/<split>/part-NNNNN.tfrecord` (columnar chunks, see `dataplane.records.transformed_io`)
   plus `metadata.json`, read by `graphs.input_pipeline.make_dataset`;
 - `transform_graph/`: a SavedModel with `transform_features` and `transform_label`, plus
   `feature_spec.json`, `tft_metadata.json`, vocabularies in `assets/`, and `analysis.json` (the
@@ -40,20 +40,17 @@ from typing import Any
 
 from baton.errors import BatonError, StageError
 from baton.pipeline.context import StageContext
-from baton.pipeline.dataplane.column_plan import (  # noqa: F401 - ColumnTransform: the config's
+from baton.pipeline.dataplane.transform.column_plan import (  # noqa: F401 - ColumnTransform: the config's
     ColumnTransform,
     TransformSettings,
     plan_columns,
 )
-from baton.pipeline.dataplane.user_errors import UserErrors  # noqa: F401 - also the dry run's
+from baton.pipeline.dataplane.transform.user_errors import UserErrors  # noqa: F401 - also the dry run's
 
 INPUTS = {"examples": True}
 OUTPUTS = ("transformed", "transform_graph")
 CODE_DEPS = ("baton.graphs.transform", "baton.graphs.column_kinds", "baton.graphs.feature_spec", "baton.pipeline.dataplane",
-             "baton.graphs.tft_api", "baton.graphs.tft_engine", "baton.graphs.tft_trace",
-             "baton.graphs.tft_analyzers", "baton.graphs.tft_module", "baton.graphs.tft_reduce",
-             "baton.graphs.tft_vocab", "baton.graphs.tft_vocab_order", "baton.graphs.tft_buckets",
-             "baton.graphs.tft_feed", "baton.graphs.tft_output", "baton.graphs.quantile_sketch",
+             "baton.graphs.tft", "baton.graphs.quantile_sketch",
              "baton.graphs.label_outputs", "baton.graphs.nonfinite")
 CACHEABLE = True
 
@@ -107,8 +104,8 @@ def run(ctx: StageContext, config: Config) -> None:
 
 def _run(ctx: StageContext, config: Config) -> None:
     from baton.graphs.column_kinds import ColumnsFn
-    from baton.pipeline.dataplane.fn_source import UserFn
-    from baton.pipeline.dataplane.schema_file import ExamplesSchema
+    from baton.pipeline.dataplane.records.schema_file import ExamplesSchema
+    from baton.pipeline.dataplane.transform.fn_source import UserFn
 
     examples = ctx.inputs["examples"]
     schema = ExamplesSchema.load(examples)
@@ -153,14 +150,18 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
              features: list[Any], plan: dict[str, dict] | None = None) -> None:
     """A preprocessing_fn (the user's, or the column plan's `ColumnsFn`): its analyzer phases
     and its apply pass on Beam, its final graph exported as the transform SavedModel
-    (graphs.tft_module). `features`: the raw feature columns it reads (the serving inputs)."""
-    from baton.graphs import tft_engine, tft_module
+    (graphs.tft.module). `features`: the raw feature columns it reads (the serving inputs)."""
+    from baton.graphs.tft import engine as tft_engine
+    from baton.graphs.tft import module as tft_module
     from baton.graphs.user_refs import RefError
-    from baton.pipeline.dataplane import beam_apply, beam_runner, beam_tft, local_objects
-    from baton.pipeline.dataplane.analysis import label_analysis, save_transform_graph
-    from baton.pipeline.dataplane.schema_file import shard_files
-    from baton.pipeline.dataplane.shard_source import result_location, shard_refs
-    from baton.pipeline.dataplane.transformed_io import write_metadata
+    from baton.pipeline.dataplane.beam import apply as beam_apply
+    from baton.pipeline.dataplane.beam import local_objects
+    from baton.pipeline.dataplane.beam import runner as beam_runner
+    from baton.pipeline.dataplane.beam import tft as beam_tft
+    from baton.pipeline.dataplane.beam.shard_source import result_location, shard_refs
+    from baton.pipeline.dataplane.records.schema_file import shard_files
+    from baton.pipeline.dataplane.records.transformed_io import write_metadata
+    from baton.pipeline.dataplane.transform.analysis import label_analysis, save_transform_graph
     from baton.storage import objects
 
     where = source.where
@@ -179,7 +180,7 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
         config.beam_pipeline_args, rows=sum(schema.splits.values()),
         work_items=sum(len(shard_files(examples, s)) for s in schema.splits))
     # workers on other machines (a bucket run on Dataflow, Flink, Spark...) read the shards'
-    # objects and hand their results back through the store (dataplane.shard_source)
+    # objects and hand their results back through the store (dataplane.beam.shard_source)
     elsewhere = beam_runner.runner_name(args) not in beam_runner.LOCAL
     remote = ctx.input_objects("examples", elsewhere)
     shards = [(split, ref, i) for split in schema.splits for i, ref in
@@ -227,7 +228,7 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
             ctx.log(f"analyzer phase {phase.number}: {len(phase.analyzers)} analyzers "
                     f"({', '.join(sorted(set(kinds.values())))})")
         # the last phase (or the label alone) and the apply step: one pipeline
-        # (dataplane.beam_apply builds the module from the phase's values in its workers)
+        # (dataplane.beam.apply builds the module from the phase's values in its workers)
         box: dict[str, Any] = {}
         with user_errors("applying"), local_objects.lend((phase,)) as key, \
                 local_objects.lend(box) as box_key:

@@ -20,7 +20,7 @@ from baton.pipeline.context import StageContext
 
 INPUTS = {"statistics": True, "schema": True}
 OUTPUTS = ("anomalies",)
-CODE_DEPS = ("baton.pipeline.dataplane.validation", "baton.pipeline.dataplane.stats")
+CODE_DEPS = ("baton.pipeline.dataplane.statistics.validation", "baton.pipeline.dataplane.statistics.stats")
 CACHEABLE = True
 
 
@@ -34,7 +34,7 @@ class Config:
     splits: list[str] = dataclasses.field(default_factory=list)  # default: every split
 
     def __post_init__(self) -> None:
-        from baton.pipeline.dataplane.validation import KINDS
+        from baton.pipeline.dataplane.statistics.validation import KINDS
 
         for kind in self.allow:
             if kind not in (*KINDS, "all"):
@@ -55,8 +55,8 @@ def external_inputs(config: Config, spec_dir: Path | None) -> list[Path]:
 
 
 def run(ctx: StageContext, config: Config) -> None:
-    from baton.pipeline.dataplane.stats import SCHEMA_FILE, load_statistics
-    from baton.pipeline.dataplane.validation import check
+    from baton.pipeline.dataplane.statistics.stats import SCHEMA_FILE, load_statistics
+    from baton.pipeline.dataplane.statistics.validation import check
 
     statistics = load_statistics(ctx.inputs["statistics"])
     path = ctx.resolve(config.schema_path) if config.schema_path else ctx.inputs["schema"]

@@ -8,8 +8,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from baton.graphs import tft_engine, tft_module
 from baton.graphs.column_kinds import ColumnsFn
+from baton.graphs.tft import engine as tft_engine
+from baton.graphs.tft import module as tft_module
 
 PLAN = {
     "a": {"kind": "zscore"},
@@ -142,7 +143,7 @@ def test_a_tensor_column_is_scaled_with_one_mean_over_all_of_its_values(kind):
 
 
 def test_a_vocabulary_of_only_missing_values_holds_tft_s_placeholder_token():
-    from baton.graphs.tft_analyzers import EMPTY_VOCABULARY_TOKEN
+    from baton.graphs.tft.analyzers import EMPTY_VOCABULARY_TOKEN
 
     fn = ColumnsFn({"s": {"kind": "vocabulary", "oov_buckets": 1}})
     raw = [("s", "string", ())]

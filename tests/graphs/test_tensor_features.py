@@ -77,8 +77,8 @@ def test_model_spec_inputs_have_the_tensor_shapes():
 
 def _identity_transform(path) -> None:
     """The transform the stage exports for an image column of kind identity."""
-    from baton.graphs import tft_module
     from baton.graphs.column_kinds import ColumnsFn
+    from baton.graphs.tft import module as tft_module
 
     fn, raw = ColumnsFn({"image": {"kind": "identity"}}), [("image", "float32", SHAPE)]
     label = {"name": "label", "dtype": "string", "task": "classification",
@@ -89,7 +89,7 @@ def _identity_transform(path) -> None:
 def test_input_pipeline_yields_tensor_features_as_batches_of_tensors(tmp_path):
     import tensorflow as tf
 
-    from baton.pipeline.dataplane.transformed_io import write_chunks
+    from baton.pipeline.dataplane.records.transformed_io import write_chunks
 
     spec = _spec()
     n = 50

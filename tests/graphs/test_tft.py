@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 import baton.tft as tft
-from baton.graphs import tft_engine
+from baton.graphs.tft import engine as tft_engine
 
 
 def _run(fn, data, raw=None):

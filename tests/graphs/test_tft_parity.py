@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import baton.tft as baton_tft
-from baton.graphs import tft_engine
+from baton.graphs.tft import engine as tft_engine
 from tests.graphs import tft_parity_fn as fn
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -6,7 +6,9 @@ from __future__ import annotations
 import numpy as np
 
 import baton.tft as tft
-from baton.graphs import tft_engine, tft_feed, tft_trace
+from baton.graphs.tft import engine as tft_engine
+from baton.graphs.tft import feed as tft_feed
+from baton.graphs.tft import trace as tft_trace
 
 
 def _fn(i):

@@ -609,7 +609,8 @@ ERRORS = {  # upstream cases that expect an error, run on Baton's engine (no dat
 
 @pytest.mark.parametrize("name", sorted(ERRORS))
 def test_upstream_error_case(name):
-    from baton.graphs import tft_engine, tft_module
+    from baton.graphs.tft import engine as tft_engine
+    from baton.graphs.tft import module as tft_module
 
     fn, error, message = ERRORS[name]
     raw = [("x", "float32", ())]

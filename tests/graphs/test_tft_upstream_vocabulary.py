@@ -559,7 +559,7 @@ def test_every_upstream_test_is_ported_or_listed():
 
 def test_vocabulary_options_refused_name_the_option_and_the_supported_ones():
     """An option value tf.Transform refuses too: the error names it and what is accepted."""
-    from baton.graphs import tft_engine
+    from baton.graphs.tft import engine as tft_engine
 
     specs = tft_engine.raw_specs([("s", "string", ())])
     data = {"s": np.array([b"a"], object)}

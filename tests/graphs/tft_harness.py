@@ -103,7 +103,7 @@ def combined(cases: Sequence[Case]) -> Callable[[dict[str, Any]], dict[str, Any]
     def preprocessing_fn(inputs: dict[str, Any]) -> dict[str, Any]:
         import tensorflow as tf
 
-        from baton.graphs import tft_trace
+        from baton.graphs.tft import trace as tft_trace
 
         out = {"__row": inputs["row"] + 0.0}
         for case in cases:
@@ -126,7 +126,7 @@ def _spread(value: Any, mask: Any) -> Any:
     keeping its kind, its static shape and its id range."""
     import tensorflow as tf
 
-    from baton.graphs import tft_trace
+    from baton.graphs.tft import trace as tft_trace
 
     trace = tft_trace.current()
     rows = tf.cast(tf.where(mask)[:, 0], tf.int64)
@@ -196,8 +196,8 @@ def _example(row: Mapping[str, Any], feature_spec: Mapping[str, Any]) -> bytes:
 
 def write_examples(cases: Sequence[Case], directory: Path) -> Path:
     """The examples artifact of every case's rows: train = input_data, eval = test_data."""
-    from baton.pipeline.dataplane.examples_writer import ExamplesWriter
-    from baton.pipeline.dataplane.schema_file import Column, ExamplesSchema
+    from baton.pipeline.dataplane.records.examples_writer import ExamplesWriter
+    from baton.pipeline.dataplane.records.schema_file import Column, ExamplesSchema
 
     columns = [Column("case", "string"), Column("example", "string"), Column("row", "float32"),
                Column("label", "float32")]
@@ -305,7 +305,7 @@ def check(case: Case, res: Results) -> None:
                  if k.startswith(prefix) and "max" in v}
         assert got_d == dict(case.expected_domains), f"domains {got_d} != {case.expected_domains}"
     for name, contents in (case.expected_vocab or {}).items():
-        from baton.graphs.tft_trace import sanitized_vocab_filename
+        from baton.graphs.tft.trace import sanitized_vocab_filename
 
         path = res.tfo.vocabulary_file_by_name(prefix + sanitized_vocab_filename(name))
         assert path is not None, f"no vocabulary file {name!r}"

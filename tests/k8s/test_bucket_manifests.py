@@ -112,7 +112,7 @@ def test_bad_bucket_flags_exit_2_naming_the_flag(tmp_path, capsys, argv, needle)
 def test_the_generated_tfjob_trains_on_the_bucket(s3, tmp_path):
     """The data stages as the data Job runs them, the TFJob emulated replica by replica (its
     gate waits on the bucket), then the release stages: the model is pushed to the bucket."""
-    from baton.k8s.emulator import EmulatorOptions, emulate_file
+    from baton.k8s.emulator.tfjob import EmulatorOptions, emulate_file
     from baton.pipeline.release import versions as V
 
     spec = tmp_path / "spec.yaml"

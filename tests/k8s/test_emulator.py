@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from baton.errors import EXIT_INTERRUPTED, EXIT_PREEMPTED
-from baton.k8s.emulator import Emulator, EmulatorOptions, exit_code
+from baton.k8s.emulator.tfjob import Emulator, EmulatorOptions, exit_code
 from baton.k8s.render import write_manifests
 from baton.k8s.tfjob import build_tfjob
 

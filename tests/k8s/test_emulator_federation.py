@@ -21,7 +21,7 @@ import pytest
 import yaml
 
 from baton.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED
-from baton.k8s.emulator_federation import FederationEmulator, FederationOptions, select
+from baton.k8s.emulator.federation import FederationEmulator, FederationOptions, select
 from baton.k8s.federated import Federation
 from baton.k8s.render import write_manifests
 
@@ -152,7 +152,7 @@ def test_sigterm_deletes_every_pod_and_exits_143(tmp_path):
     (tmp_path / "docs.json").write_text(json.dumps(docs))
     code = (
         "import json, sys; from pathlib import Path\n"
-        "from baton.k8s.emulator_federation import FederationOptions, emulate_documents\n"
+        "from baton.k8s.emulator.federation import FederationOptions, emulate_documents\n"
         f"docs = json.loads(Path({str(tmp_path / 'docs.json')!r}).read_text())\n"
         f"sys.exit(emulate_documents(docs, FederationOptions(volume_dir=Path({str(volume)!r}), "
         f"work_dir=Path({str(tmp_path / 'work')!r}), manifests_dir=Path({str(out)!r}), "
@@ -181,7 +181,7 @@ def test_sigterm_deletes_every_pod_and_exits_143(tmp_path):
 
 
 def test_a_service_selecting_no_deployment_is_refused(tmp_path):
-    from baton.k8s.emulator_pods import EmulationError
+    from baton.k8s.emulator.pods import EmulationError
 
     docs, out, volume = _federation(tmp_path)
     for d in docs:
@@ -226,7 +226,7 @@ def test_emulate_cli_names_the_kinds_when_there_is_nothing_to_run(tmp_path, caps
 
 
 def test_a_pod_mounting_a_secret_that_is_not_beside_the_manifests_is_refused(tmp_path):
-    from baton.k8s.emulator_pods import EmulationError
+    from baton.k8s.emulator.pods import EmulationError
 
     docs, out, volume = _federation(tmp_path)
     (out / "federated-secrets.yaml").unlink()

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from baton.k8s import trainer_controller
-from baton.k8s.emulator_jobset import JobSetEmulator, JobSetOptions
+from baton.k8s.emulator.jobset import JobSetEmulator, JobSetOptions
 from baton.k8s.jobset import build_jobset
 from baton.k8s.trainjob import build_runtime, build_trainjob
 
@@ -304,7 +304,7 @@ def test_a_job_held_by_its_init_container_says_what_it_waits_for(tmp_path):
     (it used to reach only the pod's log file)."""
     import io
 
-    from baton.k8s.emulator_jobs import plain_jobs
+    from baton.k8s.emulator.jobs import plain_jobs
 
     gate = ("echo 'waiting for inputs: train/model'; sleep 1.5; "
             "echo 'waiting for inputs: train/model'; sleep 1.5")

@@ -4,7 +4,7 @@ Done as a user would, on a user's own model (examples/own_model: a model functio
 layer in a helper module, a custom loss): write a spec beside the modules, `baton k8s SPEC --out
 DIR ...`, run the stages upstream of training into the volume with `baton run SPEC --run-id ID
 --only ingest,transform --runs-dir VOL/runs`, delete the spec's directory (the modules now come
-from the generated ConfigMap only), then emulate the TFJob with `k8s.emulator.emulate_file`
+from the generated ConfigMap only), then emulate the TFJob with `k8s.emulator.tfjob.emulate_file`
 (what `baton k8s emulate` runs) with the generated command as written: each replica runs
 `baton task /etc/baton/pipeline.yaml --stage train --run-dir /artifacts/runs/own-model/ID`. The
 data stages run once per module; each test copies their run dir under its own run id.
@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from baton.k8s.emulator import EmulatorOptions, emulate_file
+from baton.k8s.emulator.tfjob import EmulatorOptions, emulate_file
 
 # 420 s: the module's data fixture counts in the first test's time, and at load ~10 the
 # two-worker job with its SIGKILL and resume ran 163 s beside its 18 s fixture (the 180 s limit

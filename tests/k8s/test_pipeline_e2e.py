@@ -106,7 +106,7 @@ def _kill_once_backed_up(train_dir: Path, killed: list[str]):
 @pytest.mark.parametrize("target", ["jobset", "trainjob", "tfjob"])
 def test_the_generated_directory_runs_to_a_pushed_model_equal_to_a_local_run(
         tmp_path, reference, target):
-    from baton.k8s.emulator_dir import DirOptions, emulate_directory
+    from baton.k8s.emulator.directory import DirOptions, emulate_directory
 
     spec = _spec(tmp_path / "spec" / "pipeline.yaml")
     out = tmp_path / "manifests"

@@ -134,7 +134,7 @@ def failing_early(ctx, config: dict) -> None:
 def direct_writer(ctx, config: dict) -> None:
     """Writes a shard as a Beam worker on another machine would (StageContext.direct_output),
     and a file of its own."""
-    from baton.pipeline.dataplane.shard_sink import shard_path
+    from baton.pipeline.dataplane.beam.shard_sink import shard_path
 
     with shard_path(ctx.direct_output("shards", elsewhere=True), "train",
                     "part-00000.bin") as path:

@@ -9,8 +9,8 @@ import time
 import numpy as np
 import pytest
 
-from baton.pipeline.dataplane import local_objects
-from baton.pipeline.dataplane.ordered_threads import ordered_map
+from baton.pipeline.dataplane.beam import local_objects
+from baton.pipeline.dataplane.beam.ordered_threads import ordered_map
 
 
 def test_ordered_map_keeps_the_order_and_bounds_the_batches_in_flight():
@@ -68,13 +68,13 @@ def test_a_lent_object_is_borrowed_only_by_its_process_and_only_during_the_loan(
 def test_grouped_batches_encode_the_rows_of_the_plain_columns(tmp_path):
     import pyarrow as pa
 
-    from baton.pipeline.dataplane.reader import (
+    from baton.pipeline.dataplane.records.reader import (
         encoded_columns,
         group_batches,
         raw_columns,
         read_batches,
     )
-    from baton.pipeline.dataplane.schema_file import Column
+    from baton.pipeline.dataplane.records.schema_file import Column
 
     cols = [Column("x", "float32"), Column("s", "string")]
     sidecar = tmp_path / "columnar" / "train" / "part-00000.arrow"
@@ -100,8 +100,8 @@ def test_grouped_batches_encode_the_rows_of_the_plain_columns(tmp_path):
 
 
 def test_examples_encoded_on_threads_are_written_byte_for_byte_as_on_one(tmp_path):
-    from baton.pipeline.dataplane.examples_writer import ExamplesWriter
-    from baton.pipeline.dataplane.schema_file import Column
+    from baton.pipeline.dataplane.records.examples_writer import ExamplesWriter
+    from baton.pipeline.dataplane.records.schema_file import Column
 
     cols = [Column("x", "float32"), Column("s", "string"), Column("y", "string")]
     rng = np.random.default_rng(1)

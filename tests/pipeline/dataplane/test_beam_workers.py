@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from baton.pipeline.dataplane import beam_runner
+from baton.pipeline.dataplane.beam import runner as beam_runner
 
 MANY = beam_runner.MULTI_WORKER_MIN_ROWS
 NODE = {"cpu_usable": 8}

@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from baton.pipeline.dataplane import accumulators, beam_runner
-from baton.pipeline.dataplane.example_codec import encode_batch
+from baton.pipeline.dataplane.beam import runner as beam_runner
+from baton.pipeline.dataplane.records.example_codec import encode_batch
+from baton.pipeline.dataplane.statistics import accumulators
 
 ROOT = Path(__file__).resolve().parents[3]
 
@@ -107,9 +108,9 @@ def test_codec_writes_a_marked_nan_as_a_value():
 
 def test_arrow_copy_keeps_missing_and_nan_apart(tmp_path):
     """The columnar copy honours keep_nan like the TFRecords: missing -> ABSENT, NaN -> NaN."""
-    from baton.pipeline.dataplane.examples_writer import ExamplesWriter
-    from baton.pipeline.dataplane.reader import ABSENT, read_batches
-    from baton.pipeline.dataplane.schema_file import Column, shard_files
+    from baton.pipeline.dataplane.records.examples_writer import ExamplesWriter
+    from baton.pipeline.dataplane.records.reader import ABSENT, read_batches
+    from baton.pipeline.dataplane.records.schema_file import Column, shard_files
 
     cols = [Column("x", "float32"), Column("y", "string")]
     w = ExamplesWriter(tmp_path, cols, "y", {"train": 1}, 0, 100)
@@ -137,7 +138,7 @@ def test_arrow_copy_keeps_missing_and_nan_apart(tmp_path):
 def test_unterminated_quote_around_a_chunk_boundary(tmp_path, line, where):
     """iter_raw reads 64 kB chunks (block_rows=1024): the open quote may sit at a chunk's end,
     at the start of the next one, or anywhere near; only that line is lost."""
-    from baton.pipeline.dataplane.csv_source import Quarantine, iter_raw
+    from baton.pipeline.dataplane.sources.csv_source import Quarantine, iter_raw
 
     rows = [b"B,%011d,x" % i for i in range(8192)]  # 15 bytes + line break
     at = (1 << 16) // 16 + where  # the first chunk ends after row 4095
@@ -155,7 +156,7 @@ def test_unterminated_quote_around_a_chunk_boundary(tmp_path, line, where):
 
 
 def test_line_is_closed_follows_the_csv_parser():
-    from baton.pipeline.dataplane.csv_source import line_is_closed
+    from baton.pipeline.dataplane.sources.csv_source import line_is_closed
 
     closed = [b"", b"a,b", b'"a,b",c', b'"a ""q"" b",c', b'12" screen,x', b'"a"b,c', b'""',
               b'"a""",b', b'x,""']
@@ -165,7 +166,7 @@ def test_line_is_closed_follows_the_csv_parser():
 
 
 def test_a_columnar_chunk_is_the_features_message_of_its_columns():
-    from baton.pipeline.dataplane.transformed_io import encode_chunk
+    from baton.pipeline.dataplane.records.transformed_io import encode_chunk
 
     rng = np.random.default_rng(0)
     for n in (0, 1, 300):

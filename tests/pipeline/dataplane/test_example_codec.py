@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from baton.pipeline.dataplane import crc32c
-from baton.pipeline.dataplane.example_codec import Strings, encode, encode_batch
+from baton.pipeline.dataplane.records import crc32c
+from baton.pipeline.dataplane.records.example_codec import Strings, encode, encode_batch
 from tests.pipeline.dataplane import reference_codec
 
 
@@ -86,8 +86,8 @@ def test_framed_batch_is_what_tfrecordwriter_writes(tmp_path):
 
 def test_examples_writer_shards_match_tfrecordwriter(tmp_path):
     """Shard rotation inside a batch and across batches, and an empty split's empty shard."""
-    from baton.pipeline.dataplane.examples_writer import ExamplesWriter
-    from baton.pipeline.dataplane.schema_file import Column
+    from baton.pipeline.dataplane.records.examples_writer import ExamplesWriter
+    from baton.pipeline.dataplane.records.schema_file import Column
 
     cols = [Column("x", "float32"), Column("c", "string"), Column("y", "string")]
     rng = np.random.default_rng(3)
@@ -132,8 +132,8 @@ def test_crc32c_blocks_match_the_reference(width):
 def test_csv_strings_keep_the_arrow_copy_as_before(tmp_path):
     """Dictionary-encoded strings give the Arrow copy the sorted per-batch dictionary that
     np.unique gave (only the values used, in code point order)."""
-    from baton.pipeline.dataplane.examples_writer import to_record_batch
-    from baton.pipeline.dataplane.schema_file import Column
+    from baton.pipeline.dataplane.records.examples_writer import to_record_batch
+    from baton.pipeline.dataplane.records.schema_file import Column
 
     vals = np.array(["b", "", "é", "a", "b", "日"], object)
     s = Strings.from_objects(vals)[np.array([0, 1, 2, 4, 5])]  # "a" no longer used
@@ -152,7 +152,8 @@ TOKENS = ["1", "-0", "+1.5", "1e3", ".5", "5.", "inf", "-Infinity", "nan", "nAn"
 def test_csv_values_converted_by_the_parser_equal_the_raw_path(tmp_path, token):
     """iter_raw(types=...) lets pyarrow convert while parsing; whatever it accepts must decode
     exactly as the raw-bytes path does (the rest falls back to that path)."""
-    from baton.pipeline.dataplane.csv_source import Quarantine, decode_batch, iter_raw
+    from baton.pipeline.dataplane.sources.csv_source import Quarantine, iter_raw
+    from baton.pipeline.dataplane.sources.csv_values import decode_batch
 
     path = tmp_path / "t.csv"
     path.write_text(f"a,s\n{token},{token}\n0.5,é\n")

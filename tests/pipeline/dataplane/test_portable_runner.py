@@ -29,7 +29,7 @@ import pytest
 
 import baton
 from baton.errors import StageError
-from baton.pipeline.dataplane import beam_runner
+from baton.pipeline.dataplane.beam import runner as beam_runner
 from baton.pipeline.testing import run_stage
 from baton.storage import manifest as M
 
@@ -340,7 +340,7 @@ def test_staged_source_carries_the_module_and_its_helpers(tmp_path):
     """Unit: what travels, and a worker without the spec's directory imports the copy."""
     import pickle
 
-    from baton.pipeline.dataplane.fn_source import UserFn
+    from baton.pipeline.dataplane.transform.fn_source import UserFn
 
     spec = tmp_path / "spec"
     (spec / "pkg").mkdir(parents=True)

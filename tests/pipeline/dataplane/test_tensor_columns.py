@@ -12,12 +12,12 @@ import pytest
 import tensorflow as tf
 
 from baton.errors import StageError
-from baton.pipeline.dataplane import accumulators as A
-from baton.pipeline.dataplane import stats, validation
-from baton.pipeline.dataplane.example_codec import encode_batch
-from baton.pipeline.dataplane.examples_writer import ExamplesWriter
-from baton.pipeline.dataplane.reader import ABSENT, read_batches, tensor_values
-from baton.pipeline.dataplane.schema_file import Column, ExamplesSchema, shard_files
+from baton.pipeline.dataplane.records.example_codec import encode_batch
+from baton.pipeline.dataplane.records.examples_writer import ExamplesWriter
+from baton.pipeline.dataplane.records.reader import ABSENT, read_batches, tensor_values
+from baton.pipeline.dataplane.records.schema_file import Column, ExamplesSchema, shard_files
+from baton.pipeline.dataplane.statistics import accumulators as A
+from baton.pipeline.dataplane.statistics import stats, validation
 from baton.pipeline.testing import run_stage
 
 SHAPE = (4, 3, 2)

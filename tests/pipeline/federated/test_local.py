@@ -10,7 +10,7 @@ import pytest
 
 from baton.errors import StageError
 from baton.pipeline.dataplane.partition import Partition, client_names, split
-from baton.pipeline.dataplane.schema_file import ExamplesSchema
+from baton.pipeline.dataplane.records.schema_file import ExamplesSchema
 from baton.pipeline.federated import codec
 from baton.pipeline.federated.local import ClientData, FnSpec, Local, Settings, analyze
 from baton.pipeline.federated.server import federated_transform
@@ -87,8 +87,8 @@ PLAN = {"bill_length_mm": {"kind": "zscore"}, "body_mass_g": {"kind": "bucketize
 
 
 def test_analyzers_merged_from_client_summaries_equal_the_centralized_ones(art, islands):
-    from baton.graphs import tft_engine
     from baton.graphs.column_kinds import ColumnsFn
+    from baton.graphs.tft import engine as tft_engine
 
     root, names, _ = islands
     datas = {n: ClientData(root / n) for n in names}

@@ -68,7 +68,7 @@ def zero_start(spec):
 @pytest.fixture(scope="module")
 def clients(tmp_path_factory):
     from baton.pipeline.dataplane.partition import Partition, client_names, split
-    from baton.pipeline.dataplane.schema_file import ExamplesSchema
+    from baton.pipeline.dataplane.records.schema_file import ExamplesSchema
 
     art = penguins(tmp_path_factory.mktemp("penguins"))
     root = tmp_path_factory.mktemp("clients")

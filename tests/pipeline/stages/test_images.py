@@ -17,7 +17,7 @@ import tensorflow_datasets as tfds
 
 from baton.configs import ConfigError
 from baton.errors import StageError
-from baton.pipeline.dataplane.schema_file import ExamplesSchema, shard_files
+from baton.pipeline.dataplane.records.schema_file import ExamplesSchema, shard_files
 from baton.pipeline.testing import run_stage
 
 ROWS, SHAPE = 40, (6, 5, 3)
@@ -114,7 +114,7 @@ def test_tfds_image_over_max_image_pixels_is_refused_naming_feature_and_shape(tm
 
 
 def test_tfds_image_without_a_fixed_shape_is_refused(tmp_path):
-    from baton.pipeline.dataplane import tfds_source
+    from baton.pipeline.dataplane.sources import tfds_source
 
     builder = BatonAnySizeImages(data_dir=str(tmp_path))  # info only: nothing is prepared
     with pytest.raises(StageError, match=r"image feature 'photo' .* has no fixed shape "

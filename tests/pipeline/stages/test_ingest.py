@@ -12,7 +12,7 @@ import pytest
 import tensorflow as tf
 
 from baton.errors import StageError
-from baton.pipeline.dataplane.schema_file import ExamplesSchema, shard_files
+from baton.pipeline.dataplane.records.schema_file import ExamplesSchema, shard_files
 from baton.pipeline.stages import ingest
 from baton.pipeline.testing import run_stage
 from tests.pipeline.dataplane.helpers import penguins
@@ -121,7 +121,7 @@ def test_synthetic_is_deterministic_and_sharded(tmp_path):
 
 
 def test_tfds_download_offline_fails_fast_naming_dataset_and_directory(tmp_path, monkeypatch):
-    from baton.pipeline.dataplane import tfds_source
+    from baton.pipeline.dataplane.sources import tfds_source
 
     monkeypatch.setattr(tfds_source, "network_problem", lambda: "cannot connect to x: offline")
     cfg = {"source": "tfds", "dataset": "mnist", "data_dir": str(tmp_path / "d")}

@@ -129,8 +129,8 @@ def test_threads_and_the_driver_s_traces_change_nothing_but_the_time(tmp_path, c
     phase and once for the transform; batches on 1 or 3 threads write the same bytes."""
     import shutil
 
-    from baton.graphs import tft_trace
-    from baton.pipeline.dataplane import beam_runner
+    from baton.graphs.tft import trace as tft_trace
+    from baton.pipeline.dataplane.beam import runner as beam_runner
 
     examples = tmp_path / "examples"  # TFRecords only: parsed in batches of batch_rows
     shutil.copytree(penguins(tmp_path)["examples"], examples,

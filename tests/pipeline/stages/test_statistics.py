@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from baton.pipeline.dataplane.render import html_path, statistics_table
+from baton.pipeline.dataplane.statistics.render import html_path, statistics_table
 from baton.pipeline.testing import run_stage
 from tests.pipeline.dataplane.helpers import penguins
 

@@ -234,7 +234,7 @@ def test_min_workers_in_the_spec_and_stage_config_is_refused_when_out_of_range()
 def test_baton_k8s_says_min_workers_is_not_in_the_manifests(capsys) -> None:
     """TFJob, JobSet and TrainJob have fixed replica counts: the note names the value instead of
     dropping it."""
-    from baton.pipeline.commands.k8s import _note_min_workers
+    from baton.pipeline.commands.k8s.generate import _note_min_workers
 
     _note_min_workers(spec_from_dict({"pipeline": "p", "cluster": {"workers": 2, "min_workers": 1},
                                       "stages": [{"name": "train", "type": "train"}]}))

@@ -34,8 +34,8 @@ def test_ingest_then_transform_then_make_dataset(art):
 
 
 def test_analysis_matches_numpy_on_the_train_rows(art):
-    from baton.pipeline.dataplane.reader import numeric_values, read_batches
-    from baton.pipeline.dataplane.schema_file import ExamplesSchema, shard_files
+    from baton.pipeline.dataplane.records.reader import numeric_values, read_batches
+    from baton.pipeline.dataplane.records.schema_file import ExamplesSchema, shard_files
 
     analysis = json.loads((art["transform_graph"] / "analysis.json").read_text())
     spec = FeatureSpec.load(art["transform_graph"])
@@ -84,8 +84,8 @@ def test_beam_output_equals_the_exported_graph_on_the_same_rows(art, tmp_path):
     """The parity proof: Beam-transformed rows == SavedModel transform_features(raw rows)."""
     import tensorflow as tf
 
-    from baton.pipeline.dataplane.reader import read_batches
-    from baton.pipeline.dataplane.schema_file import ExamplesSchema, shard_files
+    from baton.pipeline.dataplane.records.reader import read_batches
+    from baton.pipeline.dataplane.records.schema_file import ExamplesSchema, shard_files
 
     out, _ = run_stage("transform", ALL_KINDS, {"examples": art["examples"]}, tmp_path)
     spec = FeatureSpec.load(out["transform_graph"])

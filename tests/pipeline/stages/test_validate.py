@@ -8,7 +8,7 @@ import json
 import pytest
 
 from baton.errors import StageError
-from baton.pipeline.dataplane.validation import check
+from baton.pipeline.dataplane.statistics.validation import check
 from baton.pipeline.testing import run_stage
 from tests.pipeline.dataplane.helpers import penguins
 
