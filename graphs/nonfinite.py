@@ -80,7 +80,14 @@ def count_transformed(transformed_dir: Any, spec: Any, splits: Iterable[str]
 
 def transform_note(transformed_dir: Any, spec: Any, splits: Iterable[str]) -> tuple[str | None, int]:
     """(the transform stage's warning about non-finite outputs or None, rows affected)."""
-    counts, rows = count_transformed(transformed_dir, spec, splits)
+    return counts_note(*count_transformed(transformed_dir, spec, splits))
+
+
+def counts_note(counts: Mapping[str, Mapping[str, int]], rows: Mapping[str, int]
+                ) -> tuple[str | None, int]:
+    """`transform_note` from counts already made ({split: {feature: rows with a non-finite
+    value}}, {split: rows}): the apply step counts the arrays it writes as it writes them
+    (dataplane.records.transformed_io.nonfinite_rows), so the stage need not read them back."""
     total = sum(n for per in counts.values() for n in per.values())
     if not total:
         return None, 0

@@ -152,15 +152,23 @@ def _text_chunks(rows: int, chunk: int = 1 << 18, words: int = 30_000):  # noqa:
 def _preload(stage: str) -> None:
     """Import the libraries a stage uses before its timer starts, as tft_peer.py imports
     tensorflow, apache_beam, tensorflow_transform and tfx_bsl before its own: both sides are
-    timed from a process with their libraries loaded (Beam's import alone is ~1.5 s here)."""
+    timed from a process with their libraries loaded (Beam's import alone is ~1.5 s here).
+    That includes `pyarrow.compute` (~0.1 s: it scrapes its functions' docstrings when
+    imported), which tfx_bsl has imported before the peer's timer, and the stage's own
+    modules, as the peer's tensorflow_transform and tft_beam are."""
     import importlib
 
     import tensorflow  # noqa: F401
 
-    names = {"ingest": ["pyarrow", "pyarrow.csv", "baton.pipeline.dataplane.sources.ingest_csv"]}.get(
-        stage, ["pyarrow", "apache_beam", "apache_beam.runners.portability.fn_api_runner",
+    names = {"ingest": ["pyarrow", "pyarrow.csv", "pyarrow.compute",
+                        "baton.pipeline.stages.ingest", "baton.pipeline.dataplane.sources.ingest_csv"]}.get(
+        stage, ["pyarrow", "pyarrow.compute", "apache_beam",
+                "apache_beam.runners.portability.fn_api_runner",
+                "baton.pipeline.stages.transform", "baton.tft",
                 "baton.pipeline.dataplane.beam.runner", "baton.pipeline.dataplane.beam.tft",
-                "baton.pipeline.dataplane.beam.statistics", "baton.graphs.tft.engine"])
+                "baton.pipeline.dataplane.beam.apply", "baton.pipeline.dataplane.transform.analysis",
+                "baton.pipeline.dataplane.beam.statistics", "baton.graphs.tft.engine",
+                "baton.graphs.tft.module"])
     for name in names:
         importlib.import_module(name)
 

@@ -7,9 +7,15 @@ as tensors. Two costs of feeding them were measured as large as the graphs' own 
   in Python's C API under the GIL, ~20 ns a row, so a second thread cannot overlap it. The
   columns arrive dictionary-encoded (Arrow dictionaries, `tf.unique` when parsed from
   TFRecords), so they are fed as `Codes`, the distinct values and an int32 code per row, and
-  `tf.gather` rebuilds the column inside TensorFlow, which releases the GIL: on the 10M-row
+  the column is rebuilt inside TensorFlow, which releases the GIL: on the 10M-row
   benchmark table (4 numbers, one category) the transform's apply step went from 75 to 62 ms
   per million rows on one thread and to 47 ms on two (from 64 ms with the plain arrays).
+  The distinct values themselves cross as one packed buffer and their offsets (`Packed`:
+  Arrow's own layout, read from the record batch without a Python object per value), and
+  `tf.strings.substr` cuts each row's value out of the buffer at its code's offsets (one
+  string made per row, as `tf.gather` made): a column of distinct texts (a text
+  preprocessing_fn's input, each row its own value) no longer costs two Python objects a
+  row and the GIL held for each.
 - **Columns a graph does not read.** An analyzer phase often needs a few columns (the second
   phase of a census-like function only one); the others are fed as zero-row constants
   instead of being converted (`used_inputs` says which are read).
@@ -44,6 +50,34 @@ class Codes:
 
     def decoded(self) -> np.ndarray:
         return self.values[self.codes]
+
+    def packed(self) -> Packed:
+        """The same column with its distinct values packed (`Packed`)."""
+        vals = [v if isinstance(v, bytes) else str(v).encode() for v in self.values.tolist()]
+        lens = np.fromiter(map(len, vals), np.int64, len(vals))
+        offsets = np.concatenate([np.zeros(1, np.int64), np.cumsum(lens)])
+        return Packed(b"".join(vals), offsets, self.codes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Packed:
+    """A string column as its distinct values packed back to back (`data`; value i is
+    `data[offsets[i]:offsets[i + 1]]`, `offsets` int64) and, per row, the int32 index of its
+    value: an Arrow binary dictionary's own buffers (pipeline.dataplane.records.reader)."""
+
+    data: bytes
+    offsets: np.ndarray
+    codes: np.ndarray
+
+    def values(self) -> np.ndarray:
+        """The distinct values, an object array of bytes."""
+        o = self.offsets.tolist()
+        out = np.empty(len(o) - 1, dtype=object)
+        out[:] = [self.data[a:b] for a, b in zip(o[:-1], o[1:], strict=True)]
+        return out
+
+    def decoded(self) -> np.ndarray:
+        return self.values()[self.codes]
 
 
 def used_inputs(concrete: Any) -> frozenset[str]:
@@ -81,7 +115,8 @@ class Feeder:
     columns are `Codes`; only the features in `used` are fed.
 
     A batch maps each used feature to its values: a numpy array for a number or a tensor
-    feature, `Codes` (or a plain array of bytes objects, turned into `Codes`) for a string.
+    feature, `Packed` or `Codes` (or a plain array of bytes objects, turned into `Codes`) for
+    a string.
     """
 
     def __init__(self, fn: Callable[[dict[str, Any]], Any], specs: Mapping[str, Any],
@@ -93,7 +128,8 @@ class Feeder:
         self.names = sorted(self.used)
         flat: list[Any] = []  # a concrete function of flat tensors: the cheapest call
         for n in self.names:
-            flat += ([tf.TensorSpec([None], tf.string), tf.TensorSpec([None], tf.int32)]
+            flat += ([tf.TensorSpec([], tf.string), tf.TensorSpec([None], tf.int64),
+                      tf.TensorSpec([None], tf.int32)]
                      if n in self.strings else [self.specs[n]])
         unread = {n: s for n, s in self.specs.items() if n not in self.used}
 
@@ -101,7 +137,12 @@ class Feeder:
             raw = {n: empty_input(s) for n, s in unread.items()}
             it = iter(values)
             for n in self.names:
-                raw[n] = tf.gather(next(it), next(it)) if n in self.strings else next(it)
+                if n in self.strings:  # each row's value cut out of the packed buffer
+                    data, offsets, codes = next(it), next(it), next(it)
+                    raw[n] = tf.strings.substr(data, tf.gather(offsets, codes),
+                                               tf.gather(offsets[1:] - offsets[:-1], codes))
+                else:
+                    raw[n] = next(it)
             return fn(raw)
 
         self._call = tf.function(call, input_signature=flat,
@@ -117,8 +158,10 @@ class Feeder:
         for n in self.names:
             v = batch[n]
             if n in self.strings:
-                c = v if isinstance(v, Codes) else Codes.of(v)
-                args += [tf.constant(c.values, tf.string), tf.constant(c.codes, tf.int32)]
+                p = v if isinstance(v, Packed) else (
+                    v if isinstance(v, Codes) else Codes.of(v)).packed()
+                args += [tf.constant(p.data, tf.string), tf.constant(p.offsets, tf.int64),
+                         tf.constant(p.codes, tf.int32)]
             else:
                 args.append(tf.constant(v, self.specs[n].dtype))
         return self._call(*args)

@@ -273,9 +273,12 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
                    {f.name: f.shape for f in spec.features if f.shape},
                    {f.name: f.encoding for f in spec.features if not f.dense})
     spec.save(out_t)
-    from baton.graphs.nonfinite import transform_note
+    from baton.graphs.nonfinite import counts_note
 
-    nonfinite, nonfinite_rows = transform_note(out_t, spec, schema.splits)
+    numeric = {f.name for f in spec.features if f.kind == "numeric"}
+    bad = {s: {f: counts.get(f"{beam_apply.NONFINITE}{s}/{f}", 0) for f in sorted(numeric)}
+           for s in schema.splits}
+    nonfinite, nonfinite_rows = counts_note(bad, splits)
     if nonfinite is not None:
         ctx.log(f"{where}: {nonfinite}")
     dropped = {s: counts.get(f"dropped_{s}", 0) for s in schema.splits}

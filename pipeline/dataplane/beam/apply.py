@@ -16,8 +16,10 @@ before any row is transformed, and its errors read as the driver's would
 Per shard, record batches are gathered to `batch_rows`, fed to the exported
 `transform_features` with their string columns encoded (graphs.tft.feed), and encoded as
 columnar chunks on `threads` threads; this thread writes them in order (ordered_threads), so
-the bytes written do not depend on the thread count. Imports Beam at its top: import it only
-inside a stage's `run`.
+the bytes written do not depend on the thread count. The rows written with a non-finite float
+output are counted on the same arrays (transformed_io.nonfinite_rows) and reported with the
+row counts, so the stage does not read the artifact back to warn about them. Imports Beam at
+its top: import it only inside a stage's `run`.
 """
 
 from __future__ import annotations
@@ -35,6 +37,8 @@ from baton.pipeline.dataplane.records.reader import encoded_columns
 from baton.pipeline.dataplane.records.schema_file import Column
 from baton.pipeline.dataplane.transform.fn_source import FnSource
 from baton.pipeline.dataplane.transform.user_errors import UserErrors
+
+NONFINITE = "nonfinite_"  # a count's key: nonfinite_<split>/<output>
 
 
 class ApplyPreprocessing(beam.DoFn):
@@ -86,19 +90,24 @@ class ApplyPreprocessing(beam.DoFn):
         needed = [c for c in self.columns if c.name in self.feeder.used]
         read = [*needed, next(c for c in self.columns if c.name == self.label)]
         rows = dropped = 0
+        nonfinite: dict[str, int] = {}
         # out_dir: a local directory or a bucket prefix (dataplane.beam.shard_sink uploads the shard)
         with UserErrors(f"{self.source.where}: applying"), local_shard(ref) as path, \
                 shard_path(self.out_dir, split, f"part-{index:05d}.tfrecord") as target, \
                 tf.io.TFRecordWriter(target) as writer:
             batches = group_batches(read_batches(path, read, self.batch_rows),
                                     batch_rows_for(read, self.batch_rows))
-            for records, n, gone in ordered_map(lambda b: self._transform(b, needed), batches,
-                                                self.threads):
+            for records, n, gone, bad in ordered_map(lambda b: self._transform(b, needed),
+                                                     batches, self.threads):
                 for record in records:
                     writer.write(record)
                 rows += n
                 dropped += gone
-        yield {f"rows_{split}": rows, f"dropped_{split}": dropped}
+                for name, k in bad.items():
+                    nonfinite[name] = nonfinite.get(name, 0) + k
+        # the counts the stage reports, summed over shards (beam_merge.SumCounts)
+        yield {f"rows_{split}": rows, f"dropped_{split}": dropped,
+               **{f"{NONFINITE}{split}/{name}": k for name, k in nonfinite.items()}}
 
     def _build(self, merged: Mapping[str, Any]) -> None:
         """The module from the analyzer values: the earlier phases' and the last one's."""
@@ -126,14 +135,19 @@ class ApplyPreprocessing(beam.DoFn):
         self.built = built
 
     def _transform(self, group: list[Any], needed: Sequence[Column]
-                   ) -> tuple[list[bytes], int, int]:
+                   ) -> tuple[list[bytes], int, int, dict[str, int]]:
         """Consecutive record batches as one: (their columnar chunk records, rows kept, rows
-        dropped)."""
+        dropped, {float output: kept rows holding a non-finite value})."""
         import numpy as np
 
         from baton.errors import StageError
         from baton.graphs.tft.module import OutputError, check_rows
-        from baton.pipeline.dataplane.records.transformed_io import Ragged, encode_chunks, to_numpy
+        from baton.pipeline.dataplane.records.transformed_io import (
+            Ragged,
+            encode_chunks,
+            nonfinite_rows,
+            to_numpy,
+        )
 
         n = sum(b.num_rows for b in group)
         out = self.feeder(encoded_columns(group, needed))
@@ -152,8 +166,9 @@ class ApplyPreprocessing(beam.DoFn):
             feats = {k: v.take(keep) if isinstance(v, Ragged) else v[keep]
                      for k, v in feats.items()}
             label = label[keep]
+        nonfinite = nonfinite_rows(feats)  # the outputs only: a NaN target was dropped above
         feats[self.label] = label
-        return encode_chunks(feats, self.chunk_rows), len(label), dropped
+        return encode_chunks(feats, self.chunk_rows), len(label), dropped, nonfinite
 
     def _label(self, column: Any) -> tuple[Any, Any]:
         """(encoded label, keep): the module's own `transform_label`; a row whose class is

@@ -231,8 +231,9 @@ def raw_columns(batch: Any, columns: Sequence[Column]) -> dict[str, np.ndarray]:
 
 def encoded_columns(batches: Sequence[Any], columns: Sequence[Column]) -> dict[str, Any]:
     """The rows of `batches` (consecutive record batches, see `group_batches`) as one batch
-    of `raw_columns`, each string column left encoded as `graphs.tft.feed.Codes` (its
-    distinct values and a code per row) for a graph that decodes it (graphs.tft.feed)."""
+    of `raw_columns`, each string column left encoded for a graph that decodes it
+    (graphs.tft.feed): its distinct values packed as Arrow holds them and a code per row
+    (`tft.feed.Packed`, `packed_strings`), or else as `tft.feed.Codes`."""
     from baton.graphs.tft.feed import Codes
 
     out: dict[str, Any] = {}
@@ -240,6 +241,10 @@ def encoded_columns(batches: Sequence[Any], columns: Sequence[Column]) -> dict[s
         if c.is_numeric or c.shape:
             parts = [raw_columns(b, [c])[c.name] for b in batches]
             out[c.name] = parts[0] if len(parts) == 1 else np.concatenate(parts)
+            continue
+        packed = packed_strings([b.column(c.name) for b in batches])
+        if packed is not None:
+            out[c.name] = packed
             continue
         values, codes, base = [], [], 0
         for b in batches:
@@ -250,3 +255,39 @@ def encoded_columns(batches: Sequence[Any], columns: Sequence[Column]) -> dict[s
         out[c.name] = Codes(values[0], codes[0]) if len(batches) == 1 else Codes(
             np.concatenate(values), np.concatenate(codes))
     return out
+
+
+_OFFSETS = {"binary": np.int32, "string": np.int32, "large_binary": np.int64,
+            "large_string": np.int64}
+
+
+def packed_strings(arrays: Sequence[Any]) -> Any:
+    """Dictionary-encoded string columns (one per batch) as one `graphs.tft.feed.Packed`: each
+    dictionary's values (and an empty value after them, as `encoded_columns`' `Codes` have)
+    taken from its Arrow data and offsets buffers, the codes shifted past the dictionaries
+    before. None when a column is not a dictionary of binary or string values without nulls
+    (the caller then decodes it value by value)."""
+    from baton.graphs.tft.feed import Packed
+
+    data: list[Any] = []
+    offsets: list[np.ndarray] = []
+    codes: list[np.ndarray] = []
+    pos = base = 0
+    for array in arrays:
+        dtype = getattr(array.type, "value_type", None)
+        kind = _OFFSETS.get(str(dtype)) if dtype is not None else None
+        if kind is None or array.null_count or array.dictionary.null_count:
+            return None
+        d = array.dictionary
+        _, obuf, dbuf = d.buffers()
+        offs = np.frombuffer(obuf, kind, len(d) + 1, d.offset * np.dtype(kind).itemsize)
+        lo, hi = int(offs[0]), int(offs[-1])
+        if hi > lo:
+            data.append(memoryview(dbuf)[lo:hi])
+        offsets += [offs[:-1].astype(np.int64) + (pos - lo), np.array([pos + hi - lo], np.int64)]
+        pos += hi - lo
+        codes.append(array.indices.to_numpy(zero_copy_only=False).astype(np.int32) + base)
+        base += len(d) + 1
+    offsets.append(np.array([pos], np.int64))
+    return Packed(b"".join(data), np.concatenate(offsets),
+                  codes[0] if len(codes) == 1 else np.concatenate(codes))

@@ -101,6 +101,26 @@ def to_numpy(value: Any, canonical_rank: int | None = None) -> Any:
     return np.asarray(value)
 
 
+def nonfinite_rows(columns: Mapping[str, Any]) -> dict[str, int]:
+    """{name: rows holding a NaN or an infinity} of every float column (a numpy array or
+    `Ragged`): what graphs.nonfinite.count_transformed finds reading these columns back once
+    written, counted here on the arrays the apply step writes (no second pass)."""
+    out = {}
+    for name, v in columns.items():
+        values = v.values if isinstance(v, Ragged) else np.asarray(v)
+        if values.dtype.kind != "f":
+            continue
+        finite = np.isfinite(values)
+        bad = ~finite.reshape(len(values), -1).all(axis=1) if values.ndim > 1 and values.size \
+            else ~finite if values.ndim == 1 else np.zeros(len(values), bool)
+        if isinstance(v, Ragged):  # a value's row: fold each level's rows into its parents
+            for lens in reversed(v.lengths):
+                rows = np.repeat(np.arange(len(lens)), lens)
+                bad = np.bincount(rows[bad], minlength=len(lens)) > 0
+        out[name] = int(bad.sum())
+    return out
+
+
 def _value_list(v: np.ndarray) -> list[Any]:
     """A BytesList body as parts to join: one raw little-endian value (numbers: the header
     and the column's own memory, no copy), or the strings themselves."""
