@@ -64,6 +64,11 @@ from baton.k8s.federation_config import Federation as Federation
 from baton.k8s.federation_config import dns_name as dns_name
 from baton.k8s.options import OBJECT_STORAGE_SCHEMES, JobOptions
 
+# an external federation's files: <run dir>/<stage>.federation/{plan.json,server/,clients/<c>/},
+# one layout for the stage that writes them and these manifests
+from baton.strategies.federation_files import FEDERATION_SUFFIX as FEDERATION_SUFFIX
+from baton.strategies.federation_files import PLAN_FILE, SILOS_DIR, federation_dir
+
 PORT = 9091  # SuperLink: Fleet, Runtime and Control APIs on one HTTPS port (flwr 1.42)
 NODE_PORT = 9094  # SuperNode's ClientAppIo API: 127.0.0.1 inside its pod only
 DATA_DIR = "/data"
@@ -72,11 +77,6 @@ FLWR_HOME = "/tmp/flwr"
 CREDENTIALS_DIR = "/var/run/baton/flower"  # each pod's Secret (k8s.federated.build_secrets)
 SECRET_MODE = 0o440  # owner root, group the pod's fsGroup (pods.SECURITY_CONTEXT): readable
 LAUNCHER = ("python", "-m")  # Baton's launchers of Flower's daemons (pipeline.federated)
-# an external federation's files: <run dir>/<stage>.federation/{plan.json,server/,clients/<c>/}
-# (pipeline.stages.federated.federation_dir; outside the stage directory, which is renamed)
-FEDERATION_SUFFIX = ".federation"
-PLAN_FILE = "plan.json"
-SILOS_DIR = "clients"
 CLIENT_LABEL = "baton.dev/federated-client"
 ENV = (
     ("FLWR_TELEMETRY_ENABLED", "0"),
@@ -121,18 +121,14 @@ def run_job_name(opts: JobOptions) -> str:
     return f"{opts.job_name}-flwr-run"
 
 
-def federation_dir(opts: JobOptions, fed: Federation) -> str:
-    """Where the run Job's stage writes the plan, the ServerApp its outputs, a rehearsal its silos."""
-    return f"{opts.run_dir}/{fed.stage}{FEDERATION_SUFFIX}"
-
-
 def plan_path(opts: JobOptions, fed: Federation) -> str:
-    return f"{federation_dir(opts, fed)}/{PLAN_FILE}"
+    """Where the run Job's stage writes the plan (the ServerApp its outputs beside it)."""
+    return f"{federation_dir(opts.run_dir, fed.stage)}/{PLAN_FILE}"
 
 
 def silo_subpath(opts: JobOptions, fed: Federation, client: FederatedClient) -> str:
     """A rehearsal silo inside the artifacts claim (relative to the claim's root)."""
-    return (f"runs/{opts.pipeline}/{opts.run_id}/{fed.stage}{FEDERATION_SUFFIX}/{SILOS_DIR}/"
+    return (f"{federation_dir(f'runs/{opts.pipeline}/{opts.run_id}', fed.stage)}/{SILOS_DIR}/"
             f"{client.name}")
 
 
@@ -361,7 +357,8 @@ def silo_url(opts: JobOptions, fed: Federation, client: FederatedClient) -> str 
     """Where this client's examples are on a bucket (None: on a volume): a rehearsal's silo under
     the run on the bucket runs directory, or a listed silo's own `examples: s3://...`."""
     if fed.rehearsal:
-        return f"{federation_dir(opts, fed)}/{SILOS_DIR}/{client.name}" if opts.storage else None
+        return (f"{federation_dir(opts.run_dir, fed.stage)}/{SILOS_DIR}/{client.name}"
+                if opts.storage else None)
     return client.examples if client.examples and is_bucket_url(client.examples) else None
 
 

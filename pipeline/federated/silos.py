@@ -12,8 +12,7 @@ from typing import Any
 
 from baton.errors import StageError
 from baton.pipeline.context import StageContext
-
-FEDERATION_SUFFIX = ".federation"  # <run dir>/<stage>.federation: an external federation's files
+from baton.strategies.federation_files import SILOS_DIR, federation_dir
 
 
 def silo_path(examples: Path | str, spec_dir: Path | None) -> Path:
@@ -49,7 +48,7 @@ def for_stage(ctx: StageContext, config: Any, external: bool = False) -> dict[st
     if partition.by and len(names) != config.clients:
         raise StageError(f"federated.partition.by {partition.by!r} makes {len(names)} clients "
                          f"({names}); clients is {config.clients}")
-    root = (ctx.run_dir / f"{ctx.stage}{FEDERATION_SUFFIX}" if external else ctx.work_dir) / "clients"
+    root = (Path(federation_dir(ctx.run_dir, ctx.stage)) if external else ctx.work_dir) / SILOS_DIR
     # an external federation's SuperNodes were set up from `clients: N` alone (the Kubernetes
     # manifests), so its silos are client-0 ... client-N-1 whatever the partition calls them
     dirs = [f"client-{i}" for i in range(len(names))] if external else names

@@ -16,13 +16,7 @@ from baton.errors import StageError
 from baton.pipeline.context import StageContext
 from baton.pipeline.dataplane.column_plan import plan_columns
 from baton.pipeline.federated import silos
-from baton.pipeline.federated.silos import FEDERATION_SUFFIX
-
-
-def federation_dir(ctx: StageContext) -> Path:
-    """An external federation's files, outside the stage's temporary directory (which is renamed
-    when the stage ends): `<run dir>/<stage>.federation/` (k8s.federated.federation_dir)."""
-    return ctx.run_dir / f"{ctx.stage}{FEDERATION_SUFFIX}"
+from baton.strategies.federation_files import PLAN_FILE, federation_dir
 
 
 def server_dir(work: Path, fresh: bool) -> Path:
@@ -75,7 +69,8 @@ def run_external(ctx: StageContext, config: Any, control: Any, creds: Any,
             f"{registry}")
     clients = silos.for_stage(ctx, config, external=True)
     fn = fn_spec(ctx, config, clients, control.address)
-    work = federation_dir(ctx)
+    # outside the stage's temporary directory, which is renamed when the stage ends
+    work = Path(federation_dir(ctx.run_dir, ctx.stage))
     server = server_dir(work, fresh=False)
     if ctx.bucket is None:
         plan_path = write_plan(config, clients, work, fn, ctx, [], registry, wire_path="")
@@ -143,6 +138,6 @@ def write_plan(config: Any, clients: dict[str, Path], work: Path, fn: Any, ctx: 
                        "seconds": config.round_timeout_s + 5.0}
                       for kind, index, number in faults if kind == "slow"],
         nodes=dict(registry))
-    return plan.save(work / "plan.json")
+    return plan.save(work / PLAN_FILE)
 
 

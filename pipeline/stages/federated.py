@@ -47,9 +47,8 @@ from typing import Any, Literal
 from baton.errors import StageError
 from baton.pipeline.context import StageContext
 from baton.pipeline.dataplane.column_plan import TransformSettings
-from baton.pipeline.federated.silos import FEDERATION_SUFFIX as FEDERATION_SUFFIX
-from baton.pipeline.federated.stage_run import federation_dir as federation_dir
 from baton.strategies.faults import split_fault
+from baton.strategies.federation_files import FEDERATION_SUFFIX as FEDERATION_SUFFIX
 
 INPUTS = {"examples": False}
 OUTPUTS = ("model", "transform_graph")
