@@ -26,9 +26,9 @@ def for_stage(ctx: StageContext, config: Any, external: bool = False) -> dict[st
     from baton.pipeline.dataplane import partition as P
     from baton.pipeline.dataplane.schema_file import ExamplesSchema
 
-    if not isinstance(config.clients, int):
+    if not config.rehearsal:
         out = {}
-        for silo in config.clients:
+        for silo in config.silos:
             path = silo_path(silo.examples, ctx.spec_dir)
             if external:  # the silo is on its SuperNode's machine, not necessarily here
                 out[silo.name] = path
@@ -44,10 +44,10 @@ def for_stage(ctx: StageContext, config: Any, external: bool = False) -> dict[st
                             seed=part.seed) if part is not None else P.Partition(iid=True)
     schema = ExamplesSchema.load(examples)
     names = P.client_names(partition, schema, examples,
-                           None if partition.by else config.clients)
-    if partition.by and len(names) != config.clients:
+                           None if partition.by else config.count)
+    if partition.by and len(names) != config.count:
         raise StageError(f"federated.partition.by {partition.by!r} makes {len(names)} clients "
-                         f"({names}); clients is {config.clients}")
+                         f"({names}); clients is {config.count}")
     root = (Path(federation_dir(ctx.run_dir, ctx.stage)) if external else ctx.work_dir) / SILOS_DIR
     # an external federation's SuperNodes were set up from `clients: N` alone (the Kubernetes
     # manifests), so its silos are client-0 ... client-N-1 whatever the partition calls them
