@@ -95,7 +95,8 @@ def _name(context: Context) -> str:
 
 
 def _local(context: Context) -> Any:
-    from baton.pipeline.federated.local import FnSpec, Local, Settings
+    from baton.pipeline.federated.local import FnSpec, Local
+    from baton.strategies.federated_settings import FederatedSettings
 
     if STATE not in context.state or "setup" not in context.state[STATE]:
         raise RuntimeError("this node has no transform setup yet: the server sends it before "
@@ -107,7 +108,8 @@ def _local(context: Context) -> Any:
     if key not in _LOCAL:
         setup = codec.loads(raw)
         _LOCAL[key] = Local(FnSpec(**setup["fn"]), setup["resolved"], setup["label"],
-                            _data(context), Settings(**setup["settings"]))
+                            _data(context), FederatedSettings.from_dict(setup["settings"]),
+                            setup["search_dir"])
     return _LOCAL[key]
 
 

@@ -30,21 +30,21 @@ def strategy_core(strategy: Any) -> Any:
 def flower_strategy(plan: Plan, run: Any, first_round: int = 1) -> Any:
     from flwr.serverapp import strategy as S
 
-    base = {"fedavg": S.FedAvg, "fedprox": S.FedProx, "fedadam": S.FedAdam}[plan.algorithm]
+    base = {"fedavg": S.FedAvg, "fedprox": S.FedProx, "fedadam": S.FedAdam}[plan.settings.algorithm]
     common: dict[str, Any] = dict(
-        fraction_train=plan.fraction_fit, fraction_evaluate=1.0,
-        min_train_nodes=plan.min_clients, min_evaluate_nodes=plan.min_clients,
-        min_available_nodes=plan.min_clients)
-    if plan.algorithm == "fedprox":
-        common["proximal_mu"] = plan.proximal_mu
-    if plan.algorithm == "fedadam":
-        common.update(eta=plan.server_learning_rate, eta_l=plan.settings["learning_rate"])
+        fraction_train=plan.settings.fraction_fit, fraction_evaluate=1.0,
+        min_train_nodes=plan.settings.min_clients, min_evaluate_nodes=plan.settings.min_clients,
+        min_available_nodes=plan.settings.min_clients)
+    if plan.settings.algorithm == "fedprox":
+        common["proximal_mu"] = plan.settings.proximal_mu
+    if plan.settings.algorithm == "fedadam":
+        common.update(eta=plan.settings.server_learning_rate, eta_l=plan.settings.learning_rate)
     strategy = recording(base)(run=run, first_round=first_round, **common)
-    if plan.privacy:
+    if plan.settings.privacy:
         strategy = carrying_on(S.DifferentialPrivacyClientSideFixedClipping)(
-            strategy, noise_multiplier=float(plan.privacy["noise_multiplier"]),
-            clipping_norm=float(plan.privacy["clip_norm"]),
-            num_sampled_clients=max(1, round(plan.fraction_fit * len(plan.clients))))
+            strategy, noise_multiplier=plan.settings.privacy.noise_multiplier,
+            clipping_norm=plan.settings.privacy.clip_norm,
+            num_sampled_clients=max(1, round(plan.settings.fraction_fit * len(plan.clients))))
     return strategy
 
 
@@ -90,7 +90,7 @@ def recording(base: type) -> type:
             self.run, self.first_round = run, first_round
             self.pending: dict[str, Any] = {}
             self._global: list[Any] = []
-            method = run.plan.compression
+            method = run.plan.settings.compression
             self.copies = downlink.ServerCopies(method) if method != "none" else None
             self._grid: Grid | None = None
             self._sent: dict[str, tuple[list[Any], str, dict[str, Any]]] = {}
@@ -155,7 +155,7 @@ def recording(base: type) -> type:
             expired one, so a client slower than the timeout, or back from a stall, never
             trains on a round that went on without it: it picks up the next round's message."""
             for m in msgs:
-                m.metadata.ttl = float(self.run.plan.round_timeout_s)
+                m.metadata.ttl = float(self.run.plan.settings.round_timeout_s)
             return msgs
 
         # ---------------------------------------------------------------- downlink
@@ -207,7 +207,7 @@ def recording(base: type) -> type:
                 again = self._expiring([self._message(kind, n, weights, of, config)
                                         for n in stale])
                 for m in self._grid.send_and_receive(again,
-                                                     timeout=self.run.plan.round_timeout_s):
+                                                     timeout=self.run.plan.settings.round_timeout_s):
                     rec = None if m.has_error() else m.content.get(DOWNLINK)
                     self.copies.confirm(m.metadata.src_node_id,
                                         None if rec is None else str(rec.get("copy")))
@@ -269,14 +269,14 @@ def recording(base: type) -> type:
                                              for m in ok)
             self.pending["failed"] = (len(replies) - len(ok)
                                       + self.pending.pop("errors_before_dp", 0))
-            if len(ok) < self.run.plan.min_clients:
+            if len(ok) < self.run.plan.settings.min_clients:
                 raise RuntimeError(
                     f"round {self._number(server_round)}: {len(ok)} clients trained "
                     f"(of {len(self.pending.get('sampled', []))} asked) within round_timeout_s="
-                    f"{self.run.plan.round_timeout_s:g}; min_clients is "
-                    f"{self.run.plan.min_clients}")
+                    f"{self.run.plan.settings.round_timeout_s:g}; min_clients is "
+                    f"{self.run.plan.settings.min_clients}")
             self._finite(server_round, ok, "train_loss", "training")
-            method = self.run.plan.compression
+            method = self.run.plan.settings.compression
             for m in ok:
                 if method != "none":
                     sent = {k: v.numpy() for k, v in m.content["arrays"].items()}

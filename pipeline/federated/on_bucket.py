@@ -51,7 +51,7 @@ def share(work: Path, url: str) -> str:
 def load_plan(location: str) -> Plan:
     """The plan at a path or a bucket URL (the ServerApp's run config names either)."""
     if L.is_remote(location):
-        return Plan(**json.loads(objects.read_bytes(location)))
+        return Plan.from_json(objects.read_bytes(location))
     return Plan.load(Path(location))
 
 

@@ -7,7 +7,6 @@ their registry, submit, follow. `config` is the stage's Config
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 from pathlib import Path
 from typing import Any
@@ -123,17 +122,8 @@ def write_plan(config: Any, clients: dict[str, Path], work: Path, fn: Any, ctx: 
 
     plan = Plan(
         clients=list(clients), out_dir=out_dir or str(work / "server"), wire_path=wire_path,
-        fn=fn.to_dict(),
-        settings={"model": config.model, "model_params": dict(config.model_params),
-                  "batch_size": config.batch_size, "learning_rate": config.learning_rate,
-                  "optimizer": config.optimizer, "loss": config.loss, "seed": config.seed,
-                  "search_dir": str(ctx.spec_dir) if ctx.spec_dir else None},
-        rounds=config.rounds, local_epochs=config.local_epochs, algorithm=config.algorithm,
-        proximal_mu=config.proximal_mu, server_learning_rate=config.server_learning_rate,
-        fraction_fit=config.fraction_fit, min_clients=config.min_clients,
-        round_timeout_s=config.round_timeout_s, compression=config.compression,
-        privacy=dataclasses.asdict(config.privacy) if config.privacy else {}, edge=config.edge,
-        secure_aggregation=dataclasses.asdict(config.secagg) if config.secagg else {},
+        fn=fn.to_dict(), settings=config,
+        search_dir=str(ctx.spec_dir) if ctx.spec_dir else None,
         late_clients=[{"client": list(clients)[index], "round": number,
                        "seconds": config.round_timeout_s + 5.0}
                       for kind, index, number in faults if kind == "slow"],
