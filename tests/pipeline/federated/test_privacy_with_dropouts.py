@@ -1,6 +1,6 @@
 """Client-level DP with fewer players: Flower 1.42's DP wrapper skips a round's aggregation when
 any reply is an error (what a killed or late client's message becomes); Baton's wrapper
-(flower_server.carrying_on) aggregates the clients that answered, counts the failure, keeps
+(pipeline.federated.carrying_on.CarryingOn) aggregates the clients that answered, counts the failure, keeps
 `min_clients`, and scales the noise to the clients that answered."""
 
 from __future__ import annotations
