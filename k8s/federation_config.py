@@ -103,9 +103,11 @@ class Federation:
                                 f"{settings.insecure!r}")
         tls, hosts = _tls(f"{where}.tls", settings.tls, spec_dir)
         if settings.clients is None:
+            by = " (partition.by's distinct values: give their number)" \
+                if settings.by_data else ""
             raise ManifestError(f"{where}.clients", "must be a number of clients (a rehearsal: "
                                 "client-0 ... client-N-1) or a list of {name, examples}: a "
-                                "cluster's SuperNodes are written before any data is read. "
+                                f"cluster's SuperNodes are written before any data is read{by}. "
                                 f"Received: {settings.clients!r}")
         if settings.rehearsal:
             clients = tuple(FederatedClient(f"client-{i}", f"client-{i}")

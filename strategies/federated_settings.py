@@ -24,7 +24,8 @@ from baton.configs import build_config, config_to_dict
 from baton.errors import ConfigError
 from baton.graphs.transform_settings import TransformSettings
 
-# `clients` left out: two clients, unless `partition.by` gives one per distinct value
+# `clients` left out: two clients, unless `partition.by` gives one per distinct value (counted
+# from the data when the stage runs: `counted`)
 DEFAULT_CLIENTS = 2
 
 
@@ -192,19 +193,22 @@ class FederatedSettings:
     k8s: ClaimSizes = dataclasses.field(default_factory=ClaimSizes)
 
     def __post_init__(self) -> None:
-        n = self.count
+        if self.by_data:  # the count comes from the data: `counted` checks it then
+            n = None
+        else:
+            n = self.count
         if self.insecure and (self.tls.ca_certfile or self.tls.hosts or any(
                 s.public_key or s.private_key for s in self.silos)):
             raise ValueError("insecure: true runs without TLS and node authentication, so it "
                              "takes no tls settings and no client keys; leave insecure out "
                              "to use them. Received: insecure=True with keys or tls")
-        if n < 1:
+        if n is not None and n < 1:
             raise ConfigError("clients", "a federation needs at least one client. Received: "
                               f"{self.clients!r}")
         for name in ("rounds", "local_epochs", "batch_size", "min_clients"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1. Received: {getattr(self, name)}")
-        if self.min_clients > n:
+        if n is not None and self.min_clients > n:
             raise ValueError(f"min_clients ({self.min_clients}) is above the number of clients "
                              f"({n}). Received: min_clients={self.min_clients}")
         if not 0 < self.fraction_fit <= 1:
@@ -221,15 +225,36 @@ class FederatedSettings:
         if self.partition is not None and isinstance(self.clients, list):
             raise ValueError("partition rehearses silos from one examples input; with clients "
                              "listed (real silos) leave it out")
-        if self.secagg is not None:
+        if self.secagg is not None and n is not None:
             self._check_secagg(self.secagg, n)
+
+    @property
+    def by_data(self) -> bool:
+        """`partition.by` with `clients` left out: one client per distinct value of the column,
+        a count only the data knows (`counted` settles it when the stage runs)."""
+        return self.clients is None and self.partition is not None and bool(self.partition.by)
 
     @property
     def count(self) -> int:
         """How many clients: `clients` as a number, the silos listed, or the default."""
+        if self.by_data:
+            raise ValueError("the number of clients follows from partition.by's values in the "
+                             "data; settle it with `counted` first")
         if self.clients is None:
             return DEFAULT_CLIENTS
         return self.clients if isinstance(self.clients, int) else len(self.clients)
+
+    def counted(self, values: list[str]) -> FederatedSettings:
+        """These settings with `clients` set to the number of `partition.by`'s distinct
+        `values` (all the checks run again with it); `clients` given and a different number is
+        a ConfigError naming the field, the values and the number received."""
+        if self.partition is None or not self.partition.by:
+            return self
+        if self.clients is not None and self.clients != len(values):
+            raise ConfigError("clients", f"partition.by {self.partition.by!r} makes one client "
+                              f"per distinct value, {len(values)} ({values}); leave clients "
+                              f"out or give {len(values)}. Received: clients={self.clients!r}")
+        return dataclasses.replace(self, clients=len(values))
 
     @property
     def silos(self) -> list[Silo]:

@@ -20,6 +20,25 @@ def silo_path(examples: Path | str, spec_dir: Path | None) -> Path:
     return p if p.is_absolute() or spec_dir is None else (spec_dir / p)
 
 
+def counted(ctx: StageContext, config: Any) -> Any:
+    """The stage's settings with the number of clients `partition.by` makes from the examples
+    input (FederatedSettings.counted: one per distinct value; a `clients` given that differs is
+    an error naming both); other settings unchanged."""
+    from baton.pipeline.dataplane import partition as P
+    from baton.pipeline.dataplane.schema_file import ExamplesSchema
+
+    part = config.partition
+    if not config.rehearsal or part is None or not part.by:
+        return config
+    examples = ctx.inputs["examples"]
+    values = P.client_names(P.Partition(by=part.by), ExamplesSchema.load(examples), examples,
+                            None)
+    try:
+        return config.counted(values)
+    except ValueError as exc:
+        raise StageError(f"federated.{exc}") from None
+
+
 def for_stage(ctx: StageContext, config: Any, external: bool = False) -> dict[str, Path]:
     """Client name -> its examples directory: the listed silos' (checked here unless they are
     on other machines), or a rehearsal's, partitioned from the stage's examples input now."""
@@ -43,11 +62,7 @@ def for_stage(ctx: StageContext, config: Any, external: bool = False) -> dict[st
     partition = P.Partition(by=part.by, dirichlet=part.dirichlet, iid=part.iid,
                             seed=part.seed) if part is not None else P.Partition(iid=True)
     schema = ExamplesSchema.load(examples)
-    names = P.client_names(partition, schema, examples,
-                           None if partition.by else config.count)
-    if partition.by and len(names) != config.count:
-        raise StageError(f"federated.partition.by {partition.by!r} makes {len(names)} clients "
-                         f"({names}); clients is {config.count}")
+    names = P.client_names(partition, schema, examples, config.count)  # counted() first
     root = (Path(federation_dir(ctx.run_dir, ctx.stage)) if external else ctx.work_dir) / SILOS_DIR
     # an external federation's SuperNodes were set up from `clients: N` alone (the Kubernetes
     # manifests), so its silos are client-0 ... client-N-1 whatever the partition calls them

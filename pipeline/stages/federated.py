@@ -67,7 +67,7 @@ CACHEABLE = True
 Config = FederatedSettings
 
 
-def parse_client_fault(text: str | None, clients: int) -> tuple[str, int, int] | None:
+def parse_client_fault(text: str | None, clients: int | None) -> tuple[str, int, int] | None:
     """`client:1@round:2` -> ("client", 1, 2) (its SuperNode SIGKILLed); `client:1@round:2:slow`
     -> ("slow", 1, 2) (it answers round 2's training `round_timeout_s` + 5 s late: the plan's
     `late_clients`, acted on by the ClientApp); `server@round:2` -> ("server", 0, 2)."""
@@ -83,13 +83,13 @@ def parse_client_fault(text: str | None, clients: int) -> tuple[str, int, int] |
     if w.who == "server":
         return ("server", 0, w.at)
     assert w.index is not None
-    if w.index >= clients:
+    if clients is not None and w.index >= clients:  # None: counted from the data, later
         raise ValueError(f"inject-failure names client {w.index}; the stage has {clients} "
                          f"clients (0..{clients - 1}). Received: {text!r}")
     return ("slow" if w.how else "client", w.index, w.at)
 
 
-def parse_faults(text: str | None, clients: int) -> list[tuple[str, int, int]]:
+def parse_faults(text: str | None, clients: int | None) -> list[tuple[str, int, int]]:
     """A comma-separated list of `parse_client_fault`'s forms, e.g. `client:1@round:1:slow,
     client:2@round:2`: several faults rehearsed in one run, one per client (or the server)."""
     faults = [f for part in (text or "").split(",") if part.strip()
@@ -102,7 +102,7 @@ def parse_faults(text: str | None, clients: int) -> list[tuple[str, int, int]]:
 
 
 def check_options(config: Config, options: Any, stage: Any, spec: Any) -> list[str]:
-    n = config.count
+    n = None if config.by_data else config.count  # by_data: checked again when counted
     try:
         faults = parse_faults(options.inject_failure, n)
     except ValueError as exc:
@@ -144,7 +144,7 @@ def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
     problems = []
     has_input = "examples" in (getattr(stage, "inputs", None) or {})
     if config.rehearsal and not has_input:
-        problems.append(f"clients: {config.count} rehearses silos from one dataset and needs "
+        problems.append(f"clients: {config.clients} rehearses silos from one dataset and needs "
                         "inputs: {examples: <ingest>.examples}; or list the clients with their "
                         "own examples (clients: [{name, examples}])")
     if not config.rehearsal and has_input:
@@ -175,6 +175,10 @@ def run(ctx: StageContext, config: Config) -> None:
     from baton.pipeline.federated.control import Control
 
     external = ctx.options.superlink
+    if config.rehearsal and config.partition and config.partition.by:
+        from baton.pipeline.federated.silos import counted
+
+        config = counted(ctx, config)  # partition.by: one client per distinct value
     faults = parse_faults(ctx.options.inject_failure, config.count)
     if faults and external:  # check_options refuses it first; this is the stage's own guard
         raise StageError("federated: inject-failure kills processes this stage started; with "
