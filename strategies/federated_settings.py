@@ -72,11 +72,29 @@ class TLSSettings:
 
 
 @dataclasses.dataclass(frozen=True)
-class PartitionSettings:
+class Partition:
+    """How a rehearsal splits its one examples input into silos: `by` a column (one client per
+    distinct value), `dirichlet` (alpha: the non-IID benchmark split) or `iid`; one of them.
+    The spec's `partition:` and what pipeline.dataplane.partition splits by, one class."""
+
     by: str | None = None
     dirichlet: float | None = None
     iid: bool = False
     seed: int = 0
+
+    def __post_init__(self) -> None:
+        chosen = [k for k, v in (("by", self.by), ("dirichlet", self.dirichlet),
+                                 ("iid", self.iid or None)) if v is not None]
+        if len(chosen) != 1:
+            raise ValueError("partition takes exactly one of by: <column>, dirichlet: <alpha> "
+                             f"or iid. Received: {chosen or 'none'}")
+        if self.dirichlet is not None and not self.dirichlet > 0:
+            raise ValueError(f"partition.dirichlet must be > 0. Received: {self.dirichlet}")
+
+    def describe(self) -> str:
+        if self.by is not None:
+            return f"by {self.by}"
+        return f"dirichlet({self.dirichlet})" if self.dirichlet is not None else "iid"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,7 +177,7 @@ class FederatedSettings:
 
     # a number (a rehearsal from the stage's examples input) or the real silos; left out: 2
     clients: int | list[Silo] | None = None
-    partition: PartitionSettings | None = None
+    partition: Partition | None = None
     rounds: int = 5
     local_epochs: int = 1
     algorithm: Literal["fedavg", "fedprox", "fedadam"] = "fedavg"

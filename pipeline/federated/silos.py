@@ -31,8 +31,7 @@ def counted(ctx: StageContext, config: Any) -> Any:
     if not config.rehearsal or part is None or not part.by:
         return config
     examples = ctx.inputs["examples"]
-    values = P.client_names(P.Partition(by=part.by), ExamplesSchema.load(examples), examples,
-                            None)
+    values = P.client_names(part, ExamplesSchema.load(examples), examples, None)
     try:
         return config.counted(values)
     except ValueError as exc:
@@ -59,8 +58,7 @@ def for_stage(ctx: StageContext, config: Any, external: bool = False) -> dict[st
         return out
     examples = ctx.inputs["examples"]
     part = config.partition
-    partition = P.Partition(by=part.by, dirichlet=part.dirichlet, iid=part.iid,
-                            seed=part.seed) if part is not None else P.Partition(iid=True)
+    partition = part if part is not None else P.Partition(iid=True)
     schema = ExamplesSchema.load(examples)
     names = P.client_names(partition, schema, examples, config.count)  # counted() first
     root = (Path(federation_dir(ctx.run_dir, ctx.stage)) if external else ctx.work_dir) / SILOS_DIR

@@ -54,3 +54,15 @@ def test_a_cluster_needs_the_number_given_and_says_why():
         Federation.from_config("fl", {"partition": {"by": "island"}})
     assert info.value.field == "stages.fl.config.clients"
     assert "partition.by's distinct values: give their number" in str(info.value)
+
+
+def test_the_partition_setting_is_the_splits_own_class_checked_when_the_spec_is_read():
+    from baton.errors import ConfigError
+    from baton.pipeline.dataplane.partition import Partition
+
+    config = build_config(Config, {"clients": 3, "partition": {"dirichlet": 0.5, "seed": 7}})
+    assert isinstance(config.partition, Partition) and config.partition.describe() == \
+        "dirichlet(0.5)"
+    with pytest.raises(ConfigError, match=r"stages.fl.config.partition: partition takes exactly "
+                                          r"one of .* Received: \['by', 'iid'\]"):
+        build_config(Config, {"partition": {"by": "island", "iid": True}}, "stages.fl.config")
