@@ -86,8 +86,9 @@ def build_config(cls: type, data: Mapping[str, Any] | None, path: str = "") -> A
     if typed:
         try:
             config = cls(**kwargs)
-        except ConfigError as exc:
-            errors.extend(getattr(exc, "errors", [exc]))
+        except ConfigError as exc:  # the dataclass's own check, naming its field: joined
+            errors.extend(ConfigError(_join(path, e.path), str(e).split(": ", 1)[1])
+                          if e.path else e for e in getattr(exc, "errors", [exc]))
         except (ValueError, TypeError) as exc:
             errors.append(ConfigError(path, str(exc)))
         else:
@@ -132,6 +133,10 @@ def _convert(tp: Any, value: Any, path: str) -> Any:
             raise errors[0]  # is wrong inside the mapping, not only that it is not a Settings
         if len(inside) == 1 and isinstance(value, Mapping):  # `bool | Settings`: the same
             raise inside[0]
+        lists = [e for a, e in zip([a for a in args if a is not type(None)], errors, strict=True)
+                 if a in (list, tuple) or typing.get_origin(a) in (list, tuple)]
+        if len(lists) == 1 and isinstance(value, list | tuple):  # `int | list[Silo]`: the
+            raise lists[0]  # list's own item that is wrong, not only that it is not an int
         choices = [a for a in args if a is not type(None)]
         if len(choices) == 1 and typing.get_origin(choices[0]) is typing.Literal:
             raise errors[0]  # `Literal[...] | None`: the choices and a did-you-mean

@@ -32,13 +32,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from baton.k8s.federation_names import PORT as SUPERLINK_PORT  # the names alone, no manifests
 from baton.k8s.options import OBJECT_STORAGE_SCHEMES, JobOptions
 from baton.k8s.security import ENFORCE_LABELS
 from baton.serving.conventions import DEFAULT_GRPC_PORT, DEFAULT_REST_PORT
 
 API_VERSION = "networking.k8s.io/v1"
 KIND = "NetworkPolicy"
-SUPERLINK_PORT = 9091  # k8s.federated.PORT (read from there would import the federation here)
 DNS = {
     "to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
             "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],

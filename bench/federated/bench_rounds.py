@@ -128,6 +128,7 @@ def simulation(root: Path, rounds: int) -> dict[str, Any]:
     from baton.pipeline.federated.local import FnSpec
     from baton.pipeline.federated.plan import Plan
     from baton.pipeline.testing import run_stage
+    from baton.strategies.federated_settings import FederatedSettings
 
     ing, _ = run_stage("ingest", SYNTHETIC, {}, root, run_id="data")
     examples = ing["examples"]
@@ -139,13 +140,13 @@ def simulation(root: Path, rounds: int) -> dict[str, Any]:
     out = root / "server"
     out.mkdir(parents=True)
     fn = FnSpec(columns=plan_columns(TransformSettings(), ExamplesSchema.load(silos / names[0])))
+    settings = FederatedSettings(
+        clients=len(names), model="mlp", model_params=cfg["model_params"],
+        batch_size=cfg["batch_size"], learning_rate=cfg["learning_rate"], optimizer="adam",
+        seed=42, rounds=rounds, min_clients=cfg["min_clients"],
+        round_timeout_s=cfg["round_timeout_s"])
     plan = Plan(clients=list(names), out_dir=str(out), wire_path="", fn=fn.to_dict(),
-                settings={"model": "mlp", "model_params": cfg["model_params"],
-                          "batch_size": cfg["batch_size"], "learning_rate":
-                          cfg["learning_rate"], "optimizer": "adam", "loss": "", "seed": 42,
-                          "search_dir": None},
-                rounds=rounds, min_clients=cfg["min_clients"],
-                round_timeout_s=cfg["round_timeout_s"])
+                settings=settings)
     server = ServerApp()
 
     @server.main()

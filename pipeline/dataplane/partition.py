@@ -33,27 +33,8 @@ from baton.pipeline.dataplane.records.examples_writer import COLUMNAR, SplitWrit
 from baton.pipeline.dataplane.records.reader import raw_columns, read_batches
 from baton.pipeline.dataplane.records.schema_file import ExamplesSchema, shard_files
 
-
-@dataclasses.dataclass(frozen=True)
-class Partition:
-    by: str | None = None
-    dirichlet: float | None = None
-    iid: bool = False
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        chosen = [k for k, v in (("by", self.by), ("dirichlet", self.dirichlet),
-                                 ("iid", self.iid or None)) if v is not None]
-        if len(chosen) != 1:
-            raise ValueError("partition takes exactly one of by: <column>, dirichlet: <alpha> "
-                             f"or iid. Received: {chosen or 'none'}")
-        if self.dirichlet is not None and not self.dirichlet > 0:
-            raise ValueError(f"partition.dirichlet must be > 0. Received: {self.dirichlet}")
-
-    def describe(self) -> str:
-        if self.by is not None:
-            return f"by {self.by}"
-        return f"dirichlet({self.dirichlet})" if self.dirichlet is not None else "iid"
+# the federated stage's `partition:` setting itself: one class for the spec and the split
+from baton.strategies.federated_settings import Partition as Partition
 
 
 def client_names(partition: Partition, schema: ExamplesSchema, examples: Path,

@@ -60,6 +60,7 @@ from flwr.app import Array, ArrayRecord, ConfigRecord, Context, Message, MetricR
 from flwr.clientapp import ClientApp
 
 from baton.pipeline.federated import codec, compression, downlink
+from baton.pipeline.federated.message_keys import DOWNLINK, LATE_S, NONFINITE
 
 app = ClientApp()
 # (setup digest, data dir) -> Local, data dir -> ClientData: built once per ClientApp host
@@ -68,8 +69,6 @@ app = ClientApp()
 _LOCAL: dict[str, Any] = {}
 STATE = "baton"
 COPY = "baton-copy"  # context.state: the node's copy of the global model (an ArrayRecord)
-DOWNLINK = "baton-downlink"  # reply content: the digest of that copy, or that it was stale
-NONFINITE = "baton-nonfinite"  # train reply content: where a non-finite loss comes from
 
 
 def _arrays(msg: Message) -> list[np.ndarray]:
@@ -95,7 +94,8 @@ def _name(context: Context) -> str:
 
 
 def _local(context: Context) -> Any:
-    from baton.pipeline.federated.local import FnSpec, Local, Settings
+    from baton.pipeline.federated.local import FnSpec, Local
+    from baton.strategies.federated_settings import FederatedSettings
 
     if STATE not in context.state or "setup" not in context.state[STATE]:
         raise RuntimeError("this node has no transform setup yet: the server sends it before "
@@ -107,7 +107,8 @@ def _local(context: Context) -> Any:
     if key not in _LOCAL:
         setup = codec.loads(raw)
         _LOCAL[key] = Local(FnSpec(**setup["fn"]), setup["resolved"], setup["label"],
-                            _data(context), Settings(**setup["settings"]))
+                            _data(context), FederatedSettings.from_dict(setup["settings"]),
+                            setup["search_dir"])
     return _LOCAL[key]
 
 
@@ -269,7 +270,7 @@ def train(msg: Message, context: Context) -> Message:
     content = RecordDict({"arrays": ArrayRecord(new), "metrics": metrics})
     if local.nonfinite is not None:
         content[NONFINITE] = ConfigRecord({"cause": local.nonfinite})
-    late = float(cfg.get("baton-late-s", 0.0))  # a rehearsed slow client (plan.late_clients)
+    late = float(cfg.get(LATE_S, 0.0))  # a rehearsed slow client (plan.late_clients)
     if late > 0:
         time.sleep(late)  # alive and heartbeating, just late: the reply outlives its message
     return Message(content=content, reply_to=msg)

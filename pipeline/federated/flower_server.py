@@ -29,6 +29,7 @@ launcher submits a new run when the server restarted): no round is lost or repea
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
@@ -78,15 +79,15 @@ class FederatedRun:
 
     # ------------------------------------------------------------------ messages
     def _nodes(self) -> list[int]:
-        want, least = len(self.plan.clients), self.plan.min_clients
-        deadline = time.time() + self.plan.round_timeout_s
+        want, least = len(self.plan.clients), self.plan.settings.min_clients
+        deadline = time.time() + self.plan.settings.round_timeout_s
         while True:
             nodes = sorted(self.grid.get_node_ids())
             if len(nodes) >= want or (time.time() > deadline and len(nodes) >= least):
                 return nodes
-            if time.time() > deadline + self.plan.round_timeout_s:
+            if time.time() > deadline + self.plan.settings.round_timeout_s:
                 raise RuntimeError(f"only {len(nodes)} of {want} clients connected after "
-                                   f"{2 * self.plan.round_timeout_s:.0f} s; min_clients is "
+                                   f"{2 * self.plan.settings.round_timeout_s:.0f} s; min_clients is "
                                    f"{least}")
             time.sleep(0.5)
 
@@ -96,7 +97,7 @@ class FederatedRun:
         blob = codec.dumps({"op": op, **payload})
         msgs = [self.grid.create_message(RecordDict({"baton": ConfigRecord({"blob": blob})}),
                                          "query", node, group) for node in nodes]
-        replies = list(self.grid.send_and_receive(msgs, timeout=self.plan.round_timeout_s))
+        replies = list(self.grid.send_and_receive(msgs, timeout=self.plan.settings.round_timeout_s))
         out = []
         for m in replies:
             node = m.metadata.src_node_id
@@ -115,10 +116,10 @@ class FederatedRun:
         events = self.admission.take_events()
         if events:
             self.log.write({"event": "admission", "op": op, "events": events})
-        if len(out) < self.plan.min_clients:
+        if len(out) < self.plan.settings.min_clients:
             raise RuntimeError(f"{op}: {len(out)} of {len(nodes)} clients answered within "
-                               f"round_timeout_s={self.plan.round_timeout_s:g}; min_clients is "
-                               f"{self.plan.min_clients}")
+                               f"round_timeout_s={self.plan.settings.round_timeout_s:g}; min_clients is "
+                               f"{self.plan.settings.min_clients}")
         return out
 
     # ------------------------------------------------------------------ the run
@@ -134,9 +135,10 @@ class FederatedRun:
         else:
             resolved, label, start_round, weights = state
         setup = {"fn": fn.to_dict(), "resolved": resolved, "label": label,
-                 "settings": self.plan.settings}
+                 "settings": self.plan.settings.for_clients().to_dict(),
+                 "search_dir": self.plan.search_dir}
         replies = self._query("setup", {"setup": setup,
-                                        "downlink": self.plan.compression != "none"}, "setup")
+                                        "downlink": self.plan.settings.compression != "none"}, "setup")
         self.log.write({"event": "setup", "clients": {r["client"]: {"train": r["train"],
                         "eval": r["eval"]} for r in replies}})
         self.initial = {r["node"]: r["initial"] for r in replies if r.get("initial")}
@@ -187,15 +189,14 @@ class FederatedRun:
         plan = self.plan
         spec = FeatureSpec.load(self.out / "transform_graph")
         s = plan.settings
-        model = model_fn.build(s["model"], spec, dict(s["model_params"]), int(s["seed"]),
-                               s.get("search_dir"))
+        model = model_fn.build(s.model, spec, dict(s.model_params), s.seed, plan.search_dir)
         if weights is not None:
             model.set_weights(weights)
-        problems = compression.check(model.get_weights(), plan.compression,
+        problems = compression.check(model.get_weights(), plan.settings.compression,
                                      [w.path for w in model.weights])
         if problems:
             raise RuntimeError("; ".join(problems))
-        rounds_left = plan.rounds - start_round + 1
+        rounds_left = plan.settings.rounds - start_round + 1
         strategy = flower_strategy(plan, self, start_round)
         strategy_core(strategy).dtypes = [w.dtype for w in model.get_weights()]
         copies = strategy_core(strategy).copies
@@ -226,7 +227,7 @@ class FederatedRun:
             self._close_round(number, strategy)
             return None
 
-        if rounds_left > 0 and plan.secure_aggregation:
+        if rounds_left > 0 and plan.settings.secagg:
             from baton.pipeline.federated import secagg
 
             assert self.context is not None, "secure aggregation runs in the ServerApp"
@@ -238,15 +239,15 @@ class FederatedRun:
         elif rounds_left > 0:
             result = strategy.start(
                 grid=self.grid, initial_arrays=ArrayRecord(model.get_weights()),
-                num_rounds=rounds_left, timeout=plan.round_timeout_s,
-                train_config=ConfigRecord({"local_epochs": plan.local_epochs,
-                                           "mu": plan.proximal_mu if plan.algorithm == "fedprox"
-                                           else 0.0, "compression": plan.compression}),
+                num_rounds=rounds_left, timeout=plan.settings.round_timeout_s,
+                train_config=ConfigRecord({"local_epochs": plan.settings.local_epochs,
+                                           "mu": plan.settings.proximal_mu if plan.settings.algorithm == "fedprox"
+                                           else 0.0, "compression": plan.settings.compression}),
                 evaluate_config=ConfigRecord(), evaluate_fn=after_round)
             model.set_weights(result.arrays.to_numpy_ndarrays())
         if self.outputs.from_rows:  # probabilities by the initial rows: still so once trained
             self._query("confirm", {"weights": model.get_weights()}, "confirm")
-        if plan.edge != "off":
+        if plan.settings.edge != "off":
             self._edge(model, spec)
         save_model(model, self.out / "model", plan, self.log.read(), time.time() - started,
                    self.outputs)
@@ -262,10 +263,10 @@ class FederatedRun:
         export = self.out / "edge" / "1"
         transform = tf.saved_model.load(str(self.out / "transform_graph"))
         S.save(S.build_module(transform, model, spec, outputs=self.outputs.kind), export, spec)
-        flat = tflite.convert(export, self.plan.edge)
+        flat = tflite.convert(export, self.plan.settings.edge)
         (self.out / "edge" / "model.tflite").write_bytes(flat)
         replies = self._query("edge", {"tflite": flat, "weights": model.get_weights()}, "edge")
-        self.log.write({"event": "edge", "variant": self.plan.edge, "size_bytes": len(flat),
+        self.log.write({"event": "edge", "variant": self.plan.settings.edge, "size_bytes": len(flat),
                         "clients": {r["client"]: {k: v for k, v in r.items() if k != "client"}
                                     for r in replies}})
 
@@ -280,7 +281,7 @@ class FederatedRun:
             rec["bytes_up"] = sum(v["up"] - before.get(k, {}).get("up", 0) for k, v in now.items())
             rec["bytes_down"] = sum(v["down"] - before.get(k, {}).get("down", 0)
                                     for k, v in now.items())
-        if self.plan.privacy:
+        if self.plan.settings.privacy:
             rec["epsilon"] = epsilon(self.plan, number)
         self.log.write(rec)
         self._round_start = {"time": time.time(), "wire": now}
@@ -294,15 +295,16 @@ def epsilon(plan: Plan, rounds: int) -> float:
     sampling, exact when every client takes part)."""
     from dp_accounting import dp_event, rdp
 
-    z = float(plan.privacy["noise_multiplier"])
+    assert plan.settings.privacy is not None, "epsilon is spent under privacy only"
+    z = plan.settings.privacy.noise_multiplier
     if z <= 0:
         return float("inf")
     event: Any = dp_event.GaussianDpEvent(z)
-    if plan.fraction_fit < 1:
-        event = dp_event.PoissonSampledDpEvent(plan.fraction_fit, event)
+    if plan.settings.fraction_fit < 1:
+        event = dp_event.PoissonSampledDpEvent(plan.settings.fraction_fit, event)
     acc = rdp.RdpAccountant()
     acc.compose(dp_event.SelfComposedDpEvent(event, rounds))
-    return float(acc.get_epsilon(float(plan.privacy.get("delta", 1e-5))))
+    return float(acc.get_epsilon(plan.settings.privacy.delta))
 
 
 def save_transform(t: Any, directory: Path, fn: Any) -> None:
@@ -332,15 +334,16 @@ def save_model(model: Any, directory: Path, plan: Plan, records: list[dict[str, 
     history = [{"epoch": r["round"], **{k: r[k] for k in ("train_loss", "loss", "accuracy",
                                                           "mse") if k in r}} for r in rounds]
     (tmp / "history.json").write_text(json.dumps(history, indent=1) + "\n")
-    info = {"strategy": f"federated/{plan.algorithm}", "model": plan.settings["model"],
+    s = plan.settings
+    info = {"strategy": f"federated/{s.algorithm}", "model": s.model,
             "rounds": len(rounds), "clients": plan.clients, "seconds": round(seconds, 3),
-            "compression": plan.compression, "privacy": plan.privacy or None,
-            "secure_aggregation": plan.secure_aggregation or None,
+            "compression": s.compression,
+            "privacy": dataclasses.asdict(s.privacy) if s.privacy else None,
+            "secure_aggregation": dataclasses.asdict(s.secagg) if s.secagg else None,
             # the user's model, loss and optimizer modules: evaluate, export and edge import
             # them again to load its custom layers (release.data.load_model)
-            "user_modules": modules_of(plan.settings.get(k) for k in ("model", "loss",
-                                                                        "optimizer")),
-            "code_dir": plan.settings.get("search_dir")}
+            "user_modules": modules_of([s.model, s.loss, s.optimizer]),
+            "code_dir": plan.search_dir}
     info["outputs"] = outputs.to_dict()
     (tmp / "train_info.json").write_text(json.dumps(info, indent=1) + "\n")
     tmp.rename(directory)

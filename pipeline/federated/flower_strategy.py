@@ -1,304 +1,49 @@
-"""The ServerApp's Flower strategy: FedAvg, FedProx or FedAdam with Baton's bookkeeping.
+"""The ServerApp's Flower strategy: FedAvg, FedProx or FedAdam inside Baton's wrappers.
 
-`flower_strategy` builds Flower's strategy for the plan's algorithm, wrapped by `recording` (the
-round record, compressed updates decoded, the compressed downlink, late-client rehearsal,
-expiring messages, and the admission rules: only registered nodes, each update weighed at most
-by the examples its node declared at setup; pipeline.federated.admission) and, with privacy, by
-`carrying_on` (Flower's client-side DP wrapper that keeps going with fewer players).
-`run` is the ServerApp's FederatedRun (plan, names, log, admission).
+`flower_strategy` builds Flower's strategy for the plan's algorithm and wraps it, as Flower's
+own wrapper strategies are stacked: `Recording` (pipeline.federated.recording: the round
+record, compressed updates and downlink, late-client rehearsal, expiring messages, admission)
+and, with privacy, `CarryingOn` outside it (pipeline.federated.carrying_on: Flower's
+client-side DP wrapper that keeps going with fewer players). `run` is the ServerApp's
+FederatedRun (plan, names, log, admission).
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any, cast
+from typing import Any
 
-import numpy as np
-from flwr.app import Array, ArrayRecord, ConfigRecord, Message, RecordDict
-from flwr.serverapp import Grid
+from flwr.serverapp.strategy import Strategy
 
-from baton.errors import StageError
-from baton.pipeline.federated import compression, downlink
+from baton.pipeline.federated.carrying_on import CarryingOn
 from baton.pipeline.federated.plan import Plan
+from baton.pipeline.federated.recording import Recording
 
 
-def strategy_core(strategy: Any) -> Any:
-    """The Recording strategy inside a DP wrapper (or the strategy itself)."""
-    return getattr(strategy, "strategy", strategy)
-
-
-def flower_strategy(plan: Plan, run: Any, first_round: int = 1) -> Any:
-    from flwr.serverapp import strategy as S
-
-    base = {"fedavg": S.FedAvg, "fedprox": S.FedProx, "fedadam": S.FedAdam}[plan.algorithm]
-    common: dict[str, Any] = dict(
-        fraction_train=plan.fraction_fit, fraction_evaluate=1.0,
-        min_train_nodes=plan.min_clients, min_evaluate_nodes=plan.min_clients,
-        min_available_nodes=plan.min_clients)
-    if plan.algorithm == "fedprox":
-        common["proximal_mu"] = plan.proximal_mu
-    if plan.algorithm == "fedadam":
-        common.update(eta=plan.server_learning_rate, eta_l=plan.settings["learning_rate"])
-    strategy = recording(base)(run=run, first_round=first_round, **common)
-    if plan.privacy:
-        strategy = carrying_on(S.DifferentialPrivacyClientSideFixedClipping)(
-            strategy, noise_multiplier=float(plan.privacy["noise_multiplier"]),
-            clipping_norm=float(plan.privacy["clip_norm"]),
-            num_sampled_clients=max(1, round(plan.fraction_fit * len(plan.clients))))
+def strategy_core(strategy: Any) -> Recording:
+    """The Recording strategy in the chain (inside the DP wrapper, or the strategy itself)."""
+    while not isinstance(strategy, Recording):
+        strategy = strategy.strategy
     return strategy
 
 
-def carrying_on(dp: type) -> type:
-    """Flower's client-side DP wrapper with fewer players: Flower 1.42 skips a round's
-    aggregation (and keeps the old model) when any reply is an error, which is what a killed or
-    late client's message becomes; a federation with DP then stops learning whenever a client
-    drops. Here the round aggregates the clients that answered (`min_clients` still applies, in
-    the wrapped strategy, which also counts the failures) and the noise is scaled to them:
-    std = noise_multiplier x clip_norm / answered, the Gaussian mechanism on the mean of
-    `answered` clipped updates with the same noise multiplier, so the epsilon the round log
-    reports (from the noise multiplier and the rounds) still holds."""
+def flower_strategy(plan: Plan, run: Any, first_round: int = 1) -> Strategy:
+    """Flower's strategy for `plan.settings.algorithm` in `Recording`, in `CarryingOn` (DP)
+    when privacy is on; round numbers count from `first_round` (a resumed run)."""
+    from flwr.serverapp import strategy as S
 
-    class CarryingOn(dp):  # type: ignore[misc, valid-type]
-        def aggregate_train(self, server_round: int, replies: Any) -> Any:
-            replies = list(replies)
-            ok = [m for m in replies if not m.has_error()]
-            strategy_core(self).pending["errors_before_dp"] = len(replies) - len(ok)
-            sampled = int(getattr(self, "num_sampled_clients"))  # noqa: B009 - Flower's
-            self.num_sampled_clients = max(1, len(ok))  # the noise's and the check's count
-            try:
-                return super().aggregate_train(server_round, ok)
-            finally:
-                self.num_sampled_clients = sampled
-
-    return CarryingOn
-
-
-DOWNLINK = "baton-downlink"  # a reply's record: the digest of the client's copy, or "stale"
-NONFINITE = "baton-nonfinite"  # a train reply's record: where its non-finite loss comes from
-LATE_S = "baton-late-s"  # a train config entry: answer this many seconds late (a rehearsal)
-
-
-def recording(base: type) -> type:
-    """`base` with Baton's bookkeeping: compressed updates decoded before aggregation, the
-    global model sent down as a compressed delta against each client's copy (downlink), the
-    clients that answered named, too few answers refused, metrics kept for the round record."""
-
-    class Recording(base):  # type: ignore[misc, valid-type]
-        def __init__(self, *args: Any, run: Any, first_round: int,
-                     **kwargs: Any) -> None:
-            super().__init__(*args, **kwargs)
-            self.run, self.first_round = run, first_round
-            self.pending: dict[str, Any] = {}
-            self._global: list[Any] = []
-            method = run.plan.compression
-            self.copies = downlink.ServerCopies(method) if method != "none" else None
-            self._grid: Grid | None = None
-            self._sent: dict[str, tuple[list[Any], str, dict[str, Any]]] = {}
-            self.dtypes: list[Any] = []  # the model's weights' (set by the server app)
-
-        def _as_model(self, arrays: ArrayRecord | None) -> ArrayRecord | None:
-            """`arrays` in the model's dtypes. Flower's FedOpt family computes in float64
-            (numpy 2 promotes float32 by its float64 scalars), and DP noise is float64: left
-            alone, the global model went down the wire at twice its size."""
-            if arrays is None or not self.dtypes:
-                return arrays
-            items = list(arrays.items())
-            if all(a.dtype == str(d) for (_, a), d in zip(items, self.dtypes, strict=True)):
-                return arrays
-            return ArrayRecord({k: Array(np.asarray(a.numpy(), dtype=d))
-                                for (k, a), d in zip(items, self.dtypes, strict=True)})
-
-        def configure_train(self, server_round: int, arrays: ArrayRecord, config: Any,
-                            grid: Grid) -> Any:
-            arrays = cast(ArrayRecord, self._as_model(arrays))
-            self._global = arrays.to_numpy_ndarrays()
-            msgs = self._expiring(self._late(self._downlink(
-                list(super().configure_train(server_round, arrays, config, grid)),
-                self._global, grid), server_round))
-            self.pending["sampled"] = [self.run.names.get(m.metadata.dst_node_id, "?")
-                                       for m in msgs]
-            self.run.log.write({"event": "train_start", "round": self._number(server_round),
-                                "clients": self.pending["sampled"]})
-            return msgs
-
-        def configure_evaluate(self, server_round: int, arrays: ArrayRecord, config: Any,
-                               grid: Grid) -> Any:
-            arrays = cast(ArrayRecord, self._as_model(arrays))
-            msgs = list(super().configure_evaluate(server_round, arrays, config, grid))
-            return self._expiring(self._downlink(msgs, arrays.to_numpy_ndarrays(), grid))
-
-        def _late(self, msgs: list[Any], server_round: int) -> list[Any]:
-            """The rehearsed slow client's train message asks it to answer `seconds` late
-            (`--inject-failure client:N@round:R:slow`); its own copy of the content, since
-            Flower's FedAvg shares one RecordDict between a round's messages."""
-            number = self._number(server_round)
-            late = {d["client"]: float(d["seconds"]) for d in self.run.plan.late_clients
-                    if int(d["round"]) == number}
-            if not late:
-                return msgs
-            out = []
-            for m in msgs:
-                name = self.run.names.get(m.metadata.dst_node_id)
-                if name in late:
-                    content = RecordDict({k: m.content[k] for k in m.content})
-                    content["config"] = ConfigRecord({**dict(m.content["config"]),
-                                                      LATE_S: late[name]})
-                    m = Message(content=content, message_type=m.metadata.message_type,
-                                dst_node_id=m.metadata.dst_node_id,
-                                group_id=m.metadata.group_id)
-                out.append(m)
-            return out
-
-        def _expiring(self, msgs: list[Any]) -> list[Any]:
-            """A round's messages live `round_timeout_s` (Flower's default TTL is 12 hours).
-            The SuperLink hands a client only unexpired messages and refuses a reply to an
-            expired one, so a client slower than the timeout, or back from a stall, never
-            trains on a round that went on without it: it picks up the next round's message."""
-            for m in msgs:
-                m.metadata.ttl = float(self.run.plan.round_timeout_s)
-            return msgs
-
-        # ---------------------------------------------------------------- downlink
-        def _downlink(self, msgs: list[Any], weights: list[Any], grid: Grid) -> list[Any]:
-            """Each message's weights as full, a delta against the client's copy, or a
-            reference to it (pipeline.federated.downlink)."""
-            if self.copies is None or not msgs:
-                return msgs
-            self._grid = grid
-            of = downlink.digest(weights)
-            kind = msgs[0].metadata.message_type
-            config = dict(msgs[0].content["config"])
-            self._sent[kind] = (weights, of, config)
-            return [self._message(kind, m.metadata.dst_node_id, weights, of, config)
-                    for m in msgs]
-
-        def _message(self, kind: str, node: int, weights: list[Any], of: str,
-                     config: dict[str, Any]) -> Any:
-            assert self.copies is not None
-            entries, sent = self.copies.prepare(node, weights, of)
-            counts = self.pending.setdefault("downlink", {"full": 0, "delta": 0, "copy": 0})
-            counts[entries["downlink"]] += 1
-            content = RecordDict({"arrays": ArrayRecord({k: Array(v) for k, v in sent.items()}),
-                                  "config": ConfigRecord({**config, **entries})})
-            return Message(content=content, message_type=kind, dst_node_id=node)
-
-        def _answers(self, replies: list[Any]) -> list[Any]:
-            """Confirm each client's copy from its answer; a client whose copy was not the
-            message's base gets the full weights now, within the round."""
-            if self.copies is None:
-                return replies
-            out, stale = [], []
-            for m in replies:
-                node = m.metadata.src_node_id
-                rec = None if m.has_error() else m.content.get(DOWNLINK)
-                if rec is not None and "stale" in rec:
-                    self.copies.forget(node)
-                    stale.append(node)
-                    continue
-                self.copies.confirm(node, None if rec is None else str(rec.get("copy")))
-                if rec is not None:
-                    del m.content[DOWNLINK]
-                out.append(m)
-            if stale and self._grid is not None:
-                kind = replies[0].metadata.message_type
-                weights, of, config = self._sent[kind]
-                self.run.log.write({"event": "downlink_stale", "kind": kind,
-                                    "clients": [self.run.names.get(n, "?") for n in stale]})
-                again = self._expiring([self._message(kind, n, weights, of, config)
-                                        for n in stale])
-                for m in self._grid.send_and_receive(again,
-                                                     timeout=self.run.plan.round_timeout_s):
-                    rec = None if m.has_error() else m.content.get(DOWNLINK)
-                    self.copies.confirm(m.metadata.src_node_id,
-                                        None if rec is None else str(rec.get("copy")))
-                    if rec is not None:
-                        del m.content[DOWNLINK]
-                    out.append(m)
-            return out
-
-        def _number(self, server_round: int) -> int:
-            return server_round + self.first_round - 1
-
-        def _admitted(self, replies: list[Any], kind: str) -> list[Any]:
-            """The replies of admitted nodes, each weighing at most the examples its node
-            declared at setup (pipeline.federated.admission); the refusals and bounds go
-            into the round's record."""
-            admission = self.run.admission
-            out = []
-            for m in replies:
-                node = m.metadata.src_node_id
-                if not admission.allowed([node]):
-                    continue
-                metrics = m.content.get("metrics")
-                if metrics is not None and "num-examples" in metrics:
-                    weight = admission.bound(node, kind, float(metrics["num-examples"]))
-                    if weight <= 0:
-                        continue
-                    metrics["num-examples"] = int(weight)
-                out.append(m)
-            events = admission.take_events()
-            if events:
-                self.pending.setdefault("admission", []).extend(events)
-            return out
-
-        def _finite(self, server_round: int, replies: list[Any], key: str, which: str) -> None:
-            """A client's non-finite loss (or, in training, weights) stops the run, as the
-            train stage's guard stops training (strategies.nonfinite_guard): a one-line error
-            naming the round, the client and the first cause the client found."""
-            for m in replies:
-                metrics = m.content.get("metrics")
-                cause = m.content.get(NONFINITE)
-                if cause is not None:
-                    del m.content[NONFINITE]  # Flower's aggregation takes arrays and metrics
-                value = float(metrics[key]) if metrics is not None and key in metrics else 0.0
-                if math.isfinite(value) and cause is None:
-                    continue
-                client = self.run.names.get(m.metadata.src_node_id, "?")
-                what = (f"the {which} loss is not finite" if not math.isfinite(value)
-                        else "the weights are not finite")
-                raise StageError(
-                    f"federated: {what} in round {self._number(server_round)} on client "
-                    f"{client!r}" + (f": {cause['cause']}" if cause is not None else ""))
-
-        def aggregate_train(self, server_round: int, replies: Any) -> Any:
-            replies = self._answers(list(replies))
-            answered = [m for m in replies if not m.has_error()]
-            ok = self._admitted(answered, "train")
-            self.pending["refused"] = len(answered) - len(ok)
-            self.pending["clients"] = sorted(self.run.names.get(m.metadata.src_node_id, "?")
-                                             for m in ok)
-            self.pending["failed"] = (len(replies) - len(ok)
-                                      + self.pending.pop("errors_before_dp", 0))
-            if len(ok) < self.run.plan.min_clients:
-                raise RuntimeError(
-                    f"round {self._number(server_round)}: {len(ok)} clients trained "
-                    f"(of {len(self.pending.get('sampled', []))} asked) within round_timeout_s="
-                    f"{self.run.plan.round_timeout_s:g}; min_clients is "
-                    f"{self.run.plan.min_clients}")
-            self._finite(server_round, ok, "train_loss", "training")
-            method = self.run.plan.compression
-            for m in ok:
-                if method != "none":
-                    sent = {k: v.numpy() for k, v in m.content["arrays"].items()}
-                    update = compression.decode(sent, len(self._global))
-                    m.content["arrays"] = ArrayRecord(
-                        [g + u for g, u in zip(self._global, update, strict=True)])
-            arrays, metrics = super().aggregate_train(server_round, ok)
-            arrays = self._as_model(arrays)
-            if metrics is not None and "train_loss" in metrics:
-                self.pending["train_loss"] = float(metrics["train_loss"])
-            return arrays, metrics
-
-        def aggregate_evaluate(self, server_round: int, replies: Any) -> Any:
-            replies = self._admitted([m for m in self._answers(list(replies))
-                                      if not m.has_error()], "evaluate")
-            self._finite(server_round, replies, "loss", "eval")
-            metrics = super().aggregate_evaluate(server_round, replies)
-            if metrics is not None:
-                for key in ("loss", "accuracy", "mse"):
-                    if key in metrics:
-                        self.pending[key] = float(metrics[key])
-                self.pending["evaluated"] = len(replies)
-            return metrics
-
-    return Recording
+    s = plan.settings
+    base = {"fedavg": S.FedAvg, "fedprox": S.FedProx, "fedadam": S.FedAdam}[s.algorithm]
+    common: dict[str, Any] = dict(
+        fraction_train=s.fraction_fit, fraction_evaluate=1.0, min_train_nodes=s.min_clients,
+        min_evaluate_nodes=s.min_clients, min_available_nodes=s.min_clients)
+    if s.algorithm == "fedprox":
+        common["proximal_mu"] = s.proximal_mu
+    if s.algorithm == "fedadam":
+        common.update(eta=s.server_learning_rate, eta_l=s.learning_rate)
+    strategy: Strategy = Recording(base(**common), run=run, first_round=first_round)
+    if s.privacy:
+        strategy = CarryingOn(
+            strategy, noise_multiplier=s.privacy.noise_multiplier,
+            clipping_norm=s.privacy.clip_norm,
+            num_sampled_clients=max(1, round(s.fraction_fit * len(plan.clients))))
+    return strategy

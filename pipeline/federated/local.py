@@ -18,7 +18,7 @@ to the server in the setup reply, which records it for export and serving
 first cause here (graphs.nonfinite.first_cause); the server stops the run on it.
 
 The transform a client applies is built from the same function and the same analyzer values
-as the server's `transform_graph` (graphs.tft_module), so the features it trains on are the
+as the server's `transform_graph` (graphs.tft.module), so the features it trains on are the
 features the released model serves on.
 """
 
@@ -33,6 +33,7 @@ import numpy as np
 
 from baton.errors import StageError
 from baton.graphs import model_outputs
+from baton.strategies.federated_settings import FederatedSettings
 
 
 @dataclasses.dataclass(frozen=True)
@@ -182,29 +183,20 @@ def agreed_outputs(decisions: Mapping[str, Mapping[str, Any]]) -> model_outputs.
     return model_outputs.Outputs(first["kind"], first["reason"], bool(first.get("from_rows")))
 
 
-@dataclasses.dataclass(frozen=True)
-class Settings:
-    """The training settings a client needs (from the stage's `train:` mapping)."""
-
-    model: str = "mlp"
-    model_params: Mapping[str, Any] = dataclasses.field(default_factory=dict)
-    batch_size: int = 32
-    learning_rate: float = 0.01
-    optimizer: Any = "adam"
-    loss: str = ""
-    seed: int = 42
-    search_dir: str | None = None
-
-
 class Local:
     """One client's transformed data and model, built once per process and reused by rounds."""
 
     def __init__(self, fn_spec: FnSpec, resolved: Mapping[int, list[Any]],
-                 label: Mapping[str, Any], data: ClientData, settings: Settings) -> None:
+                 label: Mapping[str, Any], data: ClientData, settings: FederatedSettings,
+                 search_dir: str | None = None) -> None:
+        """`settings`: the federated stage's Config as the server sent it (its model, batch
+        size, optimizer, loss and seed are read here); `search_dir`: where the user's modules
+        are imported from (the spec's directory)."""
         from baton.graphs import model_fn
         from baton.graphs.tft import module as tft_module
 
         self.settings = settings
+        self.search_dir = search_dir
         self.task = label["task"]
         raw = raw_features(fn_spec, data.schema)
         self.built = tft_module.build_module(fn_spec.source().load(), raw, label, resolved)
@@ -214,7 +206,7 @@ class Local:
         if "train" not in self.splits:
             raise StageError(f"client data {data.dir}: no train rows")
         self.model = model_fn.build(settings.model, self.spec, dict(settings.model_params),
-                                    settings.seed, settings.search_dir)
+                                    settings.seed, search_dir)
         self.num_classes = len(label.get("vocabulary", ())) or 1
         self.nonfinite: str | None = None  # the first cause of the last round's NaN, if any
         self.name = model_fn.describe(settings.model)  # how errors name the model function
@@ -261,7 +253,7 @@ class Local:
 
         from baton.graphs.objectives import make_loss
 
-        fn = make_loss(self.settings.loss, self.task, self.num_classes, self.settings.search_dir,
+        fn = make_loss(self.settings.loss, self.task, self.num_classes, self.search_dir,
                        from_logits=not self.outputs.probabilities)
         if fn is not None:
             return fn
@@ -314,7 +306,7 @@ class Local:
         self._anchor = [tf.Variable(v, trainable=False) for v in variables]
         self._mu = tf.Variable(0.0, trainable=False)
         self._opt = make_optimizer(self.settings.optimizer, self.settings.learning_rate,
-                                   self.settings.search_dir)
+                                   self.search_dir)
         self._opt.build(variables)
         self._opt_init = [v.numpy() for v in self._opt.variables]
         loss_fn, anchor, mu, opt = self._loss(), self._anchor, self._mu, self._opt

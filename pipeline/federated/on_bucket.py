@@ -2,7 +2,7 @@
 
 With `baton run --superlink ... --runs-dir s3://...` (the Kubernetes run Job of `baton k8s
 --runs-dir s3://...`) the stage, the SuperNodes and the ServerApp run in different pods, so the
-federation directory `<run>/<stage>.federation/` (k8s.federated.federation_dir) lives on the
+federation directory `<run>/<stage>.federation/` (strategies.federation_files.federation_dir) lives on the
 bucket rather than on a shared claim:
 
 * the run Job writes a rehearsal's silos and the plan into its local mirror, then `share`s
@@ -28,28 +28,30 @@ from typing import Any
 from baton.pipeline.federated.plan import Plan, RoundLog
 from baton.storage import location as L
 from baton.storage import objects
+from baton.strategies.federation_files import PLAN_FILE, SILOS_DIR
 
 SCHEMA = "schema.json"  # an examples artifact's file written last
 
 
 def share(work: Path, url: str) -> str:
     """Upload the silos under `work/clients` and `work/plan.json` to `url`; the plan's URL."""
-    files = sorted(p.relative_to(work).as_posix() for p in (work / "clients").rglob("*")
-                   if p.is_file()) if (work / "clients").is_dir() else []
+    silos = work / SILOS_DIR
+    files = sorted(p.relative_to(work).as_posix() for p in silos.rglob("*")
+                   if p.is_file()) if silos.is_dir() else []
 
     def up(rel: str) -> None:
         objects.upload_file(work / rel, L.join(url, rel))
 
     objects.each(up, [r for r in files if Path(r).name != SCHEMA])
     objects.each(up, [r for r in files if Path(r).name == SCHEMA])  # each silo complete now
-    up("plan.json")
-    return L.join(url, "plan.json")
+    up(PLAN_FILE)
+    return L.join(url, PLAN_FILE)
 
 
 def load_plan(location: str) -> Plan:
     """The plan at a path or a bucket URL (the ServerApp's run config names either)."""
     if L.is_remote(location):
-        return Plan(**json.loads(objects.read_bytes(location)))
+        return Plan.from_json(objects.read_bytes(location))
     return Plan.load(Path(location))
 
 

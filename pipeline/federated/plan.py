@@ -13,27 +13,23 @@ import json
 from pathlib import Path
 from typing import Any
 
+from baton.strategies.federated_settings import FederatedSettings
+
 
 @dataclasses.dataclass(frozen=True)
 class Plan:
+    """The run: who takes part, where outputs go, the transform, and the stage's own settings.
+
+    `settings` is the federated stage's Config object itself (FederatedSettings): plan.json
+    holds it serialised (`to_dict`) and `load` reads it back into the same type with the same
+    checks, so no setting is copied into a field of its own here."""
+
     clients: list[str]
     out_dir: str
     wire_path: str  # the relays' counters (processes.Federation); "": not measured
     fn: dict[str, Any]  # local.FnSpec as a dict
-    settings: dict[str, Any]  # local.Settings as a dict
-    rounds: int = 5
-    local_epochs: int = 1
-    algorithm: str = "fedavg"
-    proximal_mu: float = 0.1
-    server_learning_rate: float = 0.1
-    fraction_fit: float = 1.0
-    min_clients: int = 2
-    round_timeout_s: float = 120.0
-    compression: str = "none"
-    privacy: dict[str, Any] = dataclasses.field(default_factory=dict)
-    edge: str = "off"  # or a TFLite variant of the edge stage's converter: float, dynamic
-    # stages.federated.SecureAggregation as a dict; empty: off
-    secure_aggregation: dict[str, Any] = dataclasses.field(default_factory=dict)
+    settings: FederatedSettings
+    search_dir: str | None = None  # the spec's directory: the user's modules are imported there
     # rehearsed slow clients (--inject-failure client:N@round:R:slow): [{client, round,
     # seconds}]; that client's ClientApp answers round R's training `seconds` late
     late_clients: list[dict[str, Any]] = dataclasses.field(default_factory=list)
@@ -42,15 +38,25 @@ class Plan:
     # node, under the name it reports (a plan from before registration existed)
     nodes: dict[str, int] = dataclasses.field(default_factory=dict)
 
+    def to_json(self) -> str:
+        data = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+        return json.dumps({**data, "settings": self.settings.to_dict()}, indent=1) + "\n"
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> Plan:
+        data = json.loads(text)
+        return cls(**{**data, "settings": FederatedSettings.from_dict(data["settings"],
+                                                                      "plan.settings")})
+
     def save(self, path: Path) -> Path:
         tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(dataclasses.asdict(self), indent=1) + "\n")
+        tmp.write_text(self.to_json())
         tmp.replace(path)
         return path
 
     @classmethod
     def load(cls, path: Path) -> Plan:
-        return cls(**json.loads(Path(path).read_text()))
+        return cls.from_json(Path(path).read_text())
 
 
 class RoundLog:

@@ -139,13 +139,13 @@ class Mean(Strategy):
 
         plan = self.run.plan
         available = client_manager.num_available()
-        k = min(available, max(plan.min_clients, round(plan.fraction_fit * available)))
+        k = min(available, max(plan.settings.min_clients, round(plan.settings.fraction_fit * available)))
         proxies = client_manager.sample(k, min_num_clients=k)
         config: dict[str, Any] = {
-            "local_epochs": plan.local_epochs, "compression": "none", "server-round":
-            self.relative, "mu": plan.proximal_mu if plan.algorithm == "fedprox" else 0.0}
-        if plan.privacy:
-            config["clipping_norm"] = float(plan.privacy["clip_norm"])
+            "local_epochs": plan.settings.local_epochs, "compression": "none", "server-round":
+            self.relative, "mu": plan.settings.proximal_mu if plan.settings.algorithm == "fedprox" else 0.0}
+        if plan.settings.privacy:
+            config["clipping_norm"] = plan.settings.privacy.clip_norm
         sampled = [self.run.names.get(p.node_id, "?") for p in proxies]
         self.core.pending["sampled"] = sampled
         self.run.log.write({"event": "train_start", "round": self.number, "clients": sampled})
@@ -158,11 +158,11 @@ class Mean(Strategy):
         self.core.pending["clients"] = sorted(self.run.names.get(p.node_id, "?")
                                               for p, _ in results)
         self.core.pending["failed"] = len(failures)
-        if len(results) < plan.min_clients:
+        if len(results) < plan.settings.min_clients:
             raise RuntimeError(
                 f"round {self.number}: {len(results)} clients trained under secure aggregation "
                 f"(of {len(self.core.pending.get('sampled', []))} asked) within round_timeout_s"
-                f"={plan.round_timeout_s:g}; min_clients is {plan.min_clients}")
+                f"={plan.settings.round_timeout_s:g}; min_clients is {plan.settings.min_clients}")
         for p, r in results:  # as flower_strategy's guard (the cause stays on the client here)
             if not math.isfinite(float(r.metrics.get("train_loss", 0.0))):
                 raise StageError(f"federated: the training loss is not finite in round "
@@ -174,9 +174,9 @@ class Mean(Strategy):
         new = [(g + u).astype(g.dtype) for g, u in zip(self.global_, mean, strict=True)]
         if not self._weights_declared([p.node_id for p, _ in results]):
             new = [np.array(g, copy=True) for g in self.global_]  # the round moves nothing
-        if plan.privacy:
-            z, c = float(plan.privacy["noise_multiplier"]), float(plan.privacy["clip_norm"])
-            n = max(1, round(plan.fraction_fit * len(plan.clients)))
+        if plan.settings.privacy:
+            z, c = plan.settings.privacy.noise_multiplier, plan.settings.privacy.clip_norm
+            n = max(1, round(plan.settings.fraction_fit * len(plan.clients)))
             rng = np.random.default_rng()
             new = [(w + rng.normal(0.0, z * c / n, w.shape)).astype(w.dtype) for w in new]
         total = sum(r.num_examples for _, r in results)
@@ -232,7 +232,8 @@ def run_rounds(run: Any, core: Any, context: Context, weights: list[np.ndarray],
     from flwr.server.workflow.constant import MAIN_CONFIGS_RECORD, MAIN_PARAMS_RECORD, Key
 
     plan, grid = run.plan, run.grid
-    sa = plan.secure_aggregation
+    sa = plan.settings.secagg
+    assert sa is not None, "run_rounds runs under secure_aggregation only"
     manager = SimpleClientManager()
     proxies: dict[int, Any] = {}
     for relative in range(1, rounds + 1):
@@ -248,10 +249,10 @@ def run_rounds(run: Any, core: Any, context: Context, weights: list[np.ndarray],
         legacy.state.config_records[MAIN_CONFIGS_RECORD] = ConfigRecord(
             {Key.CURRENT_ROUND: number, Key.START_TIME: time.time()})
         legacy.state.array_records[MAIN_PARAMS_RECORD] = ArrayRecord(weights)
-        workflow = Timed(sa["num_shares"], sa["reconstruction_threshold"],
-                         max_weight=max_weight, clipping_range=float(sa["clipping_range"]),
-                         quantization_range=int(sa["quantization_range"]),
-                         timeout=plan.round_timeout_s)
+        workflow = Timed(sa.num_shares, sa.reconstruction_threshold,
+                         max_weight=max_weight, clipping_range=sa.clipping_range,
+                         quantization_range=sa.quantization_range,
+                         timeout=plan.settings.round_timeout_s)
         watched = Watched(grid)
         mean.workflow = workflow
         workflow(watched, legacy)
@@ -260,13 +261,13 @@ def run_rounds(run: Any, core: Any, context: Context, weights: list[np.ndarray],
                 f"round {number}: secure aggregation halted at its {workflow.halted} stage: "
                 "too few clients answered (each client needs reconstruction_threshold="
                 f"{workflow.threshold} of its {workflow.shares} neighbours; min_clients "
-                f"{plan.min_clients}) within round_timeout_s={plan.round_timeout_s:g}")
+                f"{plan.settings.min_clients}) within round_timeout_s={plan.settings.round_timeout_s:g}")
         weights = mean.result
         arrays = ArrayRecord(weights)
         msgs: list[Message] = list(core.configure_evaluate(relative, arrays, ConfigRecord(),
                                                            grid))
         core.aggregate_evaluate(relative, grid.send_and_receive(msgs,
-                                                                timeout=plan.round_timeout_s))
+                                                                timeout=plan.settings.round_timeout_s))
         stages = workflow.seconds
         core.pending["secure_aggregation"] = {
             "masked_vectors": watched.masked, "unmasked_arrays_seen": watched.unmasked_arrays,

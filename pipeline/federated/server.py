@@ -1,6 +1,6 @@
 """The server's side of federated training: merge what clients send, never read a row.
 
-`federated_transform` drives the transform's analyzer phases (graphs.tft_engine.Phases) over
+`federated_transform` drives the transform's analyzer phases (graphs.tft.engine.Phases) over
 the clients: each phase, every client answers with its partial accumulators for that phase
 (pipeline.federated.local.analyze), the server merges them with the same merge the Beam
 CombineFn uses and records the values, until no analyzer is left. The result is the
@@ -28,7 +28,7 @@ class Transform:
     resolved: dict[int, list[Any]]
     label: dict[str, Any]
     phases: int
-    built: Any  # graphs.tft_module.Built
+    built: Any  # graphs.tft.module.Built
     spec: Any  # graphs.feature_spec.FeatureSpec
     rows: dict[str, int]  # client -> train rows
 

@@ -12,13 +12,30 @@ from typing import Any
 
 from baton.errors import StageError
 from baton.pipeline.context import StageContext
-
-FEDERATION_SUFFIX = ".federation"  # <run dir>/<stage>.federation: an external federation's files
+from baton.strategies.federation_files import SILOS_DIR, federation_dir
 
 
 def silo_path(examples: Path | str, spec_dir: Path | None) -> Path:
     p = Path(examples)
     return p if p.is_absolute() or spec_dir is None else (spec_dir / p)
+
+
+def counted(ctx: StageContext, config: Any) -> Any:
+    """The stage's settings with the number of clients `partition.by` makes from the examples
+    input (FederatedSettings.counted: one per distinct value; a `clients` given that differs is
+    an error naming both); other settings unchanged."""
+    from baton.pipeline.dataplane import partition as P
+    from baton.pipeline.dataplane.records.schema_file import ExamplesSchema
+
+    part = config.partition
+    if not config.rehearsal or part is None or not part.by:
+        return config
+    examples = ctx.inputs["examples"]
+    values = P.client_names(part, ExamplesSchema.load(examples), examples, None)
+    try:
+        return config.counted(values)
+    except ValueError as exc:
+        raise StageError(f"federated.{exc}") from None
 
 
 def for_stage(ctx: StageContext, config: Any, external: bool = False) -> dict[str, Path]:
@@ -27,9 +44,9 @@ def for_stage(ctx: StageContext, config: Any, external: bool = False) -> dict[st
     from baton.pipeline.dataplane import partition as P
     from baton.pipeline.dataplane.records.schema_file import ExamplesSchema
 
-    if not isinstance(config.clients, int):
+    if not config.rehearsal:
         out = {}
-        for silo in config.clients:
+        for silo in config.silos:
             path = silo_path(silo.examples, ctx.spec_dir)
             if external:  # the silo is on its SuperNode's machine, not necessarily here
                 out[silo.name] = path
@@ -41,15 +58,10 @@ def for_stage(ctx: StageContext, config: Any, external: bool = False) -> dict[st
         return out
     examples = ctx.inputs["examples"]
     part = config.partition
-    partition = P.Partition(by=part.by, dirichlet=part.dirichlet, iid=part.iid,
-                            seed=part.seed) if part is not None else P.Partition(iid=True)
+    partition = part if part is not None else P.Partition(iid=True)
     schema = ExamplesSchema.load(examples)
-    names = P.client_names(partition, schema, examples,
-                           None if partition.by else config.clients)
-    if partition.by and len(names) != config.clients:
-        raise StageError(f"federated.partition.by {partition.by!r} makes {len(names)} clients "
-                         f"({names}); clients is {config.clients}")
-    root = (ctx.run_dir / f"{ctx.stage}{FEDERATION_SUFFIX}" if external else ctx.work_dir) / "clients"
+    names = P.client_names(partition, schema, examples, config.count)  # counted() first
+    root = (Path(federation_dir(ctx.run_dir, ctx.stage)) if external else ctx.work_dir) / SILOS_DIR
     # an external federation's SuperNodes were set up from `clients: N` alone (the Kubernetes
     # manifests), so its silos are client-0 ... client-N-1 whatever the partition calls them
     dirs = [f"client-{i}" for i in range(len(names))] if external else names

@@ -7,7 +7,6 @@ their registry, submit, follow. `config` is the stage's Config
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 from pathlib import Path
 from typing import Any
@@ -16,13 +15,7 @@ from baton.errors import StageError
 from baton.pipeline.context import StageContext
 from baton.pipeline.dataplane.transform.column_plan import plan_columns
 from baton.pipeline.federated import silos
-from baton.pipeline.federated.silos import FEDERATION_SUFFIX
-
-
-def federation_dir(ctx: StageContext) -> Path:
-    """An external federation's files, outside the stage's temporary directory (which is renamed
-    when the stage ends): `<run dir>/<stage>.federation/` (k8s.federated.federation_dir)."""
-    return ctx.run_dir / f"{ctx.stage}{FEDERATION_SUFFIX}"
+from baton.strategies.federation_files import PLAN_FILE, federation_dir
 
 
 def server_dir(work: Path, fresh: bool) -> Path:
@@ -75,7 +68,8 @@ def run_external(ctx: StageContext, config: Any, control: Any, creds: Any,
             f"{registry}")
     clients = silos.for_stage(ctx, config, external=True)
     fn = fn_spec(ctx, config, clients, control.address)
-    work = federation_dir(ctx)
+    # outside the stage's temporary directory, which is renamed when the stage ends
+    work = Path(federation_dir(ctx.run_dir, ctx.stage))
     server = server_dir(work, fresh=False)
     if ctx.bucket is None:
         plan_path = write_plan(config, clients, work, fn, ctx, [], registry, wire_path="")
@@ -128,21 +122,12 @@ def write_plan(config: Any, clients: dict[str, Path], work: Path, fn: Any, ctx: 
 
     plan = Plan(
         clients=list(clients), out_dir=out_dir or str(work / "server"), wire_path=wire_path,
-        fn=fn.to_dict(),
-        settings={"model": config.model, "model_params": dict(config.model_params),
-                  "batch_size": config.batch_size, "learning_rate": config.learning_rate,
-                  "optimizer": config.optimizer, "loss": config.loss, "seed": config.seed,
-                  "search_dir": str(ctx.spec_dir) if ctx.spec_dir else None},
-        rounds=config.rounds, local_epochs=config.local_epochs, algorithm=config.algorithm,
-        proximal_mu=config.proximal_mu, server_learning_rate=config.server_learning_rate,
-        fraction_fit=config.fraction_fit, min_clients=config.min_clients,
-        round_timeout_s=config.round_timeout_s, compression=config.compression,
-        privacy=dataclasses.asdict(config.privacy) if config.privacy else {}, edge=config.edge,
-        secure_aggregation=dataclasses.asdict(config.secagg) if config.secagg else {},
+        fn=fn.to_dict(), settings=config,
+        search_dir=str(ctx.spec_dir) if ctx.spec_dir else None,
         late_clients=[{"client": list(clients)[index], "round": number,
                        "seconds": config.round_timeout_s + 5.0}
                       for kind, index, number in faults if kind == "slow"],
         nodes=dict(registry))
-    return plan.save(work / "plan.json")
+    return plan.save(work / PLAN_FILE)
 
 

@@ -126,13 +126,14 @@ def test_the_operators_own_ca_certificate_and_silo_keys_are_what_the_secrets_hol
     ({"tls": {"ca_certfile": "ca.crt"}}, "stages.fl.config.tls", "together"),
     ({"tls": {"ca_certfile": "ca.crt", "certfile": "tls.crt", "keyfile": "tls.key"},
       "wrong_host": True}, "stages.fl.config.tls.certfile", "subjectAltName lacks"),
-    ({"clients": [{"name": "a", "examples": "/a", "public_key": "a.pub"}]},
+    # one client: min_clients 1 (the stage's own check refuses its default 2 first)
+    ({"clients": [{"name": "a", "examples": "/a", "public_key": "a.pub"}], "min_clients": 1},
      "stages.fl.config.clients[0].private_key", "together"),
     ({"clients": [{"name": "a", "examples": "/a", "public_key": "a.pub",
-                   "private_key": "b.key"}]},
+                   "private_key": "b.key"}], "min_clients": 1},
      "stages.fl.config.clients[0].private_key", "not the pair of public_key"),
     ({"clients": [{"name": "a", "examples": "/a", "public_key": "tls.crt",
-                   "private_key": "a.key"}]},
+                   "private_key": "a.key"}], "min_clients": 1},
      "stages.fl.config.clients[0].public_key", "not an OpenSSH public key"),
 ])
 def test_bad_credentials_exit_2_naming_the_field(tmp_path, capsys, change, field, words):

@@ -264,15 +264,16 @@ def test_long_client_names_stay_within_63_characters_and_distinct():
      "stages.fl.config.clients[1].name", "Received: ['a', 'a']"),
     ({"clients": [{"name": "Site A", "examples": "/a"}, {"name": "site_a", "examples": "/b"}]},
      "stages.fl.config.clients[1].name", "'site-a' (as 'Site A' does)"),
-    ({"clients": [{"name": "__", "examples": "/a"}]}, "stages.fl.config.clients[0].name", "Received: '__'"),
-    ({"clients": [{"name": "", "examples": "/a"}]}, "stages.fl.config.clients[0].name", "Received: ''"),
-    ({"clients": [{"name": "a"}]}, "stages.fl.config.clients[0].examples", "Received: None"),
+    # one client: min_clients 1 (the stage's own check refuses its default 2 first)
+    ({"clients": [{"name": "__", "examples": "/a"}], "min_clients": 1}, "stages.fl.config.clients[0].name", "Received: '__'"),
+    ({"clients": [{"name": "", "examples": "/a"}], "min_clients": 1}, "stages.fl.config.clients[0].name", "Received: ''"),
+    ({"clients": [{"name": "a"}]}, "stages.fl.config.clients[0].examples", "required setting is missing"),
     ({"clients": ["a"]}, "stages.fl.config.clients[0]", "Received: 'a'"),
-    ({"clients": [{"name": "a", "examples": "/a", "path": "/x"}]}, "stages.fl.config.clients[0]", "'path'"),
-    ({"clients": [{"name": "a", "examples": "/a", "claim": "Bad_Claim"}]},
+    ({"clients": [{"name": "a", "examples": "/a", "path": "/x"}], "min_clients": 1}, "stages.fl.config.clients[0].path", "'path'"),
+    ({"clients": [{"name": "a", "examples": "/a", "claim": "Bad_Claim"}], "min_clients": 1},
      "stages.fl.config.clients[0].claim", "'Bad_Claim'"),
     ({"clients": 2, "resources": {"cpu": "-1"}}, "stages.fl.config.resources.cpu", "'-1'"),
-    ({"clients": 2, "resources": {"cpus": 2}}, "stages.fl.config.resources", "'cpus'"),
+    ({"clients": 2, "resources": {"cpus": 2}}, "stages.fl.config.resources.cpus", "'cpus'"),
     ({"clients": 2, "k8s": {"data_size": "lots"}}, "stages.fl.config.k8s.data_size", "'lots'"),
 ])
 def test_bad_federations_are_refused_naming_the_field_and_what_was_received(config, field, received):

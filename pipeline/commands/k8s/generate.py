@@ -142,9 +142,10 @@ def _split_stages(spec) -> tuple[tuple[str, ...], str | None, tuple[str, ...], t
 def federation(spec):
     """The spec's `federated` stage as a k8s.federated.Federation, or None.
 
-    The stage's config is read as the plain mapping the YAML gives (`clients`, `resources`,
-    `k8s`), not through the stage's typed config: k8s needs only who the clients are and where
-    their data is. ManifestError names `stages.<stage>.config.<field>`.
+    The stage's config is built into its typed settings (strategies.federated_settings, the
+    stage's Config) with the stage's own checks; k8s reads who the clients are, where their
+    data is, the SuperNodes' resources and the claims' sizes from them. ManifestError names
+    `stages.<stage>.config.<field>`.
     """
     from baton.k8s.federated import Federation
 

@@ -1,6 +1,6 @@
 """Where a Beam worker gets the transform's preprocessing function from.
 
-The DoFns of `beam_tft` are pickled to their workers, which may be other processes or other
+The DoFns of `beam.tft` are pickled to their workers, which may be other processes or other
 machines; they carry a *source* of the function, not the function, and call `load()` in
 `setup`. A source is small, picklable and names itself for error messages (`where`):
 

@@ -19,6 +19,7 @@ from flwr.app.metadata import Metadata  # noqa: E402
 
 from baton.pipeline.federated.flower_server import flower_strategy, strategy_core  # noqa: E402
 from baton.pipeline.federated.plan import Plan, RoundLog  # noqa: E402
+from baton.strategies.federated_settings import FederatedSettings, SecureAggregation  # noqa: E402
 
 
 def _reply(node: int, value: float, examples: int, kind: str = "train", **metrics):
@@ -36,8 +37,9 @@ def _run(tmp_path, declared: dict[int, tuple[int, int]]):
     from baton.pipeline.federated.admission import Admission
 
     plan = Plan(clients=["a", "b"], out_dir=str(tmp_path), wire_path="", fn={},
-                settings={"learning_rate": 0.01}, rounds=2, min_clients=2,
-                round_timeout_s=30, nodes={"a": 1, "b": 2})
+                settings=FederatedSettings(clients=2, learning_rate=0.01, rounds=2,
+                                           min_clients=2, round_timeout_s=30),
+                nodes={"a": 1, "b": 2})
     admission = Admission(plan.nodes)
     for node, (train, eval_rows) in declared.items():
         admission.declare(node, train, eval_rows)
@@ -116,7 +118,9 @@ def test_under_secure_aggregation_an_inflated_weight_refuses_the_round(tmp_path,
     def refused(reported):
         _, call = _clients(weights, reported)
         plan = Plan(clients=["a", "b", "c"], out_dir=str(tmp_path), wire_path="", fn={},
-                    settings={}, min_clients=2, secure_aggregation={"num_shares": 1.0},
+                    settings=FederatedSettings(
+                        clients=3, min_clients=2,
+                        secure_aggregation=SecureAggregation(num_shares=1.0)),
                     nodes={"a": 11, "b": 22, "c": 33})
         admission = Admission(plan.nodes)
         for node, rows in declared.items():

@@ -19,6 +19,7 @@ from flwr.app.metadata import Metadata  # noqa: E402
 from baton.pipeline.federated.admission import Admission  # noqa: E402
 from baton.pipeline.federated.flower_server import flower_strategy, strategy_core  # noqa: E402
 from baton.pipeline.federated.plan import Plan, RoundLog  # noqa: E402
+from baton.strategies.federated_settings import FederatedSettings, Privacy  # noqa: E402
 
 
 class _Grid:
@@ -46,8 +47,10 @@ def test_the_global_model_sent_and_kept_is_in_the_models_dtypes(tmp_path, monkey
     monkeypatch.setattr(TaskIdentity, "_node_id", 0)
     monkeypatch.setattr(TaskIdentity, "_task_id", 1)
     plan = Plan(clients=["a", "b"], out_dir=str(tmp_path), wire_path="", fn={},
-                settings={"learning_rate": 0.01}, rounds=2, min_clients=2,
-                round_timeout_s=30, algorithm=algorithm, privacy=privacy)
+                settings=FederatedSettings(clients=2, learning_rate=0.01, rounds=2,
+                                           min_clients=2, round_timeout_s=30,
+                                           algorithm=algorithm,
+                                           privacy=Privacy(**privacy) if privacy else None))
     run = types.SimpleNamespace(plan=plan, admission=Admission(), names={1: "a", 2: "b"},
                                 log=RoundLog(tmp_path / "rounds.jsonl"))
     strategy = flower_strategy(plan, run)

@@ -12,8 +12,9 @@ from baton.errors import StageError
 from baton.pipeline.dataplane.partition import Partition, client_names, split
 from baton.pipeline.dataplane.records.schema_file import ExamplesSchema
 from baton.pipeline.federated import codec
-from baton.pipeline.federated.local import ClientData, FnSpec, Local, Settings, analyze
+from baton.pipeline.federated.local import ClientData, FnSpec, Local, analyze
 from baton.pipeline.federated.server import federated_transform
+from baton.strategies.federated_settings import FederatedSettings  # noqa: E402
 from tests.pipeline.dataplane.helpers import penguins
 
 
@@ -116,7 +117,8 @@ def test_local_training_lowers_the_loss_and_fedprox_stays_closer_to_the_global_w
     datas = {n: ClientData(root / n) for n in names}
     fed = federated_transform(FnSpec(columns=PLAN), _ask(datas))
     local = Local(FnSpec(columns=PLAN), fed.resolved, fed.label, datas["biscoe"],
-                  Settings("mlp", {"hidden_units": [8]}, batch_size=16))
+                  FederatedSettings(model="mlp", model_params={"hidden_units": [8]},
+                                    batch_size=16))
     w0 = local.model.get_weights()
     before = local.evaluate(w0, "train")
     w1, n, _ = local.train(w0, epochs=5)
@@ -142,7 +144,9 @@ def test_one_clientapp_process_serving_several_nodes_keeps_each_on_its_own_data(
     datas = {n: ClientData(root / n) for n in names}
     fed = federated_transform(FnSpec(columns=PLAN), _ask(datas))
     setup = codec.dumps({"fn": FnSpec(columns=PLAN).to_dict(), "resolved": fed.resolved,
-                         "label": fed.label, "settings": {"model_params": {"hidden_units": [4]}}})
+                         "label": fed.label, "search_dir": None,
+                         "settings": FederatedSettings(model_params={"hidden_units": [4]})
+                         .for_clients().to_dict()})
     seen = {}
     for n in names:
         ctx = Context(run_id=1, node_id=1, node_config={"data-dir": str(root / n), "client": n},

@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 
 from baton.errors import StageError
-from baton.pipeline.federated.local import ClientData, FnSpec, Local, Settings, agreed_outputs
+from baton.pipeline.federated.local import ClientData, FnSpec, Local, agreed_outputs
 from baton.pipeline.federated.server import federated_transform
+from baton.strategies.federated_settings import FederatedSettings  # noqa: E402
 from tests.pipeline.dataplane.helpers import penguins
 from tests.pipeline.federated.test_local import PLAN, _ask
 
@@ -84,7 +85,7 @@ def clients(tmp_path_factory):
 def _local(clients, model, client="biscoe"):
     datas, fed, code = clients
     return Local(FnSpec(columns=PLAN), fed.resolved, fed.label, datas[client],
-                 Settings(model, batch_size=16, search_dir=str(code)))
+                 FederatedSettings(model=model, batch_size=16), str(code))
 
 
 def test_a_softmax_model_is_trained_and_evaluated_on_its_probabilities(clients):
@@ -170,8 +171,9 @@ def strategy(tmp_path, monkeypatch):
     monkeypatch.setattr(TaskIdentity, "_node_id", 0)
     monkeypatch.setattr(TaskIdentity, "_task_id", 1)
     plan = Plan(clients=["a", "b"], out_dir=str(tmp_path), wire_path="", fn={},
-                settings={"learning_rate": 0.01}, rounds=3, min_clients=2,
-                round_timeout_s=30, algorithm="fedavg")
+                settings=FederatedSettings(clients=2, learning_rate=0.01, rounds=3,
+                                           min_clients=2, round_timeout_s=30,
+                                           algorithm="fedavg"))
     run = types.SimpleNamespace(plan=plan, admission=Admission(), names={1: "a", 2: "b"},
                                 log=RoundLog(tmp_path / "rounds.jsonl"))
     s = flower_strategy(plan, run, first_round=2)  # a resumed run: round numbers are absolute

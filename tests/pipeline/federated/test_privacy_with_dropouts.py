@@ -1,6 +1,6 @@
 """Client-level DP with fewer players: Flower 1.42's DP wrapper skips a round's aggregation when
 any reply is an error (what a killed or late client's message becomes); Baton's wrapper
-(flower_server.carrying_on) aggregates the clients that answered, counts the failure, keeps
+(pipeline.federated.carrying_on.CarryingOn) aggregates the clients that answered, counts the failure, keeps
 `min_clients`, and scales the noise to the clients that answered."""
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from flwr.app.metadata import Metadata  # noqa: E402
 from baton.pipeline.federated.admission import Admission  # noqa: E402
 from baton.pipeline.federated.flower_server import flower_strategy, strategy_core  # noqa: E402
 from baton.pipeline.federated.plan import Plan, RoundLog  # noqa: E402
+from baton.strategies.federated_settings import FederatedSettings, Privacy  # noqa: E402
 
 
 def _reply(node: int, error: bool = False):
@@ -34,8 +35,9 @@ def _reply(node: int, error: bool = False):
 
 def _strategy(tmp_path, privacy, min_clients=2):
     plan = Plan(clients=["a", "b", "c"], out_dir=str(tmp_path), wire_path="", fn={},
-                settings={"learning_rate": 0.01}, rounds=2, min_clients=min_clients,
-                round_timeout_s=30, privacy=privacy)
+                settings=FederatedSettings(clients=3, learning_rate=0.01, rounds=2,
+                                           min_clients=min_clients, round_timeout_s=30,
+                                           privacy=Privacy(**privacy) if privacy else None))
     run = types.SimpleNamespace(plan=plan, admission=Admission(), names={1: "a", 2: "b", 3: "c"},
                                 log=RoundLog(tmp_path / "rounds.jsonl"))
     strategy = flower_strategy(plan, run)

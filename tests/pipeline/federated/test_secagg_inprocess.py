@@ -139,6 +139,7 @@ def test_secagg_round_gives_fedavg_s_weights_and_the_server_sees_masks(tmp_path,
     from flwr.supercore.task_identity import TaskIdentity
 
     from baton.pipeline.federated.plan import Plan
+    from baton.strategies.federated_settings import FederatedSettings, Privacy, SecureAggregation
 
     # what a ServerApp process has set when the workflow builds its messages
     monkeypatch.setattr(TaskIdentity, "_run_id", 1)
@@ -149,8 +150,10 @@ def test_secagg_round_gives_fedavg_s_weights_and_the_server_sees_masks(tmp_path,
     examples = {11: 134, 22: 102, 33: 42}
     clients, call = _clients(weights, examples)
     plan = Plan(clients=["a", "b", "c"], out_dir=str(tmp_path), wire_path="", fn={},
-                settings={}, min_clients=2, secure_aggregation={"num_shares": 1.0},
-                privacy={"clip_norm": clip, "noise_multiplier": 0.0} if clip else {})
+                settings=FederatedSettings(
+                    clients=3, min_clients=2,
+                    secure_aggregation=SecureAggregation(num_shares=1.0),
+                    privacy=Privacy(clip_norm=clip, noise_multiplier=0.0) if clip else None))
     run, core = Run(plan, tmp_path), Core()
     run.names = {11: "a", 22: "b", 33: "c"}
     workflow, mean, grid = secagg_round(run, core, weights, list(examples), call, dead)
