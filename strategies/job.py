@@ -138,6 +138,20 @@ def count_examples(job: TrainJob, split: str = "train") -> int:
     )
 
 
+def counted(job: TrainJob) -> TrainJob:
+    """`job` with its training rows counted (once, before any task starts); a batch larger than
+    the split is refused (StageError)."""
+    from baton.errors import StageError
+
+    n = count_examples(job)
+    if n < job.settings.batch_size:
+        raise StageError(
+            f"batch_size must not exceed the {n} training examples. "
+            f"Received: batch_size={job.settings.batch_size}"
+        )
+    return dataclasses.replace(job, num_train_examples=n)
+
+
 def with_example_count(job: TrainJob) -> TrainJob:
     """`job` with `num_train_examples` filled in, counting the rows if nobody has yet.
 
