@@ -45,6 +45,7 @@ def build_fn(job: TrainJob, num_ps: int = 0) -> Any:
     from baton.graphs.objectives import make_optimizer
     from baton.graphs.user_refs import RefError
 
+    spec = job.spec()
     params = dict(job.settings.model_config())
     part = job.settings.partition
     if job.settings.model in models.MODELS:
@@ -56,7 +57,7 @@ def build_fn(job: TrainJob, num_ps: int = 0) -> Any:
     search_dir = job.code_dir or None
 
     def build() -> tuple[Any, Any]:
-        model = model_fn.build(job.settings.model, job.spec(), params, seed=job.settings.seed, search_dir=search_dir,
+        model = model_fn.build(job.settings.model, spec, params, seed=job.settings.seed, search_dir=search_dir,
                                custom_config=job.settings.custom_config,
                                hyperparameters=job.settings.hyperparameters())
         compiled = read_compiled(model, model_fn.describe(job.settings.model))

@@ -58,7 +58,7 @@ CODE_DEPS = (
     "baton.graphs.compiled",
     "baton.graphs.metric_records",
     "baton.graphs.nonfinite",
-    "baton.strategies.nonfinite_guard",
+    "baton.graphs.nonfinite_guard",
     "baton.graphs.steps",
     "baton.graphs.user_refs",
     "baton.strategies.callbacks",
