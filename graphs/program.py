@@ -13,20 +13,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+from baton.graphs.eval_step import make_eval_fn
 from baton.graphs.executor import decide, executor_of
 from baton.graphs.feature_spec import FeatureSpec
-from baton.graphs.steps import (
-    StepOptions,
-    make_eval_fn,
-    make_train_chunk,
-    totals_to_metrics,
-    xla_compiled_functions,
-)
+from baton.graphs.step_options import StepOptions, xla_compiled_functions
+from baton.graphs.steps import make_train_chunk
+from baton.graphs.totals import totals_to_metrics
 
 
 @dataclasses.dataclass(frozen=True)
 class TrainProgram:
-    # (iterator, n_steps, stop_flag[, bounds]) -> totals (graphs.steps.TOTALS[, timings])
+    # (iterator, n_steps, stop_flag[, bounds]) -> totals (graphs.totals.TOTALS[, timings])
     chunk: Any
     evaluate: Any | None  # (dataset[, part, batches]) -> totals; None: no evaluation
     task: str  # the label's task: how totals read as metrics

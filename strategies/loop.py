@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from baton.graphs.steps import totals_to_metrics
+from baton.graphs.totals import totals_to_metrics
 from baton.strategies import faults
 from baton.strategies.backup import Backup
 from baton.strategies.objectives import Objectives
@@ -70,7 +70,7 @@ class TrainResult:
     info: dict[str, Any] = dataclasses.field(default_factory=dict)  # extra train_info fields
 
 
-ZERO_TOTALS = (0.0, 0.0, 0.0, 0.0)  # graphs.steps.TOTALS: loss sum, correct, examples, stops
+ZERO_TOTALS = (0.0, 0.0, 0.0, 0.0)  # graphs.totals.TOTALS: loss sum, correct, examples, stops
 
 
 class LoopCore:

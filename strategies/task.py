@@ -96,7 +96,7 @@ def run_task(job: TrainJob, tf_config: TFConfig | None, role: TaskRole) -> Train
     configure collective ops first); rows not yet counted are counted after it, and the
     planned step count goes to `result.info["planned_steps"]`.
     """
-    from baton.graphs.steps import StepOptions
+    from baton.graphs.step_options import StepOptions
     from baton.strategies import factory, trainer
 
     setup_runtime(job)

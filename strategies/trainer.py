@@ -19,9 +19,11 @@ from collections.abc import Callable
 from typing import Any
 
 from baton.errors import Preempted
+from baton.graphs.eval_step import count_batches
 from baton.graphs.feature_spec import FeatureSpec
 from baton.graphs.program import compile_program
-from baton.graphs.steps import TOTALS, StepOptions, count_batches, xla_failure
+from baton.graphs.step_options import StepOptions, xla_failure
+from baton.graphs.totals import TOTALS
 from baton.strategies import faults
 from baton.strategies.balance import Balancer
 from baton.strategies.eval_shards import sharded_eval
