@@ -198,13 +198,13 @@ def _code_problems(config: Config, spec_dir: Path | None) -> list[str]:
     if not (config.loss or config.metrics or config.callbacks or config.optimizer not in (
             "", "adam", "sgd")):
         return problems  # the defaults: no Keras import at plan time
-    from baton.graphs import objectives
+    from baton.graphs import objective_checks as checks
     from baton.strategies.callbacks import check_callbacks
 
-    problems += [f"config.loss: {p}" for p in objectives.check_loss(config.loss, spec_dir)]
-    problems += [f"config.metrics{p}" for p in objectives.check_metrics(config.metrics, spec_dir)]
+    problems += [f"config.loss: {p}" for p in checks.check_loss(config.loss, spec_dir)]
+    problems += [f"config.metrics{p}" for p in checks.check_metrics(config.metrics, spec_dir)]
     problems += [
-        f"config.optimizer: {p}" for p in objectives.check_optimizer(config.optimizer, spec_dir)
+        f"config.optimizer: {p}" for p in checks.check_optimizer(config.optimizer, spec_dir)
     ]
     problems += [f"config.callbacks{p}" for p in check_callbacks(config.callbacks, spec_dir)]
     return problems
@@ -220,7 +220,7 @@ def check_inputs(config: Config, inputs: dict[str, Path]) -> list[str]:
         return []
     from baton.graphs.feature_spec import FeatureSpec
     from baton.graphs.models import unusable
-    from baton.graphs.objectives import task_problems
+    from baton.graphs.objective_checks import task_problems
 
     try:
         spec = FeatureSpec.load(inputs["transform_graph"])
