@@ -187,3 +187,27 @@ def _show_spec(spec: ModelSpec) -> str:
 def _short(value: Any) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
+
+
+def carry_weights(trained: Any, clean: Any, name: str) -> None:
+    """The trained weights into the same model rebuilt outside any strategy (the artifact).
+
+    A built-in model's by layer name, its sharded tables concatenated
+    (graphs.sharded_embedding.merge_into); an own model's in order, since its layers may be
+    auto-named differently in the second build.
+    """
+    import numpy as np
+
+    if name in MODELS:
+        from baton.graphs.sharded_embedding import merge_into
+
+        merge_into(trained, clean)
+        return
+    values = [np.asarray(w.numpy()) for w in trained.weights]
+    if len(values) != len(clean.weights):
+        raise StageError(
+            f"model function {name!r} built a model with {len(clean.weights)} weights the second "
+            f"time it was called and {len(values)} the first; it must build the same model "
+            "every time (the artifact is rebuilt outside the training strategy)"
+        )
+    clean.set_weights(values)

@@ -18,6 +18,9 @@ A loss returns the per-example loss `[B]` (extra axes are averaged); the trainin
 it over the *global* batch (`tf.nn.compute_average_loss`), so summing gradients over replicas
 gives the mean gradient under every strategy. A user loss `"module:function"` must do no
 reduction over the batch itself (a scalar is refused: it would be averaged twice).
+
+The same settings are checked without being built, at plan time, in graphs.objective_checks
+(over the identifiers of graphs.keras_names).
 """
 
 from __future__ import annotations
@@ -27,293 +30,18 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from baton.configs import did_you_mean
+from baton.graphs.keras_names import (
+    ACCURACY_ALIASES,
+    loss_names,
+    metric_names,
+    optimizer_names,
+    snake,
+    unknown_identifier,
+    wants_one_hot,
+)
 from baton.graphs.user_refs import RefError, import_ref, is_ref
 
-# "accuracy" in Keras' compile() means the accuracy that fits the targets; here, class ids.
-_ACCURACY_ALIASES = ("accuracy", "acc")
-_REGRESSION_ONLY = (
-    "mean_squared", "mean_absolute", "mse", "mae", "mape", "msle", "r2", "root_mean_squared",
-    "log_cosh", "pearson", "concordance", "poisson", "cosine",
-)
-_CLASSIFICATION_ONLY = (
-    "accuracy", "crossentropy", "auc", "precision", "recall", "hinge", "top_k", "io_u", "iou",
-    "f1", "f_beta", "fbeta", "true_", "false_", "sensitivity", "specificity", "kl_div", "kld",
-)
-LOSSES_DEFAULT = ""  # the built-in: softmax cross-entropy on logits, squared error (regression)
 
-
-def _snake(name: str) -> str:
-    out = []
-    for i, ch in enumerate(name):
-        if ch.isupper() and i and (not name[i - 1].isupper()):
-            out.append("_")
-        out.append(ch.lower())
-    return "".join(out)
-
-
-def fits_task(name: str, task: str) -> bool:
-    """False when a Keras loss/metric identifier plainly belongs to the other task."""
-    s = _snake(name)
-    if task == "regression":
-        return not any(k in s for k in _CLASSIFICATION_ONLY)
-    return not any(s == k or s.startswith(k) for k in _REGRESSION_ONLY)
-
-
-def wants_one_hot(name: str) -> bool:
-    """Keras' classification losses and metrics compare targets shaped like the logits, except
-    the `sparse_` ones, which take class ids."""
-    return "sparse" not in _snake(name)
-
-
-# ------------------------------------------------------------------ names (for did-you-mean)
-def loss_names() -> list[str]:
-    from keras.src import losses
-
-    return sorted(n for n in losses.ALL_OBJECTS_DICT if n not in ("Loss", "LossFunctionWrapper"))
-
-
-def metric_names() -> list[str]:
-    from keras.src import metrics
-
-    skip = ("Metric", "metric", "MeanMetricWrapper", "mean_metric_wrapper", "Mean", "Sum")
-    return sorted(n for n in metrics.ALL_OBJECTS_DICT if n not in skip) + list(_ACCURACY_ALIASES[1:])
-
-
-def optimizer_names() -> list[str]:
-    from keras.src import optimizers
-
-    skip = ("optimizer", "lossscaleoptimizer", "multioptimizer", "optimizermap")
-    return sorted(n for n in optimizers.ALL_OBJECTS_DICT if n not in skip)
-
-
-def _unknown(kind: str, value: str, names: list[str]) -> str:
-    mean = did_you_mean(value, names, cutoff=0.5)
-    return (
-        f"unknown Keras {kind} {value!r}{mean}; give a Keras {kind} identifier "
-        f"({', '.join(names[:12])}, ...) or 'module:function'. Received: {value!r}"
-    )
-
-
-# ------------------------------------------------------------------ checks without building
-def check_loss(value: str, search_dir: Path | str | None = None) -> list[str]:
-    """Problems of `loss:` that the spec shows (unknown identifier, unimportable module)."""
-    if not value:
-        return []
-    if is_ref(value):
-        return _check_ref(value, search_dir, "loss function")
-    return [] if value in loss_names() else [_unknown("loss", value, loss_names())]
-
-
-def check_metrics(values: Sequence[str], search_dir: Path | str | None = None) -> list[str]:
-    problems: list[str] = []
-    names = metric_names()
-    for i, v in enumerate(values):
-        if is_ref(v):
-            problems += [f"[{i}]: {p}" for p in _check_ref(v, search_dir, "metric function")]
-        elif v not in names and v not in _ACCURACY_ALIASES:
-            problems.append(f"[{i}]: {_unknown('metric', v, names)}")
-    return problems
-
-
-def check_optimizer(
-    value: Any, search_dir: Path | str | None = None, field: str = "config.optimizer"
-) -> list[str]:
-    """Problems of `optimizer:` that the spec shows: an unknown identifier or class, and for a
-    `{class_name, config}` mapping the arguments its class and its learning-rate schedule do
-    not take (a typo would otherwise fail when the train stage builds the optimizer). `field`
-    is where the setting sits, to name the exact key in each problem."""
-    if isinstance(value, Mapping):
-        return _check_optimizer_mapping(value, field)
-    if value == "":
-        return []  # unset: the model's compile() optimizer, else adam
-    if not isinstance(value, str):
-        return [f"expected an identifier, a mapping or 'module:function'. Received: {value!r}"]
-    if is_ref(value):
-        return _check_ref(value, search_dir, "optimizer function")
-    names = optimizer_names()
-    if value.lower() not in names:
-        return [_unknown("optimizer", value, names)]
-    return []
-
-
-_MAPPING_KEYS = {"class_name", "config", "module", "registered_name"}  # Keras' serialized form
-
-
-def _optimizer_classes() -> dict[str, type]:
-    """Keras' optimizer classes by lower-case name (how `keras.optimizers.get` matches them)."""
-    from keras.src import optimizers
-
-    return {n: optimizers.ALL_OBJECTS_DICT[n] for n in optimizer_names()}
-
-
-def _schedule_classes() -> dict[str, type]:
-    """Keras' learning-rate schedules by class name (`keras.optimizers.schedules`)."""
-    import keras
-
-    found = {n: getattr(keras.optimizers.schedules, n) for n in dir(keras.optimizers.schedules)}
-    base = keras.optimizers.schedules.LearningRateSchedule
-    return {n: c for n, c in found.items()
-            if isinstance(c, type) and issubclass(c, base) and c is not base}
-
-
-def _check_optimizer_mapping(value: Mapping[str, Any], field: str) -> list[str]:
-    """`{class_name, config}`: the class among Keras' optimizers, its arguments by signature,
-    a learning-rate schedule inside. Nothing is built: an optimizer made at plan time would
-    start TensorFlow's runtime before the stage sets its threads and strategy."""
-    name = value.get("class_name")
-    if not isinstance(name, str) or set(value) - _MAPPING_KEYS:
-        return [
-            "a mapping must be {class_name: NAME, config: {...}} as keras.optimizers.get "
-            f"takes. Received: {dict(value)!r}"
-        ]
-    config = value.get("config") or {}
-    if not isinstance(config, Mapping):
-        return [f"config must be a mapping of {name}'s arguments. Received: {field}.config={config!r}"]
-    classes = _optimizer_classes()
-    if is_ref(name):
-        return [
-            f"class_name names a Keras optimizer ({', '.join(c.__name__ for c in classes.values())}); "
-            f"for your own give optimizer: 'module:function' returning it. "
-            f"Received: {field}.class_name={name!r}"
-        ]
-    cls = classes.get(name.lower())
-    if cls is None:
-        known = [c.__name__ for c in classes.values()]
-        return [
-            f"unknown Keras optimizer {name!r}{did_you_mean(name, known, ignore_case=True)}; give one of "
-            f"{', '.join(known)} (or optimizer: 'module:function'). Received: {field}.class_name={name!r}"
-        ]
-    problems = check_arguments(cls, config, f"{field}.config")
-    if "learning_rate" in config:
-        problems += _check_learning_rate(config["learning_rate"], f"{field}.config.learning_rate")
-    return problems
-
-
-def _check_learning_rate(value: Any, field: str) -> list[str]:
-    """A number, or a Keras schedule mapping whose class and arguments exist. YAML reads `1e-3`
-    (no dot) as text, which Keras only refuses once training starts."""
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return []
-    if not isinstance(value, Mapping):
-        return [
-            "learning_rate must be a number or a schedule {class_name: ExponentialDecay, config: "
-            f"{{...}}}} (YAML reads 1e-3 as text: write 1.0e-3). Received: {field}={value!r} "
-            f"({type(value).__name__})"
-        ]
-    name = value.get("class_name")
-    config = value.get("config") or {}
-    if not isinstance(name, str) or set(value) - _MAPPING_KEYS or not isinstance(config, Mapping):
-        return [
-            "a learning-rate schedule is {class_name: ExponentialDecay, config: {...}}. "
-            f"Received: {field}={dict(value)!r}"
-        ]
-    if value.get("module", "keras.optimizers.schedules") != "keras.optimizers.schedules":
-        return []  # a schedule registered elsewhere: Keras looks it up when the stage runs
-    classes = _schedule_classes()
-    if name not in classes:
-        return [
-            f"unknown Keras learning-rate schedule {name!r}{did_you_mean(name, classes, ignore_case=True)}; give "
-            f"one of {', '.join(sorted(classes))}. Received: {field}.class_name={name!r}"
-        ]
-    return check_arguments(classes[name], config, f"{field}.config")
-
-
-# ------------------------------------------------------------------ arguments by signature
-def check_arguments(target: Any, config: Mapping[str, Any], field: str) -> list[str]:
-    """Keyword arguments `config` gives `target` (a class, or a function) that it does not take,
-    with a did-you-mean, and the ones it needs that `config` lacks, read from its signature.
-    `field` is where `config` sits in the spec (`config.callbacks[0].config`)."""
-    accepted, required = keyword_arguments(target)
-    name = getattr(target, "__name__", repr(target))
-    problems, hinted = [], set()
-    for key, val in config.items():
-        if accepted is None or key in accepted:
-            continue
-        hint = did_you_mean(str(key), accepted, ignore_case=True)
-        hinted.add(hint)
-        takes = "" if hint else f"; it takes: {', '.join(accepted) or 'no arguments'}"
-        problems.append(
-            f"{name} has no argument {key!r}{hint}{takes}. Received: {field}.{key}={val!r}"
-        )
-    missing = [r for r in required if r not in config and f" (did you mean {r!r}?)" not in hinted]
-    if missing:
-        problems.append(
-            f"{name} needs the argument(s) {', '.join(map(repr, missing))}. Received: {field}={dict(config)!r}"
-        )
-    return problems
-
-
-def keyword_arguments(target: Any) -> tuple[list[str] | None, list[str]]:
-    """(the keyword arguments `target` takes, or None when it takes any; those it needs).
-
-    A class's `**kwargs` means any keyword, except in Keras' own classes, which pass them to
-    their base class: there the bases' arguments are added up to one without `**kwargs`
-    (`Adam(**kwargs)` -> `BaseOptimizer(..., **kwargs)`, which refuses the rest)."""
-    try:
-        params = list(inspect.signature(target).parameters.values())
-    except (TypeError, ValueError):
-        return None, []
-    required = [p.name for p in params if p.default is p.empty and p.kind in _KEYWORD]
-    if not isinstance(target, type):
-        return (None if _takes_any(params) else _names(params)), required
-    return _class_keywords(target), required
-
-
-_KEYWORD = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
-
-
-def _names(params: Sequence[inspect.Parameter]) -> list[str]:
-    return [p.name for p in params if p.kind in _KEYWORD]
-
-
-def _takes_any(params: Sequence[inspect.Parameter]) -> bool:
-    return any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params)
-
-
-def _class_keywords(cls: type) -> list[str] | None:
-    """The keywords `cls(...)` takes, following `**kwargs` through Keras' own base classes."""
-    names: list[str] = []
-    for klass in cls.__mro__:
-        init = vars(klass).get("__init__")
-        if init is None:
-            continue
-        if klass is object:
-            return names
-        try:
-            params = list(inspect.signature(init).parameters.values())[1:]  # after self
-        except (TypeError, ValueError):
-            return None
-        names += [n for n in _names(params) if n not in names]
-        if not _takes_any(params):
-            return names
-        if not klass.__module__.startswith("keras."):
-            return None  # the user's **kwargs: whatever it does with them is theirs
-    return names
-
-
-def task_problems(loss: str, metrics: Sequence[str], task: str) -> list[str]:
-    """Keras identifiers that do not fit the task (known once the feature spec exists)."""
-    problems = []
-    if loss and not is_ref(loss) and not fits_task(loss, task):
-        problems.append(f"loss {loss!r} does not fit a {task} task. Received: loss={loss!r}")
-    for i, m in enumerate(metrics):
-        if not is_ref(m) and not fits_task(m, task):
-            problems.append(
-                f"metrics[{i}] {m!r} does not fit a {task} task. Received: metrics[{i}]={m!r}"
-            )
-    return problems
-
-
-def _check_ref(ref: str, search_dir: Path | str | None, what: str) -> list[str]:
-    try:
-        obj = import_ref(ref, search_dir, what=what)
-    except RefError as exc:
-        return [str(exc)]
-    return [] if callable(obj) else [f"{ref!r} is not callable. Received: {type(obj).__name__}"]
-
-
-# ------------------------------------------------------------------ building
 def _with_logits(cls_or_fn: Any, from_logits: bool = True, **kwargs: Any) -> Any:
     """Keyword arguments with `from_logits` set when `cls_or_fn` takes that argument."""
     try:
@@ -331,7 +59,7 @@ def object_name(obj: Any) -> str:
     name = getattr(obj, "name", None)
     if isinstance(name, str) and name:
         return name
-    return _snake(getattr(obj, "__name__", type(obj).__name__))
+    return snake(getattr(obj, "__name__", type(obj).__name__))
 
 
 def keras_loss(obj: Any, from_logits: bool = True) -> Callable[[Any, Any], Any]:
@@ -378,7 +106,7 @@ def make_loss(
         label = value
     elif isinstance(value, str):
         if value not in loss_names():
-            raise RefError(_unknown("loss", value, loss_names()))
+            raise RefError(unknown_identifier("loss", value, loss_names()))
         fn = keras_loss(keras.losses.get(value), from_logits)
         one_hot = wants_one_hot(value)
         label = value
@@ -400,7 +128,7 @@ def make_loss(
             out = tf.reduce_mean(out, axis=list(range(1, out.shape.rank)))
         return out
 
-    per_example.__name__ = f"loss_{_snake(label.split(':')[-1])}"
+    per_example.__name__ = f"loss_{snake(label.split(':')[-1])}"
     # what the function itself receives from (labels, logits): check_objectives names it
     per_example.targets = (  # type: ignore[attr-defined]
         lambda labels, logits: targets(labels, logits, task, num_classes, one_hot))
@@ -463,7 +191,7 @@ def make_metrics(
     out: list[EvalMetric] = []
     seen = {"loss", "accuracy"}
     for v in values:
-        if isinstance(v, str) and v in _ACCURACY_ALIASES:
+        if isinstance(v, str) and v in ACCURACY_ALIASES:
             continue
         if not isinstance(v, str):
             metric = _keras_metric(v, from_logits)
@@ -482,7 +210,7 @@ def make_metrics(
             one_hot = False
         else:
             if v not in metric_names():
-                raise RefError(_unknown("metric", v, metric_names()))
+                raise RefError(unknown_identifier("metric", v, metric_names()))
             metric = _keras_metric(keras.metrics.get(v), from_logits, name=v)
             one_hot = wants_one_hot(v)
         if metric.name in seen:
@@ -541,7 +269,7 @@ def make_optimizer(value: Any, learning_rate: float, search_dir: Path | str | No
         opt = keras.optimizers.SGD(learning_rate, momentum=0.9)
     else:
         if value.lower() not in optimizer_names():
-            raise RefError(_unknown("optimizer", value, optimizer_names()))
+            raise RefError(unknown_identifier("optimizer", value, optimizer_names()))
         opt = keras.optimizers.get({"class_name": value.lower(), "config": {"learning_rate": learning_rate}})
     if not isinstance(opt, keras.optimizers.Optimizer):
         raise RefError(

@@ -14,11 +14,13 @@ on the step at which to checkpoint and stop, without an extra collective.
 
 Under mirrored and multi-worker mirrored strategies the step reduces its gradients and its totals
 itself, in one collective per step (graphs.gradient_sync, which also has the fp16 all-reduce).
+
+Beside it: how the step is compiled (graphs.step_options), what it counts (graphs.totals), the
+evaluation (graphs.eval_step).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from baton.graphs.feature_spec import FeatureSpec
@@ -29,105 +31,8 @@ from baton.graphs.gradient_sync import (
     install_fp16_allreduce,
     skip_optimizer_allreduce,
 )
-
-TOTALS = ("loss_sum", "correct", "examples", "stop")
-
-
-JIT_SCOPES = ("auto", "chunk", "step", "gradients")
-
-
-@dataclasses.dataclass(frozen=True)
-class StepOptions:
-    """How the per-replica step is compiled and how its gradients travel.
-
-    `jit_scope` says what XLA compiles when `jit_compile` is on: `chunk` all of a chunk's steps
-    as one XLA program (one replica only: the chunk's batches are read from the iterator first,
-    then every step runs inside XLA's own loop, so XLA fuses across the whole step and nothing
-    crosses between TensorFlow's executor and XLA per step), `step` the whole per-replica
-    step (forward, backward and the optimizer update) once per step, `gradients` the forward
-    and backward pass only, the update (and the gradient all-reduce inside it) running outside
-    XLA. `auto` picks `gradients` under multi-worker mirrored and parameter-server strategies,
-    whose updates run collectives or remote variable writes that XLA cannot compile (on CPU the
-    multi-worker all-reduce is a CollectiveGatherV2/CollectiveReduceV2 with no XLA kernel),
-    `chunk` under a one-replica strategy (one device, or the default strategy) for a small
-    model (graphs.executor.small: no convolution or pooling, few parameters), and `step`
-    otherwise: a convolution model ran its steps 16x slower as one XLA chunk than per step
-    (XLA's CPU convolutions inside its own loop), and the chunk reads its batches before its
-    steps instead of beside them. `executor` picks TensorFlow's executor for the chunk
-    (graphs.executor): `auto` runs it single-threaded where that fits (one replica on a
-    CPU-only machine).
-    """
-
-    jit_compile: bool = False  # XLA for the per-replica computation
-    fp16_allreduce: bool = False  # cast gradients to float16 for the cross-replica sum
-    jit_scope: str = "auto"  # auto | chunk | step | gradients (Python API; specs use auto)
-    executor: str = "auto"  # auto | single_threaded | default (graphs.executor)
-
-    def __post_init__(self) -> None:
-        from baton.graphs.executor import check_choice
-
-        if self.jit_scope not in JIT_SCOPES:
-            raise ValueError(
-                f"jit_scope must be one of {', '.join(JIT_SCOPES)}. "
-                f"Received: jit_scope={self.jit_scope!r}"
-            )
-        check_choice(self.executor)
-
-
-def resolve_jit_scope(options: StepOptions, strategy: Any, model: Any = None,
-                      batch: int = 1) -> str | None:
-    """What XLA compiles under `strategy`: "chunk", "step", "gradients", or None (XLA off).
-
-    `model` and its per-replica `batch`, when given, refine `auto` on one replica: `chunk`
-    only for a small model (graphs.executor.small), `step` for the others.
-    """
-    from baton.graphs.executor import small
-
-    if not options.jit_compile:
-        return None
-    if options.jit_scope != "auto":
-        return options.jit_scope
-    import tensorflow as tf
-
-    multi_worker = (
-        tf.distribute.MultiWorkerMirroredStrategy,
-        tf.distribute.experimental.ParameterServerStrategy,
-    )
-    if isinstance(strategy, multi_worker):
-        return "gradients"
-    if one_replica(strategy) and (model is None or small(model, batch)):
-        return "chunk"
-    return "step"
-
-
-def one_replica(strategy: Any) -> bool:
-    """One replica on this process, with no cross-device reduction in its step: the
-    one-device strategy or the default (no) strategy. The `chunk` XLA scope needs it."""
-    import tensorflow as tf
-
-    return isinstance(strategy, tf.distribute.OneDeviceStrategy) or (
-        type(strategy).__name__ == "_DefaultDistributionStrategy")
-
-
-def loss_per_example(task: str, labels: Any, logits: Any) -> Any:
-    """Per-example loss: softmax cross-entropy on class ids, or squared error for regression."""
-    import tensorflow as tf
-
-    logits = tf.cast(logits, tf.float32)
-    if task == "regression":
-        return tf.square(tf.cast(labels, tf.float32) - logits[:, 0])
-    return tf.nn.sparse_softmax_cross_entropy_with_logits(
-        labels=tf.cast(labels, tf.int64), logits=logits
-    )
-
-
-def correct_count(task: str, labels: Any, logits: Any) -> Any:
-    import tensorflow as tf
-
-    if task == "regression":
-        return tf.constant(0.0)
-    hits = tf.equal(tf.argmax(logits, axis=-1), tf.cast(labels, tf.int64))
-    return tf.reduce_sum(tf.cast(hits, tf.float32))
+from baton.graphs.step_options import StepOptions, one_replica, resolve_jit_scope
+from baton.graphs.totals import TOTALS, correct_count, loss_per_example
 
 
 def make_train_chunk(
@@ -364,46 +269,6 @@ def _host_clock(after: list[Any]) -> Any:
         return tf.py_function(lambda: time.perf_counter(), [], tf.float64)
 
 
-def xla_compiled_functions(fn: Any) -> list[str]:
-    """Names of the functions that XLA must compile in every graph `fn` (a tf.function) traced.
-
-    A function traced with `jit_compile=True` carries `_XlaMustCompile: true`; the runtime then
-    compiles it with XLA or fails, it never falls back silently. Empty: nothing is compiled.
-    """
-    names: set[str] = set()
-    for concrete in fn._list_all_concrete_functions():  # noqa: SLF001 - the traced graphs
-        for f in concrete.graph.as_graph_def().library.function:
-            attr = f.attr.get("_XlaMustCompile")
-            if attr is not None and attr.b:
-                names.add(f.signature.name)
-    return sorted(names)
-
-
-def xla_failure(exc: BaseException) -> str | None:
-    """What XLA could not compile, in one line, when `exc` is XLA refusing the step; else None.
-
-    TensorFlow's own message is dozens of lines (the node, twice, then the graph's name and
-    every function around it); the cause is one op: one with no XLA kernel on this device (a
-    string op, a `tf.py_function`), or one whose XLA kernel is not deterministic while
-    TensorFlow's op determinism is on (max-pooling's gradient).
-    """
-    import re
-
-    msg = str(getattr(exc, "message", "") or exc)
-    node = re.search(r"\{\{node ([^}]+)\}\}", msg)
-    where = f" (node {node.group(1)})" if node else ""
-    missing = re.search(r"on (XLA_\w+_JIT): (\w+) \(", msg)
-    if missing:
-        return (f"XLA has no kernel for the op {missing.group(2)} on {missing.group(1)}{where}: "
-                "set jit_compile: false to train this model without XLA")
-    nondeterministic = re.search(r"([^\n:]*do not yet have a deterministic XLA implementation)",
-                                 msg)
-    if nondeterministic:
-        return (f"{nondeterministic.group(1).strip()}{where}, and op determinism is on "
-                "(deterministic: true): set deterministic: false, or jit_compile: false")
-    return None
-
-
 def _gradient_sources(variables: list[Any]) -> tuple[list[Any], list[int]]:
     """Tape sources for Keras variables; a variable sharded over PS tasks contributes its shards.
 
@@ -436,105 +301,4 @@ def _regroup(grads: list[Any], spans: list[int]) -> list[Any]:
         else:
             out.append(tf.concat([tf.convert_to_tensor(g) for g in grads[i : i + n]], axis=0))
             i += n
-    return out
-
-
-def make_eval_fn(model: Any, spec: FeatureSpec, loss_fn: Any = None, metrics: Any = (),
-                 executor: str | None = None) -> Any:
-    """A `tf.function(dataset) -> [loss_sum, correct, examples]` over a whole (finite) dataset.
-
-    It runs outside `strategy.run` on purpose: every task can evaluate its own copy without a
-    collective, and the chief alone records the result. `loss_fn` as in `make_train_chunk`;
-    `metrics` (graphs.objectives.EvalMetric) are updated on every batch: reset them before a
-    call and read them after. `executor`: graphs.executor.decide's choice (None: TensorFlow's
-    default executor); the trainer passes the train chunk's.
-    """
-    import tensorflow as tf
-
-    from baton.graphs.executor import on_executor
-
-    task = spec.label.task
-    per_example = loss_fn or (lambda labels, logits: loss_per_example(task, labels, logits))
-
-    @tf.autograph.experimental.do_not_convert  # straight-line, as in make_train_chunk
-    def eval_batch(features: Any, labels: Any) -> Any:
-        logits = model(features, training=False)
-        per_ex = per_example(labels, logits)
-        for metric in metrics:
-            metric.update(labels, logits)
-        return tf.stack(
-            [
-                tf.reduce_sum(per_ex),
-                correct_count(task, labels, logits),
-                tf.cast(tf.shape(per_ex)[0], tf.float32),
-            ]
-        )
-
-    @tf.function
-    def over(iterator: Any, batches: Any) -> Any:  # the next `batches` batches
-        totals = tf.zeros([3], tf.float32)
-        for _ in tf.range(batches):
-            features, labels = next(iterator)
-            totals += eval_batch(features, labels)
-        return totals
-
-    @tf.function
-    def over_part(iterator: Any, batches: Any, lo: Any, hi: Any) -> Any:
-        """The next `batches` batches, evaluating only those numbered [lo, hi) (one worker's
-        part of a split shared out by strategies.eval_shards); the others are read past."""
-        totals = tf.zeros([3], tf.float32)
-        for k in tf.range(batches):
-            features, labels = next(iterator)
-            if k >= lo and k < hi:
-                totals += eval_batch(features, labels)
-        return totals
-
-    over = on_executor(over, executor)
-    over_part = on_executor(over_part, executor)
-    kept: dict[str, Any] = {}
-
-    def evaluate(dataset: Any, part: tuple[int, int] | None = None,
-                 batches: int | None = None) -> Any:
-        # The iterator is made eagerly and looped over in-graph (as Keras' evaluate hands its
-        # iterator to the test function): a dataset iterated inside the tf.function took ~5x
-        # as long here (4,096 examples of a small model: 63 ms against 13 ms), per eval.
-        # Every evaluation of one dataset reads its batch count (counted once, on the input
-        # pipeline alone) from one iterator over `dataset.repeat()`: the same batches in the
-        # same order, from a pipeline started once that prefetches the next pass while
-        # training runs. A fresh iterator per epoch restarted the pipeline each time, and a
-        # loop until the iterator ends pays a conditional per batch: 6.5 ms per eval of the
-        # own-model bench at batch 256, 3.5 ms this way.
-        # `part`: evaluate only the batches numbered [lo, hi) of the pass. `batches`: the
-        # dataset's batch count where the caller has counted it already (a pass saved).
-        if kept.get("dataset") is not dataset:
-            n = count_batches(dataset) if batches is None else batches
-            kept.update(dataset=dataset, batches=tf.constant(n, tf.int32),
-                        iterator=iter(dataset.repeat()))
-        if part is not None:
-            return over_part(kept["iterator"], kept["batches"],
-                             tf.constant(part[0], tf.int32), tf.constant(part[1], tf.int32))
-        return over(kept["iterator"], kept["batches"])
-
-    return evaluate
-
-
-def count_batches(dataset: Any) -> int:
-    """Elements in a finite `dataset`: its cardinality when tf.data knows it, else counted."""
-    import tensorflow as tf
-
-    n = int(dataset.cardinality())
-    if n == tf.data.INFINITE_CARDINALITY:
-        raise ValueError(f"the eval dataset must be finite. Received: {dataset.element_spec}")
-    if n >= 0:
-        return n
-    return int(dataset.reduce(tf.constant(0, tf.int64), lambda count, _: count + 1))
-
-
-def totals_to_metrics(totals: Any, task: str) -> dict[str, float]:
-    """`{"loss": mean loss, "accuracy": ...}` from summed totals (accuracy for classification)."""
-    loss_sum, correct, n = (float(x) for x in list(totals)[:3])
-    n = max(n, 1.0)
-    out = {"loss": loss_sum / n}
-    if task != "regression":
-        out["accuracy"] = correct / n
     return out

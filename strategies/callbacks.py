@@ -27,7 +27,7 @@ from typing import Any
 import keras
 
 from baton.graphs import summaries
-from baton.graphs.objectives import check_arguments
+from baton.graphs.objective_checks import check_arguments
 from baton.graphs.user_refs import RefError, import_ref, is_ref
 from baton.strategies import faults
 

@@ -107,6 +107,13 @@ class TrainJob:
 
         return FeatureSpec.from_dict(self.feature_spec)
 
+    def data(self) -> Any:
+        """The job's data as the graph side reads it (graphs.training_data.TrainingData)."""
+        from baton.graphs.training_data import TrainingData
+
+        return TrainingData(self.feature_spec, self.transformed_dir, self.synthetic_examples,
+                            self.settings.cache)
+
     def steps_per_epoch(self) -> int:
         n = self.num_train_examples or self.synthetic_examples
         if n < self.settings.batch_size:
@@ -128,14 +135,21 @@ class TrainJob:
 
 def count_examples(job: TrainJob, split: str = "train") -> int:
     """Rows in a split of the transformed data (one pass; done once, before tasks start)."""
-    import tensorflow as tf
+    return job.data().count(split)
 
-    if not job.transformed_dir:
-        return job.synthetic_examples
-    ds = _make_dataset(job, split, 1024, shuffle=False, input_context=None)
-    return int(
-        ds.reduce(tf.constant(0, tf.int64), lambda n, b: n + tf.shape(b[1], out_type=tf.int64)[0])
-    )
+
+def counted(job: TrainJob) -> TrainJob:
+    """`job` with its training rows counted (once, before any task starts); a batch larger than
+    the split is refused (StageError)."""
+    from baton.errors import StageError
+
+    n = count_examples(job)
+    if n < job.settings.batch_size:
+        raise StageError(
+            f"batch_size must not exceed the {n} training examples. "
+            f"Received: batch_size={job.settings.batch_size}"
+        )
+    return dataclasses.replace(job, num_train_examples=n)
 
 
 def with_example_count(job: TrainJob) -> TrainJob:
@@ -163,14 +177,13 @@ def row_table(job: TrainJob) -> Any:
     from baton.graphs import row_table as rt
 
     rows = job.num_train_examples if job.transformed_dir else job.synthetic_examples
-    if job.balance != "auto" or not rt.fits(rows, job.spec()):
+    data = job.data()
+    if job.balance != "auto" or not rt.fits(rows, data.spec):
         return None
     if job.transformed_dir:
-        from baton.graphs.input_pipeline import read_chunks
-
-        return rt.RowTable(lambda: read_chunks(job.transformed_dir, "train", job.spec()))
-    return rt.RowTable(lambda: _make_dataset(job, "train", 4096, shuffle=False,
-                                             input_context=None, cache=False))
+        return rt.RowTable(lambda: data.chunks("train"))
+    return rt.RowTable(lambda: data.dataset("train", 4096, shuffle=False, input_context=None,
+                                            cache=False))
 
 
 def dataset_fns(job: TrainJob, table: Any = None) -> tuple[Any, Any]:
@@ -188,12 +201,14 @@ def dataset_fns(job: TrainJob, table: Any = None) -> tuple[Any, Any]:
     """
     import tensorflow as tf
 
+    data = job.data()
+
     def balanced_ds(skip: int, ctx: Any) -> Any:
         if table is not None:
             ds = table.index_stream(job.settings.batch_size, job.settings.seed, skip)
         else:
-            ds = _make_dataset(job, "train", job.settings.batch_size, shuffle=True, input_context=None,
-                               seed=job.settings.seed, repeat=True)
+            ds = data.dataset("train", job.settings.batch_size, shuffle=True, input_context=None,
+                              seed=job.settings.seed, repeat=True)
             ds = ds.skip(skip) if skip else ds
         local = ctx.num_replicas_in_sync // ctx.num_input_pipelines if ctx is not None else 1
         if local > 1:  # replicas of one task take consecutive elements: give each the batch
@@ -211,17 +226,16 @@ def dataset_fns(job: TrainJob, table: Any = None) -> tuple[Any, Any]:
         batch = (
             ctx.get_per_replica_batch_size(job.settings.batch_size) if ctx is not None else job.settings.batch_size
         )
-        ds = _make_dataset(
-            job, "train", batch, shuffle=True, input_context=ctx, seed=job.settings.seed, repeat=True
-        )
+        ds = data.dataset("train", batch, shuffle=True, input_context=ctx, seed=job.settings.seed,
+                          repeat=True)
         return ds.skip(skip) if skip else ds
 
     def sliced_ds(skip: int, ctx: Any) -> Any:
         """The global batches of one stream (as `balanced_ds` reads it), each cut into equal
         per-replica slices of which this task keeps its replicas' (in their order: a task's
         local replicas take consecutive elements)."""
-        ds = _make_dataset(job, "train", job.settings.batch_size, shuffle=True, input_context=None,
-                           seed=job.settings.seed, repeat=True)
+        ds = data.dataset("train", job.settings.batch_size, shuffle=True, input_context=None,
+                          seed=job.settings.seed, repeat=True)
         ds = ds.skip(skip) if skip else ds
         if ctx is None:
             return ds
@@ -248,7 +262,7 @@ def dataset_fns(job: TrainJob, table: Any = None) -> tuple[Any, Any]:
         return ds.with_options(options)
 
     def eval_ds() -> Any:
-        ds = _make_dataset(job, "eval", job.settings.eval_batch_size, shuffle=False, input_context=None)
+        ds = data.dataset("eval", job.settings.eval_batch_size, shuffle=False, input_context=None)
         return ds.take(job.settings.eval_steps) if job.settings.eval_steps else ds
 
     if job.balance == "auto":
@@ -258,39 +272,6 @@ def dataset_fns(job: TrainJob, table: Any = None) -> tuple[Any, Any]:
 
 def finite_split(job: TrainJob, split: str) -> Any:
     """One pass over a split in file order, in training batches: where the non-finite guard
-    looks for the first non-finite feature (strategies.nonfinite_guard)."""
-    return _make_dataset(job, split, job.settings.batch_size, shuffle=False, input_context=None,
-                         cache=False)
-
-
-def _make_dataset(
-    job: TrainJob,
-    split: str,
-    batch: int,
-    *,
-    shuffle: bool,
-    input_context: Any,
-    seed: int = 0,
-    repeat: bool = False,
-    cache: bool | None = None,
-) -> Any:
-    if job.transformed_dir:
-        from baton.graphs.input_pipeline import make_dataset
-
-        return make_dataset(
-            job.transformed_dir,
-            split,
-            job.spec(),
-            batch,
-            shuffle=shuffle,
-            repeat=repeat,
-            seed=seed,
-            input_context=input_context,
-            cache=job.settings.cache if cache is None else cache,
-        )
-    from baton.graphs.synthetic import synthetic_dataset
-
-    n = job.synthetic_examples if split == "train" else max(job.synthetic_examples // 4, 1)
-    return synthetic_dataset(
-        job.spec(), n, batch, seed=seed, shuffle=shuffle, repeat=repeat, input_context=input_context
-    )
+    looks for the first non-finite feature (graphs.nonfinite_guard)."""
+    return job.data().dataset(split, job.settings.batch_size, shuffle=False, input_context=None,
+                              cache=False)

@@ -2,7 +2,7 @@
 
 The launcher starts every task of a ClusterSpec as its own process group with its own TF_CONFIG
 (the exact JSON the Kubeflow operator injects), prefixes each output line with the task name (with
-BATON_LOG_FORMAT=json: relays it as a record with a `task` field, see `_Sink`), and supervises the
+BATON_LOG_FORMAT=json: relays it as a record with a `task` field, see `TaskLines`), and supervises the
 group the way the operator's restart policy would:
 
 - synchronous strategies (multi-worker mirrored): any task that dies takes the whole group down;
@@ -29,7 +29,8 @@ dies if the launcher itself is killed with SIGKILL. Only pids started here are e
 Each task is pinned to its own share of the cores and a straggler is rehearsed by CPU quota or
 signals (strategies.local_tasks). The processes are run by `strategies.supervisor.ProcessGroup` (one per attempt) and the rules
 above are its `GroupRestart` policy (`policy_for`); this module only builds the tasks' commands,
-environments and logs, follows the chief's step, injects faults and reports.
+environments and logs, follows the chief's step, injects faults and reports. What a launch is
+asked and answers is strategies.launch_config; the tasks' output lines, strategies.task_lines.
 """
 
 from __future__ import annotations
@@ -37,9 +38,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import json
-import logging
 import os
-import re
 import sys
 import threading
 import time
@@ -47,161 +46,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
-from baton import logs
 from baton.errors import EXIT_FAILED, EXIT_PREEMPTED
 from baton.strategies import elastic, local_tasks
-from baton.strategies.cluster import ClusterSpec, ClusterSpecError, TaskId, TFConfig
-from baton.strategies.factory import MULTI_WORKER_MIRRORED, PARAMETER_SERVER
-from baton.strategies.faults import Fault
+from baton.strategies.cluster import ClusterSpec, TaskId, TFConfig
+from baton.strategies.exits import describe
 from baton.strategies.inventory import TASKS_ON_NODE_ENV
+from baton.strategies.launch_config import LaunchConfig, LaunchResult
 from baton.strategies.preemption import stop_on_sigterm
 from baton.strategies.restart_policies import Action, GroupRestart, Verdict
-from baton.strategies.slowdown import Slowdown
-from baton.strategies.supervisor import Command, Exit, ProcessGroup, describe
+from baton.strategies.supervisor import Command, Exit, ProcessGroup
+from baton.strategies.task_lines import TaskLines
 
 PERMANENT_EXIT = EXIT_FAILED
 PREEMPTED_EXIT = EXIT_PREEMPTED
 ERROR_FILE_ENV = "BATON_ERROR_FILE"  # where a task leaves its one-line error (baton task)
-
-
-@dataclasses.dataclass(frozen=True)
-class LaunchConfig:
-    workers: int
-    strategy: str = MULTI_WORKER_MIRRORED  # a factory.STRATEGIES name
-    ps: int = 0
-    max_restarts: int = 3
-    fault: Fault | None = None
-    state_dir: Path = Path(".launcher")
-    grace_seconds: float = 5.0
-    preempt_grace_seconds: float = 60.0  # SIGTERM: how long the tasks get to save and exit
-    worker_restart_delay: float = 1.0
-    extra_env: dict[str, str] = dataclasses.field(default_factory=dict)
-    slowdown: Slowdown | None = None  # a straggler rehearsed from outside (strategies.slowdown)
-    # Elastic multi-worker mirrored (strategies/elastic.py): continue while this many workers
-    # remain (None: all `workers` are needed); a lost node's replacement is available this many
-    # seconds after the loss (None: never).
-    min_workers: int | None = None
-    replacement_after_s: float | None = None
-    global_batch_size: int = 0  # examples/s of each segment in the result (0: steps/s only)
-    # Pin each task to its own share of this machine's cores (strategies.inventory.core_sets),
-    # as the nodes the tasks stand for would have; off, or fewer cores than tasks: all share.
-    pin_cores: bool = True
-
-    def __post_init__(self) -> None:
-        if self.min_workers is None:
-            return
-        if self.parameter_server:
-            raise ClusterSpecError(
-                "min_workers needs strategy multi_worker_mirrored (parameter-server workers are "
-                f"restarted alone). Received: min_workers={self.min_workers}, "
-                f"strategy={self.strategy}"
-            )
-        if not 1 <= self.min_workers <= self.workers:
-            raise ClusterSpecError(
-                f"min_workers must be between 1 and workers={self.workers}. "
-                f"Received: min_workers={self.min_workers}"
-            )
-
-    @property
-    def parameter_server(self) -> bool:
-        return self.strategy == PARAMETER_SERVER
-
-    @property
-    def elastic(self) -> bool:
-        return self.min_workers is not None and self.min_workers < self.workers
-
-    def cluster(self, workers: int | None = None) -> ClusterSpec:
-        """The cluster at full size, or (multi-worker mirrored) with `workers` workers."""
-        if self.parameter_server:
-            return ClusterSpec.local(workers=self.workers, ps=self.ps, chief=True)
-        return ClusterSpec.local(workers=self.workers if workers is None else workers)
-
-
-@dataclasses.dataclass
-class LaunchResult:
-    ok: bool
-    error: str = ""
-    preempted: bool = False  # SIGTERM seen: the training tasks were asked to save and stop
-    restarts: int = 0
-    worker_restarts: int = 0
-    events: list[str] = dataclasses.field(default_factory=list)
-    seconds: float = 0.0
-    # strategies.elastic: resize events (step, workers before/after, reason, resumed_from) and
-    # one segment per attempt (workers, resumed_from, last step, steps/s and examples/s)
-    elastic: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-    segments: list[dict[str, Any]] = dataclasses.field(default_factory=list)
-
-    placement: dict[str, list[int]] = dataclasses.field(default_factory=dict)  # task -> cores
-    slowdown: dict[str, Any] = dataclasses.field(default_factory=dict)  # how it was applied
-
-    def summary(self) -> dict[str, Any]:
-        return {
-            "ok": self.ok,
-            "placement": self.placement,
-            "slowdown": self.slowdown,
-            "restarts": self.restarts,
-            "worker_restarts": self.worker_restarts,
-            "events": self.events[-20:],
-            "seconds": round(self.seconds, 2),
-            "elastic": self.elastic,
-            "segments": self.segments,
-        }
-
-
-class _Sink:
-    """Prefixes each output line with its task and writes it to the stream, with the launcher's
-    own lines as `[launcher] ...`.
-
-    With BATON_LOG_FORMAT=json (`logs.json_output()`) every line is a record of the
-    `baton.strategies.launcher` logger instead, through the one log handler (not `stream`): the
-    launcher's own lines; a task's line that is already a JSON record (a `baton task` in JSON
-    mode) passed on as that object with `task` added, at its own level; any other task line
-    (TensorFlow's C++ log) as a record with `task` and the line as `message`.
-    """
-
-    def __init__(self, stream: IO[str], quiet: bool):
-        self.stream, self.quiet = stream, quiet
-        self.lock = threading.Lock()
-        self.json = logs.json_output()
-
-    def line(self, name: str, line: str) -> None:
-        if line and not self.quiet and not _noise(line):
-            if self.json:
-                _relay(name, line)
-                return
-            with self.lock:
-                self.stream.write(f"  [{name}] {line}\n")
-                self.stream.flush()
-
-    def say(self, text: str) -> None:
-        if not self.quiet:
-            if self.json:
-                _LOG.info(text)
-                return
-            with self.lock:
-                self.stream.write(f"  [launcher] {text}\n")
-                self.stream.flush()
-
-
-_LOG = logs.get("strategies.launcher")
-_GLOG = re.compile(r"([IWEF])\d{4} ")  # TF's C++ log lines: `W0000 00:00:...` (glog/absl)
-_GLOG_LEVELS = {"I": logging.INFO, "W": logging.WARNING, "E": logging.ERROR, "F": logging.CRITICAL}
-
-
-def _relay(task: str, line: str) -> None:
-    """One output line of `task` as a record (JSON mode): a JSON object is passed on as it came."""
-    record: Any = None
-    if line.startswith("{"):
-        with contextlib.suppress(ValueError):
-            record = json.loads(line)
-    if isinstance(record, dict):
-        level = logging.getLevelName(str(record.get("level", "INFO")).upper())
-        _LOG.log(level if isinstance(level, int) else logging.INFO, "%s",
-                 record.get("message", ""), extra={"task": task, logs.RELAYED: record})
-        return
-    prefix = _GLOG.match(line)
-    _LOG.log(_GLOG_LEVELS[prefix.group(1)] if prefix else logging.INFO, "%s", line,
-             extra={"task": task})
 
 
 def policy_for(config: LaunchConfig, cluster: ClusterSpec) -> GroupRestart:
@@ -227,7 +85,7 @@ def launch(
     on_step: Callable[[int], None] | None = None,
 ) -> LaunchResult:
     """Run the cluster to completion (or to the end of the retry budget); always tears down."""
-    sink = _Sink(stream or sys.stderr, quiet)
+    sink = TaskLines(stream or sys.stderr, quiet)
     state = config.state_dir
     (state / "logs").mkdir(parents=True, exist_ok=True)
     status_file = state / "status.json"
@@ -392,7 +250,7 @@ def _supervise(
     group: ProcessGroup,
     policy: GroupRestart,
     start: Callable[[TaskId, Path], Command],
-    sink: _Sink,
+    sink: TaskLines,
     status_file: Path,
     attempt: int,
     result: LaunchResult,
@@ -450,7 +308,7 @@ def _supervise(
             group.start(ended.name, start(task, log))
 
 
-def _admit(config: LaunchConfig, group: ProcessGroup, sink: _Sink, step: int | None) -> Verdict:
+def _admit(config: LaunchConfig, group: ProcessGroup, sink: TaskLines, step: int | None) -> Verdict:
     """Capacity is back: ask every worker to save a backup at its next step boundary and stop
     (the preemption path), so the group can start again at full size from that backup."""
     names = group.names
@@ -468,7 +326,7 @@ def _admit(config: LaunchConfig, group: ProcessGroup, sink: _Sink, step: int | N
     )
 
 
-def _preempt(config: LaunchConfig, group: ProcessGroup, chief: str, sink: _Sink) -> Verdict:
+def _preempt(config: LaunchConfig, group: ProcessGroup, chief: str, sink: TaskLines) -> Verdict:
     """SIGTERM the training tasks, wait for them to save and exit; the caller stops the rest.
 
     Under the parameter-server strategy only the coordinator trains (and saves: the variables
@@ -525,28 +383,3 @@ def _read_status(path: Path) -> elastic.Status | None:
                       None if first is None else (float(first[0]), int(first[1])))
     except (OSError, ValueError, KeyError, TypeError, AttributeError, IndexError):
         return None
-
-
-_NOISE = (
-    "cpu_feature_guard",
-    "To enable the following instructions",
-    "oneDNN custom operations",
-    "cudart_stub",
-    "cuda_platform",
-    "Could not find cuda",
-    "generator_dataset_op",
-    "rebuild TensorFlow with",
-    "absl::InitializeLog",
-    "WARNING: All log messages before",
-    "function_handle_cache",
-    "use_unbounded_threadpool",
-    "Failed to register function remotely",
-    "Failed to remove function remotely",
-    "Additional GRPC error information",
-    ":UNKNOWN:Error received from peer",
-    "This could happen if the remote target",
-)
-
-
-def _noise(line: str) -> bool:
-    return any(n in line for n in _NOISE)

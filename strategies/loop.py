@@ -26,7 +26,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from baton.graphs.steps import totals_to_metrics
+from baton.graphs.totals import totals_to_metrics
 from baton.strategies import faults
 from baton.strategies.backup import Backup
 from baton.strategies.objectives import Objectives
@@ -70,7 +70,7 @@ class TrainResult:
     info: dict[str, Any] = dataclasses.field(default_factory=dict)  # extra train_info fields
 
 
-ZERO_TOTALS = (0.0, 0.0, 0.0, 0.0)  # graphs.steps.TOTALS: loss sum, correct, examples, stops
+ZERO_TOTALS = (0.0, 0.0, 0.0, 0.0)  # graphs.totals.TOTALS: loss sum, correct, examples, stops
 
 
 class LoopCore:
@@ -84,7 +84,7 @@ class LoopCore:
             training only).
         role: this process's role (backups, the chief's side effects, the fault to fire).
         objectives: the spec's loss, metrics and callbacks (strategies.objectives).
-        on_nonfinite: `fail` or `restore` (strategies.nonfinite_guard).
+        on_nonfinite: `fail` or `restore` (graphs.nonfinite_guard).
         finite_split: one pass over a split, where the guard looks for a non-finite feature.
         writes_backup: whether this process writes the backup (the chief, the coordinator).
         background: whether backups may be written off the training thread.
@@ -104,8 +104,8 @@ class LoopCore:
         writes_backup: bool,
         background: bool = False,
     ) -> None:
+        from baton.graphs.nonfinite_guard import NonFiniteGuard
         from baton.graphs.objectives import check_objectives
-        from baton.strategies.nonfinite_guard import NonFiniteGuard
 
         self.spec, self.role = spec, role
         with strategy.scope():

@@ -58,7 +58,7 @@ class Objectives:
 
     def loss_or_builtin(self, task: str) -> Callable[[Any, Any], Any]:
         """The per-example loss training uses (the built-in when `loss` is None)."""
-        from baton.graphs.steps import loss_per_example
+        from baton.graphs.totals import loss_per_example
 
         return self.loss or (lambda labels, logits: loss_per_example(task, labels, logits))
 

@@ -23,13 +23,7 @@ from collections.abc import Callable
 from typing import Any
 
 from baton.errors import Preempted
-from baton.graphs.steps import (
-    StepOptions,
-    make_eval_fn,
-    make_train_chunk,
-    totals_to_metrics,
-    xla_compiled_functions,
-)
+from baton.graphs.program import compile_program
 from baton.strategies.loop import DatasetFn, LoopCore, TaskRole, TrainResult
 from baton.strategies.objectives import Objectives
 
@@ -61,7 +55,7 @@ def train(
     loss, metrics and callbacks. Callbacks run on the coordinator, at every fetched closure and
     every epoch end; `model.stop_training` stops the scheduling, and training ends once the
     closures in flight have run. A non-finite loss stops the scheduling
-    (strategies.nonfinite_guard), as in the synchronous loop.
+    (graphs.nonfinite_guard), as in the synchronous loop.
     """
     import tensorflow as tf
 
@@ -75,6 +69,9 @@ def train(
     # collectives on the PS tasks)
     core = LoopCore(strategy, build, spec, eval_ds, role, objectives, job.settings.on_nonfinite,
                     finite_split, writes_backup=True)
+    program = compile_program(core.model, core.optimizer, spec, core.objectives.loss,
+                              core.metrics, job.settings.batch_size, strategy)
+    chunk, evaluate = program.chunk, program.evaluate
     model, optimizer = core.model, core.optimizer
     # The step is the coordinator's count of steps in closures that completed, kept in the
     # backup's state: `optimizer.iterations` is no count to resume from here, because Keras
@@ -89,14 +86,8 @@ def train(
     # so per-worker positions are not recorded; `step / workers` batches is their mean.
     skip = step // max(job_workers(strategy), 1)
     iterator = per_worker_iterator(coordinator, strategy, train_ds, skip=skip)
-    chunk = make_train_chunk(
-        model, optimizer, spec, job.settings.batch_size, strategy, StepOptions(),
-        core.objectives.loss,
-    )
-    evaluate = make_eval_fn(model, spec, core.objectives.loss, core.metrics)
     guard = core.guard
     start = time.perf_counter()
-    task = spec.label.task
     writer = tf.summary.create_file_writer(str(role.logs_dir)) if role.logs_dir else None
     state = cbs.LoopState(step, total, spe, job.settings.batch_size, core.history,
                           extra=lambda: {"step": state.step, "epoch_totals": core.epoch_totals})
@@ -150,7 +141,7 @@ def train(
                 # (below); a backup at its last step without the record lost it from history.
                 preempted = True
                 break
-            callbacks.on_train_batch_end((state.step - 1) % spe, totals_to_metrics(totals, task))
+            callbacks.on_train_batch_end((state.step - 1) % spe, program.metrics(totals))
             stopped = stopped or bool(getattr(model, "stop_training", False))
         coordinator.join()
         step = state.step = scheduled if stopped else epoch_end
@@ -158,7 +149,7 @@ def train(
             guard.restore()
             break
         record = core.close_epoch(-(-step // spe), step,
-                                  lambda: evaluate(core.eval_data).numpy())
+                                  lambda: evaluate(core.eval_data).numpy())  # type: ignore[misc]
         if record is None:
             rolled_back = True
             break
@@ -173,7 +164,7 @@ def train(
         stopped_early=(stopped or rolled_back) and step < total,
         info={
             "optimizer_iterations": int(optimizer.iterations.numpy()),
-            "xla_compiled": xla_compiled_functions(chunk),
+            "xla_compiled": program.info()["xla_compiled"],
             "embedding_devices": {
                 v.path: v.value.device for v in model.weights if "embedding" in v.path
             },

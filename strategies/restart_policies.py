@@ -25,7 +25,8 @@ from collections.abc import Collection, Mapping
 from typing import Protocol
 
 from baton.errors import EXIT_FAILED
-from baton.strategies.supervisor import Exit, ProcessGroup, is_retryable
+from baton.strategies.exits import is_retryable
+from baton.strategies.supervisor import Exit, ProcessGroup
 
 
 class Action(enum.Enum):

@@ -72,7 +72,7 @@ class TrainSettings:
     callbacks: tuple[Any, ...] = ()  # Keras callback names, {class_name, config}, "module:fn"
     seed: int = 42
     # a non-finite training or eval loss: fail the stage, or restore the last epoch whose
-    # losses were finite and end training there (docs/training.md, strategies.nonfinite_guard)
+    # losses were finite and end training there (docs/training.md, graphs.nonfinite_guard)
     on_nonfinite: Literal["fail", "restore"] = "fail"
     steps_per_execution: int = 20
     backup_every: int = 0

@@ -23,7 +23,8 @@ reused): no process outlives its member. Only process groups this object created
 signalled. With `die_with_parent` each child also gets PR_SET_PDEATHSIG, so it dies even if the
 supervising process is killed with SIGKILL.
 
-What to do when a member exits is a restart policy's decision (strategies/restart_policies.py:
+How a process ended is told by strategies.exits, and what it left running is found and killed
+by strategies.processes. What to do when a member exits is a restart policy's decision (strategies/restart_policies.py:
 the local cluster's `GroupRestart` and the operator's `ReplicaRestart`); the caller carries it
 out, since it knows how to rebuild a member's command.
 """
@@ -42,96 +43,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-KILL_WAIT_SECONDS = 5.0  # after SIGKILL: how long to wait for the kernel to end a process
-MESSAGE_LIMIT = 4096  # characters of a termination message kept (the kubelet keeps 4096 bytes)
-
-
-def descendants(pid: int) -> list[tuple[int, str]]:
-    """Every live descendant of `pid` as (pid, start time), read from /proc: also those that
-    left its process group for a session of their own (Flower's superexec and the app
-    processes it spawns do), which a signal to the group does not reach. The start time tells a
-    reused pid from the process seen here (`kill_leftovers`)."""
-    children: dict[int, list[int]] = {}
-    for d in os.listdir("/proc"):
-        if not d.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{d}/stat").read_text()
-            ppid = int(stat[stat.rfind(")") + 2:].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(ppid, []).append(int(d))
-    out, todo = [], [pid]
-    while todo:
-        for c in children.get(todo.pop(), []):
-            started = _start_time(c)
-            if started:
-                out.append((c, started))
-            todo.append(c)
-    return out
-
-
-def _pgid(pid: int) -> int:
-    try:
-        return os.getpgid(pid)
-    except (ProcessLookupError, PermissionError):
-        return -1
-
-
-def _start_time(pid: int) -> str:
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return ""
-    return stat[stat.rfind(")") + 2:].split()[19]
-
-
-def kill_leftovers(seen: Sequence[tuple[int, str]], wait: float = 2.0) -> list[int]:
-    """SIGKILL the processes of `seen` still alive after `wait` seconds (those that watch their
-    parent exit by themselves within it); a pid now held by another process is left alone.
-    Returns the pids killed."""
-    deadline = time.monotonic() + wait
-    alive = list(seen)
-    while alive and time.monotonic() < deadline:
-        alive = [(pid, st) for pid, st in alive if _start_time(pid) == st]
-        if alive:
-            time.sleep(0.1)
-    killed = []
-    for pid, st in alive:
-        if _start_time(pid) == st:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-                killed.append(pid)
-    return killed
-
-
-def read_message(path: Path | None) -> str:
-    """A command's termination message, stripped and capped at MESSAGE_LIMIT; "" if it left
-    none (or it cannot be read: the exit code still tells what happened)."""
-    if path is None:
-        return ""
-    try:
-        return path.read_text(errors="replace").strip()[:MESSAGE_LIMIT]
-    except OSError:
-        return ""
-
-
-def exit_code(returncode: int) -> int:
-    """Popen's -N for "killed by signal N" becomes the kubelet's 128+N (SIGKILL -> 137)."""
-    return 128 - returncode if returncode < 0 else returncode
-
-
-def describe(returncode: int) -> str:
-    """`signal SIGKILL` for Popen's -9, `code 143` for an exit code."""
-    if returncode < 0:
-        with contextlib.suppress(ValueError):
-            return f"signal {signal.Signals(-returncode).name}"
-    return f"code {returncode}"
-
-
-def is_retryable(code: int) -> bool:
-    """The operator's IsRetryableExitCode: 128 and above (signals, e.g. preemption) are retried."""
-    return code >= 128
+from baton.strategies.exits import describe, exit_code, read_message
+from baton.strategies.processes import KILL_WAIT_SECONDS, descendants, kill_leftovers, pgid
 
 
 @dataclasses.dataclass(frozen=True)
@@ -432,7 +345,7 @@ class ProcessGroup:
         # what each started outside its own group, seen before it goes: killed at the end if
         # it outlives its parent (a member's group is killed with it, this is not)
         escaped = [(pid, st) for m in targets if m.proc is not None
-                   for pid, st in descendants(m.proc.pid) if _pgid(pid) != m.proc.pid]
+                   for pid, st in descendants(m.proc.pid) if pgid(pid) != m.proc.pid]
         begun = time.monotonic()
         for m in targets:
             m.stopping = True

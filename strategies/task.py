@@ -45,6 +45,7 @@ def build_fn(job: TrainJob, num_ps: int = 0) -> Any:
     from baton.graphs.objectives import make_optimizer
     from baton.graphs.user_refs import RefError
 
+    spec = job.spec()
     params = dict(job.settings.model_config())
     part = job.settings.partition
     if job.settings.model in models.MODELS:
@@ -56,7 +57,7 @@ def build_fn(job: TrainJob, num_ps: int = 0) -> Any:
     search_dir = job.code_dir or None
 
     def build() -> tuple[Any, Any]:
-        model = model_fn.build(job.settings.model, job.spec(), params, seed=job.settings.seed, search_dir=search_dir,
+        model = model_fn.build(job.settings.model, spec, params, seed=job.settings.seed, search_dir=search_dir,
                                custom_config=job.settings.custom_config,
                                hyperparameters=job.settings.hyperparameters())
         compiled = read_compiled(model, model_fn.describe(job.settings.model))
@@ -95,7 +96,7 @@ def run_task(job: TrainJob, tf_config: TFConfig | None, role: TaskRole) -> Train
     configure collective ops first); rows not yet counted are counted after it, and the
     planned step count goes to `result.info["planned_steps"]`.
     """
-    from baton.graphs.steps import StepOptions
+    from baton.graphs.step_options import StepOptions
     from baton.strategies import factory, trainer
 
     setup_runtime(job)
@@ -166,16 +167,16 @@ def write_model_artifact(
     import keras
 
     from baton.graphs import models
-    from baton.graphs.sharded_embedding import merge_into
+    from baton.graphs.model_fn import carry_weights
+    from baton.graphs.user_refs import modules_of
 
     out.mkdir(parents=True, exist_ok=True)
+    refs = job.settings.user_refs()
     keras.mixed_precision.set_dtype_policy("float32")
     clean = build_fn(dataclasses.replace(
         job, settings=dataclasses.replace(job.settings, mixed_precision="off")))()[0]
-    if job.settings.model in models.MODELS:
-        merge_into(result.model, clean)  # by layer name; sharded tables concatenated
-    else:
-        _copy_weights(result.model, clean, job.settings.model)
+    carry_weights(result.model, clean, job.settings.model)
+    params, modules = models.count_params(clean), modules_of(refs)
     clean.save(out / MODEL_FILE)
     (out / HISTORY_FILE).write_text(json.dumps(result.history, indent=2) + "\n")
     info = {
@@ -187,10 +188,10 @@ def write_model_artifact(
         "num_replicas": result.num_replicas,
         "strategy": job.strategy,
         "model": job.settings.model,
-        "params": models.count_params(clean),
+        "params": params,
         # what `model.keras` needs imported to load (its custom layers): release stages import
         # these from the spec's directory first (pipeline/release/data.load_model)
-        "user_modules": user_modules(job),
+        "user_modules": modules,
         "code_dir": job.code_dir,
         "global_batch_size": job.settings.batch_size,
         "epochs": job.planned_epochs(),
@@ -201,27 +202,3 @@ def write_model_artifact(
         **info,
     }
     (out / TRAIN_INFO_FILE).write_text(json.dumps(info, indent=2, default=str) + "\n")
-
-
-def user_modules(job: TrainJob) -> list[str]:
-    """Modules of the job's user references (model, loss, metrics, optimizer, callbacks)."""
-    from baton.graphs.user_refs import modules_of
-
-    return modules_of(job.settings.user_refs())
-
-
-def _copy_weights(trained: Any, clean: Any, name: str) -> None:
-    """Weights of the trained model into the rebuilt one, in order (a user model's own layers
-    may be auto-named differently in the second build, so names cannot be matched)."""
-    import numpy as np
-
-    from baton.errors import StageError
-
-    values = [np.asarray(w.numpy()) for w in trained.weights]
-    if len(values) != len(clean.weights):
-        raise StageError(
-            f"model function {name!r} built a model with {len(clean.weights)} weights the second "
-            f"time it was called and {len(values)} the first; it must build the same model "
-            "every time (the artifact is rebuilt outside the training strategy)"
-        )
-    clean.set_weights(values)

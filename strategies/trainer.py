@@ -19,18 +19,11 @@ from collections.abc import Callable
 from typing import Any
 
 from baton.errors import Preempted
-from baton.graphs.executor import decide, executor_of
+from baton.graphs.eval_step import count_batches
 from baton.graphs.feature_spec import FeatureSpec
-from baton.graphs.steps import (
-    TOTALS,
-    StepOptions,
-    count_batches,
-    make_eval_fn,
-    make_train_chunk,
-    totals_to_metrics,
-    xla_compiled_functions,
-    xla_failure,
-)
+from baton.graphs.program import compile_program
+from baton.graphs.step_options import StepOptions, xla_failure
+from baton.graphs.totals import TOTALS
 from baton.strategies import faults
 from baton.strategies.balance import Balancer
 from baton.strategies.eval_shards import sharded_eval
@@ -53,7 +46,7 @@ class TrainPlan:
     # (wall seconds, this process's CPU seconds and peak memory; 0: no window).
     max_steps: int = 0
     measure_after: int = 0
-    on_nonfinite: str = "fail"  # strategies.nonfinite_guard: fail | restore
+    on_nonfinite: str = "fail"  # graphs.nonfinite_guard: fail | restore
 
     def __post_init__(self) -> None:
         for name in ("epochs", "steps_per_epoch", "global_batch_size", "steps_per_execution"):
@@ -88,7 +81,7 @@ def train(
     (strategies.callbacks). `model.stop_training` set by a callback ends training at the end of
     that chunk (or epoch); under multi-worker mirrored the workers agree on it through one
     all-reduce, so every worker stops at the same step. A non-finite loss stops training
-    (strategies.nonfinite_guard; `finite_split(split)`: one pass over a split, where the guard
+    (graphs.nonfinite_guard; `finite_split(split)`: one pass over a split, where the guard
     looks for the cause).
     """
     import tensorflow as tf
@@ -97,26 +90,22 @@ def train(
 
     core = LoopCore(strategy, build, spec, eval_dataset, role, objectives, plan.on_nonfinite,
                     finite_split, writes_backup=role.is_chief, background=_one_process(strategy))
+    program = compile_program(
+        core.model, core.optimizer, spec, core.objectives.loss, core.metrics,
+        plan.global_batch_size, strategy, step_options, balance=plan.balance,
+        take_rows=take_rows, max_steps=plan.steps_per_execution,
+        evaluate=eval_dataset is not None,
+    )
+    chunk, evaluate = program.chunk, program.evaluate
     eval_ds = core.eval_data
     model, optimizer, backup, restored = core.model, core.optimizer, core.backup, core.restored
     step = int(optimizer.iterations.numpy())
     if backup is not None:
         backup.planned_saves = planned_saves(plan, step)
-    chunk = make_train_chunk(
-        model, optimizer, spec, plan.global_batch_size, strategy, step_options,
-        core.objectives.loss, balance=plan.balance, take_rows=take_rows,
-        max_steps=plan.steps_per_execution,
-    )
     balancer = (
         Balancer(plan.global_batch_size, strategy.num_replicas_in_sync,
                  record_every=max(1, plan.total_steps // 40))
         if plan.balance else None
-    )
-    executor = decide((step_options or StepOptions()).executor, strategy, model,
-                      plan.global_batch_size // strategy.num_replicas_in_sync)
-    evaluate = (
-        make_eval_fn(model, spec, core.objectives.loss, core.metrics, executor)
-        if eval_dataset is not None else None
     )
     writer = (
         tf.summary.create_file_writer(str(role.logs_dir))
@@ -125,7 +114,6 @@ def train(
     )
     spe, total = plan.steps_per_epoch, plan.total_steps
     start, start_step = time.perf_counter(), step
-    task = spec.label.task
     history = core.history
     if balancer is not None:  # the split's record over the whole run, not this attempt's
         balancer.history = list(restored.get("balance_history", []))
@@ -216,7 +204,7 @@ def train(
                     # resumed into the next epoch, and history.json lacked this one.
                     preempted = True
                     break
-                callbacks.on_train_batch_end(in_epoch - 1, totals_to_metrics(totals, task))
+                callbacks.on_train_batch_end(in_epoch - 1, program.metrics(totals))
                 if stop_requested():
                     stopped = True
                     break
@@ -247,7 +235,7 @@ def train(
         step=step, resumed_from=start_step, seconds=seconds,
         batch_size=plan.global_batch_size, num_replicas=strategy.num_replicas_in_sync,
         stopped_early=(stopped or rolled_back) and step < total,
-        info={"xla_compiled": xla_compiled_functions(chunk), "executor": executor_of(chunk),
+        info={**program.info(),
               **steady,
               # where the chief's backups were written (strategies.snapshot), and why not in
               # the background when it was refused

@@ -298,7 +298,7 @@ def bench_own_model_vs_fit(epochs: int, repeats: int, work: Path, batch: int,
         return timer.rate((n // batch) * batch)
 
     def run_baton(i: int, jit: bool) -> float:
-        from baton.graphs.steps import StepOptions
+        from baton.graphs.step_options import StepOptions
 
         timer = _epoch_timer()
         _run(trainer, strategy, build, spec, n, batch, epochs, spe, work / f"own-{i}-{jit}",

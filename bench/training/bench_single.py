@@ -50,7 +50,8 @@ def bench_model(
     import tensorflow as tf
 
     from baton.graphs import models
-    from baton.graphs.steps import StepOptions, make_train_chunk
+    from baton.graphs.step_options import StepOptions
+    from baton.graphs.steps import make_train_chunk
     from baton.graphs.synthetic import synthetic_dataset, synthetic_spec
 
     spec = synthetic_spec(numeric=32, categorical=(16, 8), classes=4)

@@ -49,7 +49,8 @@ def _functions(batch: int, data_root: Path) -> dict:
     from baton.graphs import model_fn
     from baton.graphs.input_pipeline import make_dataset
     from baton.graphs.objectives import make_loss, make_optimizer
-    from baton.graphs.steps import StepOptions, make_train_chunk
+    from baton.graphs.step_options import StepOptions
+    from baton.graphs.steps import make_train_chunk
     from baton.graphs.synthetic import synthetic_spec
     from baton.strategies.factory import make_strategy
 

@@ -19,13 +19,12 @@ A permanent failure Baton understands (a BatonError: a StageError naming the use
 function, a RefError, a ConfigError...) is one line, its message, as in a one-process run; a
 bug (any other exception) keeps its traceback. Either way the line is also written, atomically,
 to BATON_ERROR_FILE when it is set, so the launcher reports the task's own words rather than
-"exited with 1".
+"exited with 1" (pipeline.training.task_exit).
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import dataclasses
 import os
 import shutil
@@ -38,6 +37,7 @@ from typing import Any
 from baton import logs
 from baton.errors import EXIT_FAILED, EXIT_OK, EXIT_PREEMPTED, EXIT_TRANSIENT
 from baton.pipeline.training import bucket_task
+from baton.pipeline.training.task_exit import failed, permanent, read_error, say
 from baton.strategies.factory import MULTI_WORKER_MIRRORED, ONE_DEVICE, PARAMETER_SERVER
 
 OK, PERMANENT, TRANSIENT, PREEMPTED = EXIT_OK, EXIT_FAILED, EXIT_TRANSIENT, EXIT_PREEMPTED
@@ -76,7 +76,7 @@ def main(argv: list[str]) -> int:
     try:
         if args.spec and args.spec.startswith(("s3://", "gs://")):  # on a bucket: Vertex AI
             args.spec = str(bucket_task.fetch_spec(args.spec))
-        tf_config = jobset_cluster.tf_config_from_env(os.environ, say=_say)
+        tf_config = jobset_cluster.tf_config_from_env(os.environ, say=say)
         attempt = int(os.environ.get("BATON_ATTEMPT", "0") or 0)
         fault = parse_fault(os.environ.get("BATON_INJECT_FAILURE")) if attempt == 0 else None
         bucket = None if args.job else bucket_task.open_run(args.run_dir)
@@ -89,7 +89,7 @@ def main(argv: list[str]) -> int:
             spec_form.run_dir = bucket.run_dir  # records in the mirror, then on the bucket
         job, out = _job(args, tf_config, spec_form)
     except (BatonError, ClusterSpecError, FaultSpecError, ValueError, KeyError, OSError) as exc:
-        rc = _permanent("", str(exc), error_file)
+        rc = permanent("", str(exc), error_file)
         _record_failure(spec_form, bucket, started, "", str(exc))
         return rc
     rc = run(
@@ -112,14 +112,14 @@ def main(argv: list[str]) -> int:
                 bucket_task.commit(bucket, args.stage, out, tuple(train_stage.OUTPUTS),
                                    inputs, record)
             except BatonError as exc:
-                return _permanent(task_name, str(exc), error_file)
-            _say(f"committed stage {args.stage!r} to {bucket.url}")
+                return permanent(task_name, str(exc), error_file)
+            say(f"committed stage {args.stage!r} to {bucket.url}")
         else:
             recorded = spec_form.succeeded(started, time.monotonic() - t0)
             if recorded is not None:
-                _say(f"recorded {recorded} (the release step reads it)")
+                say(f"recorded {recorded} (the release step reads it)")
     elif rc == PERMANENT:
-        _record_failure(spec_form, bucket, started, task_name, _read_error(error_file))
+        _record_failure(spec_form, bucket, started, task_name, read_error(error_file))
     return rc
 
 
@@ -135,13 +135,6 @@ def _now() -> str:
     import datetime as dt
 
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def _read_error(error_file: Path | None) -> str:
-    try:
-        return error_file.read_text().strip() if error_file else "exited with 1 (its log says why)"
-    except OSError:
-        return "exited with 1 (its log says why)"
 
 
 def _env_path(name: str) -> Path | None:
@@ -187,8 +180,8 @@ def run(
         try:
             inventory.derive_defaults([node] * max(workers, 1), job.settings.batch_size, job.strategy)
         except BatonError as exc:  # strategies.inventory: the field and the replicas named
-            return _permanent(task_name, str(exc), error_file)
-    _say(f"{task_name} starting ({job.strategy}); {inventory.describe(node)}")
+            return permanent(task_name, str(exc), error_file)
+    say(f"{task_name} starting ({job.strategy}); {inventory.describe(node)}")
 
     last = [0.0]
 
@@ -198,7 +191,7 @@ def run(
             return
         last[0] = now
         text = " ".join(f"{k} {v:.4f}" for k, v in metrics.items())
-        _say(f"step {step}/{total_steps} {text}")
+        say(f"step {step}/{total_steps} {text}")
 
     role = TaskRole(
         is_chief=is_chief,
@@ -214,20 +207,20 @@ def run(
     try:
         result = run_task(job, tf_config, role)
     except Preempted as exc:
-        _say(f"{task_name}: {exc}; exiting with {PREEMPTED}")
+        say(f"{task_name}: {exc}; exiting with {PREEMPTED}")
         return PREEMPTED
     except Exception as exc:  # noqa: BLE001 - classify, log, and turn into an exit code
-        return _failed(exc, task_name, error_file)
+        return failed(exc, task_name, error_file)
     if result is not None and job.probe_steps:  # a topology probe: its window, no model
         import json
 
         (out / "probe").mkdir(parents=True, exist_ok=True)
         report = {"task": task_name, "steps": result.steps, **result.info.get("window", {})}
         (out / "probe" / f"{task_name.replace(':', '-')}.json").write_text(json.dumps(report))
-        _say(f"{task_name} probed {report.get('steps')} steps")
+        say(f"{task_name} probed {report.get('steps')} steps")
         return OK
     if result is None or not is_chief:
-        _say(f"{task_name} done" + (f" at step {result.steps}" if result is not None else ""))
+        say(f"{task_name} done" + (f" at step {result.steps}" if result is not None else ""))
         return OK
     nodes = inventory.gather(inventory_dir) if inventory_dir else [node]
     cluster = tf_config.cluster.as_dict() if tf_config else {}
@@ -250,7 +243,7 @@ def run(
     shutil.rmtree(final, ignore_errors=True)
     tmp.replace(final)
     shutil.rmtree(out / ".logs", ignore_errors=True)
-    _say(f"{task_name} wrote {final} (steps {result.steps}, resumed from {result.resumed_from})")
+    say(f"{task_name} wrote {final} (steps {result.steps}, resumed from {result.resumed_from})")
     return OK
 
 
@@ -358,76 +351,6 @@ def _from_tf_config(problem: str, options: Any, tf_config: Any) -> str:
     return problem
 
 
-def _failed(exc: Exception, task_name: str, error_file: Path | None) -> int:
-    """The exit code for `exc`, said the way a person can act on it.
-
-    A BatonError is a failure Baton understands (the user's model function rejected its
-    params, a bad reference, a bad config value): its message names the cause, so it is the one
-    line, as the one-process run reports it, and a traceback would only bury it. A dead peer is
-    expected news: one line, retried. Anything else is a bug: its traceback stays.
-    """
-    from baton.errors import BatonError
-
-    if isinstance(exc, BatonError):
-        return _permanent(task_name, str(exc), error_file)
-    first = str(exc).strip().splitlines()[0][:300] if str(exc).strip() else ""
-    if _is_transient(exc):
-        _say(f"{task_name}: transient error ({type(exc).__name__}): {first}")
-        return TRANSIENT
-    message = f"permanent error ({type(exc).__name__}): {first}"
-    if logs.json_output():  # one record, the traceback as its `exception` field
-        logs.get("task").error(f"{task_name}: {message}", exc_info=exc)
-    else:
-        import traceback
-
-        sys.stdout.write(traceback.format_exc())
-        _say(f"{task_name}: {message}")
-    _leave_error(error_file, f"{message} (a bug: the traceback is in this task's output)")
-    return PERMANENT
-
-
-def _permanent(task_name: str, message: str, error_file: Path | None) -> int:
-    """Say `message` as this task's one error line, leave it for the launcher; exit 1."""
-    logs.get("task").error(f"{task_name}: error: {message}" if task_name else f"error: {message}")
-    _leave_error(error_file, message)
-    return PERMANENT
-
-
-def _leave_error(error_file: Path | None, message: str) -> None:
-    """Write `message` to `error_file` atomically (a temporary file, then a rename), so the
-    launcher, which reads it once this process has exited, never sees half of it. Best effort:
-    a message that cannot be written must not change the exit code, which still tells."""
-    if error_file is None:
-        return
-    tmp = error_file.with_name(f".{error_file.name}.{os.getpid()}.tmp")
-    try:
-        error_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp.write_text(message.strip() + "\n")
-        tmp.replace(error_file)
-    except OSError:
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-
-
-def _is_transient(exc: BaseException) -> bool:
-    """Errors a restart can cure: a dead or unreachable peer, a broken connection.
-
-    Everything else (bad config, a bug: ValueError, AttributeError...) is permanent, so the
-    operator does not restart a job that can only fail again.
-    """
-    import tensorflow as tf
-
-    transient = (
-        tf.errors.UnavailableError,
-        tf.errors.AbortedError,
-        tf.errors.DeadlineExceededError,
-        tf.errors.CancelledError,
-        tf.errors.InternalError,
-        tf.errors.UnknownError,
-    )
-    return isinstance(exc, transient + (ConnectionError, TimeoutError))
-
-
 def _install_sigterm(stop: Any, exit_now: bool) -> None:
     """SIGTERM: ask the training loop to save and stop at the next chunk (servers just exit).
 
@@ -444,12 +367,6 @@ def _install_sigterm(stop: Any, exit_now: bool) -> None:
         stop.set()
 
     signal.signal(signal.SIGTERM, handler)
-
-
-def _say(text: str) -> None:
-    """A line of this task's progress, through the `baton.task` logger (baton.logs): in a pod,
-    BATON_LOG_FORMAT=json makes it a record a log router can parse."""
-    logs.get("task").info(text)
 
 
 if __name__ == "__main__":  # the local launcher's form; `baton task` configures in baton.pipeline.cli

@@ -194,7 +194,7 @@ class Recording(Strategy):
 
     def _finite(self, server_round: int, replies: list[Any], key: str, which: str) -> None:
         """A client's non-finite loss (or, in training, weights) stops the run, as the
-        train stage's guard stops training (strategies.nonfinite_guard): a one-line error
+        train stage's guard stops training (graphs.nonfinite_guard): a one-line error
         naming the round, the client and the first cause the client found."""
         for m in replies:
             metrics = m.content.get("metrics")

@@ -114,7 +114,7 @@ def _known_names(gate: Gate, reported: set[str], any_name: bool) -> set[str]:
     names = {*gate.thresholds, *gate.change, *(m for ths in gate.slices.values() for m in ths)}
     fine = {n for n in names if M.is_known(n) or n in reported or any_name}
     if names - fine:  # only then: Keras' names cost an import
-        from baton.graphs.objectives import metric_names
+        from baton.graphs.keras_names import metric_names
 
         fine |= names & set(metric_names())
     return fine
@@ -122,7 +122,7 @@ def _known_names(gate: Gate, reported: set[str], any_name: bool) -> set[str]:
 
 def _unknown_metric(path: str, name: str, known: list[str]) -> str:
     from baton.configs import did_you_mean
-    from baton.graphs.objectives import metric_names
+    from baton.graphs.keras_names import metric_names
 
     return (f"{path}: unknown metric {name!r}{did_you_mean(name, [*known, *metric_names()])}; "
             f"known metrics: {', '.join(known)}, precision/<class>, recall/<class>, a Keras "

@@ -206,7 +206,8 @@ def _keras_metrics(model_dir: Path, spec: Any, kind: str,
     """(the model's own Keras metrics (train_info.json) and the Keras metric identifiers the
     gate names that neither Baton nor the model computes, built for the model's outputs;
     {metric name: the identifier the gate wrote} for the latter)."""
-    from baton.graphs.objectives import make_metrics, metric_names
+    from baton.graphs.keras_names import metric_names
+    from baton.graphs.objectives import make_metrics
     from baton.pipeline.release import data
     from baton.pipeline.release import metrics as M
 
@@ -254,7 +255,7 @@ def _directions(keras_metrics: tuple[list[Any], dict[str, str]]) -> dict[str, bo
 def _spec_problems(config: Config, spec: Any) -> list[str]:
     """What only the feature spec can tell: slices must be raw categorical columns, gate
     metrics must exist for this task and its classes."""
-    from baton.graphs.objectives import fits_task
+    from baton.graphs.keras_names import fits_task
     from baton.pipeline.release import metrics as M
 
     problems = []

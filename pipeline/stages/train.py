@@ -10,7 +10,6 @@ Outputs: `model` (model.keras, history.json, train_info.json, logs/), see docs/a
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -19,14 +18,13 @@ from baton.errors import StageError
 from baton.graphs.models import BUILDERS as BUILTIN_MODELS  # the table's names (no TF import)
 from baton.pipeline.context import StageContext
 
-# the topology and the ways to run a job live in pipeline.training; these names are the stage's
-# (commands.task, commands.k8s and the tests reach them here)
+# where the topology comes from and what the stage lends its job's run live in
+# pipeline.training; these names are the stage's (commands.task, commands.k8s and the tests
+# reach them here)
 from baton.pipeline.training.execution import (
-    backup_dir,
     content_hash,
     examples_trained,
-    run_cluster,
-    run_in_process,
+    host,
     spec_cluster,
 )
 from baton.pipeline.training.execution import (
@@ -60,7 +58,7 @@ CODE_DEPS = (
     "baton.graphs.compiled",
     "baton.graphs.metric_records",
     "baton.graphs.nonfinite",
-    "baton.strategies.nonfinite_guard",
+    "baton.graphs.nonfinite_guard",
     "baton.graphs.steps",
     "baton.graphs.user_refs",
     "baton.strategies.callbacks",
@@ -70,7 +68,9 @@ CODE_DEPS = (
     "baton.strategies.job",
     "baton.strategies.task",
     "baton.strategies.settings",
-    "baton.pipeline.training.auto_workers",
+    "baton.strategies.topology",
+    "baton.strategies.auto_workers",
+    "baton.strategies.run",
     "baton.pipeline.training.execution",
     "baton.pipeline.training.topology",
 )
@@ -198,13 +198,13 @@ def _code_problems(config: Config, spec_dir: Path | None) -> list[str]:
     if not (config.loss or config.metrics or config.callbacks or config.optimizer not in (
             "", "adam", "sgd")):
         return problems  # the defaults: no Keras import at plan time
-    from baton.graphs import objectives
+    from baton.graphs import objective_checks as checks
     from baton.strategies.callbacks import check_callbacks
 
-    problems += [f"config.loss: {p}" for p in objectives.check_loss(config.loss, spec_dir)]
-    problems += [f"config.metrics{p}" for p in objectives.check_metrics(config.metrics, spec_dir)]
+    problems += [f"config.loss: {p}" for p in checks.check_loss(config.loss, spec_dir)]
+    problems += [f"config.metrics{p}" for p in checks.check_metrics(config.metrics, spec_dir)]
     problems += [
-        f"config.optimizer: {p}" for p in objectives.check_optimizer(config.optimizer, spec_dir)
+        f"config.optimizer: {p}" for p in checks.check_optimizer(config.optimizer, spec_dir)
     ]
     problems += [f"config.callbacks{p}" for p in check_callbacks(config.callbacks, spec_dir)]
     return problems
@@ -220,7 +220,7 @@ def check_inputs(config: Config, inputs: dict[str, Path]) -> list[str]:
         return []
     from baton.graphs.feature_spec import FeatureSpec
     from baton.graphs.models import unusable
-    from baton.graphs.objectives import task_problems
+    from baton.graphs.objective_checks import task_problems
 
     try:
         spec = FeatureSpec.load(inputs["transform_graph"])
@@ -231,19 +231,6 @@ def check_inputs(config: Config, inputs: dict[str, Path]) -> list[str]:
         problems += [f"config.model: the built-in {config.model} cannot take {p}"
                      for p in unusable(spec)]
     return problems
-
-
-def ignored_outputs(job: Any) -> list[str]:
-    """Warnings for the transformed features a built-in model leaves out (the cnn's non-image
-    outputs), each named."""
-    from baton.graphs.feature_spec import FeatureSpec
-    from baton.graphs.models import ignored
-
-    settings = job.settings
-    if settings.model not in BUILTIN_MODELS:
-        return []
-    return ignored(settings.model, FeatureSpec.from_dict(job.feature_spec),
-                   settings.model_config())
 
 
 def external_inputs(config: Config, spec_dir: Path | None) -> list[Path]:
@@ -312,7 +299,7 @@ def make_job(
     """
     from baton.graphs.feature_spec import FeatureSpec
     from baton.graphs.user_refs import RefError
-    from baton.strategies.job import TrainJob, count_examples
+    from baton.strategies.job import TrainJob, counted
 
     try:
         hash_of_code = code_hash(config, code_dir)
@@ -336,63 +323,40 @@ def make_job(
     )
     if not count:
         return job
-    n = count_examples(job)
-    if n < config.batch_size:
-        raise StageError(
-            f"batch_size must not exceed the {n} training examples. "
-            f"Received: batch_size={config.batch_size}"
-        )
-    return dataclasses.replace(job, num_train_examples=n)
+    return counted(job)
 
 
 def run(ctx: StageContext, config: Config) -> None:
-    from baton.strategies import inventory
+    """Train: the topology from the flags, the config and the spec, the job from the inputs,
+    then one call hands both to the run (strategies.run), which writes the `model` output."""
+    from baton.strategies import run as training
 
     topo = topology(config, ctx.options, spec_cluster(ctx))
     data_hash = content_hash(Path(ctx.inputs["transformed"]))
-    job = make_job(config, dict(ctx.inputs), topo.strategy, data_hash=data_hash,
-                   code_dir=ctx.spec_dir, balance=balance_mode(config, topo),
-                   elastic=topo.elastic)
-    node = inventory.node_inventory()
-    probe_info: dict[str, Any] | None = None
-    if topo.auto is not None:
-        from baton.pipeline.training.auto_workers import pick_topology
+    job = make_job(config, dict(ctx.inputs), topo.strategy, count=False, data_hash=data_hash,
+                   code_dir=ctx.spec_dir)
+    trained = training.train(job, topo, host(ctx))
+    _record(ctx, trained)
 
-        topo, job, probe_info = pick_topology(ctx, config, job, topo.auto, node)
-    backups = backup_dir(ctx, job)
+
+def _record(ctx: StageContext, trained: Any) -> None:
+    """The stage's log notes and records, from the artifact the run wrote."""
+    from baton.strategies.elastic import describe_segments
+
     out = ctx.output("model")
-    if not topo.multi_process and "threads" not in node:  # a task sets its own (commands.task)
-        node["threads"] = inventory.apply_threads(inventory.thread_plan(node, 1))
-    defaults = inventory.derive_defaults([node] * max(topo.workers, 1), job.settings.batch_size,
-                                         topo.strategy)
-    ctx.log(
-        f"strategy {topo.strategy}, workers {topo.workers}, ps {topo.ps}; "
-        f"{inventory.describe(node)}; "
-        f"{inventory.describe_defaults(defaults)}"
-    )
-    for line in ignored_outputs(job):
-        ctx.log(line)
-    found = " (holds a backup: resuming from it)" if (backups / "checkpoint").is_file() else ""
-    ctx.log(f"backups in {backups}{found}")
-    if topo.multi_process:
-        run_cluster(ctx, config.max_restarts, job, topo, out, backups)
-    else:
-        run_in_process(ctx, job, out, node, defaults, backups)
     info = json.loads((out / TRAIN_INFO_FILE).read_text())
     for line in _model_notes(info):
         ctx.log(line)
     history = json.loads((out / HISTORY_FILE).read_text())
     last = history[-1] if history else {}
-    from baton.strategies.elastic import describe_segments
-
     resized = {"elastic_ex_s": describe_segments(info["segments"])} if info.get("elastic") else {}
-    if probe_info is not None:  # the probe's table and choice, beside the run they chose
-        info["topology_probe"] = probe_info
-        (out / TRAIN_INFO_FILE).write_text(json.dumps(info, indent=2, default=str) + "\n")
+    probe_info, defaults = trained.probe, trained.defaults
+    if probe_info is not None:  # the probe's table and choice (also in train_info)
         resized.update(auto_workers=probe_info["chosen"]["workers"],
                        probe_ex_s=">".join(f"{c['workers']}:{c['examples_per_sec']:.0f}"
                                            for c in probe_info["candidates"]),
                        probe_s=round(probe_info["seconds"], 2))
+    batch_size = trained.job.settings.batch_size
     ctx.record(
         steps=info["steps"],
         **resized,  # examples/s of each group size, e.g. "2:5120>1:2980" (the table shows it)
@@ -401,11 +365,9 @@ def run(ctx: StageContext, config: Config) -> None:
         replicas=info.get("num_replicas", defaults["replicas"]),
         per_replica_batch_size=defaults["per_replica_batch_size"],
         # the runner divides the stage's energy by it (usage.j_per_example)
-        examples_trained=examples_trained(info, job.settings.batch_size),
+        examples_trained=examples_trained(info, batch_size),
         **{k: round(v, 4) for k, v in last.items() if k.startswith(("eval_", "train_"))},
     )
-
-
 
 
 def _model_notes(info: dict[str, Any]) -> list[str]:

@@ -1,21 +1,17 @@
-"""Running a train job: in this process, or as a local cluster of `baton task` processes
-(one per task, on free 127.0.0.1 ports, as the TFJob pods run); and where its backups live.
+"""What the train stage lends the run of its job (strategies.run): where its backups live, the
+command line of one local task, the spec's cluster and energy sections; and the inputs' content
+hash and the examples a run trained on, for the stage's records.
 """
 
 from __future__ import annotations
 
-import json
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
-from baton.errors import Preempted, StageError
 from baton.pipeline.context import StageContext
-from baton.pipeline.training.topology import Topology
 from baton.strategies import backup_sync
-from baton.strategies.factory import MULTI_WORKER_MIRRORED
-from baton.strategies.job import MODEL_FILE, TRAIN_INFO_FILE
+from baton.strategies.host import Host
 
 
 def backup_dir(ctx: StageContext, job: Any) -> Path:
@@ -51,111 +47,10 @@ def content_hash(path: Path) -> str:
     return str(out.get("hash") or store.hash_path(path))
 
 
-def run_in_process(
-    ctx: StageContext, job: Any, out: Path, node: dict, defaults: dict, backups: Path
-) -> None:
-    from baton.strategies import faults, loop
-    from baton.strategies.preemption import stop_on_sigterm
-    from baton.strategies.task import run_task, write_model_artifact
-
-    bar = ctx.progress(job.total_steps(), "steps", label=ctx.stage)
-
-    def on_progress(step: int, total: int, metrics: dict[str, float]) -> None:
-        bar.set(step)
-
-    role = loop.TaskRole(
-        is_chief=True,
-        task_name="worker:0",
-        backup_dir=backups,
-        logs_dir=out / "logs",
-        fault=faults.parse_fault(ctx.options.inject_failure),
-        on_progress=on_progress,
-    )
-    # SIGTERM: stop at the next chunk boundary, save, exit 143 (not a death without a backup).
-    with stop_on_sigterm(role.stop.set) as sigterm:
-        role.after_strategy = sigterm.install  # a multi-worker strategy installs its own
-        try:
-            result = run_task(job, None, role)
-        except Preempted as exc:
-            bar.close()
-            raise Preempted(f"training {exc} in {backups}; rerun to resume", step=exc.step) from None
-    bar.close()
-    assert result is not None
-    write_model_artifact(
-        out,
-        job,
-        result,
-        {"cluster": {"workers": 1, "ps": 0}, "inventory": [node], "defaults": defaults},
-    )
-    if sigterm.seen:  # it came after the last chunk: the final backup stands, resume is instant
-        raise Preempted(f"SIGTERM after training finished; backup in {backups}")
-    backup_sync.remove(backups)
-
-
 def task_argv(job_file: Path, out: Path, backup_dir: Path) -> list[str]:
     """The command of one local task: `baton task` in its explicit form (a counted job file)."""
     return [sys.executable, "-m", "baton.pipeline.commands.task", "--job", str(job_file),
             "--out", str(out), "--backup-dir", str(backup_dir)]
-
-
-def run_cluster(
-    ctx: StageContext, max_restarts: int, job: Any, topo: Topology, out: Path,
-    backups: Path
-) -> None:
-    from baton.strategies import faults, launcher
-    from baton.strategies.slowdown import parse_slowdown
-
-    job_file = ctx.work_dir / "job.json"
-    job_file.write_text(job.to_json())
-    fault = faults.parse_fault(ctx.options.inject_failure)
-    cluster_out = ctx.work_dir / "cluster"
-
-    def command(task: Any) -> list[str]:
-        return task_argv(job_file, cluster_out, backups)
-
-    bar = ctx.progress(job.total_steps(), "steps", label=ctx.stage)
-    result = launcher.launch(
-        launcher.LaunchConfig(
-            workers=topo.workers,
-            ps=topo.ps,
-            strategy=topo.strategy,
-            max_restarts=max_restarts,
-            fault=fault,
-            state_dir=ctx.work_dir / "launcher",
-            slowdown=parse_slowdown(getattr(ctx.options, "inject_slowdown", None)),
-            min_workers=topo.min_workers if topo.strategy == MULTI_WORKER_MIRRORED else None,
-            global_batch_size=job.settings.batch_size,
-        ),
-        command,
-        stream=ctx.stream,
-        quiet=ctx.options.quiet,
-        on_step=bar.set,
-    )
-    bar.close()
-    if result.preempted:
-        raise Preempted(f"training cluster {result.error}; backup in {backups}; rerun to resume")
-    if not result.ok:
-        raise StageError(f"training cluster failed: {result.error}")
-    produced = cluster_out / "model"
-    if not (produced / MODEL_FILE).is_file():
-        raise StageError(f"the chief finished but wrote no model into {produced}")
-    shutil.rmtree(out)
-    produced.replace(out)
-    info = json.loads((out / TRAIN_INFO_FILE).read_text())
-    info["restarts"] = result.restarts
-    info["launcher"] = result.summary()
-    # where this stage's first group started (a backup of an earlier, interrupted run, or 0):
-    # the examples it trained count from there, over every restart and resize
-    first = result.segments[0].get("resumed_from") if result.segments else None
-    if first is not None:
-        info["started_from_step"] = first
-    if topo.elastic or result.elastic:
-        # strategies/elastic.py: each resize and the speed of each group size
-        info["min_workers"] = topo.min_workers
-        info["elastic"] = result.elastic
-        info["segments"] = result.segments
-    (out / TRAIN_INFO_FILE).write_text(json.dumps(info, indent=2, default=str) + "\n")
-    backup_sync.remove(backups)
 
 
 def examples_trained(info: dict[str, Any], batch_size: int) -> int:
@@ -175,3 +70,30 @@ def spec_cluster(ctx: StageContext) -> Any:
         return load_spec(ctx.spec_path).cluster if ctx.spec_path else None
     except Exception:  # noqa: BLE001 - the cluster section is optional context here
         return None
+
+
+def spec_energy(ctx: StageContext) -> Any:
+    from baton.energy import EnergyConfig
+    from baton.pipeline.spec import load_spec
+
+    try:
+        return load_spec(ctx.spec_path).energy if ctx.spec_path else EnergyConfig()
+    except Exception:  # noqa: BLE001 - the energy section is optional context here
+        return EnergyConfig()
+
+
+def host(ctx: StageContext) -> Host:
+    """The stage's context as the run of its job sees it (strategies.host.Host)."""
+    return Host(
+        work_dir=ctx.work_dir,
+        out=ctx.output("model"),
+        log=ctx.log,
+        progress=lambda total: ctx.progress(total, "steps", label=ctx.stage),
+        backup_dir=lambda job: backup_dir(ctx, job),
+        task_command=task_argv,
+        stream=ctx.stream,
+        quiet=ctx.options.quiet,
+        inject_failure=ctx.options.inject_failure,
+        inject_slowdown=getattr(ctx.options, "inject_slowdown", None),
+        energy=spec_energy(ctx),
+    )

@@ -1,5 +1,8 @@
 """Which topology a training run gets: strategy, workers, ps, min_workers, `workers: auto`.
 
+The topology itself (strategies.topology.Topology) is what the run follows; here is where it
+comes from.
+
 Flags beat the stage config, which beats the spec's `cluster:` section. Every contradiction is
 reported with its source and value (`resolve`), so `baton run` refuses it with exit 2 before
 any stage runs, and the stage raises the same text.
@@ -7,7 +10,6 @@ any stage runs, and the stage raises the same text.
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 from baton.errors import StageError
@@ -18,35 +20,9 @@ from baton.strategies.factory import (
     PARAMETER_SERVER,
 )
 from baton.strategies.settings import TrainSettings
-
-
-@dataclasses.dataclass(frozen=True)
-class AutoWorkers:
-    """`workers: auto` as resolved: where it came from and the probe's settings."""
-
-    source: str  # e.g. "--workers auto", "config.workers=auto", "cluster.workers=auto"
-    max_workers: int
-    objective: str
-    probe_steps: int
-
-
-@dataclasses.dataclass(frozen=True)
-class Topology:
-    strategy: str
-    workers: int
-    ps: int
-    min_workers: int | None = None  # elastic when below `workers` (multi-worker mirrored only)
-    auto: AutoWorkers | None = None  # workers: auto, not probed yet (`run` picks the topology)
-
-    @property
-    def elastic(self) -> bool:
-        return self.min_workers is not None and self.min_workers < self.workers
-
-    @property
-    def multi_process(self) -> bool:
-        return self.strategy == PARAMETER_SERVER or (
-            self.strategy == MULTI_WORKER_MIRRORED and self.workers > 1
-        )
+from baton.strategies.topology import AutoWorkers, Topology
+from baton.strategies.topology import balance_mode as balance_mode
+from baton.strategies.topology import task_names as task_names
 
 
 def topology(config: TrainSettings, options: Any, cluster: Any = None) -> Topology:
@@ -212,24 +188,6 @@ def _cw(cluster: Any) -> int:
     return workers if isinstance(workers, int) else 1
 
 
-def balance_mode(config: TrainSettings, topo: Topology) -> str:
-    """The resolved `balance`: as written, else `auto` for multi-worker mirrored with at least
-    two workers (issue 14's default), else off.
-
-    Why `auto` by default there: a synchronous step waits for its slowest worker, and nothing
-    tells a job in advance that one of its nodes will be slow. Measured (bench/training/
-    bench_balance.py, docs/training.md): with a worker at half speed it wins 1.46x on an image
-    model and 1.20x on the small MLP, and runs at 0.98x at equal speeds (the MLP), where a settled
-    split moves only for a predicted gain above 5 %. The price is bitwise reproducibility:
-    the split follows timing, so the update is `off`'s up to the order of a float sum; a run
-    that must resume bitwise sets `balance: off`. `mirrored` (one process, its replicas
-    usually equal GPUs) keeps `off` unless asked.
-    """
-    if config.balance:
-        return config.balance
-    return "auto" if topo.strategy == MULTI_WORKER_MIRRORED and topo.workers >= 2 else "off"
-
-
 def resolve_min_workers(
     config: TrainSettings, options: Any, cluster: Any
 ) -> tuple[int | None, str]:
@@ -244,13 +202,3 @@ def resolve_min_workers(
     if spec_value is not None:
         return spec_value, f"cluster.min_workers={spec_value}"
     return None, ""
-
-
-def task_names(topo: Topology) -> list[str]:
-    if not topo.multi_process:
-        return ["worker:0"]
-    if topo.strategy == PARAMETER_SERVER:
-        return ["chief:0"] + [f"worker:{i}" for i in range(topo.workers)] + [
-            f"ps:{i}" for i in range(topo.ps)
-        ]
-    return [f"worker:{i}" for i in range(topo.workers)]

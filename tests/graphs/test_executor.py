@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 from baton.graphs import executor, models
-from baton.graphs.steps import StepOptions, make_eval_fn, make_train_chunk
+from baton.graphs.eval_step import make_eval_fn
+from baton.graphs.step_options import StepOptions
+from baton.graphs.steps import make_train_chunk
 from baton.graphs.synthetic import synthetic_dataset, synthetic_spec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -100,7 +102,8 @@ def test_mixed_float16_trains_on_the_default_executor(tmp_path) -> None:
         "import keras, tensorflow as tf\n"
         "keras.mixed_precision.set_global_policy('mixed_float16')\n"
         "from baton.graphs import executor, models\n"
-        "from baton.graphs.steps import StepOptions, make_train_chunk\n"
+        "from baton.graphs.step_options import StepOptions\n"
+        "from baton.graphs.steps import make_train_chunk\n"
         "from baton.graphs.synthetic import synthetic_dataset, synthetic_spec\n"
         "spec = synthetic_spec(4, (3,), classes=3)\n"
         "model = models.build_model('mlp', spec, models.MLPConfig(hidden_units=(8,)), seed=2)\n"
@@ -176,7 +179,7 @@ def test_single_threaded_runs_are_deterministic_and_the_eval_agrees() -> None:
 SAME_WEIGHTS = r"""
 import json, numpy as np
 from tests.graphs.test_executor import _train
-from baton.graphs.steps import StepOptions
+from baton.graphs.step_options import StepOptions
 out = {}
 for choice in ("default", "single_threaded"):
     chunk, model, _ = _train(StepOptions(executor=choice), hidden=(32, 16), chunks=4)

@@ -1,4 +1,4 @@
-"""`optimizer:` checked down to its arguments at plan time (graphs.objectives.check_optimizer).
+"""`optimizer:` checked down to its arguments at plan time (graphs.objective_checks.check_optimizer).
 
 A misspelled optimizer argument, learning-rate schedule class or schedule argument is a spec
 problem naming the exact key (`config.optimizer.config.learnin_rate`), the value received and
@@ -17,7 +17,7 @@ import keras
 import pytest
 import yaml
 
-from baton.graphs.objectives import check_arguments, check_optimizer, keyword_arguments
+from baton.graphs.objective_checks import check_arguments, check_optimizer, keyword_arguments
 
 REPO = Path(__file__).resolve().parents[2]
 SCHEDULE = {"initial_learning_rate": 0.01, "decay_steps": 100, "decay_rate": 0.9}

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 
 from baton.graphs import models
-from baton.graphs.steps import TOTALS, make_eval_fn, make_train_chunk, totals_to_metrics
+from baton.graphs.eval_step import make_eval_fn
+from baton.graphs.steps import make_train_chunk
 from baton.graphs.synthetic import synthetic_dataset, synthetic_spec
+from baton.graphs.totals import TOTALS, totals_to_metrics
 
 
 def _setup(seed: int = 0):
@@ -85,7 +87,7 @@ def test_jit_compiled_step_is_compiled_and_matches_the_plain_step(scope) -> None
     """XLA really compiles (the traced graph marks the function must-compile), same weights."""
     import tensorflow as tf
 
-    from baton.graphs.steps import StepOptions, xla_compiled_functions
+    from baton.graphs.step_options import StepOptions, xla_compiled_functions
 
     results, compiled = [], []
     for jit in (False, True):
@@ -108,7 +110,7 @@ def test_xla_chunk_ends_bitwise_where_any_other_split_into_chunks_does() -> None
     (a resumed run's first chunk, an epoch's tail) computes every step the same way."""
     import tensorflow as tf
 
-    from baton.graphs.steps import StepOptions
+    from baton.graphs.step_options import StepOptions
 
     weights = []
     # without max_steps each length is a program of its own; with it, shorter chunks are
@@ -142,7 +144,7 @@ def test_xla_chunk_ends_bitwise_where_any_other_split_into_chunks_does() -> None
 def test_chunk_scope_needs_one_replica_without_reduction() -> None:
     import tensorflow as tf
 
-    from baton.graphs.steps import StepOptions
+    from baton.graphs.step_options import StepOptions
 
     spec, model, opt = _setup()
     mirrored = tf.distribute.MirroredStrategy(["/cpu:0"])
@@ -152,7 +154,7 @@ def test_chunk_scope_needs_one_replica_without_reduction() -> None:
 
 
 def test_xla_failure_names_the_op_and_the_setting() -> None:
-    from baton.graphs.steps import xla_failure
+    from baton.graphs.step_options import xla_failure
 
     missing = ("Detected unsupported operations when trying to compile graph while_body_1[] on "
                "XLA_CPU_JIT: AsString (No registered 'AsString' OpKernel for XLA_CPU_JIT devices "
@@ -174,7 +176,7 @@ def test_xla_failure_names_the_op_and_the_setting() -> None:
 def test_auto_jit_scope_compiles_gradients_only_under_multi_worker_strategies() -> None:
     import tensorflow as tf
 
-    from baton.graphs.steps import StepOptions, resolve_jit_scope
+    from baton.graphs.step_options import StepOptions, resolve_jit_scope
 
     on = StepOptions(jit_compile=True)
     assert resolve_jit_scope(StepOptions(), tf.distribute.get_strategy()) is None

@@ -21,7 +21,8 @@ import json, numpy as np, tensorflow as tf, keras
 cpu = tf.config.list_physical_devices("CPU")[0]
 tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * 2)
 from baton.graphs import models
-from baton.graphs.steps import StepOptions, make_train_chunk
+from baton.graphs.step_options import StepOptions
+from baton.graphs.steps import make_train_chunk
 from baton.graphs.synthetic import synthetic_dataset, synthetic_spec
 
 spec = synthetic_spec(4, (3,), 3)

@@ -86,7 +86,7 @@ def test_a_part_of_the_split_is_evaluated_and_the_rest_read_past() -> None:
     import tensorflow as tf
 
     from baton.graphs import models
-    from baton.graphs.steps import make_eval_fn
+    from baton.graphs.eval_step import make_eval_fn
     from baton.graphs.synthetic import synthetic_dataset, synthetic_spec
 
     spec = synthetic_spec(3, (), 2)

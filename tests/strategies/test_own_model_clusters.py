@@ -130,7 +130,8 @@ def _assert_eval_is_the_whole_splits(job: TrainJob, model_dir: Path, code: Path)
     process on the saved model."""
     import keras
 
-    from baton.graphs.steps import make_eval_fn, totals_to_metrics
+    from baton.graphs.eval_step import make_eval_fn
+    from baton.graphs.totals import totals_to_metrics
     from baton.graphs.user_refs import custom_objects
     from baton.strategies.job import dataset_fns
     from baton.strategies.task import objectives

@@ -19,8 +19,9 @@ import pytest
 
 from baton.errors import EXIT_FAILED, EXIT_PREEMPTED, EXIT_TRANSIENT
 from baton.strategies import launcher
+from baton.strategies.exits import exit_code
 from baton.strategies.restart_policies import Action, GroupRestart, ReplicaRestart
-from baton.strategies.supervisor import Command, Exit, ProcessGroup, exit_code
+from baton.strategies.supervisor import Command, Exit, ProcessGroup
 
 PY = sys.executable
 

@@ -185,7 +185,7 @@ def test_a_step_xla_cannot_compile_is_a_stage_error_naming_the_op_and_setting() 
     import tensorflow as tf
 
     from baton.errors import StageError
-    from baton.graphs.steps import StepOptions
+    from baton.graphs.step_options import StepOptions
     from baton.graphs.synthetic import synthetic_dataset, synthetic_spec
     from baton.strategies.loop import TaskRole
     from baton.strategies.trainer import TrainPlan, train

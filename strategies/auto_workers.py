@@ -1,8 +1,8 @@
 """`workers: auto`: probe each candidate topology on the real job for a few steps and pick
 the fastest (or, with `objective: energy`, the fewest joules per example), saying why.
 
-strategies.probe measures and chooses; this drives the candidates from the stage (one process
-here, clusters through the launcher).
+strategies.probe measures and chooses; this drives the candidates (one process here, clusters
+through the launcher) for `strategies.run.train`, before the real run.
 """
 
 from __future__ import annotations
@@ -14,22 +14,20 @@ from pathlib import Path
 from typing import Any
 
 from baton.errors import StageError
-from baton.pipeline.context import StageContext
-from baton.pipeline.training.execution import backup_dir, task_argv
-from baton.pipeline.training.topology import AutoWorkers, Topology, balance_mode
 from baton.strategies.factory import ONE_DEVICE
-from baton.strategies.settings import TrainSettings
+from baton.strategies.host import Host
+from baton.strategies.topology import AutoWorkers, Topology, balance_mode
 
 
-def candidate_job(config: TrainSettings, job: Any, cand: Any) -> Any:
+def candidate_job(job: Any, cand: Any) -> Any:
     """The real job with a candidate's strategy (and the balance that strategy would get)."""
     topo = Topology(cand.strategy, cand.workers, 0)
-    balance = "off" if cand.strategy == ONE_DEVICE else balance_mode(config, topo)
+    balance = "off" if cand.strategy == ONE_DEVICE else balance_mode(job.settings, topo)
     return dataclasses.replace(job, strategy=cand.strategy, balance=balance)
 
 
 def pick_topology(
-    ctx: StageContext, config: TrainSettings, job: Any, auto: AutoWorkers, node: dict
+    host: Host, job: Any, auto: AutoWorkers, node: dict
 ) -> tuple[Topology, Any, dict[str, Any]]:
     """`workers: auto`: probe every candidate on this job, pick one, say why.
 
@@ -48,19 +46,19 @@ def pick_topology(
 
     cands = probing.candidates(auto.max_workers)
     for cand in cands:
-        cand_job = candidate_job(config, job, cand)
-        if (backup_dir(ctx, cand_job) / "checkpoint").is_file():
+        cand_job = candidate_job(job, cand)
+        if (host.backup_dir(cand_job) / "checkpoint").is_file():
             reason = f"picked {cand.label}: its backup is on disk (resuming it, no probe)"
-            ctx.log(f"workers auto ({auto.source}): {reason}")
+            host.log(f"workers auto ({auto.source}): {reason}")
             info = {"source": auto.source, "objective": auto.objective, "candidates": [],
                     "chosen": {"strategy": cand.strategy, "workers": cand.workers},
                     "reason": reason, "seconds": 0.0, "max_workers": auto.max_workers}
             return Topology(cand.strategy, cand.workers, 0), cand_job, info
-    energy_config = spec_energy(ctx)
+    energy_config = host.energy or energy.EnergyConfig()
     counter = energy.open_counter(energy_config)
     total = job.total_steps()
     probe_len = job.settings.steps_per_execution + auto.probe_steps
-    ctx.log(
+    host.log(
         f"workers auto ({auto.source}): probing {', '.join(c.label for c in cands)} for "
         f"{job.settings.steps_per_execution} warm-up + {auto.probe_steps} timed steps each "
         f"(objective {auto.objective}, energy {energy.RAPL if counter else energy.ESTIMATE})"
@@ -74,14 +72,14 @@ def pick_topology(
     sampler = probing.RaplSampler(counter) if counter is not None else None
     with sampler if sampler is not None else _nothing():
         for i, cand in enumerate(cands):
-            cand_job = candidate_job(config, job, cand)
+            cand_job = candidate_job(job, cand)
             probe_job = dataclasses.replace(  # the user's callbacks belong to the real run
                 cand_job, probe_steps=auto.probe_steps,
                 settings=dataclasses.replace(cand_job.settings, callbacks=()))
             t0 = time.monotonic()
             try:
                 windows = (probe_in_process(probe_job) if cand.workers == 1 else
-                           probe_cluster(ctx, probe_job, cand, ctx.work_dir / f"probe-{i}"))
+                           probe_cluster(host, probe_job, cand, host.work_dir / f"probe-{i}"))
                 error = ""
             except Exception as exc:  # noqa: BLE001 - a failed candidate is reported, not fatal
                 windows, error = [], f"{type(exc).__name__}: {str(exc).splitlines()[0][:200]}"
@@ -97,8 +95,8 @@ def pick_topology(
     except ValueError as exc:
         raise StageError(f"workers auto: {exc}") from None
     for line in probing.table(measured, chosen):
-        ctx.log(f"  {line}")
-    ctx.log(f"workers auto: {reason}")
+        host.log(f"  {line}")
+    host.log(f"workers auto: {reason}")
     cand = chosen.candidate
     info = {
         "source": auto.source, "objective": auto.objective, "max_workers": auto.max_workers,
@@ -108,7 +106,7 @@ def pick_topology(
         "chosen": {"strategy": cand.strategy, "workers": cand.workers},
         "reason": reason, "seconds": round(time.monotonic() - started, 2),
     }
-    return Topology(cand.strategy, cand.workers, 0), candidate_job(config, job, cand), info
+    return Topology(cand.strategy, cand.workers, 0), candidate_job(job, cand), info
 
 
 class _nothing:
@@ -128,7 +126,7 @@ def probe_in_process(job: Any) -> list[dict[str, Any]]:
     return [result.info.get("window", {})]
 
 
-def probe_cluster(ctx: StageContext, job: Any, cand: Any, work: Path) -> list[dict[str, Any]]:
+def probe_cluster(host: Host, job: Any, cand: Any, work: Path) -> list[dict[str, Any]]:
     from baton.strategies import launcher
 
     work.mkdir(parents=True, exist_ok=True)
@@ -138,8 +136,8 @@ def probe_cluster(ctx: StageContext, job: Any, cand: Any, work: Path) -> list[di
         result = launcher.launch(
             launcher.LaunchConfig(workers=cand.workers, strategy=cand.strategy, max_restarts=0,
                                   state_dir=work / "launcher", global_batch_size=job.settings.batch_size),
-            lambda task: task_argv(job_file, work / "out", work / "backup"),
-            stream=ctx.stream, quiet=True,
+            lambda task: host.task_command(job_file, work / "out", work / "backup"),
+            stream=host.stream, quiet=True,
         )
         if not result.ok:
             raise StageError(f"probe cluster failed: {result.error}")
@@ -148,13 +146,3 @@ def probe_cluster(ctx: StageContext, job: Any, cand: Any, work: Path) -> list[di
         return [json.loads(p.read_text()) for p in reports]
     finally:
         shutil.rmtree(work, ignore_errors=True)  # its backups with it
-
-
-def spec_energy(ctx: StageContext) -> Any:
-    from baton.energy import EnergyConfig
-    from baton.pipeline.spec import load_spec
-
-    try:
-        return load_spec(ctx.spec_path).energy if ctx.spec_path else EnergyConfig()
-    except Exception:  # noqa: BLE001 - the energy section is optional context here
-        return EnergyConfig()

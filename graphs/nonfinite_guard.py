@@ -19,7 +19,8 @@ backward pass writes NaN into the first kernel; the model then predicts one clas
 row. Multi-worker, parameter-server and large one-device runs (graphs.executor) train that way.
 
 Every worker of a multi-worker job sees the same all-reduced totals and holds the same weights,
-so all of them stop at the same step.
+so all of them stop at the same step. The guard reads losses and weights only (no strategy):
+it is graph-side, beside the search for the cause (graphs.nonfinite).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""strategies.nonfinite_guard: what stops a training run whose numbers are no longer numbers."""
+"""graphs.nonfinite_guard: what stops a training run whose numbers are no longer numbers."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from baton.errors import StageError
-from baton.strategies.nonfinite_guard import NonFiniteGuard
+from baton.graphs.nonfinite_guard import NonFiniteGuard
 
 
 def _model() -> keras.Model:
