@@ -97,6 +97,21 @@ def build_config(cls: type, data: Mapping[str, Any] | None, path: str = "") -> A
     raise errors[0] if len(errors) == 1 else ConfigErrors(errors)
 
 
+class SettingsData:
+    """What a settings dataclass that travels in a file has: `to_dict` (JSON-able) and
+    `from_dict` (read back typed and checked by `build_config`, as the spec's config is). The
+    train stage's settings go into the job file this way, the federated stage's into its plan."""
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = config_to_dict(self)
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], path: str = "settings") -> typing.Self:
+        settings: typing.Self = build_config(cls, data, path)
+        return settings
+
+
 def config_to_dict(config: Any) -> Any:
     """A JSON-able form of a config (for lineage records and cache keys)."""
     if dataclasses.is_dataclass(config) and not isinstance(config, type):

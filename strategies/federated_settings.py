@@ -20,7 +20,7 @@ import dataclasses
 from pathlib import Path
 from typing import Any, Literal
 
-from baton.configs import build_config, config_to_dict
+from baton.configs import SettingsData
 from baton.errors import ConfigError
 from baton.graphs.transform_settings import TransformSettings
 
@@ -172,7 +172,7 @@ class ClaimSizes:
 
 
 @dataclasses.dataclass(frozen=True)
-class FederatedSettings:
+class FederatedSettings(SettingsData):
     """The federated stage's settings (docs/federated.md has the table)."""
 
     # a number (a rehearsal from the stage's examples input) or the real silos; left out: 2
@@ -323,14 +323,3 @@ class FederatedSettings:
         return dataclasses.replace(self, clients=self.count, tls=TLSSettings(), resources=None,
                                    k8s=ClaimSizes())
 
-    # ------------------------------------------------------------------ the settings as data
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able: what the plan carries (`from_dict` reads it back)."""
-        out: dict[str, Any] = config_to_dict(self)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], path: str = "settings") -> FederatedSettings:
-        """The settings `to_dict` wrote, typed and checked as the spec's config is."""
-        settings: FederatedSettings = build_config(cls, data, path)
-        return settings

@@ -19,7 +19,7 @@ import dataclasses
 import typing
 from typing import Any, Literal
 
-from baton.configs import build_config, config_to_dict, did_you_mean
+from baton.configs import SettingsData, did_you_mean
 from baton.graphs.models import BUILDERS as BUILTIN_MODELS  # the table's names (no TF import)
 from baton.strategies.factory import (
     BALANCED_STRATEGIES,
@@ -38,7 +38,7 @@ HYPERPARAMETER_KEYS = ("learning_rate", "batch_size", "epochs", "steps", "eval_s
 
 
 @dataclasses.dataclass(frozen=True)
-class TrainSettings:
+class TrainSettings(SettingsData):
     """Training settings. Topology (strategy, workers, ps) falls back to `baton run` flags, then to
     the spec's `cluster:` section."""
 
@@ -137,17 +137,6 @@ class TrainSettings:
                 f"backup_every={self.backup_every}, max_restarts={self.max_restarts}"
             )
 
-    # ------------------------------------------------------------------ the settings as data
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-able: what the job file carries (`from_dict` reads it back)."""
-        out: dict[str, Any] = config_to_dict(self)
-        return out
-
-    @classmethod
-    def from_dict(cls, data: dict[str, Any], path: str = "settings") -> TrainSettings:
-        """The settings `to_dict` wrote, typed and checked as the spec's config is."""
-        settings: TrainSettings = build_config(cls, data, path)
-        return settings
 
     # ------------------------------------------------------------------ views the model reads
     def model_config(self) -> dict[str, Any]:
