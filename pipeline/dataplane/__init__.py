@@ -9,8 +9,9 @@
   the preprocessing_fn, its errors, analysis.json and the transform_graph directory;
 - `beam`: the Beam pipelines (statistics; a preprocessing_fn's analyze and apply passes), their
   runner, and where their workers read and write shards;
-- `partition` (per-client examples for a federated rehearsal) and `frozen_heap` (the garbage
-  collector off the libraries' objects during a data stage) stand alone.
+- `partition` (per-client examples for a federated rehearsal), `frozen_heap` (the garbage
+  collector off the libraries' objects during a data stage) and `heap_reuse` (malloc keeps the
+  stage's freed blocks for its next batch instead of unmapping them) stand alone.
 
 Stage modules (`pipeline/stages/{ingest,statistics,validate,transform}.py`) stay thin and
 call into these modules. Nothing here imports TensorFlow or Beam at module top, so importing the

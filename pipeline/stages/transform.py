@@ -57,7 +57,7 @@ CACHEABLE = True
 @dataclasses.dataclass(frozen=True)
 class Config(TransformSettings):
     beam_pipeline_args: list[str] = dataclasses.field(default_factory=list)
-    batch_rows: int = 131_072  # rows per TensorFlow call inside the DoFns (about: see reader)
+    batch_rows: int = 65_536  # rows per TensorFlow call inside the DoFns (about: see reader)
     chunk_rows: int = 4_096  # rows per transformed record
 
     def __post_init__(self) -> None:
@@ -97,8 +97,10 @@ def external_inputs(config: Config, spec_dir: Path | None) -> list[Path]:
 
 def run(ctx: StageContext, config: Config) -> None:
     from baton.pipeline.dataplane.frozen_heap import frozen_heap
+    from baton.pipeline.dataplane.heap_reuse import heap_reuse
 
-    with frozen_heap():  # the libraries' objects stay out of garbage collections
+    # the libraries' objects stay out of garbage collections; freed batches' memory is reused
+    with frozen_heap(), heap_reuse():
         _run(ctx, config)
 
 
