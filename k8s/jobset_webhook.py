@@ -167,6 +167,14 @@ def _check_failure_policy(policy: Any, rjobs: list[str]) -> list[Violation]:
     out: list[Violation] = []
     if not isinstance(policy, dict):
         return out
+    restarts = policy.get("maxRestarts")
+    if isinstance(restarts, int) and not isinstance(restarts, bool) and restarts < 0:
+        # neither the CRD nor the webhook checks it; the controller fails the JobSet once
+        # its restarts reach the limit, so a negative one means "never restart", not "always"
+        out.append(Violation("spec.failurePolicy.maxRestarts", "must be >= 0 (JobSet fails at "
+                             "the first failure when its restarts reach this count, so a "
+                             "negative one does not mean unlimited; 0 means no restart). "
+                             f"Received: {restarts}", "baton"))
     if policy.get("restartStrategy") == "InPlaceRestart":
         out.append(Violation("spec.failurePolicy.restartStrategy", "InPlaceRestart restart "
                              "strategy cannot be set when InPlaceRestart feature gate is "

@@ -239,3 +239,15 @@ def test_trainjob_initializers_need_the_runtimes_jobs(key, rjobs, message):
 def test_a_trainjob_without_its_runtime_is_refused():
     [v] = trainer_webhook.check_pair(_trainjob(), None)
     assert v.path == "spec.runtimeRef" and "must be created before the TrainJob is created" in v.message
+
+
+@pytest.mark.parametrize("restarts,refused", [(-1, True), (0, False), (3, False)])
+def test_a_negative_max_restarts_is_refused_by_baton(restarts, refused):
+    """Neither the CRD nor JobSet's webhook checks it, and the controller fails the JobSet once
+    its restarts reach the limit: -1 would silently mean "never restart", not "unlimited"."""
+    found = [v for v in jobset_webhook.check(_js(_rj(), **_fp(maxRestarts=restarts)))
+             if v.path == "spec.failurePolicy.maxRestarts"]
+    assert bool(found) == refused, found
+    if refused:
+        assert found[0].rule == "baton" and "Received: -1" in found[0].message
+        assert "does not mean unlimited" in found[0].message
