@@ -136,6 +136,14 @@ MODELS: dict[str, BuiltinModel] = {
 BUILDERS = tuple(MODELS)
 
 
+def unknown_model(name: str) -> str:
+    """The error for a `model:` that is neither a built-in nor a 'module:function'."""
+    from baton.configs import did_you_mean
+
+    return (f"model must be one of {', '.join(MODELS)} or a model function 'module:function'"
+            f"{did_you_mean(name, MODELS)}. Received: model={name!r}")
+
+
 def builtin_config(kind: str, params: Any) -> Any:
     """The config dataclass of built-in model `kind` from a params mapping (lists -> tuples).
 

@@ -48,6 +48,11 @@ class Verdict:
 
 
 class RestartPolicy(Protocol):
+    def mark_gone(self, name: str) -> None:
+        """Member `name`'s node is gone for good (the caller knows, e.g. from a `:lost` fault):
+        its next exit is `Action.LOSE`, whatever the budget."""
+        self.gone.add(name)
+
     def decide(self, group: ProcessGroup, ended: Exit) -> Verdict:
         """What to do about `ended` (called for each Exit `wait()` returns, in order)."""
         ...
@@ -68,8 +73,8 @@ class GroupRestart:
             the caller decides whether enough members are left.
 
     Attributes:
-        gone: members whose node is gone for good (set by the caller, e.g. a `:lost` fault):
-            their next exit is `Action.LOSE`, whatever the budget.
+        gone: members whose node is gone for good (`mark_gone`): their next exit is `Action.LOSE`,
+            whatever the budget.
     """
 
     def __init__(

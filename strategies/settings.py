@@ -19,8 +19,9 @@ import dataclasses
 import typing
 from typing import Any, Literal
 
-from baton.configs import SettingsData, did_you_mean
+from baton.configs import SettingsData
 from baton.graphs.models import BUILDERS as BUILTIN_MODELS  # the table's names (no TF import)
+from baton.graphs.models import unknown_model
 from baton.strategies.factory import (
     BALANCED_STRATEGIES,
     MULTI_WORKER_MIRRORED,
@@ -107,11 +108,7 @@ class TrainSettings(SettingsData):
                 raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}. "
                                  f"Received: {name}={value!r}")
         if self.model not in BUILTIN_MODELS and ":" not in self.model:
-            raise ValueError(
-                f"model must be one of {', '.join(BUILTIN_MODELS)} or a model function "
-                f"'module:function'{did_you_mean(self.model, BUILTIN_MODELS)}. "
-                f"Received: model={self.model!r}"
-            )
+            raise ValueError(unknown_model(self.model))
         for name in ("epochs", "batch_size", "eval_batch_size", "steps_per_execution",
                      "probe_steps"):
             if getattr(self, name) < 1:

@@ -166,17 +166,16 @@ def write_model_artifact(
     """
     import keras
 
-    from baton.graphs import models
-    from baton.graphs.model_fn import carry_weights
+    from baton.graphs.model_fn import exported
     from baton.graphs.user_refs import modules_of
 
     out.mkdir(parents=True, exist_ok=True)
-    refs = job.settings.user_refs()
+    refs, model_params = job.settings.user_refs(), job.settings.model_config()
     keras.mixed_precision.set_dtype_policy("float32")
     clean = build_fn(dataclasses.replace(
         job, settings=dataclasses.replace(job.settings, mixed_precision="off")))()[0]
-    carry_weights(result.model, clean, job.settings.model)
-    params, modules = models.count_params(clean), modules_of(refs)
+    model_info = exported(result.model, clean, job.settings.model, job.feature_spec, model_params)
+    modules = modules_of(refs)
     clean.save(out / MODEL_FILE)
     (out / HISTORY_FILE).write_text(json.dumps(result.history, indent=2) + "\n")
     info = {
@@ -188,7 +187,7 @@ def write_model_artifact(
         "num_replicas": result.num_replicas,
         "strategy": job.strategy,
         "model": job.settings.model,
-        "params": params,
+        **model_info,  # params, and ignored_outputs when a built-in leaves some out
         # what `model.keras` needs imported to load (its custom layers): release stages import
         # these from the spec's directory first (pipeline/release/data.load_model)
         "user_modules": modules,
