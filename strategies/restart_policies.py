@@ -48,11 +48,6 @@ class Verdict:
 
 
 class RestartPolicy(Protocol):
-    def mark_gone(self, name: str) -> None:
-        """Member `name`'s node is gone for good (the caller knows, e.g. from a `:lost` fault):
-        its next exit is `Action.LOSE`, whatever the budget."""
-        self.gone.add(name)
-
     def decide(self, group: ProcessGroup, ended: Exit) -> Verdict:
         """What to do about `ended` (called for each Exit `wait()` returns, in order)."""
         ...
@@ -94,6 +89,11 @@ class GroupRestart:
         self.permanent = frozenset(permanent)
         self.restarts = 0
         self.member_restarts = 0
+
+    def mark_gone(self, name: str) -> None:
+        """Member `name`'s node is gone for good (the caller knows, e.g. from a `:lost` fault):
+        its next exit is `Action.LOSE`, whatever the budget."""
+        self.gone.add(name)
 
     def decide(self, group: ProcessGroup, ended: Exit) -> Verdict:
         required = group.names if self.required is None else self.required
