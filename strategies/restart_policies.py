@@ -93,7 +93,7 @@ class GroupRestart:
     def mark_gone(self, name: str) -> None:
         """Member `name`'s node is gone for good (the caller knows, e.g. from a `:lost` fault):
         its next exit is `Action.LOSE`, whatever the budget."""
-        self.gone.add(name)
+        self.gone |= {name}
 
     def decide(self, group: ProcessGroup, ended: Exit) -> Verdict:
         required = group.names if self.required is None else self.required

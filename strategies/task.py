@@ -20,9 +20,6 @@ from baton.strategies.job import (
     MODEL_FILE,
     TRAIN_INFO_FILE,
     TrainJob,
-    dataset_fns,
-    finite_split,
-    row_table,
     with_example_count,
 )
 from baton.strategies.loop import TaskRole, TrainResult
@@ -91,41 +88,27 @@ def setup_runtime(job: TrainJob) -> None:
 def run_task(job: TrainJob, tf_config: TFConfig | None, role: TaskRole) -> TrainResult | None:
     """Run this task's part of the job. Returns the result on the task that trained (else None).
 
-    Parameter-server workers and PS tasks serve until killed; the chief coordinates.
+    Parameter-server workers and PS tasks serve until killed; the chief coordinates
+    (strategies.ps_trainer); every other strategy trains in lockstep (strategies.trainer).
     The strategy is created before any TensorFlow op runs (a multi-worker strategy must
     configure collective ops first); rows not yet counted are counted after it, and the
-    planned step count goes to `result.info["planned_steps"]`.
+    planned step count goes to `result.info["planned_steps"]`. Both drivers get the same
+    pieces: the model builder, the job's data (its streams, built once on the graph side,
+    `TrainJob.data`) and the spec's objectives.
     """
     from baton.graphs.step_options import StepOptions
-    from baton.strategies import factory, trainer
+    from baton.strategies import factory, ps_trainer, trainer
 
     setup_runtime(job)
-    comm = job.settings.communication
-    result: TrainResult
-    if job.strategy == PARAMETER_SERVER:
+    on_ps = job.strategy == PARAMETER_SERVER
+    if on_ps:
         assert tf_config is not None, "parameter_server needs TF_CONFIG"
         if tf_config.task.type in ("ps", "worker"):
             factory.start_server(tf_config).join()
             return None
-        from baton.strategies import ps_trainer
-
-        strategy = factory.make_strategy(
-            job.strategy, tf_config, partition=job.settings.partition
-        )
-        if role.after_strategy is not None:
-            role.after_strategy()
-        job = with_example_count(job)
-        role.fingerprint = role.fingerprint or job.fingerprint()
-        num_ps = len(tf_config.cluster.ps)
-        train_ds, eval_ds = dataset_fns(job)
-        # the builder runs inside the strategy scope, after ps_trainer's own checks
-        result = ps_trainer.train(
-            strategy, job, role, lambda: build_fn(job, num_ps)(), train_ds, eval_ds,
-            objectives(job), finite_split=lambda split: finite_split(job, split),
-        )
-        result.info.setdefault("planned_steps", job.total_steps())
-        return result
-    strategy = factory.make_strategy(job.strategy, tf_config, communication=comm)
+    strategy = factory.make_strategy(job.strategy, tf_config,
+                                     communication=job.settings.communication,
+                                     partition=job.settings.partition)
     if role.after_strategy is not None:
         role.after_strategy()
     job = with_example_count(job)
@@ -141,16 +124,23 @@ def run_task(job: TrainJob, tf_config: TFConfig | None, role: TaskRole) -> Train
         measure_after=job.settings.steps_per_execution if job.probe_steps else 0,
         on_nonfinite=job.settings.on_nonfinite,
     )
-    table = row_table(job) if plan.balance else None
-    train_ds, eval_ds = dataset_fns(job, table)
-    if job.probe_steps:
-        eval_ds = None  # a probe times training only
-    options = StepOptions(jit_compile=job.settings.jit_compile, fp16_allreduce=comm.fp16_allreduce,
+    options = StepOptions(jit_compile=job.settings.jit_compile,
+                          fp16_allreduce=job.settings.communication.fp16_allreduce,
                           executor=job.settings.executor)
+    build = build_fn(job, len(tf_config.cluster.ps) if on_ps and tf_config is not None else 0)
+    data = job.data()
+    table = data.row_table()
+    train_ds, eval_ds = data.dataset_fns(table)
+    if on_ps:
+        # the builder runs inside the strategy scope, after ps_trainer's own checks
+        result = ps_trainer.train(strategy, job, role, build, train_ds, eval_ds, objectives(job),
+                                  finite_split=data.finite_split)
+        result.info.setdefault("planned_steps", job.total_steps())
+        return result
     result = trainer.train(
-        strategy, build_fn(job), job.spec(), train_ds, eval_ds, plan, role, options,
-        objectives(job), take_rows=table.take if table is not None else None,
-        finite_split=lambda split: finite_split(job, split),
+        strategy, build, job.spec(), train_ds, None if job.probe_steps else eval_ds, plan, role,
+        options, objectives(job), take_rows=table.take if table is not None else None,
+        finite_split=data.finite_split,
     )
     result.info.setdefault("planned_steps", plan.total_steps)
     return result
