@@ -30,7 +30,8 @@ def build_fn(job: TrainJob, num_ps: int = 0) -> Any:
     """A zero-argument builder of (model, optimizer), called inside the strategy scope.
 
     The model is the job's model function (a built-in or the user's, graphs.model_fn) called on
-    a ModelSpec whose params are `job.settings.model_config()`. With `num_ps` > 1 parameter servers and
+    a ModelSpec whose params are `job.settings.model_params` (a built-in's config class fills in
+    its defaults, graphs.models). With `num_ps` > 1 parameter servers and
     partitioning on, a built-in's large embedding tables are built as row shards
     (graphs.sharded_embedding) that the strategy spreads over the PS tasks.
     """
@@ -43,7 +44,7 @@ def build_fn(job: TrainJob, num_ps: int = 0) -> Any:
     from baton.graphs.user_refs import RefError
 
     spec = job.spec()
-    params = dict(job.settings.model_config())
+    params = dict(job.settings.model_params)
     part = job.settings.partition
     if job.settings.model in models.MODELS:
         if num_ps > 1 and job.settings.model != "cnn" and part.mode != "none":
@@ -160,7 +161,7 @@ def write_model_artifact(
     from baton.graphs.user_refs import modules_of
 
     out.mkdir(parents=True, exist_ok=True)
-    refs, model_params = job.settings.user_refs(), job.settings.model_config()
+    refs, model_params = job.settings.user_refs(), job.settings.model_params
     keras.mixed_precision.set_dtype_policy("float32")
     clean = build_fn(dataclasses.replace(
         job, settings=dataclasses.replace(job.settings, mixed_precision="off")))()[0]

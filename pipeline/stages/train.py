@@ -183,7 +183,7 @@ def _code_problems(config: Config, spec_dir: Path | None) -> list[str]:
         from baton.graphs.models import builtin_config
 
         try:
-            builtin_config(config.model, config.model_config())
+            builtin_config(config.model, config.model_params)
         except (TypeError, ValueError) as exc:
             problems.append(f"config.model_params: {exc}")
     else:
