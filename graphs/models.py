@@ -147,7 +147,8 @@ def unknown_model(name: str) -> str:
 def builtin_config(kind: str, params: Any) -> Any:
     """The config dataclass of built-in model `kind` from a params mapping (lists -> tuples).
 
-    Raises ValueError naming the model, the parameter and its known parameters.
+    Raises ValueError naming the model, the parameter and its known parameters (an unknown
+    one), or the parameter and the value received (a wrong type, choice or range).
     """
     cls = MODELS[kind].config
     fields = {f.name for f in dataclasses.fields(cls)}
@@ -160,8 +161,11 @@ def builtin_config(kind: str, params: Any) -> Any:
             f"model {kind} has no parameter {unknown[0]!r}{mean}; its parameters: "
             f"{', '.join(sorted(fields))}. Received: {dict(params)}"
         )
-    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in (params or {}).items()}
-    return cls(**kwargs)
+    from baton.configs import build_config
+
+    # typed as a spec's config is: a wrong type or choice is a ConfigError (a ValueError)
+    # naming the parameter and the value received; lists become tuples
+    return build_config(cls, dict(params or {}))
 
 
 def build_model(

@@ -201,6 +201,11 @@ def _spec(d: Path, train: dict, name: str = "own") -> Path:
          r"dropout: dropout is a setting of the built-in models; .* move it there\. "
          r"Received: dropout=0\.5"),
         ({"model": "mlp", "dropout": 2.0}, r"config.model_params: dropout must be"),
+        ({"model": "mlp", "dropout": "x"},
+         r"config.model_params: dropout: expected a number. Received: 'x' \(str\)"),
+        ({"model": "mlp", "model_params": {"categorical": "onehot"}},
+         r"config.model_params: categorical: must be one of 'embedding', 'one_hot' \(did you "
+         r"mean 'one_hot'\?\). Received: 'onehot'"),
         ({"loss": "sparse_categorical_crosentropy"},
          r"config.loss: unknown Keras loss 'sparse_categorical_crosentropy' \(did you mean "
          r"'sparse_categorical_crossentropy'\?\)"),
