@@ -24,7 +24,7 @@ from baton.configs import SettingsData
 from baton.errors import ConfigError
 from baton.graphs.flat_model_keys import FLAT_NAMES, flat_params
 from baton.graphs.models import BUILDERS as BUILTIN_MODELS  # the table's names (no TF import)
-from baton.graphs.models import unknown_model
+from baton.graphs.models import builtin_config, unknown_model
 from baton.strategies.factory import (
     BALANCED_STRATEGIES,
     MULTI_WORKER_MIRRORED,
@@ -109,6 +109,11 @@ class TrainSettings(SettingsData):
                                  f"Received: {name}={value!r}")
         if self.model not in BUILTIN_MODELS and ":" not in self.model:
             raise ValueError(unknown_model(self.model))
+        if self.model in BUILTIN_MODELS:  # a built-in's parameters, by its config class
+            try:
+                builtin_config(self.model, self.model_params)
+            except ValueError as exc:
+                raise ConfigError("model_params", str(exc)) from None
         for name in ("epochs", "batch_size", "eval_batch_size", "steps_per_execution",
                      "probe_steps"):
             if getattr(self, name) < 1:

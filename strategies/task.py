@@ -46,12 +46,14 @@ def build_fn(job: TrainJob, num_ps: int = 0) -> Any:
     spec = job.spec()
     params = dict(job.settings.model_params)
     part = job.settings.partition
-    if job.settings.model in models.MODELS:
-        if num_ps > 1 and job.settings.model != "cnn" and part.mode != "none":
-            params["embedding_shards"] = part.num_shards or num_ps
-            if part.mode == "min_size":
-                params["shard_min_bytes"] = part.min_shard_bytes
-        models.builtin_config(job.settings.model, params)  # a bad parameter fails here, before any task
+    # a built-in's parameters were checked as the settings were built (TrainSettings); the
+    # sharding of its embedding tables over the PS tasks is added here
+    sharded = (num_ps > 1 and job.settings.model in models.MODELS and job.settings.model != "cnn"
+               and part.mode != "none")
+    if sharded:
+        params["embedding_shards"] = part.num_shards or num_ps
+        if part.mode == "min_size":
+            params["shard_min_bytes"] = part.min_shard_bytes
     search_dir = job.code_dir or None
 
     def build() -> tuple[Any, Any]:

@@ -163,8 +163,8 @@ def _batch_problems(config: Config, topo: Topology) -> list[str]:
 def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
     """Contradictions inside the stage config itself (refused by `plan`, for every command),
     and the user code it names: a model function, loss, metric, optimizer or callback that
-    cannot be imported (file:line), an unknown Keras identifier (did you mean), parameters a
-    built-in model does not have."""
+    cannot be imported (file:line), an unknown Keras identifier (did you mean). (A built-in
+    model's parameters are checked as the settings are built: TrainSettings.)"""
     problems = _code_problems(config, getattr(spec, "spec_dir", None))
     written = getattr(stage, "config", None) or {}
     if config.steps and "epochs" in written:
@@ -179,14 +179,7 @@ def _code_problems(config: Config, spec_dir: Path | None) -> list[str]:
     from baton.graphs.user_refs import RefError, import_ref
 
     problems = []
-    if config.model in BUILTIN_MODELS:
-        from baton.graphs.models import builtin_config
-
-        try:
-            builtin_config(config.model, config.model_params)
-        except (TypeError, ValueError) as exc:
-            problems.append(f"config.model_params: {exc}")
-    else:
+    if config.model not in BUILTIN_MODELS:  # a built-in's model_params: checked by the settings
         try:
             fn = import_ref(config.model, spec_dir, what="model function")
         except RefError as exc:

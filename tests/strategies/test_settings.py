@@ -123,3 +123,17 @@ def test_a_flat_model_key_that_sets_nothing_is_refused_by_name() -> None:
                                           r"hidden_units=\[8\]"):
         TrainSettings.from_dict({"model": "my_model:build", "hidden_units": [8]},
                                 "train.config")
+
+
+def test_a_built_in_models_parameters_are_checked_as_the_settings_are_built() -> None:
+    """By the model's config class, once: the spec's config, a job file and settings made in
+    code all refuse them, naming the parameter and the value."""
+    with pytest.raises(ConfigError, match=r"^model_params: dropout must be in \[0.0, 1.0\). "
+                                          r"Received: dropout=2.0"):
+        TrainSettings(model="mlp", model_params={"dropout": 2.0})
+    with pytest.raises(ConfigError, match=r"^train\.config\.model_params: model cnn has no "
+                                          r"parameter 'hidden_units'.*Received: "):
+        TrainSettings.from_dict({"model": "cnn", "model_params": {"hidden_units": [8]}},
+                                "train.config")
+    assert TrainSettings(model="my_model:build", model_params={"anything": 1}).model_params == {
+        "anything": 1}  # a model function's own parameters are its business
