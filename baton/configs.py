@@ -57,10 +57,15 @@ def closest(name: str, choices: typing.Iterable[str], ignore_case: bool = False,
 def build_config(cls: type, data: Mapping[str, Any] | None, path: str = "") -> Any:
     """An instance of dataclass `cls` from `data`, or ConfigError (ConfigErrors when there are
     several) naming every bad key: unknown keys, wrong types, missing required settings, and
-    then the dataclass's own value checks."""
+    then the dataclass's own value checks. A `cls` whose settings changed shape has a classmethod
+    `upgrade_settings(data, path)` that returns `data` in the current shape (or raises
+    ConfigError naming a key that has no place in it)."""
     data = {} if data is None else data
     if not isinstance(data, Mapping):
         raise ConfigError(path, f"must be a mapping of settings. Received: {_show(data)}")
+    upgrade = getattr(cls, "upgrade_settings", None)
+    if upgrade is not None:  # keys of an older shape of these settings, moved where they live now
+        data = upgrade(data, path)
     hints = typing.get_type_hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     errors: list[ConfigError] = []

@@ -23,7 +23,7 @@ from typing import Any
 from baton.errors import StageError
 from baton.graphs.feature_spec import FeatureSpec
 from baton.graphs.model_spec import ModelSpec
-from baton.graphs.models import MODELS
+from baton.graphs.models import MODELS, unknown_model
 from baton.graphs.user_refs import RefError, import_ref, is_ref
 
 
@@ -37,13 +37,7 @@ def resolve(name: str, search_dir: Path | str | None = None) -> Callable[[ModelS
     if name in MODELS:
         return MODELS[name].function
     if not is_ref(name):
-        from baton.configs import did_you_mean
-
-        mean = did_you_mean(name, MODELS)
-        raise RefError(
-            f"model must be one of {', '.join(MODELS)} or a model function 'module:function'"
-            f"{mean}. Received: {name!r}"
-        )
+        raise RefError(unknown_model(name))
     fn = import_ref(name, search_dir, what="model function")
     if not callable(fn):
         raise RefError(f"model {name!r} is a {type(fn).__name__}, not a function. Received: {fn!r}")
@@ -211,3 +205,15 @@ def carry_weights(trained: Any, clean: Any, name: str) -> None:
             "every time (the artifact is rebuilt outside the training strategy)"
         )
     clean.set_weights(values)
+
+
+def exported(trained: Any, clean: Any, name: str, feature_spec: Mapping[str, Any],
+             params: Mapping[str, Any]) -> dict[str, Any]:
+    """`clean` given `trained`'s weights (`carry_weights`), and what train_info says of it: its
+    parameter count and, for a built-in that leaves transformed outputs out (the cnn takes
+    only its image), a warning naming them (`models.ignored`; the stage logs it)."""
+    from baton.graphs.models import count_params, ignored
+
+    carry_weights(trained, clean, name)
+    left_out = ignored(name, FeatureSpec.from_dict(feature_spec), params) if name in MODELS else []
+    return {"params": count_params(clean), **({"ignored_outputs": left_out} if left_out else {})}

@@ -136,10 +136,19 @@ MODELS: dict[str, BuiltinModel] = {
 BUILDERS = tuple(MODELS)
 
 
+def unknown_model(name: str) -> str:
+    """The error for a `model:` that is neither a built-in nor a 'module:function'."""
+    from baton.configs import did_you_mean
+
+    return (f"model must be one of {', '.join(MODELS)} or a model function 'module:function'"
+            f"{did_you_mean(name, MODELS)}. Received: model={name!r}")
+
+
 def builtin_config(kind: str, params: Any) -> Any:
     """The config dataclass of built-in model `kind` from a params mapping (lists -> tuples).
 
-    Raises ValueError naming the model, the parameter and its known parameters.
+    Raises ValueError naming the model, the parameter and its known parameters (an unknown
+    one), or the parameter and the value received (a wrong type, choice or range).
     """
     cls = MODELS[kind].config
     fields = {f.name for f in dataclasses.fields(cls)}
@@ -152,8 +161,11 @@ def builtin_config(kind: str, params: Any) -> Any:
             f"model {kind} has no parameter {unknown[0]!r}{mean}; its parameters: "
             f"{', '.join(sorted(fields))}. Received: {dict(params)}"
         )
-    kwargs = {k: tuple(v) if isinstance(v, list) else v for k, v in (params or {}).items()}
-    return cls(**kwargs)
+    from baton.configs import build_config
+
+    # typed as a spec's config is: a wrong type or choice is a ConfigError (a ValueError)
+    # naming the parameter and the value received; lists become tuples
+    return build_config(cls, dict(params or {}))
 
 
 def build_model(

@@ -3,9 +3,9 @@
 A `TrainJob` is the train stage's settings as they are plus what the run resolved around them;
 it is one JSON file (the job file each task of a local cluster is handed, and the same thing
 in-process), so the local launcher, `baton task` on a TFJob pod and the in-process train stage
-all run exactly the same job (strategies/task.py runs it). Here too: the job's datasets (the
-train stream as each strategy and balance mode reads it, the eval split, the row count).
-Nothing here reads the environment.
+all run exactly the same job (strategies/task.py runs it). Its data goes to the graph side in
+one call (`TrainJob.data`: graphs.training_data builds the streams each task reads); the rows
+are counted here, once. Nothing here reads the environment.
 """
 
 from __future__ import annotations
@@ -108,11 +108,16 @@ class TrainJob:
         return FeatureSpec.from_dict(self.feature_spec)
 
     def data(self) -> Any:
-        """The job's data as the graph side reads it (graphs.training_data.TrainingData)."""
+        """The job's data as the graph side reads it (graphs.training_data.TrainingData), handed
+        the settings that say how a task reads it once: its datasets, row table and the split
+        the non-finite guard searches come from there."""
         from baton.graphs.training_data import TrainingData
 
+        s = self.settings
         return TrainingData(self.feature_spec, self.transformed_dir, self.synthetic_examples,
-                            self.settings.cache)
+                            s.cache, batch_size=s.batch_size, eval_batch_size=s.eval_batch_size,
+                            eval_steps=s.eval_steps, seed=s.seed, balanced=self.balance == "auto",
+                            elastic=self.elastic, num_rows=self.num_train_examples)
 
     def steps_per_epoch(self) -> int:
         n = self.num_train_examples or self.synthetic_examples
@@ -165,113 +170,3 @@ def with_example_count(job: TrainJob) -> TrainJob:
     if job.num_train_examples or not job.transformed_dir:
         return job
     return dataclasses.replace(job, num_train_examples=count_examples(job))
-
-
-def row_table(job: TrainJob) -> Any:
-    """Under `balance: auto`, the train split held in memory (graphs.row_table), or None.
-
-    Used when the split fits the table's share of the memory available; every task then draws
-    the same global batches of row indices and gathers only its own rows. A split that does
-    not fit is streamed whole on every task instead (see `dataset_fns`).
-    """
-    from baton.graphs import row_table as rt
-
-    rows = job.num_train_examples if job.transformed_dir else job.synthetic_examples
-    data = job.data()
-    if job.balance != "auto" or not rt.fits(rows, data.spec):
-        return None
-    if job.transformed_dir:
-        return rt.RowTable(lambda: data.chunks("train"))
-    return rt.RowTable(lambda: data.dataset("train", 4096, shuffle=False, input_context=None,
-                                            cache=False))
-
-
-def dataset_fns(job: TrainJob, table: Any = None) -> tuple[Any, Any]:
-    """(train_dataset(skip, input_context), eval_dataset()) for the trainer.
-
-    Training reads one endless, seeded stream; with op determinism on (which also makes tf.data
-    deterministic) a resumed task that skips `skip` batches sees exactly what it would have seen.
-    With `balance: off` each task reads its own shard of it, except in an elastic job
-    (`elastic`: the slices of the global batches, `sliced_ds`). With `balance: auto` no task
-    shards it: every task reads the whole stream in global batches
-    (each local replica gets its own copy of each batch) and the step takes each replica's
-    rows out of it (graphs.steps.make_train_chunk(balance=True)). With a `table` (`row_table`)
-    the stream is of row indices and the step gathers its rows from the table; otherwise the
-    stream carries the rows and the step slices them.
-    """
-    import tensorflow as tf
-
-    data = job.data()
-
-    def balanced_ds(skip: int, ctx: Any) -> Any:
-        if table is not None:
-            ds = table.index_stream(job.settings.batch_size, job.settings.seed, skip)
-        else:
-            ds = data.dataset("train", job.settings.batch_size, shuffle=True, input_context=None,
-                              seed=job.settings.seed, repeat=True)
-            ds = ds.skip(skip) if skip else ds
-        local = ctx.num_replicas_in_sync // ctx.num_input_pipelines if ctx is not None else 1
-        if local > 1:  # replicas of one task take consecutive elements: give each the batch
-            ds = ds.flat_map(
-                lambda *element: tf.data.Dataset.from_tensors(element if len(element) > 1
-                                                              else element[0]).repeat(local))
-        if ctx is not None:
-            options = tf.data.Options()
-            options.experimental_distribute.auto_shard_policy = (
-                tf.data.experimental.AutoShardPolicy.OFF)
-            ds = ds.with_options(options)
-        return ds
-
-    def train_ds(skip: int, ctx: Any) -> Any:
-        batch = (
-            ctx.get_per_replica_batch_size(job.settings.batch_size) if ctx is not None else job.settings.batch_size
-        )
-        ds = data.dataset("train", batch, shuffle=True, input_context=ctx, seed=job.settings.seed,
-                          repeat=True)
-        return ds.skip(skip) if skip else ds
-
-    def sliced_ds(skip: int, ctx: Any) -> Any:
-        """The global batches of one stream (as `balanced_ds` reads it), each cut into equal
-        per-replica slices of which this task keeps its replicas' (in their order: a task's
-        local replicas take consecutive elements)."""
-        ds = data.dataset("train", job.settings.batch_size, shuffle=True, input_context=None,
-                          seed=job.settings.seed, repeat=True)
-        ds = ds.skip(skip) if skip else ds
-        if ctx is None:
-            return ds
-        per = ctx.get_per_replica_batch_size(job.settings.batch_size)
-        local = ctx.num_replicas_in_sync // ctx.num_input_pipelines
-        first = ctx.input_pipeline_id * local
-
-        def cut(features: Any, labels: Any, r: int) -> Any:
-            from baton.graphs.feature_spec import slice_rows
-
-            lo, hi = r * per, (r + 1) * per
-            return {k: slice_rows(v, lo, hi) for k, v in features.items()}, labels[lo:hi]
-
-        def mine(features: Any, labels: Any) -> Any:
-            out = tf.data.Dataset.from_tensors(cut(features, labels, first))
-            for r in range(first + 1, first + local):
-                out = out.concatenate(tf.data.Dataset.from_tensors(cut(features, labels, r)))
-            return out
-
-        ds = ds.map(lambda f, y: cut(f, y, first)) if local == 1 else ds.flat_map(mine)
-        options = tf.data.Options()
-        options.experimental_distribute.auto_shard_policy = (
-            tf.data.experimental.AutoShardPolicy.OFF)
-        return ds.with_options(options)
-
-    def eval_ds() -> Any:
-        ds = data.dataset("eval", job.settings.eval_batch_size, shuffle=False, input_context=None)
-        return ds.take(job.settings.eval_steps) if job.settings.eval_steps else ds
-
-    if job.balance == "auto":
-        return balanced_ds, eval_ds
-    return (sliced_ds if job.elastic else train_ds), eval_ds
-
-
-def finite_split(job: TrainJob, split: str) -> Any:
-    """One pass over a split in file order, in training batches: where the non-finite guard
-    looks for the first non-finite feature (graphs.nonfinite_guard)."""
-    return job.data().dataset(split, job.settings.batch_size, shuffle=False, input_context=None,
-                              cache=False)

@@ -292,7 +292,7 @@ def _supervise(
         if lost is not None and any(e.name == lost for e in exits):
             # its node is gone: decided first, whatever else ended in the same poll (a survivor
             # that saw the broken all-reduce)
-            policy.gone.add(lost)
+            policy.mark_gone(lost)
             exits = sorted(exits, key=lambda e: e.name != lost)
         for ended in exits:
             verdict = _explained(policy.decide(group, ended), ended)

@@ -51,7 +51,7 @@ def train(
     """Coordinate the job from the chief; returns when `epochs * steps_per_epoch` steps are done.
 
     Like the synchronous `trainer.train`, it is handed the model builder (called inside the
-    strategy scope), the dataset functions (`job.build_fn`, `job.dataset_fns`) and the spec's
+    strategy scope), the dataset functions (`task.build_fn`, `TrainingData.dataset_fns`) and the spec's
     loss, metrics and callbacks. Callbacks run on the coordinator, at every fetched closure and
     every epoch end; `model.stop_training` stops the scheduling, and training ends once the
     closures in flight have run. A non-finite loss stops the scheduling

@@ -68,8 +68,8 @@ class GroupRestart:
             the caller decides whether enough members are left.
 
     Attributes:
-        gone: members whose node is gone for good (set by the caller, e.g. a `:lost` fault):
-            their next exit is `Action.LOSE`, whatever the budget.
+        gone: members whose node is gone for good (`mark_gone`): their next exit is `Action.LOSE`,
+            whatever the budget.
     """
 
     def __init__(
@@ -89,6 +89,11 @@ class GroupRestart:
         self.permanent = frozenset(permanent)
         self.restarts = 0
         self.member_restarts = 0
+
+    def mark_gone(self, name: str) -> None:
+        """Member `name`'s node is gone for good (the caller knows, e.g. from a `:lost` fault):
+        its next exit is `Action.LOSE`, whatever the budget."""
+        self.gone |= {name}
 
     def decide(self, group: ProcessGroup, ended: Exit) -> Verdict:
         required = group.names if self.required is None else self.required

@@ -11,7 +11,6 @@ where backups live, the command of one task) arrives as a `strategies.host.Host`
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -25,21 +24,13 @@ from baton.strategies.job import MODEL_FILE, TRAIN_INFO_FILE, TrainJob, counted
 from baton.strategies.topology import Topology, placed
 
 
-@dataclasses.dataclass(frozen=True)
-class Trained:
-    """What ran: the job as trained (counted, placed), its topology, the node's defaults and
-    the `workers: auto` probe's table and choice (None without a probe). The model, its history
-    and train_info are in `Host.out`."""
-
-    job: TrainJob
-    topology: Topology
-    defaults: dict[str, Any]
-    probe: dict[str, Any] | None
-
-
-def train(job: TrainJob, topo: Topology, host: Host) -> Trained:
+def train(job: TrainJob, topo: Topology, host: Host) -> None:
     """Train `job` under `topo` (probing the candidates first under `workers: auto`) into
-    `host.out`, resuming from the job's backup when one is on disk."""
+    `host.out`, resuming from the job's backup when one is on disk.
+
+    What the stage records comes from the artifact alone (its train_info.json: the model's
+    figures, the node's `defaults`, the probe's `topology_probe`), so nothing of the run
+    travels back up but the files."""
     from baton.strategies import inventory
 
     job = placed(counted(job), topo)
@@ -59,8 +50,6 @@ def train(job: TrainJob, topo: Topology, host: Host) -> Trained:
         f"{inventory.describe(node)}; "
         f"{inventory.describe_defaults(defaults)}"
     )
-    for line in ignored_outputs(job):
-        host.log(line)
     found = " (holds a backup: resuming from it)" if (backups / "checkpoint").is_file() else ""
     host.log(f"backups in {backups}{found}")
     if topo.multi_process:
@@ -71,20 +60,6 @@ def train(job: TrainJob, topo: Topology, host: Host) -> Trained:
         info = json.loads((host.out / TRAIN_INFO_FILE).read_text())
         info["topology_probe"] = probe
         (host.out / TRAIN_INFO_FILE).write_text(json.dumps(info, indent=2, default=str) + "\n")
-    return Trained(job, topo, defaults, probe)
-
-
-def ignored_outputs(job: TrainJob) -> list[str]:
-    """Warnings for the transformed features a built-in model leaves out (the cnn's non-image
-    outputs), each named."""
-    from baton.graphs.feature_spec import FeatureSpec
-    from baton.graphs.models import MODELS, ignored
-
-    settings = job.settings
-    params = settings.model_config()
-    if settings.model not in MODELS:
-        return []
-    return ignored(settings.model, FeatureSpec.from_dict(job.feature_spec), params)
 
 
 def run_in_process(

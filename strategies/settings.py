@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import dataclasses
 import typing
+from collections.abc import Mapping
 from typing import Any, Literal
 
-from baton.configs import SettingsData, did_you_mean
+from baton.configs import SettingsData
+from baton.errors import ConfigError
+from baton.graphs.flat_model_keys import FLAT_NAMES, flat_params
 from baton.graphs.models import BUILDERS as BUILTIN_MODELS  # the table's names (no TF import)
+from baton.graphs.models import builtin_config, unknown_model
 from baton.strategies.factory import (
     BALANCED_STRATEGIES,
     MULTI_WORKER_MIRRORED,
@@ -44,15 +48,12 @@ class TrainSettings(SettingsData):
 
     # a built-in (mlp, wide_deep, cnn) or a model function "module:function" (docs/own-model.md)
     model: str = "mlp"
-    model_params: dict[str, Any] = dataclasses.field(default_factory=dict)  # ModelSpec.params
+    # the model function's spec.params: a built-in's are the fields of its config class
+    # (graphs.models: MLPConfig, WideDeepConfig, CNNConfig), whose defaults fill the rest; an
+    # older spec's flat keys (hidden_units: ...) land here (`upgrade_settings`)
+    model_params: dict[str, Any] = dataclasses.field(default_factory=dict)
     # handed to the model function as spec.custom_config, as written (TFX's fn_args.custom_config)
     custom_config: dict[str, Any] = dataclasses.field(default_factory=dict)
-    hidden_units: tuple[int, ...] = (64, 32)
-    embedding_dim: int = 8
-    dropout: float = 0.0
-    categorical: Literal["embedding", "one_hot"] = "embedding"
-    image_shape: tuple[int, ...] = ()  # () = the image shape recorded in the data (feature spec)
-    filters: tuple[int, ...] = (16, 32)
     epochs: int = 20
     # TFX's TrainArgs(num_steps) / EvalArgs(num_steps): 0 = by epochs / the whole eval split;
     # when > 0, training runs exactly `steps` steps (over as many epochs as that takes) and each
@@ -107,11 +108,12 @@ class TrainSettings(SettingsData):
                 raise ValueError(f"{name} must be one of {', '.join(map(repr, choices))}. "
                                  f"Received: {name}={value!r}")
         if self.model not in BUILTIN_MODELS and ":" not in self.model:
-            raise ValueError(
-                f"model must be one of {', '.join(BUILTIN_MODELS)} or a model function "
-                f"'module:function'{did_you_mean(self.model, BUILTIN_MODELS)}. "
-                f"Received: model={self.model!r}"
-            )
+            raise ValueError(unknown_model(self.model))
+        if self.model in BUILTIN_MODELS:  # a built-in's parameters, by its config class
+            try:
+                builtin_config(self.model, self.model_params)
+            except ValueError as exc:
+                raise ConfigError("model_params", str(exc)) from None
         for name in ("epochs", "batch_size", "eval_batch_size", "steps_per_execution",
                      "probe_steps"):
             if getattr(self, name) < 1:
@@ -138,32 +140,33 @@ class TrainSettings(SettingsData):
             )
 
 
-    # ------------------------------------------------------------------ views the model reads
-    def model_config(self) -> dict[str, Any]:
-        """The model function's `spec.params`: `model_params` as written for an own model; for
-        a built-in, its settings from these, overridden by `model_params`."""
-        if self.model not in BUILTIN_MODELS:
-            return dict(self.model_params)
-        if self.model == "cnn":
-            out: dict[str, Any] = {
-                "image_shape": list(self.image_shape),
-                "filters": list(self.filters),
-                "dense_units": self.hidden_units[0],
-            }
-        else:
-            out = {
-                "hidden_units": list(self.hidden_units),
-                "embedding_dim": self.embedding_dim,
-                "dropout": self.dropout,
-            }
-        if self.model == "mlp":
-            out["categorical"] = self.categorical
-        return {**out, **self.model_params}
+    # ------------------------------------------------------------------ older shapes, the model
+    @classmethod
+    def upgrade_settings(cls, data: Mapping[str, Any], path: str = "") -> Mapping[str, Any]:
+        """`data` with the flat model keys of older train configs (`hidden_units`,
+        `embedding_dim`, `dropout`, `categorical`, `image_shape`, `filters`) moved into
+        `model_params` (graphs.flat_model_keys.flat_params); a parameter written both ways keeps its
+        `model_params` value. A flat key that sets nothing on the model is a ConfigError naming
+        it (before, it was ignored).
+        """
+        flat = {k: data[k] for k in FLAT_NAMES if k in data}
+        if not flat:
+            return data
+        rest = {k: v for k, v in data.items() if k not in flat}
+        model, params = data.get("model", cls.model), data.get("model_params") or {}
+        if not isinstance(model, str) or not isinstance(params, Mapping):
+            return rest  # build_config names the bad model or model_params
+        try:
+            moved = flat_params(model, flat)
+        except ConfigError as exc:
+            raise ConfigError(f"{path}.{exc.path}" if path else exc.path,
+                              str(exc).split(": ", 1)[1]) from None
+        return {**rest, "model_params": {**moved, **params}}
 
     def hyperparameters(self) -> dict[str, Any]:
         """ModelSpec.hyperparameters: the run's settings a TFX model reads from its `hparams`
         (`fn_args.hyperparameters`), and every model parameter."""
-        return {**{k: getattr(self, k) for k in HYPERPARAMETER_KEYS}, **self.model_config()}
+        return {**{k: getattr(self, k) for k in HYPERPARAMETER_KEYS}, **self.model_params}
 
     def user_refs(self) -> list[str]:
         """Every "module:function" these settings name (model, loss, metrics, optimizer,

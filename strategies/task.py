@@ -20,9 +20,6 @@ from baton.strategies.job import (
     MODEL_FILE,
     TRAIN_INFO_FILE,
     TrainJob,
-    dataset_fns,
-    finite_split,
-    row_table,
     with_example_count,
 )
 from baton.strategies.loop import TaskRole, TrainResult
@@ -33,7 +30,8 @@ def build_fn(job: TrainJob, num_ps: int = 0) -> Any:
     """A zero-argument builder of (model, optimizer), called inside the strategy scope.
 
     The model is the job's model function (a built-in or the user's, graphs.model_fn) called on
-    a ModelSpec whose params are `job.settings.model_config()`. With `num_ps` > 1 parameter servers and
+    a ModelSpec whose params are `job.settings.model_params` (a built-in's config class fills in
+    its defaults, graphs.models). With `num_ps` > 1 parameter servers and
     partitioning on, a built-in's large embedding tables are built as row shards
     (graphs.sharded_embedding) that the strategy spreads over the PS tasks.
     """
@@ -46,14 +44,16 @@ def build_fn(job: TrainJob, num_ps: int = 0) -> Any:
     from baton.graphs.user_refs import RefError
 
     spec = job.spec()
-    params = dict(job.settings.model_config())
+    params = dict(job.settings.model_params)
     part = job.settings.partition
-    if job.settings.model in models.MODELS:
-        if num_ps > 1 and job.settings.model != "cnn" and part.mode != "none":
-            params["embedding_shards"] = part.num_shards or num_ps
-            if part.mode == "min_size":
-                params["shard_min_bytes"] = part.min_shard_bytes
-        models.builtin_config(job.settings.model, params)  # a bad parameter fails here, before any task
+    # a built-in's parameters were checked as the settings were built (TrainSettings); the
+    # sharding of its embedding tables over the PS tasks is added here
+    sharded = (num_ps > 1 and job.settings.model in models.MODELS and job.settings.model != "cnn"
+               and part.mode != "none")
+    if sharded:
+        params["embedding_shards"] = part.num_shards or num_ps
+        if part.mode == "min_size":
+            params["shard_min_bytes"] = part.min_shard_bytes
     search_dir = job.code_dir or None
 
     def build() -> tuple[Any, Any]:
@@ -91,41 +91,27 @@ def setup_runtime(job: TrainJob) -> None:
 def run_task(job: TrainJob, tf_config: TFConfig | None, role: TaskRole) -> TrainResult | None:
     """Run this task's part of the job. Returns the result on the task that trained (else None).
 
-    Parameter-server workers and PS tasks serve until killed; the chief coordinates.
+    Parameter-server workers and PS tasks serve until killed; the chief coordinates
+    (strategies.ps_trainer); every other strategy trains in lockstep (strategies.trainer).
     The strategy is created before any TensorFlow op runs (a multi-worker strategy must
     configure collective ops first); rows not yet counted are counted after it, and the
-    planned step count goes to `result.info["planned_steps"]`.
+    planned step count goes to `result.info["planned_steps"]`. Both drivers get the same
+    pieces: the model builder, the job's data (its streams, built once on the graph side,
+    `TrainJob.data`) and the spec's objectives.
     """
     from baton.graphs.step_options import StepOptions
-    from baton.strategies import factory, trainer
+    from baton.strategies import factory, ps_trainer, trainer
 
     setup_runtime(job)
-    comm = job.settings.communication
-    result: TrainResult
-    if job.strategy == PARAMETER_SERVER:
+    on_ps = job.strategy == PARAMETER_SERVER
+    if on_ps:
         assert tf_config is not None, "parameter_server needs TF_CONFIG"
         if tf_config.task.type in ("ps", "worker"):
             factory.start_server(tf_config).join()
             return None
-        from baton.strategies import ps_trainer
-
-        strategy = factory.make_strategy(
-            job.strategy, tf_config, partition=job.settings.partition
-        )
-        if role.after_strategy is not None:
-            role.after_strategy()
-        job = with_example_count(job)
-        role.fingerprint = role.fingerprint or job.fingerprint()
-        num_ps = len(tf_config.cluster.ps)
-        train_ds, eval_ds = dataset_fns(job)
-        # the builder runs inside the strategy scope, after ps_trainer's own checks
-        result = ps_trainer.train(
-            strategy, job, role, lambda: build_fn(job, num_ps)(), train_ds, eval_ds,
-            objectives(job), finite_split=lambda split: finite_split(job, split),
-        )
-        result.info.setdefault("planned_steps", job.total_steps())
-        return result
-    strategy = factory.make_strategy(job.strategy, tf_config, communication=comm)
+    strategy = factory.make_strategy(job.strategy, tf_config,
+                                     communication=job.settings.communication,
+                                     partition=job.settings.partition)
     if role.after_strategy is not None:
         role.after_strategy()
     job = with_example_count(job)
@@ -141,16 +127,23 @@ def run_task(job: TrainJob, tf_config: TFConfig | None, role: TaskRole) -> Train
         measure_after=job.settings.steps_per_execution if job.probe_steps else 0,
         on_nonfinite=job.settings.on_nonfinite,
     )
-    table = row_table(job) if plan.balance else None
-    train_ds, eval_ds = dataset_fns(job, table)
-    if job.probe_steps:
-        eval_ds = None  # a probe times training only
-    options = StepOptions(jit_compile=job.settings.jit_compile, fp16_allreduce=comm.fp16_allreduce,
+    options = StepOptions(jit_compile=job.settings.jit_compile,
+                          fp16_allreduce=job.settings.communication.fp16_allreduce,
                           executor=job.settings.executor)
+    build = build_fn(job, len(tf_config.cluster.ps) if on_ps and tf_config is not None else 0)
+    data = job.data()
+    table = data.row_table()
+    train_ds, eval_ds = data.dataset_fns(table)
+    if on_ps:
+        # the builder runs inside the strategy scope, after ps_trainer's own checks
+        result = ps_trainer.train(strategy, job, role, build, train_ds, eval_ds, objectives(job),
+                                  finite_split=data.finite_split)
+        result.info.setdefault("planned_steps", job.total_steps())
+        return result
     result = trainer.train(
-        strategy, build_fn(job), job.spec(), train_ds, eval_ds, plan, role, options,
-        objectives(job), take_rows=table.take if table is not None else None,
-        finite_split=lambda split: finite_split(job, split),
+        strategy, build, job.spec(), train_ds, None if job.probe_steps else eval_ds, plan, role,
+        options, objectives(job), take_rows=table.take if table is not None else None,
+        finite_split=data.finite_split,
     )
     result.info.setdefault("planned_steps", plan.total_steps)
     return result
@@ -166,17 +159,16 @@ def write_model_artifact(
     """
     import keras
 
-    from baton.graphs import models
-    from baton.graphs.model_fn import carry_weights
+    from baton.graphs.model_fn import exported
     from baton.graphs.user_refs import modules_of
 
     out.mkdir(parents=True, exist_ok=True)
-    refs = job.settings.user_refs()
+    refs, model_params = job.settings.user_refs(), job.settings.model_params
     keras.mixed_precision.set_dtype_policy("float32")
     clean = build_fn(dataclasses.replace(
         job, settings=dataclasses.replace(job.settings, mixed_precision="off")))()[0]
-    carry_weights(result.model, clean, job.settings.model)
-    params, modules = models.count_params(clean), modules_of(refs)
+    model_info = exported(result.model, clean, job.settings.model, job.feature_spec, model_params)
+    modules = modules_of(refs)
     clean.save(out / MODEL_FILE)
     (out / HISTORY_FILE).write_text(json.dumps(result.history, indent=2) + "\n")
     info = {
@@ -188,7 +180,7 @@ def write_model_artifact(
         "num_replicas": result.num_replicas,
         "strategy": job.strategy,
         "model": job.settings.model,
-        "params": params,
+        **model_info,  # params, and ignored_outputs when a built-in leaves some out
         # what `model.keras` needs imported to load (its custom layers): release stages import
         # these from the spec's directory first (pipeline/release/data.load_model)
         "user_modules": modules,

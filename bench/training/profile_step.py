@@ -57,7 +57,7 @@ sys.path.insert(0, str(ROOT))
 def _worker(args: argparse.Namespace) -> None:  # noqa: PLR0915 - one straight measurement
     from baton.strategies import factory, inventory
     from baton.strategies.cluster import TFConfig
-    from baton.strategies.job import TrainJob, dataset_fns
+    from baton.strategies.job import TrainJob
     from baton.strategies.task import build_fn, setup_runtime
 
     tf_config = TFConfig.from_env()
@@ -77,8 +77,8 @@ def _worker(args: argparse.Namespace) -> None:  # noqa: PLR0915 - one straight m
     spec = job.spec()
     off_chunk = make_train_chunk(model, opt, spec, job.settings.batch_size, strategy)
     auto_chunk = make_train_chunk(model, opt, spec, job.settings.batch_size, strategy, balance=True)
-    off_fn = dataset_fns(dataclasses.replace(job, balance="off"))[0]
-    auto_fn = dataset_fns(dataclasses.replace(job, balance="auto"))[0]
+    off_fn = dataclasses.replace(job, balance="off").data().dataset_fns()[0]
+    auto_fn = dataclasses.replace(job, balance="auto").data().dataset_fns()[0]
     it_off = iter(strategy.distribute_datasets_from_function(lambda c: off_fn(0, c)))
     it_auto = iter(strategy.distribute_datasets_from_function(lambda c: auto_fn(0, c)))
     it_pass = iter(strategy.distribute_datasets_from_function(lambda c: off_fn(0, c)))

@@ -163,8 +163,8 @@ def _batch_problems(config: Config, topo: Topology) -> list[str]:
 def check_spec(config: Config, stage: Any, spec: Any) -> list[str]:
     """Contradictions inside the stage config itself (refused by `plan`, for every command),
     and the user code it names: a model function, loss, metric, optimizer or callback that
-    cannot be imported (file:line), an unknown Keras identifier (did you mean), parameters a
-    built-in model does not have."""
+    cannot be imported (file:line), an unknown Keras identifier (did you mean). (A built-in
+    model's parameters are checked as the settings are built: TrainSettings.)"""
     problems = _code_problems(config, getattr(spec, "spec_dir", None))
     written = getattr(stage, "config", None) or {}
     if config.steps and "epochs" in written:
@@ -179,14 +179,7 @@ def _code_problems(config: Config, spec_dir: Path | None) -> list[str]:
     from baton.graphs.user_refs import RefError, import_ref
 
     problems = []
-    if config.model in BUILTIN_MODELS:
-        from baton.graphs.models import builtin_config
-
-        try:
-            builtin_config(config.model, config.model_config())
-        except (TypeError, ValueError) as exc:
-            problems.append(f"config.model_params: {exc}")
-    else:
+    if config.model not in BUILTIN_MODELS:  # a built-in's model_params: checked by the settings
         try:
             fn = import_ref(config.model, spec_dir, what="model function")
         except RefError as exc:
@@ -335,12 +328,13 @@ def run(ctx: StageContext, config: Config) -> None:
     data_hash = content_hash(Path(ctx.inputs["transformed"]))
     job = make_job(config, dict(ctx.inputs), topo.strategy, count=False, data_hash=data_hash,
                    code_dir=ctx.spec_dir)
-    trained = training.train(job, topo, host(ctx))
-    _record(ctx, trained)
+    training.train(job, topo, host(ctx))
+    _record(ctx)
 
 
-def _record(ctx: StageContext, trained: Any) -> None:
-    """The stage's log notes and records, from the artifact the run wrote."""
+def _record(ctx: StageContext) -> None:
+    """The stage's log notes and records, from the artifact the run wrote (its train_info holds
+    the node's `defaults` and the `workers: auto` probe's table as well)."""
     from baton.strategies.elastic import describe_segments
 
     out = ctx.output("model")
@@ -350,13 +344,13 @@ def _record(ctx: StageContext, trained: Any) -> None:
     history = json.loads((out / HISTORY_FILE).read_text())
     last = history[-1] if history else {}
     resized = {"elastic_ex_s": describe_segments(info["segments"])} if info.get("elastic") else {}
-    probe_info, defaults = trained.probe, trained.defaults
+    probe_info, defaults = info.get("topology_probe"), info["defaults"]
     if probe_info is not None:  # the probe's table and choice (also in train_info)
         resized.update(auto_workers=probe_info["chosen"]["workers"],
                        probe_ex_s=">".join(f"{c['workers']}:{c['examples_per_sec']:.0f}"
                                            for c in probe_info["candidates"]),
                        probe_s=round(probe_info["seconds"], 2))
-    batch_size = trained.job.settings.batch_size
+    batch_size = info["global_batch_size"]
     ctx.record(
         steps=info["steps"],
         **resized,  # examples/s of each group size, e.g. "2:5120>1:2980" (the table shows it)
@@ -371,9 +365,10 @@ def _record(ctx: StageContext, trained: Any) -> None:
 
 
 def _model_notes(info: dict[str, Any]) -> list[str]:
-    """What training decided about the model, for the stage's log: probabilities at its end,
+    """What training decided about the model, for the stage's log: the transformed outputs a
+    built-in left out (the cnn's non-image ones), probabilities at its end,
     what its compile() gave, a non-finite loss that ended training at a restored epoch."""
-    lines = []
+    lines = list(info.get("ignored_outputs", []))
     outputs = info.get("outputs") or {}
     if outputs.get("kind") == "probabilities":
         lines.append(f"the model outputs probabilities ({outputs.get('reason')}): trained with "

@@ -196,6 +196,21 @@ def test_cnn_ignores_the_other_outputs_with_a_warning_naming_them() -> None:
         "warning: the built-in cnn takes only the image; it ignores the outputs 'tok' (string, "
         "ragged), 's' (string): leave them out of the preprocessing_fn's outputs, or train your "
         "own model (train.config.model: 'module:function') to use them"]
+    # the artifact's train_info carries the warning (graphs.model_fn.exported) and the train
+    # stage logs it from there (pipeline.stages.train._model_notes)
+    from baton.graphs.model_fn import exported
+    from baton.pipeline.stages.train import _model_notes
+
+    trained = models.build_model("cnn", spec, models.CNNConfig(filters=(2,)))
+    clean = models.build_model("cnn", spec, models.CNNConfig(filters=(2,)))
+    info = exported(trained, clean, "cnn", spec.to_dict(), {"filters": [2]})
+    assert info["params"] == models.count_params(clean)
+    assert info["ignored_outputs"] == models.ignored("cnn", spec, {"filters": [2]})
+    assert _model_notes(info)[:1] == info["ignored_outputs"]
+    assert "ignored_outputs" not in exported(trained, clean, "cnn",
+                                             FeatureSpec(spec.raw_features, pixels, spec.label,
+                                                         images=spec.images).to_dict(),
+                                             {"filters": [2]})
     model = models.build_model("cnn", spec, models.CNNConfig(filters=(2,)))
     batch = {f"img_{i}": tf.ones(3) for i in range(4)}
     batch |= {"tok": tf.ragged.constant([["a"], [], ["b", "c"]]), "s": tf.constant(["a"] * 3)}

@@ -80,18 +80,16 @@ def test_an_empty_split_is_an_error_naming_it() -> None:
 
 
 def test_the_job_uses_the_table_under_balance_auto_when_the_split_fits(monkeypatch) -> None:
-    from baton.strategies.job import row_table
-
     spec = synthetic_spec(3, (4,), 2)
     job = train_job(feature_spec=spec.to_dict(), synthetic_examples=1000,
                    strategy="multi_worker_mirrored", balance="auto")
-    table = row_table(job)
+    table = job.data().row_table()
     assert table is not None and table.num_rows == 1000
     off = train_job(feature_spec=spec.to_dict(), synthetic_examples=1000,
                    strategy="multi_worker_mirrored", balance="off")
-    assert row_table(off) is None
+    assert off.data().row_table() is None
     monkeypatch.setattr(rt, "available_memory", lambda: 1000 * rt.row_bytes(spec))
-    assert row_table(job) is None  # too large: the whole global batch is streamed instead
+    assert job.data().row_table() is None  # too large: the whole global batch is streamed instead
 
 
 def test_available_memory_is_cut_to_the_cgroups_limit(tmp_path) -> None:

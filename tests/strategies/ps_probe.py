@@ -21,7 +21,7 @@ def main(argv: list[str]) -> int:
 
     from baton.strategies import factory, ps_trainer
     from baton.strategies.cluster import ClusterSpec, TaskId, TFConfig
-    from baton.strategies.job import TrainJob, dataset_fns
+    from baton.strategies.job import TrainJob
     from baton.strategies.task import setup_runtime
 
     job = TrainJob.from_json(argv[0])
@@ -33,7 +33,7 @@ def main(argv: list[str]) -> int:
     ]
     strategy = factory.make_strategy("parameter_server", TFConfig(cluster, TaskId("chief", 0)))
     coordinator = tf.distribute.experimental.coordinator.ClusterCoordinator(strategy)
-    train_ds, _ = dataset_fns(job)
+    train_ds, _ = job.data().dataset_fns()
     iterator = ps_trainer.per_worker_iterator(coordinator, strategy, train_ds, skip=0)
 
     @tf.function

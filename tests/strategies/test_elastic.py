@@ -116,7 +116,7 @@ def _exited(group: ProcessGroup, name: str, code: int):
 def test_group_restart_loses_a_gone_member_and_one_whose_restarts_are_exhausted() -> None:
     policy = GroupRestart(1, elastic=["worker:0", "worker:1"])
     with ProcessGroup() as group:
-        policy.gone.add("worker:1")
+        policy.mark_gone("worker:1")
         v = policy.decide(group, _exited(group, "worker:1", -signal.SIGKILL))
         assert (v.action, v.member) == (Action.LOSE, "worker:1") and policy.restarts == 0
         assert v.reason == "worker:1 exited with signal SIGKILL; its node is gone for good"

@@ -1,6 +1,6 @@
 """An elastic job's input under `balance: off`: a step trains on the same examples whatever the
-number of workers (strategies.job.dataset_fns). Sharded per worker, a resize from 2 workers to
-1 changed them, and the resumed run drifted from an uninterrupted one (audit of issue 14)."""
+number of workers (graphs.training_data.TrainingData.dataset_fns). Sharded per worker, a resize
+from 2 workers to 1 changed them, and the resumed run drifted from an uninterrupted one (audit of issue 14)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from baton.graphs.synthetic import synthetic_spec
-from baton.strategies.job import TrainJob, dataset_fns
+from baton.strategies.job import TrainJob
 from tests.strategies.jobs import train_job
 
 BATCH = 8
@@ -29,7 +29,7 @@ def _steps(job: TrainJob, workers: int, replicas_per_worker: int, skip: int, ste
     """Each step's examples over the whole group: the rows of every replica, in replica order."""
     import tensorflow as tf
 
-    train, _ = dataset_fns(job)
+    train, _ = job.data().dataset_fns()
     per_replica = []
     for w in range(workers):
         ctx = tf.distribute.InputContext(workers, w, workers * replicas_per_worker)
@@ -44,7 +44,7 @@ def _steps(job: TrainJob, workers: int, replicas_per_worker: int, skip: int, ste
 
 
 def _global(job: TrainJob, skip: int, steps: int):
-    train, _ = dataset_fns(job)
+    train, _ = job.data().dataset_fns()
     it = iter(train(skip, None))
     return [_ids(next(it)[0]) for _ in range(steps)]
 

@@ -133,7 +133,6 @@ def _assert_eval_is_the_whole_splits(job: TrainJob, model_dir: Path, code: Path)
     from baton.graphs.eval_step import make_eval_fn
     from baton.graphs.totals import totals_to_metrics
     from baton.graphs.user_refs import custom_objects
-    from baton.strategies.job import dataset_fns
     from baton.strategies.task import objectives
 
     info = json.loads((model_dir / "train_info.json").read_text())
@@ -142,7 +141,7 @@ def _assert_eval_is_the_whole_splits(job: TrainJob, model_dir: Path, code: Path)
         model_dir / "model.keras", custom_objects=custom_objects(["tiny_model"], code))
     obj = objectives(job)
     metrics = obj.metrics()
-    whole = make_eval_fn(model, job.spec(), obj.loss, metrics)(dataset_fns(job)[1]())
+    whole = make_eval_fn(model, job.spec(), obj.loss, metrics)(job.data().dataset_fns()[1]())
     expected = totals_to_metrics(whole.numpy(), "classification")
     expected.update({m.name: m.result() for m in metrics})
     assert expected["sparse_categorical_crossentropy"] > 0 and float(whole[2]) == 256

@@ -193,6 +193,19 @@ def _spec(d: Path, train: dict, name: str = "own") -> Path:
         ({"model": "mpl"}, r"did you mean 'mlp'\?"),
         ({"model": "mlp", "model_params": {"hiden_units": [3]}},
          r"model mlp has no parameter 'hiden_units' \(did you mean 'hidden_units'\?\)"),
+        # an older spec's flat model key that sets nothing on the model (it used to be ignored)
+        ({"model": "mlp", "filters": [8]},
+         r"filters: model mlp has no setting 'filters'; its parameters go in model_params "
+         r"\(hidden_units, .*\)\. Received: filters=\[8\]"),
+        ({"model": "penguin_model:build", "dropout": 0.5},
+         r"dropout: dropout is a setting of the built-in models; .* move it there\. "
+         r"Received: dropout=0\.5"),
+        ({"model": "mlp", "dropout": 2.0}, r"config.model_params: dropout must be"),
+        ({"model": "mlp", "dropout": "x"},
+         r"config.model_params: dropout: expected a number. Received: 'x' \(str\)"),
+        ({"model": "mlp", "model_params": {"categorical": "onehot"}},
+         r"config.model_params: categorical: must be one of 'embedding', 'one_hot' \(did you "
+         r"mean 'one_hot'\?\). Received: 'onehot'"),
         ({"loss": "sparse_categorical_crosentropy"},
          r"config.loss: unknown Keras loss 'sparse_categorical_crosentropy' \(did you mean "
          r"'sparse_categorical_crossentropy'\?\)"),
