@@ -143,6 +143,13 @@ def external_inputs(config: Config, spec_dir: Path) -> list[Path]:
 
 
 def run(ctx: StageContext, config: Config) -> None:
+    from baton.pipeline.dataplane.heap_reuse import heap_reuse
+
+    with heap_reuse():  # each batch's freed encoding buffers serve the next batch
+        _run(ctx, config)
+
+
+def _run(ctx: StageContext, config: Config) -> None:
     out = ctx.output("examples")
     if config.source == "csv":
         from baton.pipeline.dataplane.sources import ingest_csv

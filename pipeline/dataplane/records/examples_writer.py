@@ -77,7 +77,7 @@ def to_record_batch(columns: Sequence[Column], values: Sequence[Any],
                 missing &= ~nan[c.name]
             arrays.append(pa.array(v, mask=missing) if missing.any() else pa.array(v))
         elif isinstance(v, Strings):
-            s = v.compact()  # the values this batch uses, sorted: as np.unique gives them
+            s = v.compact()  # only the values this batch uses
             arrays.append(pa.DictionaryArray.from_arrays(pa.array(s.codes), s.values))
         else:
             uniq, idx = np.unique(np.asarray(v, object).astype(str), return_inverse=True)
