@@ -121,3 +121,31 @@ def test_examples_encoded_on_threads_are_written_byte_for_byte_as_on_one(tmp_pat
                              if p.is_file()})
     assert written[1] == written[3]
     assert len(written[1][2]) > 4  # several shards of both splits, TFRecords and Arrow copies
+
+
+def test_a_batch_that_fails_to_encode_is_raised_and_nothing_after_it_is_written(tmp_path,
+                                                                                 monkeypatch):
+    """A thread writes the encoded batches in order; a batch that failed stops it (the ones
+    after would leave a gap in the shard) and its error reaches the caller."""
+    import contextlib
+
+    from baton.pipeline.dataplane.records import examples_writer
+    from baton.pipeline.dataplane.records.schema_file import Column
+
+    real = examples_writer.encode
+
+    def encode(names, columns, *a, **k):
+        if columns[0][0] == 1.0:  # the second batch (each batch's x starts with its number)
+            raise ValueError("batch 2 is bad")
+        return real(names, columns, *a, **k)
+
+    monkeypatch.setattr(examples_writer, "encode", encode)
+    cols = [Column("x", "float32"), Column("y", "string")]
+    w = examples_writer.ExamplesWriter(tmp_path, cols, "y", {"train": 1.0}, 5, 10_000, threads=2)
+    with pytest.raises(ValueError, match="batch 2 is bad"):
+        for i in range(40):
+            w.write_batch({"x": np.full(100, i, np.float32), "y": np.array(["a"] * 100, object)})
+        w.close()
+    with contextlib.suppress(ValueError):  # the threads end either way
+        w.close()
+    assert w.writers["train"].rows == 100  # only the batch before the bad one
