@@ -175,3 +175,37 @@ def test_csv_values_converted_by_the_parser_equal_the_raw_path(tmp_path, token):
     np.testing.assert_array_equal(tc["a"], rc["a"])
     assert tn.keys() == rn.keys() and all((tn[k] == rn[k]).all() for k in tn)
     assert list(tc["s"].to_numpy()) == list(rc["s"].to_numpy())
+
+
+def test_a_column_of_nearly_distinct_rows_is_not_dictionary_encoded_and_writes_the_same():
+    """Free text skips the dictionary (each row its own value, repeats included); categories
+    keep it; the tf.Examples, the Arrow copy's rows and the statistics are the same either
+    way."""
+    import pyarrow as pa
+
+    from baton.pipeline.dataplane.records import example_codec
+    from baton.pipeline.dataplane.records.examples_writer import to_record_batch
+    from baton.pipeline.dataplane.records.schema_file import Column
+    from baton.pipeline.dataplane.statistics.accumulators import StringAcc
+
+    n = example_codec.DISTINCT_SAMPLE + 500
+    text = [f"row {i}".encode() for i in range(n - 400)] + [b"again", b""] * 200  # repeats late
+    cats = [b"a", b"b", b"c"] * (n // 3)
+    free, few = Strings.from_arrow(pa.array(text)), Strings.from_arrow(pa.array(cats))
+    assert free.codes.tolist() == list(range(n)) and len(free.values) == n
+    assert len(few.values) == 3
+    hashed = Strings.from_arrow(pa.array(text).dictionary_encode())  # the dictionary path
+    assert len(hashed.values) < len(free.values)
+    assert [few.values[int(c)].as_py() for c in few.codes] == cats
+    assert encode(["t"], [free], [False]).equals(encode(["t"], [hashed], [False]))
+    col = [Column("t", "string")]
+    a, b = to_record_batch(col, [free]), to_record_batch(col, [hashed])
+    assert a.column(0).cast(pa.binary()).to_pylist() == text == \
+        b.column(0).cast(pa.binary()).to_pylist()
+    accs = []
+    for batch in (a, b):
+        acc = StringAcc()
+        d = batch.column(0)
+        acc.add_dictionary(d.dictionary.to_pylist(), d.indices.to_numpy())
+        accs.append((acc.missing, acc.counts))
+    assert accs[0] == accs[1] and accs[0][1][b"again"] == 200 and accs[0][0] == 200
