@@ -189,3 +189,22 @@ def test_frozen_heap_leaves_old_objects_out_of_collections_until_the_end():
     with frozen_heap():
         assert gc.get_freeze_count() > before
     assert gc.get_freeze_count() == 0
+
+
+def test_the_beam_merges_keep_a_default_only_when_their_input_may_be_empty():
+    """Without the default value a CombineGlobally of nothing is nothing, and the apply step's
+    side input would fail: it is dropped only where an element per (train) shard is certain."""
+    import apache_beam as beam
+    from apache_beam.testing.util import assert_that, equal_to
+
+    from baton.pipeline.dataplane.beam.merge import SumCounts
+    from baton.pipeline.dataplane.beam.tft import MergePhase, _merged
+
+    train, evaluation = ("train", "ref", 0), ("eval", "ref", 1)
+    assert not _merged(MergePhase({}), [evaluation, train]).has_defaults
+    assert _merged(MergePhase({}), [evaluation]).has_defaults
+    assert not _merged(SumCounts(), [evaluation], every_shard=True).has_defaults
+    assert _merged(SumCounts(), [], every_shard=True).has_defaults
+    with beam.Pipeline() as p:  # the default still there: one value from an empty input
+        out = p | beam.Create([]) | _merged(SumCounts(), [], every_shard=True)
+        assert_that(out, equal_to([{}]))
