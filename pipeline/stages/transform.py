@@ -157,7 +157,7 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
     from baton.graphs.tft import module as tft_module
     from baton.graphs.user_refs import RefError
     from baton.pipeline.dataplane.beam import apply as beam_apply
-    from baton.pipeline.dataplane.beam import local_objects
+    from baton.pipeline.dataplane.beam import early_export, local_objects
     from baton.pipeline.dataplane.beam import runner as beam_runner
     from baton.pipeline.dataplane.beam import tft as beam_tft
     from baton.pipeline.dataplane.beam.shard_source import result_location, shard_refs
@@ -231,18 +231,27 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
                     f"({', '.join(sorted(set(kinds.values())))})")
         # the last phase (or the label alone) and the apply step: one pipeline
         # (dataplane.beam.apply builds the module from the phase's values in its workers)
-        box: dict[str, Any] = {}
-        with user_errors("applying"), local_objects.lend((phase,)) as key, \
-                local_objects.lend(box) as box_key:
-            apply = beam_apply.ApplyPreprocessing(
-                source, list(raw_feats), phases.resolved,
-                tft_engine.finishing(phase) if phase else {}, label_meta, label_acc, columns,
-                ctx.direct_output("transformed", elsewhere), config.batch_rows,
-                config.chunk_rows, box_key=box_key,
-                threads=threads)
-            beam_runner.run(functools.partial(
-                beam_tft.build_last, shards=shards, dofn=analyze(phase, key), kinds=kinds,
-                result_path=result, apply=apply, counts_path=counts_path), args)
+        # (and the SavedModel is written while Beam winds it down: dataplane.beam.early_export)
+        box = early_export.prepare({})
+        exporter = early_export.EarlyExport(box, len(shards), out_g)
+        exporter.start()
+        try:
+            with user_errors("applying"), local_objects.lend((phase,)) as key, \
+                    local_objects.lend(box) as box_key:
+                apply = beam_apply.ApplyPreprocessing(
+                    source, list(raw_feats), phases.resolved,
+                    tft_engine.finishing(phase) if phase else {}, label_meta, label_acc,
+                    columns, ctx.direct_output("transformed", elsewhere), config.batch_rows,
+                    config.chunk_rows, box_key=box_key, threads=threads)
+                beam_runner.run(functools.partial(
+                    beam_tft.build_last, shards=shards, dofn=analyze(phase, key),
+                    kinds=kinds, result_path=result, apply=apply, counts_path=counts_path),
+                    args)
+        except BaseException:
+            with contextlib.suppress(BaseException):  # the pipeline's error is the one to see
+                exporter.finish()
+            raise
+        exporter.finish()
         merged = pickle.loads(objects.read_bytes(result))
         label_acc = label_acc if label_acc is not None else merged["label"]
         if phase is not None:
@@ -266,7 +275,8 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
     spec = tft_module.feature_spec(built, raw_feats, analysis["label"],
                                    _images(ctx, schema, plan) if plan is not None else ())
     analysis.update(phases=phases.number, analyzers=len(phases.resolved))
-    save_transform_graph(out_g, built, spec, analysis, source, phases.resolved, raw_feats)
+    save_transform_graph(out_g, built, spec, analysis, source, phases.resolved, raw_feats,
+                         model_saved=exporter.saved)
     export_s = time.perf_counter() - started - beam_s
     splits = {s: counts.get(f"rows_{s}", 0) for s in schema.splits}
     dtypes = {f.name: f.dtype for f in spec.features}

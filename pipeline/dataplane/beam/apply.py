@@ -77,6 +77,8 @@ class ApplyPreprocessing(beam.DoFn):
     def process(self, element: tuple[str, Any, int], merged: bytes) -> Iterator[Any]:
         import tensorflow as tf
 
+        from baton.pipeline.dataplane.beam import early_export
+        from baton.pipeline.dataplane.beam.local_objects import borrow
         from baton.pipeline.dataplane.beam.ordered_threads import ordered_map
         from baton.pipeline.dataplane.records.reader import (
             batch_rows_for,
@@ -105,6 +107,7 @@ class ApplyPreprocessing(beam.DoFn):
                 dropped += gone
                 for name, k in bad.items():
                     nonfinite[name] = nonfinite.get(name, 0) + k
+        early_export.applied(borrow(self.box_key))  # the driver may write the SavedModel now
         # the counts the stage reports, summed over shards (beam_merge.SumCounts)
         yield {f"rows_{split}": rows, f"dropped_{split}": dropped,
                **{f"{NONFINITE}{split}/{name}": k for name, k in nonfinite.items()}}

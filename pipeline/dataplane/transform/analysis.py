@@ -52,14 +52,16 @@ def raw_entries(raw: Sequence[tuple[Any, ...]]) -> list[dict[str, Any]]:
 
 def save_transform_graph(directory: Path, built: Any, spec: Any, analysis: Mapping[str, Any],
                          source: Any, resolved: Mapping[int, list[Any]],
-                         raw: Sequence[tuple[str, str, Any]]) -> None:
-    """The transform SavedModel (graphs.tft.module), analysis.json and feature_spec.json.
+                         raw: Sequence[tuple[str, str, Any]], model_saved: bool = False) -> None:
+    """The transform SavedModel (graphs.tft.module, unless `model_saved`: written already,
+    dataplane.beam.early_export), analysis.json and feature_spec.json.
 
     The column kinds (`source` a graphs.column_kinds.ColumnsFn) record each column's constants,
     for a device applying them beside the TFLite model; a user's function records its ref."""
     from baton.graphs.tft import module as tft_module
 
-    tft_module.save(built, directory)
+    if not model_saved:
+        tft_module.save(built, directory)
     out = dict(analysis)
     ops = getattr(source, "analysis_ops", None)
     if ops is not None:
