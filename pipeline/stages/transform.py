@@ -157,7 +157,7 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
     from baton.graphs.tft import module as tft_module
     from baton.graphs.user_refs import RefError
     from baton.pipeline.dataplane.beam import apply as beam_apply
-    from baton.pipeline.dataplane.beam import early_export, local_objects
+    from baton.pipeline.dataplane.beam import early_build, early_export, local_objects
     from baton.pipeline.dataplane.beam import runner as beam_runner
     from baton.pipeline.dataplane.beam import tft as beam_tft
     from baton.pipeline.dataplane.beam.shard_source import result_location, shard_refs
@@ -205,11 +205,11 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
     out_t, out_g = ctx.output("transformed"), ctx.output("transform_graph")
     counts_path = result_location(scratch / "counts.json", results)
 
-    def analyze(phase: Any, key: str) -> Any:
+    def analyze(phase: Any, key: str, box_key: str | None = None) -> Any:
         return beam_tft.AnalyzePhase(source, raw_all, phases.resolved, columns, label,
                                      config.batch_rows, with_label=label_acc is None,
                                      local_key=key, threads=threads,
-                                     step=f"analyzer phase {phases.number}")
+                                     step=f"analyzer phase {phases.number}", box_key=box_key)
 
     try:
         while True:  # the phases before the last, one pipeline each
@@ -231,10 +231,13 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
                     f"({', '.join(sorted(set(kinds.values())))})")
         # the last phase (or the label alone) and the apply step: one pipeline
         # (dataplane.beam.apply builds the module from the phase's values in its workers)
-        # (and the SavedModel is written while Beam winds it down: dataplane.beam.early_export)
-        box = early_export.prepare({})
+        # (the module is built and the SavedModel written in Beam's idle moments:
+        # dataplane.beam.early_build, early_export)
+        box = early_build.prepare(early_export.prepare({}),
+                                  sum(1 for s in shards if s[0] == "train"))
         exporter = early_export.EarlyExport(box, len(shards), out_g)
         exporter.start()
+        builder = None
         try:
             with user_errors("applying"), local_objects.lend((phase,)) as key, \
                     local_objects.lend(box) as box_key:
@@ -243,14 +246,20 @@ def _run_tft(ctx: StageContext, config: Config, schema: Any, examples: Path, sou
                     tft_engine.finishing(phase) if phase else {}, label_meta, label_acc,
                     columns, ctx.direct_output("transformed", elsewhere), config.batch_rows,
                     config.chunk_rows, box_key=box_key, threads=threads)
+                builder = early_build.EarlyBuild(
+                    box, lambda partial: apply.build_state(pickle.loads(partial)))
+                builder.start()
                 beam_runner.run(functools.partial(
-                    beam_tft.build_last, shards=shards, dofn=analyze(phase, key),
+                    beam_tft.build_last, shards=shards, dofn=analyze(phase, key, box_key),
                     kinds=kinds, result_path=result, apply=apply, counts_path=counts_path),
                     args)
         except BaseException:
             with contextlib.suppress(BaseException):  # the pipeline's error is the one to see
                 exporter.finish()
             raise
+        finally:
+            if builder is not None:
+                builder.finish()
         exporter.finish()
         merged = pickle.loads(objects.read_bytes(result))
         label_acc = label_acc if label_acc is not None else merged["label"]

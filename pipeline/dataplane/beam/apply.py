@@ -113,12 +113,24 @@ class ApplyPreprocessing(beam.DoFn):
                **{f"{NONFINITE}{split}/{name}": k for name, k in nonfinite.items()}}
 
     def _build(self, merged: Mapping[str, Any]) -> None:
-        """The module from the analyzer values: the earlier phases' and the last one's."""
+        """The module from the analyzer values, unless the driver built it early (a single
+        train shard's partial is the merged value: dataplane.beam.early_build)."""
+        from baton.pipeline.dataplane.beam import early_build
+        from baton.pipeline.dataplane.beam.local_objects import borrow
+
+        box = borrow(self.box_key)
+        self.built, analysis, self.feeder, self.ranks = (
+            early_build.take(box) or self.build_state(merged))
+        if box is not None:
+            box.update(built=self.built, analysis=analysis)
+
+    def build_state(self, merged: Mapping[str, Any]) -> tuple[Any, Any, Any, Any]:
+        """(module, label analysis, its feeding function, ragged outputs' ranks) from the
+        earlier phases' analyzer values and the last one's merged accumulators."""
         from baton.graphs.input_pipeline import ragged_rank
         from baton.graphs.tft import engine as tft_engine
         from baton.graphs.tft.feed import Feeder
         from baton.graphs.tft.module import build_module
-        from baton.pipeline.dataplane.beam.local_objects import borrow
         from baton.pipeline.dataplane.transform.analysis import label_analysis
 
         resolved, last, label_acc = beam_pickler.loads(self.known)
@@ -128,14 +140,11 @@ class ApplyPreprocessing(beam.DoFn):
                                   features, self.label_meta)
         with UserErrors(f"{self.source.where}: building the transform"):
             built = build_module(self.source.load(), features, analysis["label"], resolved)
-        box = borrow(self.box_key)
-        if box is not None:
-            box.update(built=built, analysis=analysis)
         # the exported function itself, its string columns fed encoded (graphs.tft.feed)
-        self.feeder = Feeder(built.module.transform_features, tft_engine.raw_specs(self.raw),
-                             built.inputs)
-        self.ranks = {f.name: ragged_rank(f) for f in built.features if f.encoding == "ragged"}
-        self.built = built
+        feeder = Feeder(built.module.transform_features, tft_engine.raw_specs(self.raw),
+                        built.inputs)
+        ranks = {f.name: ragged_rank(f) for f in built.features if f.encoding == "ragged"}
+        return built, analysis, feeder, ranks
 
     def _transform(self, group: list[Any], needed: Sequence[Column]
                    ) -> tuple[list[bytes], int, int, dict[str, int]]:

@@ -44,12 +44,14 @@ class AnalyzePhase(beam.DoFn):
     def __init__(self, source: FnSource, raw: list[tuple[str, str, Any]],
                  resolved: Mapping[int, list[Any]], columns: Sequence[Column], label: str,
                  batch_rows: int, with_label: bool, local_key: str | None = None,
-                 threads: int = 1, step: str = "analyzer phase") -> None:
+                 threads: int = 1, step: str = "analyzer phase",
+                 box_key: str | None = None) -> None:
         self.source, self.raw, self.step = source, raw, step
         self.resolved = pickle.dumps(dict(resolved))
         self.columns, self.label, self.batch_rows = list(columns), label, batch_rows
         self.with_label = with_label
         self.local_key, self.threads = local_key, threads
+        self.box_key = box_key  # the last phase's: its partial handed over (early_build)
 
     def setup(self) -> None:
         from baton.graphs.tft import engine as tft_engine
@@ -111,7 +113,12 @@ class AnalyzePhase(beam.DoFn):
             with UserErrors(f"{self.source.where}: {self.step}"):
                 for part in ordered_map(work, batches(), self.threads):
                     parts = merge_all(phase, [parts, part]) if parts else part
-        yield pickle.dumps({"tft": parts, "label": label_acc})
+        from baton.pipeline.dataplane.beam import early_build
+        from baton.pipeline.dataplane.beam.local_objects import borrow
+
+        partial = pickle.dumps({"tft": parts, "label": label_acc})
+        early_build.analyzed(borrow(self.box_key), partial)
+        yield partial
 
 
 class MergePhase(beam.CombineFn):
