@@ -12,6 +12,9 @@ HERE = Path(__file__).resolve().parent
 
 
 def _x(v: float) -> str:
+    """A ratio, never rounded up onto a goal: 9.95 reads 9.95x, not 10.0x."""
+    if v < 10 and round(v, 1) >= 10:
+        return f"{v:.2f}x"
     return f"{v:.1f}x" if v < 10 else f"{v:.0f}x"
 
 
