@@ -361,6 +361,24 @@ def write_report(r: dict[str, Any], path: Path) -> Path:
               "are timed after `pyarrow.compute` and their own modules are imported (0.10-0.26 "
               "s a stage at load 8-17, which the peer's timer already left out: tfx_bsl has imported "
               "pyarrow.compute, and tensorflow_transform is imported, before it starts).",
+              "",
+              "Later on 2026-12-05 (stage timers, perf on the stage's window; each change "
+              "alternated with the code before it on a quiet machine): the text transform "
+              "faulted in 330k fresh pages (1.3 GB; `tf.unique` reserves two hash slots per "
+              "token, above glibc's mmap threshold at 131k-row batches): malloc now keeps a "
+              "stage's freed blocks for its next batch (`pipeline/dataplane/heap_reuse.py`) "
+              "and batches are 65,536 rows, 85k faults and half the system time; ingest alike "
+              "(55k -> 14k faults). Ingest no longer sorts each batch's string dictionary in "
+              "the Arrow copy (0.77 -> 0.61 s), writes on its own thread in order (0.64 -> "
+              "0.60 s), and does not dictionary-encode a column of nearly distinct rows. The "
+              "transform drops CombineGlobally's default branch where its input cannot be "
+              "empty, writes the SavedModel while Beam winds the apply pipeline down (1.60 -> "
+              "1.55 s), and with one train shard builds the apply module between the passes. "
+              "What is left of Beam's own time: every bundle ends by joining the state "
+              "sampler's thread, which sleeps up to 200 ms between samples, so each ~0.6 s "
+              "pass waits ~60 ms (not configurable in Beam 2.77), and pipeline construction "
+              "and translation take ~0.12 s. Tried and left out: `tf.unique` over slices (no "
+              "gain once memory is reused), writing from the encoding threads (slower).",
               ""]
     lines += [
         "### Corrections to the figures published before",
