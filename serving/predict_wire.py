@@ -119,18 +119,19 @@ def _delimited(raw: bytes, pos: int, end: int) -> tuple[int, int, int]:
 def _input(raw: bytes, pos: int, end: int, parts: PredictParts, regions: list) -> bool:
     """The inputs map entry in raw[pos:end] (key 1, TensorProto 2) into `parts`; its
     packed values' place appended to `regions` (None when not in the usual form)."""
-    name, tensor = "", None
+    name, tensor = None, None
     while pos < end:
         key, pos, stop = _delimited(raw, pos, end)
-        if key == 0x0A:
+        if key == 0x0A and name is None:
             name = raw[pos:stop].decode()
-        elif key == 0x12:
+        elif key == 0x12 and tensor is None:
             tensor = (pos, stop)
-        else:
+        else:  # unknown, or a field given twice: protobuf merges (and checks) both
             return False
         pos = stop
     if tensor is None:
         return False
+    name = name or ""
     fast = fast_tensor(raw, *tensor)
     if fast is not None:
         arr = tensor_values(raw, *fast)

@@ -74,17 +74,23 @@ def _shape(b: bytes) -> list[int] | None:
         if key == 0x12:  # dim
             n, pos = read_varint(b, pos)
             dim, stop, size = b[pos:pos + n], pos + n, 0
+            if stop > end:
+                return None
             pos, q = stop, 0
             while q < n:
                 k, q = read_varint(dim, q)
                 if k == 0x08:
                     size, q = read_varint(dim, q)
-                elif k == 0x12:  # the dim's name
+                elif k == 0x12:  # the dim's name: proto3 strings are UTF-8 to protobuf
                     m, q = read_varint(dim, q)
+                    try:
+                        dim[q:q + m].decode()
+                    except UnicodeDecodeError:
+                        return None
                     q += m
                 else:
                     return None
-            if size >= 1 << 63:  # a negative size: to_ndarray says why
+            if q != n or size >= 1 << 63:  # a field past the dim's end; a negative size
                 return None
             dims.append(size)
         else:  # unknown_rank (3) or anything else
