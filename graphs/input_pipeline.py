@@ -42,6 +42,22 @@ def column_dtypes(feature_spec: Any) -> dict[str, str]:
 
 LENGTHS = "$row_lengths_"  # pipeline.dataplane.records.transformed_io's keys
 INDICES = "$indices"
+WIDTH = "$width"  # a narrowed int64 array's bytes per value (absent: 8)
+
+
+def _int64(tf: Any, raw: Any, width: Any) -> Any:
+    """A stored int64 array's values: raw little-endian bytes of `width` bytes per value
+    (transformed_io narrows an int64 array to int8, int16 or int32 when its values fit)."""
+    def as_int64(dtype: Any) -> Any:
+        return lambda: tf.cast(tf.io.decode_raw(raw, dtype, little_endian=True), tf.int64)
+
+    known = tf.debugging.Assert(tf.reduce_any(tf.equal(width, [1, 2, 4, 8])),
+                                ["a transformed chunk's int64 array has width", width])
+    with tf.control_dependencies([known]):
+        index = (tf.cast(width >= 2, tf.int32) + tf.cast(width >= 4, tf.int32)
+                 + tf.cast(width >= 8, tf.int32))
+    return tf.switch_case(index, [as_int64(tf.int8), as_int64(tf.int16), as_int64(tf.int32),
+                                  lambda: tf.io.decode_raw(raw, tf.int64, little_endian=True)])
 
 
 def ragged_rank(feature: Any) -> int:
@@ -60,27 +76,41 @@ def _chunk_parser(feature_spec: Any) -> Any:
 
     label = feature_spec.label.name
     features = {f.name: f for f in feature_spec.features}
-    spec: dict[str, Any] = {label: tf.io.FixedLenFeature([], tf.string)}
+    spec: dict[str, Any] = {}
+
+    def stored(key: str, int64: bool) -> None:
+        spec[key] = tf.io.FixedLenFeature([], tf.string)
+        if int64:
+            spec[key + WIDTH] = tf.io.FixedLenFeature([], tf.int64, default_value=8)
+
+    y_int = feature_spec.label.task == "classification"
+    stored(label, y_int)
     for f in feature_spec.features:
-        spec[f.name] = (tf.io.VarLenFeature(tf.string) if f.dtype == "string"
-                        else tf.io.FixedLenFeature([], tf.string))
+        if f.dtype == "string":
+            spec[f.name] = tf.io.VarLenFeature(tf.string)
+        else:
+            stored(f.name, f.dtype == "int64")
         levels = ragged_rank(f) if f.encoding == "ragged" else (
             1 if f.encoding == "sparse" else 0)
         for k in range(levels):
-            spec[f"{f.name}{LENGTHS}{k}"] = tf.io.FixedLenFeature([], tf.string)
+            stored(f"{f.name}{LENGTHS}{k}", True)
         if f.encoding == "sparse" and len(f.shape) > 1:
-            spec[f"{f.name}{INDICES}"] = tf.io.FixedLenFeature([], tf.string)
-    y_dtype = tf.int64 if feature_spec.label.task == "classification" else tf.float32
+            stored(f"{f.name}{INDICES}", True)
+
+    def ints(raw: Any, key: str) -> Any:
+        return _int64(tf, raw[key], raw[key + WIDTH])
 
     def values(raw: Any, f: Any, inner: tuple[Any, ...]) -> Any:
         if f.dtype == "string":
             v = raw[f.name].values
+        elif f.dtype == "int64":
+            v = ints(raw, f.name)
         else:
             v = tf.io.decode_raw(raw[f.name], tf.as_dtype(f.dtype), little_endian=True)
         return tf.reshape(v, [-1, *inner])
 
     def lengths(raw: Any, name: str, k: int) -> Any:
-        return tf.io.decode_raw(raw[f"{name}{LENGTHS}{k}"], tf.int64, little_endian=True)
+        return ints(raw, f"{name}{LENGTHS}{k}")
 
     def parse(record):  # noqa: ANN001, ANN202
         raw = tf.io.parse_single_example(record, spec)
@@ -98,11 +128,11 @@ def _chunk_parser(feature_spec: Any) -> Any:
                 out[name] = tf.RaggedTensor.from_row_lengths(values(raw, f, ()), counts,
                                                              validate=False)
                 if len(f.shape) > 1:
-                    idx = tf.reshape(tf.io.decode_raw(raw[f"{name}{INDICES}"], tf.int64,
-                                                      little_endian=True), [-1, len(f.shape)])
+                    idx = tf.reshape(ints(raw, f"{name}{INDICES}"), [-1, len(f.shape)])
                     out[f"{name}{INDICES}"] = tf.RaggedTensor.from_row_lengths(
                         idx, counts, validate=False)
-        y = tf.io.decode_raw(raw[label], y_dtype, little_endian=True)
+        y = ints(raw, label) if y_int else tf.io.decode_raw(raw[label], tf.float32,
+                                                              little_endian=True)
         return out, y
 
     # plain TensorFlow (Python loops over the spec only): autograph's conversion of it cost

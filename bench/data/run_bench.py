@@ -263,6 +263,8 @@ def _read_baton(transformed: str) -> dict:
     import numpy as np
     import tensorflow as tf
 
+    from baton.pipeline.dataplane.records.transformed_io import column
+
     meta = json.loads((Path(transformed) / "metadata.json").read_text())
     shapes = meta.get("shapes", {})
     parts: dict[str, list] = {k: [] for k in meta["columns"]}
@@ -270,7 +272,7 @@ def _read_baton(transformed: str) -> dict:
         for rec in tf.data.TFRecordDataset(str(f)).as_numpy_iterator():
             feats = tf.train.Example.FromString(rec).features.feature
             for k, dtype in meta["columns"].items():
-                v = np.frombuffer(feats[k].bytes_list.value[0], np.dtype(dtype).newbyteorder("<"))
+                v = column(feats, k, dtype)
                 parts[k].append(v.reshape(-1, *shapes[k]) if k in shapes else v)
     return {k: np.concatenate(v) for k, v in parts.items()}
 
@@ -314,10 +316,11 @@ def case_parity(transformed: str, peer_files: str) -> dict:
 
 
 def _raw_column(feats: Any, key: str, dtype: str) -> Any:
-    """A columnar chunk's raw little-endian column (pipeline/dataplane/records/transformed_io.py)."""
-    import numpy as np
+    """A columnar chunk's stored array, int64 ones widened back (pipeline/dataplane/records/
+    transformed_io.py)."""
+    from baton.pipeline.dataplane.records.transformed_io import column
 
-    return np.frombuffer(feats[key].bytes_list.value[0], np.dtype(dtype).newbyteorder("<"))
+    return column(feats, key, dtype)
 
 
 def case_parity_text(transformed: str, peer_files: str) -> dict:

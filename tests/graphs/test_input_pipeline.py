@@ -83,3 +83,51 @@ def test_read_chunks_is_the_split_once_in_order_as_stored(data):
     np.testing.assert_array_equal(np.sort(rows), np.sort(_ids(make_dataset(path, "train", spec, 100))))
     np.testing.assert_array_equal(rows, _ids(read_chunks(path, "train", spec)))  # stable
     assert set(chunks[0][0]) == {"x0", "x1", "x2", "c0"} and chunks[0][1].dtype == tf.int64
+
+
+def test_int64_arrays_of_any_stored_width_read_back_as_int64(tmp_path):
+    """Chunks narrowed to different widths in one file (ids, ragged row lengths, sparse
+    indices, the label: transformed_io.narrow), and a chunk kept int64, read by make_dataset
+    as the same int64 values; a width the writer never uses is an error, not garbage."""
+    import tensorflow as tf
+
+    from baton.graphs.feature_spec import Feature, FeatureSpec, Label, RawFeature
+    from baton.pipeline.dataplane.records.transformed_io import Ragged, encode_chunk
+
+    spec = FeatureSpec((RawFeature("t", "string"),),
+                       (Feature("id", "integer"), Feature("tok", "integer", shape=(None,),
+                                                          encoding="ragged"),
+                        Feature("sp", "numeric", shape=(3, None), encoding="sparse")),
+                       Label("label", "classification", ("a", "b")))
+    rows, records = [], []
+    for scale in (1, 300, 70_000, 2**40):  # int8, int16, int32, int64 ids
+        ids = (np.arange(4, dtype=np.int64) - 1) * scale
+        lengths = np.array([0, 2, 1, 3], np.int64) * (1 if scale < 2**40 else 200)
+        tok = np.arange(int(lengths.sum()), dtype=np.int64) * scale
+        sp_lengths = np.array([1, 0, 2, 1], np.int64)
+        sp_idx = np.array([[2, 0], [0, 5], [1, 300], [0, 0]], np.int64)
+        cols = {"id": ids, "tok": Ragged(tok, [lengths]),
+                "sp": Ragged(np.arange(4, dtype=np.float32), [sp_lengths], sp_idx),
+                "label": np.array([0, 1, 1, 0], np.int64)}
+        records.append(encode_chunk(cols))
+        rows.append((ids, tok, lengths))
+    (tmp_path / "train").mkdir()
+    with tf.io.TFRecordWriter(str(tmp_path / "train" / "part-00000.tfrecord")) as w:
+        for r in records:
+            w.write(r)
+    got = list(make_dataset(tmp_path, "train", spec, 4))
+    assert len(got) == 4
+    for (feats, label), (ids, tok, lengths) in zip(got, rows, strict=True):
+        assert feats["id"].dtype == tf.int64 and feats["id"].numpy().tolist() == ids.tolist()
+        assert feats["tok"].flat_values.numpy().tolist() == tok.tolist()
+        assert feats["tok"].row_lengths().numpy().tolist() == lengths.tolist()
+        assert feats["sp"].indices.numpy().tolist() == [[0, 2, 0], [2, 0, 5], [2, 1, 300],
+                                                        [3, 0, 0]]
+        assert label.dtype == tf.int64 and label.numpy().tolist() == [0, 1, 1, 0]
+
+    bad = tf.train.Example.FromString(records[0])
+    bad.features.feature["id$width"].int64_list.value[:] = [3]
+    with tf.io.TFRecordWriter(str(tmp_path / "train" / "part-00000.tfrecord")) as w:
+        w.write(bad.SerializeToString())
+    with pytest.raises(tf.errors.InvalidArgumentError, match="width"):
+        list(make_dataset(tmp_path, "train", spec, 4))

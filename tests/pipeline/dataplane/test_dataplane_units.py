@@ -171,13 +171,32 @@ def test_a_columnar_chunk_is_the_features_message_of_its_columns():
     rng = np.random.default_rng(0)
     for n in (0, 1, 300):
         cols = {"a": rng.normal(size=n).astype(np.float32),
-                "id": rng.integers(0, 9, n).astype(np.int64),
-                "img": rng.normal(size=(n, 3, 2)).astype(np.float32), "x" * 200: np.zeros(n)}
+                "img": rng.normal(size=(n, 3, 2)).astype(np.float32), "x" * 200: np.zeros(n),
+                "big": rng.integers(-2**40, 2**40, n).astype(np.int64)}
         cols = {k: v[n // 3:] for k, v in cols.items()}  # views into larger arrays
         feats = tf.train.Example.FromString(encode_chunk(cols)).features.feature
         assert sorted(feats) == sorted(cols)
         for k, v in cols.items():
             assert feats[k].bytes_list.value == [np.ascontiguousarray(v).tobytes()]
+
+
+@pytest.mark.parametrize(("lo", "hi", "width"), [
+    (0, 9, 1), (-1, 127, 1), (-128, 0, 1), (0, 128, 2), (-32768, 32767, 2), (-1, 40_000, 4),
+    (-2**31, 2**31 - 1, 4), (0, 2**31, None), (-2**63, 2**63 - 1, None)])
+def test_int64_arrays_are_stored_in_the_narrowest_width_and_read_back_as_int64(lo, hi, width):
+    """Token ids, row lengths and labels: int8/16/32 on disk with a `$width` feature, int64
+    again through transformed_io.column and the training reader (graphs.input_pipeline)."""
+    from baton.pipeline.dataplane.records.transformed_io import WIDTH, column, encode_chunk
+
+    v = np.array([lo, hi, lo, hi], np.int64)
+    feats = tf.train.Example.FromString(encode_chunk({"ids": v})).features.feature
+    if width is None:
+        assert "ids" + WIDTH not in feats and len(feats["ids"].bytes_list.value[0]) == 32
+    else:
+        assert list(feats["ids" + WIDTH].int64_list.value) == [width]
+        assert len(feats["ids"].bytes_list.value[0]) == 4 * width
+    got = column(feats, "ids", "int64")
+    assert got.dtype == np.int64 and got.tolist() == v.tolist()
 
 
 def test_frozen_heap_leaves_old_objects_out_of_collections_until_the_end():
