@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -209,7 +210,22 @@ def outputs_info(trace: tft_trace.Trace, concrete: Any) -> dict[str, dict[str, A
         info[name] = entry
     if not info:
         raise OutputError("returned no feature (an empty dict, or only the label)")
+    _check_stored_keys(info)
     return info
+
+
+_STORED_SUFFIX = re.compile(r"\$(width|indices|row_lengths_\d+)$")
+
+
+def _check_stored_keys(info: dict[str, Any]) -> None:
+    """The transformed artifact stores an output's parts under its name plus `$width`,
+    `$indices` or `$row_lengths_<k>` (pipeline.dataplane.records.transformed_io): an output
+    named like another output's part would overwrite it."""
+    for name in info:
+        m = _STORED_SUFFIX.search(name)
+        if m and name[:m.start()] in info:
+            raise OutputError(f"output {name!r} has the key the transformed artifact stores "
+                              f"output {name[:m.start()]!r}'s {m.group(0)!r} under: rename it")
 
 
 def _bound(b: Any) -> Any:

@@ -182,6 +182,13 @@ BAD = {
         "    return {'d': tf.cast(inputs['year'], tf.float64)}\n",
         r"Feature 'd' had invalid dtype float64 for feature spec: outputs are float32, int64 "
         r"or string"),
+    "stored_key_collision": (  # the artifact stores x's row lengths under this key
+        "import tensorflow as tf\n"
+        "def preprocessing_fn(inputs):\n"
+        "    t = tf.strings.split(inputs['island'])\n"
+        "    return {'x': t, 'x$row_lengths_0': inputs['year']}\n",
+        r"output 'x\$row_lengths_0' has the key the transformed artifact stores output 'x'"
+        r"'s '\$row_lengths_0' under: rename it"),
     "batch_changed": (
         "import tensorflow as tf\n"
         "def preprocessing_fn(inputs):\n    return {'x': inputs['year'][:1]}\n",
