@@ -199,31 +199,6 @@ def depends_on_pending(tensor: Any) -> bool:
     return False
 
 
-def table_initializers(tensor: Any) -> list[Any]:
-    """The table initializer ops of the graph that `tensor`'s lookups need: an analysis
-    phase's graph runs only what its outputs need (no automatic control dependencies), so the
-    tables a preprocessing_fn builds in its graph are initialized through these."""
-    import tensorflow as tf
-
-    seen: set[str] = set()
-    found: dict[str, Any] = {}
-    stack = [tensor.op]
-    while stack:
-        op = stack.pop()
-        if op.name in seen:
-            continue
-        seen.add(op.name)
-        stack.extend(t.op for t in op.inputs)
-        stack.extend(op.control_inputs)
-        for t in op.inputs:
-            if t.dtype == tf.resource:
-                for c in t.consumers():
-                    if c.type.startswith("InitializeTable"):
-                        found[c.name] = c
-                        stack.append(c)
-    return list(found.values())
-
-
 def trace_function(preprocessing_fn: Callable[[dict[str, Any]], Any], raw_specs: Mapping[str, Any],
                    resolved: Mapping[int, list[Any]], *, analysis: bool) -> tuple[Trace, Any]:
     """Trace `preprocessing_fn` over `raw_specs` with the analyzer values known so far.
@@ -245,20 +220,38 @@ def trace_function(preprocessing_fn: Callable[[dict[str, Any]], Any], raw_specs:
         box["outputs"] = outputs
         if not analysis:
             return outputs
-        out = {}
-        for k, req in trace.requests.items():
-            for i, t in enumerate(req.inputs):
-                inits = table_initializers(t)
-                if inits:  # tables the function built: initialized before their lookups run
-                    with tf.control_dependencies(inits):
-                        t = tf.identity(t)
-                out[f"{k}/{i}"] = t
-        return out
+        _initializers_first(tf.compat.v1.get_default_graph())
+        return {f"{k}/{i}": t for k, req in trace.requests.items()
+                for i, t in enumerate(req.inputs)}
 
     with _collecting(trace):
         concrete = _function(tf, fn, dict(raw_specs), analysis).get_concrete_function()
     trace.outputs = box.get("outputs")
     return trace, concrete
+
+
+def _initializers_first(graph: Any) -> None:
+    """Each table the function initializes in its own graph: every other op that uses the
+    table waits for its initializer. An analysis phase's graph runs without automatic control
+    dependencies (`_function`), so a lookup could otherwise run before the table is filled
+    and fail ("Table not initialized"; seen under load, and whenever the file is large). The
+    control edge is the one automatic control dependencies would add (TensorFlow's own
+    `_add_control_input`); the phase still runs only what its outputs need, so a table whose
+    file is not known yet is neither filled nor read."""
+    import tensorflow as tf
+
+    for init in [op for op in graph.get_operations() if op.type.startswith("InitializeTable")]:
+        handles, seen = [init.inputs[0]], set()
+        while handles:
+            handle = handles.pop()
+            for user in handle.consumers():
+                if user is init or user.name in seen:
+                    continue
+                seen.add(user.name)
+                if user.type == "Identity" and user.outputs[0].dtype == tf.resource:
+                    handles.append(user.outputs[0])
+                elif not user.type.startswith("InitializeTable"):
+                    user._add_control_input(init)
 
 
 @contextlib.contextmanager
@@ -293,7 +286,8 @@ def _collecting(trace: Trace) -> Iterator[None]:
 # control dependencies would make it run every stateful op of the preprocessing_fn too: each
 # vocabulary lookup already resolved in an earlier phase (with its input columns and string
 # splitting), measured at 60% of a census-like function's second phase. Without them TensorFlow
-# prunes the phase's graph to what its outputs need. The exported (final) graph keeps them.
+# prunes the phase's graph to what its outputs need; the tables the function fills in its graph
+# are ordered by hand (`_initializers_first`). The exported (final) graph keeps them.
 # (TensorFlow's `_disable_acd` attribute; a TensorFlow that refuses it gets the plain function.)
 def _function(tf: Any, fn: Callable[..., Any], specs: dict[str, Any], analysis: bool) -> Any:
     if analysis:

@@ -56,3 +56,29 @@ def test_the_final_graph_reads_every_column_its_outputs_or_lookups_use():
     resolved = tft_engine.analyze(_fn, specs, lambda: [{**DATA, "unused": DATA["x"]}])
     _, concrete = tft_engine.transform_fn(_fn, specs, resolved)
     assert tft_feed.used_inputs(concrete) == {"s", "x"}  # y only fed an analyzer
+
+
+def test_a_table_filled_in_the_functions_graph_is_filled_before_its_lookups(tmp_path):
+    """A table the preprocessing_fn builds itself (tf.Transform's lookup_fn pattern) is filled
+    by an op of the phase's graph, which runs without automatic control dependencies: the
+    lookup must still wait for it. A file large enough that filling it takes longer than
+    reaching the lookup made the phase fail with "Table not initialized" (first seen as a
+    flaky upstream vocabulary case under load)."""
+    import tensorflow as tf
+
+    path = tmp_path / "big_vocab.txt"  # its own path: TensorFlow shares a table by file name
+    path.write_text("".join(f"tok{i}\n" for i in range(300_000)))
+
+    def fn(i):
+        table = tf.lookup.StaticHashTable(tf.lookup.TextFileInitializer(
+            str(path), tf.string, tf.lookup.TextFileIndex.WHOLE_LINE, tf.int64,
+            tf.lookup.TextFileIndex.LINE_NUMBER), default_value=-1)
+        ids = tf.cast(table.lookup(i["s"]), tf.float32)
+        return {"m": tf.zeros_like(ids) + tft.mean(ids) + tft.mean(i["x"] - tft.mean(i["y"]))}
+
+    data = {"s": np.array([b"tok5", b"tok7", b"nope", b"tok2"], object), **{
+        k: DATA[k] for k in ("x", "y")}}
+    specs = tft_engine.raw_specs([("s", "string", ()), ("x", "float32", ()),
+                                  ("y", "float32", ())])
+    resolved = tft_engine.analyze(fn, specs, lambda: [data])
+    assert resolved[0][0] == np.float32(13 / 4)  # (5 + 7 - 1 + 2) / 4

@@ -29,8 +29,25 @@ class UserErrors:
         from baton.graphs.user_refs import user_line
 
         line = "" if isinstance(exc, OutputError) else user_line(exc)  # about outputs: no line
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        text = _summary(exc)
         if isinstance(exc, KeyError):
             text = f"no raw column {exc.args[0]!r}" if exc.args else text
         kind = "" if isinstance(exc, OutputError) else f"{type(exc).__name__}: "
         raise StageError(f"{self.where}: {kind}{text}{line}") from None
+
+
+def _summary(exc: BaseException) -> str:
+    """The exception's first line; for TensorFlow's "Graph execution error:" (whose first line
+    says nothing), the kernel's own message and the node it ran in."""
+    lines = [ln for ln in str(exc).strip().splitlines() if ln.strip()]
+    if not lines:
+        return type(exc).__name__
+    if not lines[0].startswith("Graph execution error"):
+        return lines[0]
+    node = next((ln.split()[3] for ln in lines if ln.startswith("Detected at node ")
+                 and len(ln.split()) > 3), None)
+    causes = [ln.strip() for ln in lines[1:] if not ln.startswith((" ", "\t"))
+              and not ln.startswith(("Detected at node", "Node:", "[["))]
+    if not causes:
+        return lines[0]
+    return f"{causes[-1]} (node {node})" if node else causes[-1]

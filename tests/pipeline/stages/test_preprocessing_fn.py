@@ -182,6 +182,12 @@ BAD = {
         "    return {'d': tf.cast(inputs['year'], tf.float64)}\n",
         r"Feature 'd' had invalid dtype float64 for feature spec: outputs are float32, int64 "
         r"or string"),
+    "kernel_error": (  # TensorFlow's first line is "Graph execution error:": its cause shown
+        "import tensorflow as tf\n"
+        "def preprocessing_fn(inputs):\n"
+        "    return {'n': tf.strings.to_number(inputs['island'])}\n",
+        r"bad_kernel_error:preprocessing_fn: applying: InvalidArgumentError: StringToNumberOp "
+        r"could not correctly convert string: \S+ \(node StringToNumber\)"),
     "stored_key_collision": (  # the artifact stores x's row lengths under this key
         "import tensorflow as tf\n"
         "def preprocessing_fn(inputs):\n"
