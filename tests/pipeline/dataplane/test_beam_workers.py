@@ -45,3 +45,43 @@ def test_small_inputs_stay_in_process() -> None:
     assert out == [] and "1 shard(s)" in rec["beam_workers_reason"]
     out, rec = beam_runner.plan_workers([], rows=MANY, work_items=8, node={"cpu_usable": 1})
     assert out == [] and rec["beam_workers"] == 1
+
+
+_SEEN: list[int] = []  # module level: the in-process worker unpickles the DoFn by reference
+
+
+def _record_sampling_period(_: int) -> None:
+    from apache_beam.runners.worker import statesampler
+
+    _SEEN.append(statesampler.get_current_tracker().sampling_period_ms)
+
+
+def test_in_process_bundles_wait_at_most_the_short_sampling_period() -> None:
+    """Each bundle ends by joining Beam's state sampler thread: in-process its period is
+    SAMPLING_PERIOD_MS while the pipeline runs (not Beam's 200 ms), and Beam's default is
+    back afterwards, also when the pipeline fails."""
+    import apache_beam as beam
+    import pytest
+    from apache_beam.runners.worker import statesampler
+
+    from baton.errors import StageError
+
+    def build(p: object) -> None:
+        p | beam.Create([1, 2]) | beam.Map(_record_sampling_period)
+
+    _SEEN.clear()
+    beam_runner.run(build, [])
+    assert _SEEN == [beam_runner.SAMPLING_PERIOD_MS] * 2
+    assert statesampler.StateSampler.__init__.__defaults__ == (
+        statesampler.DEFAULT_SAMPLING_PERIOD_MS,)
+
+    def failing(p: object) -> None:
+        def boom(_: int) -> None:
+            raise StageError("boom")
+
+        p | beam.Create([1]) | beam.Map(boom)
+
+    with pytest.raises(StageError, match="boom"):
+        beam_runner.run(failing, [])
+    assert statesampler.StateSampler.__init__.__defaults__ == (
+        statesampler.DEFAULT_SAMPLING_PERIOD_MS,)
