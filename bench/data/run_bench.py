@@ -623,6 +623,7 @@ def _merge_tables(a: argparse.Namespace, res: dict, work: Path, tables: list[str
         if case.get("root"):
             shutil.rmtree(case.pop("root"), ignore_errors=True)
         old["tables"][t] = res["tables"][t]
+        old["tables"][t]["run"]["rerun"] = True  # the report lists it apart from the full run
     path.write_text(json.dumps(old, indent=1) + "\n")
     if not a.work:
         shutil.rmtree(work, ignore_errors=True)
