@@ -110,7 +110,7 @@ def build_module(preprocessing_fn: Callable[[dict[str, Any]], Any], raw: list[tu
 
     metas = {trace.vocab_meta[k]["vocab_filename"]: trace.vocab_meta[k]
              for k in trace.vocab_meta}
-    built = Built(PreprocessingModule(), outputs_info(trace, concrete),
+    built = Built(PreprocessingModule(), outputs_info(trace, concrete, label_name),
                   {name: [bytes(t) for t in resolved[k][0]]
                    for name, k in trace.vocab_files.items() if k in resolved},
                   inputs=tft_feed.used_inputs(concrete), label_transformed=bool(transformed_label),
@@ -162,7 +162,8 @@ def nrows(value: Any) -> int | None:
 DTYPES = ("float32", "int64", "string")  # what tf.Transform's feature specs hold
 
 
-def outputs_info(trace: tft_trace.Trace, concrete: Any) -> dict[str, dict[str, Any]]:
+def outputs_info(trace: tft_trace.Trace, concrete: Any, label: str | None = None
+                 ) -> dict[str, dict[str, Any]]:
     """Each output as tf.Transform's schema inference sees it: dtype (float32, int64 or string),
     encoding (dense, ragged or sparse), per-example shape, and the id range of int64 outputs
     made by a vocabulary, buckets or hashes. OutputError for what tf.Transform refuses too."""
@@ -210,22 +211,31 @@ def outputs_info(trace: tft_trace.Trace, concrete: Any) -> dict[str, dict[str, A
         info[name] = entry
     if not info:
         raise OutputError("returned no feature (an empty dict, or only the label)")
-    _check_stored_keys(info)
+    _check_stored_keys(info, label)
     return info
 
 
-_STORED_SUFFIX = re.compile(r"\$(width|indices|row_lengths_\d+)$")
+_STORED_SUFFIX = re.compile(r"\$(width|(indices|row_lengths_\d+)(\$width)?)")
 
 
-def _check_stored_keys(info: dict[str, Any]) -> None:
-    """The transformed artifact stores an output's parts under its name plus `$width`,
-    `$indices` or `$row_lengths_<k>` (pipeline.dataplane.records.transformed_io): an output
-    named like another output's part would overwrite it."""
+def _check_stored_keys(info: dict[str, Any], label: str | None = None) -> None:
+    """The transformed artifact stores an output's parts under its name plus `$indices` or
+    `$row_lengths_<k>`, and an int64 array's width under the array's key plus `$width`
+    (`x$width`, `x$row_lengths_0$width`; the label's `<label>$width`), as
+    pipeline.dataplane.records.transformed_io writes them: an output named like another
+    output's or the label's part would overwrite it. Every split of the name is tried, so
+    `x$indices$width` is refused next to `x` and next to `x$indices`."""
     for name in info:
-        m = _STORED_SUFFIX.search(name)
-        if m and name[:m.start()] in info:
-            raise OutputError(f"output {name!r} has the key the transformed artifact stores "
-                              f"output {name[:m.start()]!r}'s {m.group(0)!r} under: rename it")
+        for i in (i for i, c in enumerate(name) if c == "$"):
+            base, m = name[:i], _STORED_SUFFIX.fullmatch(name, i)
+            if m is None:
+                continue
+            if base in info:
+                raise OutputError(f"output {name!r} has the key the transformed artifact stores "
+                                  f"output {base!r}'s {m.group(0)!r} under: rename it")
+            if base == label and m.group(0) == "$width":
+                raise OutputError(f"output {name!r} has the key the transformed artifact stores "
+                                  f"the label {base!r}'s '$width' under: rename it")
 
 
 def _bound(b: Any) -> Any:

@@ -195,6 +195,26 @@ BAD = {
         "    return {'x': t, 'x$row_lengths_0': inputs['year']}\n",
         r"output 'x\$row_lengths_0' has the key the transformed artifact stores output 'x'"
         r"'s '\$row_lengths_0' under: rename it"),
+    "stored_width_key_collision": (  # the artifact stores x's row lengths' width under it
+        "import tensorflow as tf\n"
+        "def preprocessing_fn(inputs):\n"
+        "    t = tf.strings.split(inputs['island'])\n"
+        "    return {'x': t, 'x$row_lengths_0$width': inputs['year']}\n",
+        r"output 'x\$row_lengths_0\$width' has the key the transformed artifact stores output "
+        r"'x''s '\$row_lengths_0\$width' under: rename it"),
+    "own_width_key_collision": (  # x$indices's own width key is x$indices$width
+        "import tensorflow as tf\n"
+        "def preprocessing_fn(inputs):\n"
+        "    y = tf.cast(inputs['year'], tf.int64)\n"
+        "    return {'x$indices': y, 'x$indices$width': y}\n",
+        r"output 'x\$indices\$width' has the key the transformed artifact stores output "
+        r"'x\$indices''s '\$width' under: rename it"),
+    "label_width_key_collision": (  # the classification label's width is stored under it
+        "import tensorflow as tf\n"
+        "def preprocessing_fn(inputs):\n"
+        "    return {'y': inputs['year'], 'species$width': inputs['year']}\n",
+        r"output 'species\$width' has the key the transformed artifact stores the label "
+        r"'species''s '\$width' under: rename it"),
     "batch_changed": (
         "import tensorflow as tf\n"
         "def preprocessing_fn(inputs):\n    return {'x': inputs['year'][:1]}\n",
