@@ -170,6 +170,12 @@ def is_known(k: int) -> bool:
     return k in current().resolved
 
 
+# The ops that fill a table in a graph: a file's or a dataset's initializer (InitializeTableV2,
+# InitializeTableFromTextFileV2, InitializeTableFromDataset) and a KeyValueTensorInitializer's,
+# which TensorFlow 2 builds as LookupTableImportV2 (not InitializeTableV2) in a function.
+FILLS = ("InitializeTable", "LookupTableImport")
+
+
 def depends_on_pending(tensor: Any) -> bool:
     """Whether `tensor` is computed from a placeholder of an analyzer not yet known."""
     import tensorflow as tf
@@ -195,7 +201,7 @@ def depends_on_pending(tensor: Any) -> bool:
         # from a vocabulary file waits for that vocabulary), as tf.Transform's graph analysis
         # follows table initializers
         stack.extend(c for t in op.inputs if t.dtype == tf.resource for c in t.consumers()
-                     if c.type.startswith("InitializeTable"))
+                     if c.type.startswith(FILLS))
     return False
 
 
@@ -240,7 +246,7 @@ def _initializers_first(graph: Any) -> None:
     file is not known yet is neither filled nor read."""
     import tensorflow as tf
 
-    for init in [op for op in graph.get_operations() if op.type.startswith("InitializeTable")]:
+    for init in [op for op in graph.get_operations() if op.type.startswith(FILLS)]:
         handles, seen = [init.inputs[0]], set()
         while handles:
             handle = handles.pop()
@@ -250,7 +256,7 @@ def _initializers_first(graph: Any) -> None:
                 seen.add(user.name)
                 if user.type == "Identity" and user.outputs[0].dtype == tf.resource:
                     handles.append(user.outputs[0])
-                elif not user.type.startswith("InitializeTable"):
+                elif not user.type.startswith(FILLS):
                     user._add_control_input(init)
 
 

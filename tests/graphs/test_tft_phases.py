@@ -82,3 +82,28 @@ def test_a_table_filled_in_the_functions_graph_is_filled_before_its_lookups(tmp_
                                   ("y", "float32", ())])
     resolved = tft_engine.analyze(fn, specs, lambda: [data])
     assert resolved[0][0] == np.float32(13 / 4)  # (5 + 7 - 1 + 2) / 4
+
+
+def test_a_key_value_table_filled_in_the_functions_graph_is_filled_before_its_lookups():
+    """A StaticHashTable over a KeyValueTensorInitializer (a small mapping written in the
+    preprocessing_fn) is filled in a function by LookupTableImportV2, not InitializeTableV2:
+    its lookup must wait for it too, in the phase that reads it (the first, and a later one
+    that looks up a vocabulary's ids), or the phase fails with "Table not initialized"."""
+    import tensorflow as tf
+
+    def fn(i):
+        weights = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+            tf.constant(["a", "b"]), tf.constant([5.0, 6.0])), -1.0)
+        first = weights.lookup(i["s"])
+        ids = tft.compute_and_apply_vocabulary(i["s"])  # known from the second phase on
+        by_id = tf.lookup.StaticHashTable(tf.lookup.KeyValueTensorInitializer(
+            tf.constant([0, 1], tf.int64), tf.constant([10.0, 20.0])), 0.0)
+        return {"m": tf.zeros_like(first) + tft.mean(first),
+                "n": tf.zeros_like(first) + tft.mean(by_id.lookup(ids))}
+
+    data = {"s": np.array([b"a", b"b", b"c", b"a"], object)}
+    specs = tft_engine.raw_specs([("s", "string", ())])
+    resolved = tft_engine.analyze(fn, specs, lambda: [data])
+    means = sorted(float(v[0]) for v in resolved.values() if np.ndim(v[0]) == 0)
+    # (5 + 6 - 1 + 5) / 4; ids a:0 (twice), b and c: 1 and 2, so (10 + 10 + 20 + 0) / 4
+    assert means == [15 / 4, 10.0]
