@@ -41,7 +41,7 @@ import numpy as np
 
 from baton.pipeline.dataplane.records.example_codec import _ld, _varint
 
-FORMAT = "baton-columnar-tfrecord-v1"
+FORMAT = "baton-columnar-tfrecord-v2"  # v2: narrowed int64 arrays ($width); v1 read alike
 METADATA = "metadata.json"
 LENGTHS = "$row_lengths_"
 INDICES = "$indices"
