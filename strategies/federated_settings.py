@@ -199,7 +199,8 @@ class FederatedSettings(SettingsData):
     model_params: dict[str, Any] = dataclasses.field(default_factory=dict)
     batch_size: int = 32
     learning_rate: float = 0.01
-    optimizer: str | dict[str, Any] = "adam"
+    # "": the model's compile() optimizer if it has one, else adam (as the train stage's)
+    optimizer: str | dict[str, Any] = ""
     loss: str = ""
     seed: int = 42
     # TLS on every connection and SuperNode authentication are the default; `insecure: true`

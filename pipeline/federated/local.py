@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from baton.errors import StageError
-from baton.graphs import model_outputs
+from baton.graphs import compiled, model_outputs
 from baton.strategies.federated_settings import FederatedSettings
 
 
@@ -212,6 +212,13 @@ class Local:
         self.name = model_fn.describe(settings.model)  # how errors name the model function
         self.outputs = model_outputs.decide(self.model, self.task, self.num_classes,
                                             self._sample(), self.name)
+        # what the model function's compile() set: its loss and optimizer train the model where
+        # the stage sets none, as in the train stage (graphs.compiled)
+        self.compile_args = compiled.read(self.model, self.name)
+        own_loss = self.compile_args.loss if self.compile_args is not None else None
+        if own_loss is not None and not settings.loss:
+            compiled.check_from_logits(own_loss, self.outputs.probabilities,
+                                       self.outputs.reason, self.name)
 
     def _batches(self, split: str) -> Any:
         """`split` (train when it has no rows) in order, as `(features, labels)` batches."""
@@ -253,7 +260,9 @@ class Local:
 
         from baton.graphs.objectives import make_loss
 
-        fn = make_loss(self.settings.loss, self.task, self.num_classes, self.search_dir,
+        own = self.compile_args.loss if self.compile_args is not None else None
+        loss = self.settings.loss or own
+        fn = make_loss(loss, self.task, self.num_classes, self.search_dir,
                        from_logits=not self.outputs.probabilities)
         if fn is not None:
             return fn
@@ -305,8 +314,12 @@ class Local:
         variables = model.trainable_variables
         self._anchor = [tf.Variable(v, trainable=False) for v in variables]
         self._mu = tf.Variable(0.0, trainable=False)
-        self._opt = make_optimizer(self.settings.optimizer, self.settings.learning_rate,
-                                   self.search_dir)
+        own = self.compile_args.optimizer if self.compile_args is not None else None
+        if self.settings.optimizer or own is None:
+            self._opt = make_optimizer(self.settings.optimizer or "adam",
+                                       self.settings.learning_rate, self.search_dir)
+        else:
+            self._opt = own  # the compile()'s, its own learning rate; reset every round below
         self._opt.build(variables)
         self._opt_init = [v.numpy() for v in self._opt.variables]
         loss_fn, anchor, mu, opt = self._loss(), self._anchor, self._mu, self._opt

@@ -154,3 +154,56 @@ def test_one_clientapp_process_serving_several_nodes_keeps_each_on_its_own_data(
                       run_config={})
         seen[n] = flower_client._local(ctx).examples("train")
     assert seen == {n: counts[n]["train"] for n in names}
+
+
+COMPILED_MODEL = '''
+import keras
+
+
+def sparse_scaled(y_true, y_pred):  # "sparse" in its name: class ids (graphs.keras_names)
+    return 3.0 * keras.losses.sparse_categorical_crossentropy(y_true, y_pred, from_logits=True)
+
+
+def build(spec):
+    parts = [keras.layers.Flatten()(spec.inputs[f.name]) for f in spec.feature_spec.numeric]
+    x = keras.layers.Concatenate()(parts) if len(parts) > 1 else parts[0]
+    model = keras.Model(spec.inputs, keras.layers.Dense(spec.num_classes)(x))
+    model.compile(loss=sparse_scaled, optimizer=keras.optimizers.SGD(learning_rate=0.0123))
+    return model
+'''
+
+
+def test_a_clients_model_trains_with_its_compile_loss_and_optimizer_unless_the_stage_sets_them(
+        islands, tmp_path):
+    """As in the train stage (docs/federated.md: optimizer and loss "as train"): a model
+    function's compile() loss and optimizer train the client's model where the stage sets
+    none; the stage's `loss:` and `optimizer:` win."""
+    import keras
+    import tensorflow as tf
+
+    (tmp_path / "compiled_model.py").write_text(COMPILED_MODEL)
+    root, names, _ = islands
+    datas = {n: ClientData(root / n) for n in names}
+    fed = federated_transform(FnSpec(columns=PLAN), _ask(datas))
+
+    def client(**settings):
+        return Local(FnSpec(columns=PLAN), fed.resolved, fed.label, datas["biscoe"],
+                     FederatedSettings(model="compiled_model:build", batch_size=16, **settings),
+                     search_dir=str(tmp_path))
+
+    y = tf.constant([0, 1, 2])
+    logits = tf.constant([[2.0, 0.0, -1.0], [0.5, 0.5, 0.0], [0.0, 1.0, 3.0]])
+    plain = keras.losses.sparse_categorical_crossentropy(y, logits, from_logits=True).numpy()
+
+    own = client()
+    np.testing.assert_allclose(own._loss()(y, logits).numpy(), 3.0 * plain, rtol=1e-5)
+    w0 = own.model.get_weights()
+    own.train(w0, epochs=1)
+    assert own._opt is own.model.optimizer
+    assert isinstance(own._opt, keras.optimizers.SGD)
+    assert float(own._opt.learning_rate.numpy()) == pytest.approx(0.0123)
+
+    spec = client(loss="sparse_categorical_crossentropy", optimizer="adam")
+    np.testing.assert_allclose(spec._loss()(y, logits).numpy(), plain, rtol=1e-5)
+    spec.train(w0, epochs=1)
+    assert isinstance(spec._opt, keras.optimizers.Adam)
