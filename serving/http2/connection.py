@@ -5,8 +5,18 @@ joined once the frame is whole, so a frame arriving a byte at a time costs its l
 never its length squared. A frame's length is checked against SETTINGS_MAX_FRAME_SIZE,
 and what its type allows (receive.py), as soon as its 9-byte header is in, before its
 payload is buffered. A connection error is one GOAWAY with the code and a short reason,
-one log line (rate-limited by the server), and the connection closed; a bug in handling
-a frame is the same with INTERNAL_ERROR, never a traceback per connection.
+one log line (rate-limited by the server), and the connection closed after a linger
+(below); a bug in handling a frame is the same with INTERNAL_ERROR, never a traceback per
+connection.
+
+The linger: a peer that broke the protocol is often still sending (a flood). Closing a
+socket with unread input makes the kernel answer RST and drop what it has not yet
+transmitted, so the GOAWAY that says why could be lost; under load a flood's replies queue
+behind the congestion window and it was. So after a connection error the connection is
+over at once (no frame is read, nothing more is written, its calls are cancelled), the
+GOAWAY is followed by a FIN, what still arrives is dropped, and the socket closes when the
+peer closes or after LINGER_SECONDS: Go's HTTP/2 server waits likewise (goAwayTimeout),
+as nginx does with lingering_close.
 
 When the peer does not read, our writes pause our reading (pause_writing), so nothing it
 provokes piles up in memory. Idle connections (no open stream) are closed by the
@@ -32,6 +42,7 @@ log = logging.getLogger("baton.serving.http2")
 DEADLINE_EXCEEDED = 4
 _UNARY_HEAD = bytes((f.HEADERS, f.END_HEADERS))  # a unary call's frames, as _unary reads
 _UNARY_TAIL = bytes((f.DATA, f.END_STREAM))
+LINGER_SECONDS = 1.0  # a failed connection's socket stays open this long at most
 
 
 class H2Connection(Receiver, Sender, asyncio.Protocol):
@@ -74,6 +85,8 @@ class H2Connection(Receiver, Sender, asyncio.Protocol):
         self.worked = True  # a response went out since the last PING
         self.idle_frames = 0
         self.idle_timeout = lim.idle_timeout  # for the ConnectionTable
+        self.lingering: Any = None  # the transport of a failed connection, until it closes
+        self._linger_timer: asyncio.TimerHandle | None = None
 
     # -- connection ------------------------------------------------------------------
     def connection_made(self, transport):
@@ -111,6 +124,10 @@ class H2Connection(Receiver, Sender, asyncio.Protocol):
         if self.handshake_timer is not None:
             self.handshake_timer.cancel()
             self.handshake_timer = None
+        if self._linger_timer is not None:
+            self._linger_timer.cancel()
+            self._linger_timer = None
+        self.lingering = None
         self.server.table.discard(self)
         self.server.connections.discard(self)
         for s in list(self.streams.values()):
@@ -141,7 +158,36 @@ class H2Connection(Receiver, Sender, asyncio.Protocol):
                                   f.ERROR_NAMES.get(code, code), why)
         if self.transport is not None:
             self.transport.write(f.goaway(self.last_sid, code, why.encode()[:200]))
-        self._close()
+            self._linger()
+
+    def _linger(self) -> None:
+        """Ends the connection but keeps its socket until the peer has the GOAWAY (the
+        module docstring says why): FIN after it, input dropped, closed when the peer
+        closes or after LINGER_SECONDS."""
+        transport, self.transport = self.transport, None  # every path sees it closed
+        if self.handshake_timer is not None:
+            self.handshake_timer.cancel()
+            self.handshake_timer = None
+        for s in list(self.streams.values()):
+            self.abandon(s)
+        self.waiting = []
+        self._parts = []
+        self._held = 0
+        self.lingering = transport
+        try:
+            if transport.can_write_eof():  # TLS cannot half-close; the wait alone helps
+                transport.write_eof()
+            transport.resume_reading()  # paused by a peer that did not read: drain it
+        except (OSError, RuntimeError):
+            transport.close()
+            return
+        self._linger_timer = self.loop.call_later(LINGER_SECONDS, transport.close)
+
+    def close_now(self) -> None:
+        """Closes the socket now, lingering or not (the server stops)."""
+        for transport in (self.transport, self.lingering):
+            if transport is not None:
+                transport.close()
 
     def goaway(self, debug: bytes = b"") -> None:
         """Graceful: the streams opened so far finish, new ones are refused."""

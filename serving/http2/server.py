@@ -220,8 +220,7 @@ class GrpcServer(Calls):
                 if not s.closed:
                     self.answer(s, grpc.StatusCode.CANCELLED.value[0], "server shutting down")
                 c.abandon(s)
-            if c.transport is not None:
-                c.transport.close()
+            c.close_now()
         if self._sweeper is not None:
             self._sweeper.cancel()
         await asyncio.sleep(0)  # the closes run

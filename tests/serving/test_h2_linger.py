@@ -1,0 +1,100 @@
+"""A connection error's GOAWAY reaches a peer that is still sending.
+
+Was: the server wrote the GOAWAY and closed the socket at once. A flooding peer still had
+bytes on the way, so the kernel answered RST and dropped what it had not yet sent: under
+load (CI, load ~10) a SETTINGS flood's acks queued behind the congestion window and the
+GOAWAY saying "more than 1000 frames that do no work" never arrived. Now the connection
+half-closes after the GOAWAY, drops what still arrives and closes when the peer does or
+after LINGER_SECONDS (baton.serving.http2.connection).
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import time
+
+import pytest
+from h2_raw import FRAME_SIZE_ERROR, GOAWAY, Peer, ServerProcess, frame
+
+from baton.serving.http2.connection import LINGER_SECONDS
+
+# a frame over SETTINGS_MAX_FRAME_SIZE: refused from its 9-byte header alone
+_BAD = frame(0x42, 0, 0, b"x" * 20000)[:9]
+_JUNK = b"\0" * 16384
+
+
+@pytest.fixture()
+def server():
+    s = ServerProcess()
+    s.call()
+    yield s
+    s.stop()
+
+
+def _read_to_end(sock: socket.socket, timeout: float) -> tuple[bytes, str]:
+    """Everything the server sent, and how it ended: "fin", "reset" or "timeout"."""
+    sock.settimeout(timeout)
+    got = b""
+    try:
+        while chunk := sock.recv(1 << 16):
+            got += chunk
+    except ConnectionResetError:
+        return got, "reset"
+    except TimeoutError:
+        return got, "timeout"
+    return got, "fin"
+
+
+def _goaway(data: bytes) -> tuple[int, bytes] | None:
+    pos = 0
+    while len(data) - pos >= 9:
+        n = int.from_bytes(data[pos:pos + 3], "big")
+        if data[pos + 3] == GOAWAY:
+            payload = data[pos + 9:pos + 9 + n]
+            return struct.unpack(">II", payload[:8])[1], payload[8:]
+        pos += 9 + n
+    return None
+
+
+def test_the_goaway_reaches_a_peer_that_goes_on_sending_and_the_close_is_clean(server):
+    peer = Peer(server.port)
+    peer.sock.sendall(_BAD)
+    t0 = time.monotonic()
+    sent = 0
+    while time.monotonic() - t0 < min(0.5, LINGER_SECONDS / 2):  # the peer goes on
+        peer.sock.sendall(_JUNK)  # was: EPIPE / ECONNRESET once the server had closed
+        sent += len(_JUNK)
+    data, end = _read_to_end(peer.sock, timeout=10)
+    assert sent > 0
+    assert _goaway(data) is not None, data[-64:]
+    code, debug = _goaway(data)
+    assert code == FRAME_SIZE_ERROR and b"frame of 20000 bytes" in debug, debug
+    assert end == "fin", end  # a FIN after the GOAWAY, not a reset
+    peer.close()
+
+
+def test_a_peer_that_never_stops_sending_is_cut_off_after_the_linger(server):
+    peer = Peer(server.port)
+    peer.sock.sendall(_BAD)
+    t0 = time.monotonic()
+    with pytest.raises(OSError):  # the server closes: the sends fail (RST)
+        while time.monotonic() - t0 < LINGER_SECONDS + 20:
+            peer.sock.sendall(_JUNK)
+    held = time.monotonic() - t0
+    assert held < LINGER_SECONDS + 10, held
+    data, _ = _read_to_end(peer.sock, timeout=1)
+    peer.close()
+    # the server still answers, and its linger left nothing behind
+    assert server.call() == b"ko"  # the echo service reverses
+
+
+def test_the_server_stops_at_once_beside_a_lingering_connection(server):
+    peer = Peer(server.port)
+    peer.sock.sendall(_BAD)
+    assert _goaway(peer.sock.recv(1 << 16) + _read_to_end(peer.sock, 0.2)[0])
+    t0 = time.monotonic()
+    rc, err = server.stop()
+    assert rc == 0, err
+    assert time.monotonic() - t0 < 10
+    peer.close()
