@@ -15,7 +15,16 @@ import struct
 import time
 
 import pytest
-from h2_raw import FRAME_SIZE_ERROR, GOAWAY, Peer, ServerProcess, frame
+from h2_raw import (
+    ENHANCE_YOUR_CALM,
+    FRAME_SIZE_ERROR,
+    GOAWAY,
+    PREFACE,
+    SETTINGS,
+    Peer,
+    ServerProcess,
+    frame,
+)
 
 from baton.serving.http2.connection import LINGER_SECONDS
 
@@ -72,6 +81,23 @@ def test_the_goaway_reaches_a_peer_that_goes_on_sending_and_the_close_is_clean(s
     assert code == FRAME_SIZE_ERROR and b"frame of 20000 bytes" in debug, debug
     assert end == "fin", end  # a FIN after the GOAWAY, not a reset
     peer.close()
+
+
+def test_a_settings_flood_from_a_slow_reader_gets_every_ack_and_the_goaway(server):
+    """CI's failure made certain: the peer's small receive window keeps the acks in the
+    server's send queue when it closes. Was: 151 of 9,154 bytes arrived, no GOAWAY."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+    sock.connect(("127.0.0.1", server.port))
+    sock.sendall(PREFACE + frame(SETTINGS, 0, 0) + frame(SETTINGS, 0, 0) * 5000)
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < min(0.3, LINGER_SECONDS / 3):
+        sock.sendall(b"\0" * 4096)  # the flood goes on
+    data, end = _read_to_end(sock, timeout=10)
+    sock.close()
+    found = _goaway(data)
+    assert found is not None, (len(data), end)
+    assert found[0] == ENHANCE_YOUR_CALM and b"no work" in found[1], found
 
 
 def test_a_peer_that_never_stops_sending_is_cut_off_after_the_linger(server):
