@@ -15,7 +15,7 @@ transmitted, so the GOAWAY that says why could be lost; under load a flood's rep
 behind the congestion window and it was. So after a connection error the connection is
 over at once (no frame is read, nothing more is written, its calls are cancelled), the
 GOAWAY is followed by a FIN, what still arrives is dropped, and the socket closes when the
-peer closes or after LINGER_SECONDS: Go's HTTP/2 server waits likewise (goAwayTimeout),
+peer closes or after `limits.linger` (1 s): Go's HTTP/2 server waits likewise (goAwayTimeout),
 as nginx does with lingering_close.
 
 When the peer does not read, our writes pause our reading (pause_writing), so nothing it
@@ -42,7 +42,6 @@ log = logging.getLogger("baton.serving.http2")
 DEADLINE_EXCEEDED = 4
 _UNARY_HEAD = bytes((f.HEADERS, f.END_HEADERS))  # a unary call's frames, as _unary reads
 _UNARY_TAIL = bytes((f.DATA, f.END_STREAM))
-LINGER_SECONDS = 1.0  # a failed connection's socket stays open this long at most
 
 
 class H2Connection(Receiver, Sender, asyncio.Protocol):
@@ -163,7 +162,7 @@ class H2Connection(Receiver, Sender, asyncio.Protocol):
     def _linger(self) -> None:
         """Ends the connection but keeps its socket until the peer has the GOAWAY (the
         module docstring says why): FIN after it, input dropped, closed when the peer
-        closes or after LINGER_SECONDS."""
+        closes or after `limits.linger` seconds."""
         transport, self.transport = self.transport, None  # every path sees it closed
         if self.handshake_timer is not None:
             self.handshake_timer.cancel()
@@ -181,7 +180,10 @@ class H2Connection(Receiver, Sender, asyncio.Protocol):
         except (OSError, RuntimeError):
             transport.close()
             return
-        self._linger_timer = self.loop.call_later(LINGER_SECONDS, transport.close)
+        if not self.limits.linger:
+            transport.close()
+            return
+        self._linger_timer = self.loop.call_later(self.limits.linger, transport.close)
 
     def close_now(self) -> None:
         """Closes the socket now, lingering or not (the server stops)."""
@@ -198,7 +200,11 @@ class H2Connection(Receiver, Sender, asyncio.Protocol):
                 self._close()
 
     def close_idle(self) -> None:
-        """Idle for too long, or evicted at the connection cap: GOAWAY, then close."""
+        """Idle for too long, or evicted at the connection cap: GOAWAY, then close (a
+        lingering connection at once: its descriptor must not outlive its place)."""
+        if self.lingering is not None:
+            self.lingering.close()
+            return
         self.goaway(b"idle")
         self._close()
 

@@ -67,6 +67,11 @@ class Http2Limits:
         request_timeout: seconds a request may keep arriving (its END_STREAM not come)
             while no new stream opens on the connection; then DEADLINE_EXCEEDED and the
             stream reset. 0: no limit.
+        linger: seconds a connection closed for a protocol error keeps its socket after
+            the GOAWAY, dropping what the peer still sends, unless the peer closes first
+            (Go's goAwayTimeout, nginx's lingering_close): closed at once with unread
+            input, the kernel resets it and may discard the GOAWAY. An eviction at the
+            connection cap ends it at once. 0: no linger.
     """
 
     max_concurrent_streams: int | None = 1000
@@ -84,6 +89,7 @@ class Http2Limits:
     handshake_timeout: float = 10.0
     idle_timeout: float = 60.0
     request_timeout: float = 60.0
+    linger: float = 1.0
 
     def __post_init__(self) -> None:
         checks = {
@@ -94,6 +100,7 @@ class Http2Limits:
             "max_continuation_frames": self.max_continuation_frames >= 0,
             "max_resets": self.max_resets >= 0,
             "max_buffered_request_bytes": self.max_buffered_request_bytes > 0,
+            "linger": 0 <= self.linger <= 60,
         }
         for name, ok in checks.items():
             if not ok:

@@ -5,7 +5,7 @@ bytes on the way, so the kernel answered RST and dropped what it had not yet sen
 load (CI, load ~10) a SETTINGS flood's acks queued behind the congestion window and the
 GOAWAY saying "more than 1000 frames that do no work" never arrived. Now the connection
 half-closes after the GOAWAY, drops what still arrives and closes when the peer does or
-after LINGER_SECONDS (baton.serving.http2.connection).
+after `Http2Limits.linger` seconds (1 s; baton.serving.http2.connection).
 """
 
 from __future__ import annotations
@@ -26,7 +26,9 @@ from h2_raw import (
     frame,
 )
 
-from baton.serving.http2.connection import LINGER_SECONDS
+from baton.serving.http2 import Http2Limits
+
+LINGER_SECONDS = Http2Limits().linger
 
 # a frame over SETTINGS_MAX_FRAME_SIZE: refused from its 9-byte header alone
 _BAD = frame(0x42, 0, 0, b"x" * 20000)[:9]
@@ -34,8 +36,8 @@ _JUNK = b"\0" * 16384
 
 
 @pytest.fixture()
-def server():
-    s = ServerProcess()
+def server(request):
+    s = ServerProcess(**getattr(request, "param", {}))
     s.call()
     yield s
     s.stop()
@@ -124,3 +126,32 @@ def test_the_server_stops_at_once_beside_a_lingering_connection(server):
     assert rc == 0, err
     assert time.monotonic() - t0 < 10
     peer.close()
+
+
+@pytest.mark.parametrize("server", [{"limits": {"linger": 30.0}, "max_connections": 2}],
+                         indirect=True)
+def test_an_eviction_at_the_connection_cap_ends_a_linger_at_once(server):
+    """A lingering socket must not hold a descriptor past its place in the table."""
+    server.channel.close()
+    lingering = Peer(server.port)
+    lingering.sock.sendall(_BAD)
+    assert _goaway(lingering.sock.recv(1 << 16) + _read_to_end(lingering.sock, 0.2)[0])
+    # linger 30 s: the socket is still open (a FIN came, the server reads what we send)
+    lingering.sock.sendall(_JUNK)
+    other = Peer(server.port)
+    other.send(frame(SETTINGS, 0, 0, b""))
+    # a third connection at the cap of 2: the lingering one (idle) is evicted and closed
+    t0 = time.monotonic()
+    third = Peer(server.port)
+    with pytest.raises(OSError):
+        while time.monotonic() - t0 < 20:
+            lingering.sock.sendall(_JUNK)
+            time.sleep(0.01)
+    assert time.monotonic() - t0 < 15  # not the 30 s linger
+    for p in (lingering, other, third):
+        p.close()
+
+
+def test_the_linger_is_a_checked_limit():
+    with pytest.raises(ValueError, match=r"Http2Limits.linger .*linger=-1"):
+        Http2Limits(linger=-1)
