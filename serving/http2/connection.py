@@ -147,9 +147,22 @@ class H2Connection(Receiver, Sender, asyncio.Protocol):
 
     def _close(self) -> None:
         if self.transport is not None:
-            self.transport.close()
+            self._close_within(self.transport, self.limits.linger)
         self._parts = []
         self._held = 0
+
+    def _close_within(self, transport: Any, seconds: float) -> None:
+        """close(), and abort() if what is still buffered has not left `seconds` later:
+        close() waits for the write buffer to drain, for ever when the peer does not read,
+        and the ConnectionTable has already forgotten the connection, so its descriptor
+        would be outside the connection cap."""
+        transport.close()
+        if not transport.get_write_buffer_size():
+            return
+        if not seconds:
+            transport.abort()
+        elif self._linger_timer is None:
+            self._linger_timer = self.loop.call_later(seconds, transport.abort)
 
     def fail(self, code: int, why: str) -> None:
         """A connection error: GOAWAY with the code and reason, one log line, close."""
@@ -181,9 +194,10 @@ class H2Connection(Receiver, Sender, asyncio.Protocol):
             transport.close()
             return
         if not self.limits.linger:
-            transport.close()
+            self._close_within(transport, 0)
             return
-        self._linger_timer = self.loop.call_later(self.limits.linger, transport.close)
+        self._linger_timer = self.loop.call_later(self.limits.linger, self._close_within,
+                                                  transport, 0)
 
     def close_now(self) -> None:
         """Closes the socket now, lingering or not (the server stops)."""
@@ -203,7 +217,7 @@ class H2Connection(Receiver, Sender, asyncio.Protocol):
         """Idle for too long, or evicted at the connection cap: GOAWAY, then close (a
         lingering connection at once: its descriptor must not outlive its place)."""
         if self.lingering is not None:
-            self.lingering.close()
+            self._close_within(self.lingering, 0)
             return
         self.goaway(b"idle")
         self._close()
