@@ -71,7 +71,14 @@ class Http2Limits:
             the GOAWAY, dropping what the peer still sends, unless the peer closes first
             (Go's goAwayTimeout, nginx's lingering_close): closed at once with unread
             input, the kernel resets it and may discard the GOAWAY. An eviction at the
-            connection cap ends it at once. 0: no linger.
+            connection cap ends it at once. 0: no linger. A peer that has not read its
+            answers by the end of the linger is reset.
+        drain_timeout: after a graceful close (idle, evicted at the connection cap, after a
+            GOAWAY), answers still unsent are given to the peer as long as it takes some
+            of them every this many seconds; a peer that takes none for that long is
+            reset (grpc core's keepalive_timeout: a peer silent for 20 s is dead). Without
+            it, close() waits for ever on a peer that never reads, holding a descriptor
+            the connection cap no longer counts. 0: reset at once.
     """
 
     max_concurrent_streams: int | None = 1000
@@ -90,6 +97,7 @@ class Http2Limits:
     idle_timeout: float = 60.0
     request_timeout: float = 60.0
     linger: float = 1.0
+    drain_timeout: float = 20.0
 
     def __post_init__(self) -> None:
         checks = {
@@ -101,6 +109,7 @@ class Http2Limits:
             "max_resets": self.max_resets >= 0,
             "max_buffered_request_bytes": self.max_buffered_request_bytes > 0,
             "linger": 0 <= self.linger <= 60,
+            "drain_timeout": self.drain_timeout >= 0,
         }
         for name, ok in checks.items():
             if not ok:

@@ -1,4 +1,5 @@
-"""A peer that never reads cannot keep a closed connection's descriptor.
+"""A peer that never reads cannot keep a closed connection's descriptor; one that reads
+slowly gets the whole of its answer.
 
 `transport.close()` waits for the write buffer to drain, for ever when the peer does not
 read (its receive window stays full); the ConnectionTable has already forgotten the
@@ -43,11 +44,11 @@ async def _big(request, context):
     return b"r" * (16 << 20)  # more than any kernel send buffer takes
 
 
-async def _stuck_connection(server):
+async def _stuck_connection(server, rcvbuf: int = 2048):
     """A connection whose peer asked for 16 MiB, opened its windows and reads nothing."""
     port = await server.bind_tcp("127.0.0.1", 0)
     sock = socket.socket()
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 2048)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
     sock.setblocking(False)
     loop = asyncio.get_running_loop()
     await loop.sock_connect(sock, ("127.0.0.1", port))
@@ -65,8 +66,9 @@ async def _stuck_connection(server):
     raise AssertionError("the answer never filled the server's write buffer")
 
 
-def _server():
-    server = GrpcServer(limits=Http2Limits(linger=LINGER), table=ConnectionTable(8))
+def _server(drain_timeout: float = LINGER):
+    server = GrpcServer(limits=Http2Limits(linger=LINGER, drain_timeout=drain_timeout),
+                        table=ConnectionTable(8))
     handlers = {"Big": grpc.unary_unary_rpc_method_handler(_big, lambda b: b, lambda b: b)}
     server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Echo",
                                                                            handlers),))
@@ -107,3 +109,42 @@ def test_a_non_reading_peer_loses_its_descriptor_within_the_linger(monkeypatch, 
         loop.run_until_complete(scenario())
     finally:
         loop.close()
+
+
+@pytest.mark.parametrize("uvloop", ["1", "0"])
+def test_a_slow_reader_gets_its_whole_answer_after_an_idle_close(monkeypatch, uvloop):
+    """The drain check counts progress, not time: a peer that takes some of its answer
+    within every drain_timeout (here 0.3 s) is never reset, however long it takes."""
+    monkeypatch.setenv("BATON_SERVING_UVLOOP", uvloop)
+    loop = new_event_loop()
+
+    async def scenario():
+        server = _server(drain_timeout=LINGER)
+        sock, conn = await _stuck_connection(server, rcvbuf=65536)
+        got, t0 = 0, time.monotonic()
+        try:
+            server.table.discard(conn)
+            conn.close_idle()
+            chunk = b"?"
+            while chunk:  # 512 KiB every 0.1 s: about 3 s for the 16 MiB
+                await asyncio.sleep(0.1)
+                tick = 0
+                while chunk and tick < 512 << 10:
+                    try:
+                        chunk = await asyncio.wait_for(loop.sock_recv(sock, 65536), 5)
+                    except ConnectionResetError:
+                        raise AssertionError(f"reset after {got} bytes, "
+                                             f"{time.monotonic() - t0:.1f} s") from None
+                    got += len(chunk)
+                    tick += len(chunk)
+        finally:
+            sock.close()
+            await server.stop(0)
+        return got, time.monotonic() - t0
+
+    try:
+        got, seconds = loop.run_until_complete(scenario())
+    finally:
+        loop.close()
+    assert got > 16 << 20, got  # the answer, its frames and the GOAWAY, then a FIN
+    assert seconds > 3 * LINGER  # it took many drain windows
