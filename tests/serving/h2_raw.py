@@ -187,6 +187,30 @@ class ServerProcess:
             fields = f.read().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    def open_connections(self) -> int:
+        """TCP connections the server holds (ESTABLISHED or CLOSE_WAIT on its port)."""
+        n = 0
+        for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+            try:
+                with open(table) as f:
+                    rows = f.read().splitlines()[1:]
+            except OSError:
+                continue
+            for row in rows:
+                local, state = row.split()[1], row.split()[3]
+                if int(local.rsplit(":", 1)[1], 16) == self.port and state in ("01", "08"):
+                    n += 1
+        return n
+
+    def wait_connections(self, n: int, timeout: float = 10.0) -> None:
+        """Until the server holds `n` connections (its side closes them asynchronously)."""
+        deadline = time.monotonic() + timeout
+        while self.open_connections() != n:
+            if time.monotonic() > deadline:
+                raise AssertionError(f"the server holds {self.open_connections()} "
+                                     f"connections, not {n}")
+            time.sleep(0.02)
+
     def call(self, body: bytes = b"ok", method: str = "Plain", timeout: float = 10, **kw):
         return self.channel.unary_unary(
             f"/{SERVICE}/{method}", request_serializer=lambda b: b,

@@ -274,6 +274,7 @@ def test_a_request_that_never_ends_is_cut_off(server):
 @pytest.mark.parametrize("server", [{"max_connections": 4}], indirect=True)
 def test_connection_cap_evicts_idle_connections_then_refuses(server):
     server.channel.close()  # four connections of our own
+    server.wait_connections(0)  # else its close, seen late, frees a place (2 evicted)
     peers = [Peer(server.port) for _ in range(4)]
     for p in peers:
         p.send(frame(PING, 0, 0, b"12345678"))
