@@ -24,10 +24,14 @@ for each connection) so that all of this is the same on uvloop and on the stdlib
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
+import fcntl
 import logging
 import resource
 import socket
+import struct
+import termios
 from collections.abc import Callable
 
 log = logging.getLogger(__name__)
@@ -298,6 +302,62 @@ def _refuse(conn: socket.socket, refusal: bytes) -> None:
     except OSError:
         pass
     conn.close()
+
+
+_OUTQ = getattr(termios, "TIOCOUTQ", None)  # the kernel's send queue (SIOCOUTQ)
+# After a graceful close, a peer taking none of its unsent answers for this long is reset
+# (grpc core's keepalive_timeout: a peer silent for 20 s is dead).
+DRAIN_TIMEOUT = 20.0
+
+
+def unsent_bytes(transport) -> int:
+    """Bytes written and not yet taken by the peer: those in the transport's buffer and,
+    where the kernel says (SIOCOUTQ), those in its send queue, so a slow reader shows
+    progress before the kernel frees enough room to take more of the buffer."""
+    n = transport.get_write_buffer_size()
+    sock = transport.get_extra_info("socket")
+    if sock is not None and _OUTQ is not None:
+        with contextlib.suppress(OSError, ValueError):  # closed meanwhile
+            n += struct.unpack("i", fcntl.ioctl(sock.fileno(), _OUTQ, b"\0\0\0\0"))[0]
+    return n
+
+
+def reset(transport) -> None:
+    """Closes with RST (SO_LINGER 0): what is still unsent is dropped in the kernel too,
+    not left to an orphaned socket that probes a peer who never reads for minutes."""
+    sock = transport.get_extra_info("socket")
+    if sock is not None:
+        with contextlib.suppress(OSError, AttributeError):
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    transport.abort()
+
+
+def close_when_drained(transport, loop: asyncio.AbstractEventLoop, stall: float,
+                       peer: str = "") -> None:
+    """close(), then abort() if the peer takes none of what is still unsent for `stall`
+    seconds (0: abort now). close() waits for the write buffer to drain, for ever when the
+    peer does not read, and the ConnectionTable has already forgotten the connection: its
+    descriptor would be outside the connection cap. A peer that reads, however slowly,
+    gets the whole of its answers."""
+    transport.close()
+    if not transport.get_write_buffer_size():
+        return
+    if not stall:
+        reset(transport)
+        return
+
+    def check(before: int) -> None:
+        if not transport.get_write_buffer_size():
+            return  # drained: close() finishes by itself
+        now = unsent_bytes(transport)
+        if now >= before:
+            log.debug("connection %s reset: its peer took none of %d unsent bytes in %ss",
+                      peer, now, stall)
+            reset(transport)
+            return
+        loop.call_later(stall, check, now)
+
+    loop.call_later(stall, check, unsent_bytes(transport))
 
 
 async def sweep_forever(table: ConnectionTable, loop: asyncio.AbstractEventLoop,

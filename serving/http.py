@@ -39,7 +39,15 @@ from collections.abc import Callable
 
 import httptools
 
-from baton.serving.connections import IDLE_TIMEOUT, ConnectionTable, default_max_connections
+from baton.serving.connections import (
+    DRAIN_TIMEOUT,
+    IDLE_TIMEOUT,
+    ConnectionTable,
+    close_when_drained,
+    default_max_connections,
+    reset,
+    unsent_bytes,
+)
 
 _REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 403: "Forbidden",
             404: "Not Found", 405: "Method Not Allowed", 408: "Request Timeout",
@@ -125,7 +133,8 @@ class HttpProtocol(asyncio.Protocol):
 
     __slots__ = ("state", "transport", "parser", "busy", "keep_alive", "started", "seq",
                  "task", "queue", "idle_timeout", "loop",
-                 "_dead", "_paused", "_drain_left", "_drain_transport",
+                 "_dead", "_paused", "_write_paused", "_stall_timer", "_drain_left",
+                 "_drain_transport",
                  "_url", "_body", "_parts", "_length", "_te", "_expect", "_keep",
                  "_in_body", "_head_bytes", "_head_size", "_body_bytes")
 
@@ -145,6 +154,8 @@ class HttpProtocol(asyncio.Protocol):
         self.loop: asyncio.AbstractEventLoop | None = None
         self._dead = False  # refused or upgraded: nothing more is parsed
         self._paused = False
+        self._write_paused = False  # the peer does not read: no request is answered
+        self._stall_timer: asyncio.TimerHandle | None = None
         self._drain_left = 0  # body bytes still to swallow after a 413 before closing
         self._drain_transport = None
         # the message being parsed
@@ -169,6 +180,9 @@ class HttpProtocol(asyncio.Protocol):
         self.loop = asyncio.get_running_loop()
 
     def connection_lost(self, exc):
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
         self.state.connections.discard(self)
         self.state.table.discard(self)
         self.busy = False
@@ -183,7 +197,7 @@ class HttpProtocol(asyncio.Protocol):
             if self._drain_left > 0:
                 self._drain_left -= len(data)
                 if self._drain_left <= 0 and self._drain_transport is not None:
-                    self._drain_transport.close()
+                    close_when_drained(self._drain_transport, self.loop, DRAIN_TIMEOUT)
             return
         if not self._in_body:
             self._head_bytes += len(data)
@@ -299,7 +313,7 @@ class HttpProtocol(asyncio.Protocol):
         self._body_bytes = 0
         if self._dead:
             return
-        if self.busy or self.queue:
+        if self.busy or self.queue or self._write_paused:
             self.queue.append((method, target, body, keep))
             if len(self.queue) >= MAX_PIPELINE:
                 self._pause()
@@ -334,7 +348,7 @@ class HttpProtocol(asyncio.Protocol):
         self.respond(status, error_body(message), close=True)
 
     def _next(self) -> None:
-        if self.busy or self.transport is None or not self.queue:
+        if self.busy or self.transport is None or not self.queue or self._write_paused:
             return
         item = self.queue.popleft()
         if not self.queue and self._paused and not self._dead:
@@ -345,6 +359,36 @@ class HttpProtocol(asyncio.Protocol):
             self.respond(item[1], error_body(item[2]), close=True)
         else:
             self._dispatch(*item)
+
+    def pause_writing(self) -> None:
+        """The peer does not read what we send: the requests it pipelines wait (their
+        queue pauses reading at MAX_PIPELINE) instead of their answers piling up in
+        memory (was: a client pipelining requests and never reading grew the server by
+        about 60 MiB a second). A peer that then takes none of its answers for
+        DRAIN_TIMEOUT seconds is reset, as nginx's send_timeout does."""
+        self._write_paused = True
+        if self._stall_timer is None and self.transport is not None and self.loop:
+            self._stall_timer = self.loop.call_later(DRAIN_TIMEOUT, self._stalled,
+                                                     unsent_bytes(self.transport))
+
+    def _stalled(self, before: int) -> None:
+        self._stall_timer = None
+        if not self._write_paused or self.transport is None or self.loop is None:
+            return
+        now = unsent_bytes(self.transport)
+        if now >= before:
+            self._dead = True
+            reset(self.transport)
+            return
+        self._stall_timer = self.loop.call_later(DRAIN_TIMEOUT, self._stalled, now)
+
+    def resume_writing(self) -> None:
+        self._write_paused = False
+        if self._stall_timer is not None:
+            self._stall_timer.cancel()
+            self._stall_timer = None
+        if self.queue and self.loop is not None:
+            self.loop.call_soon(self._next)
 
     def _pause(self) -> None:
         if not self._paused and self.transport is not None:
@@ -381,9 +425,10 @@ class HttpProtocol(asyncio.Protocol):
             self.state.table.discard(self)
             if self._drain_left > 0:
                 self._drain_transport = transport
-                self.loop.call_later(5.0, transport.close)  # type: ignore[union-attr]
+                self.loop.call_later(5.0, close_when_drained,  # type: ignore[union-attr]
+                                     transport, self.loop, DRAIN_TIMEOUT)
             else:
-                transport.close()
+                close_when_drained(transport, self.loop, DRAIN_TIMEOUT)
         elif self.queue:
             self.loop.call_soon(self._next)  # type: ignore[union-attr]
         elif self._expect:
@@ -406,7 +451,7 @@ class HttpProtocol(asyncio.Protocol):
         9112 9.5: a client must expect a kept-alive connection to close)."""
         if self.transport is not None and not self.busy:
             self._dead = True
-            self.transport.close()
+            close_when_drained(self.transport, self.loop, DRAIN_TIMEOUT)
 
     def check_receive(self, seconds: float) -> None:
         """408 for a request arriving too slowly (a head, or a whole request)."""

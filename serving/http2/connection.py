@@ -28,11 +28,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import logging
-import struct
 from typing import Any
 
+from baton.serving.connections import close_when_drained
 from baton.serving.http2 import frames as f
 from baton.serving.http2.hpack import Decoder
 from baton.serving.http2.limits import WindowCounter
@@ -40,29 +39,10 @@ from baton.serving.http2.receive import H2ConnectionError, Receiver
 from baton.serving.http2.send import Sender
 from baton.serving.http2.stream import Stream
 
-try:  # POSIX: the kernel's send queue is readable (SIOCOUTQ)
-    import fcntl
-    import termios
-    _OUTQ = getattr(termios, "TIOCOUTQ", None)
-except ImportError:  # Windows: our buffer alone
-    _OUTQ = None
-
 log = logging.getLogger("baton.serving.http2")
 DEADLINE_EXCEEDED = 4
 _UNARY_HEAD = bytes((f.HEADERS, f.END_HEADERS))  # a unary call's frames, as _unary reads
 _UNARY_TAIL = bytes((f.DATA, f.END_STREAM))
-
-
-def _unsent(transport: Any) -> int:
-    """Bytes written and not yet taken by the peer: those in our buffer and, on Linux,
-    those in the kernel's send queue (SIOCOUTQ), so a slow reader shows progress before
-    the kernel frees enough room to take more of our buffer."""
-    n = transport.get_write_buffer_size()
-    sock = transport.get_extra_info("socket")
-    if sock is not None and _OUTQ is not None:
-        with contextlib.suppress(OSError, ValueError):  # closed meanwhile
-            n += struct.unpack("i", fcntl.ioctl(sock.fileno(), _OUTQ, b"\0\0\0\0"))[0]
-    return n
 
 
 class H2Connection(Receiver, Sender, asyncio.Protocol):
@@ -173,32 +153,7 @@ class H2Connection(Receiver, Sender, asyncio.Protocol):
         self._held = 0
 
     def _close_within(self, transport: Any, stall: float) -> None:
-        """close(), then abort() if the peer takes none of what is still unsent for
-        `stall` seconds (0: abort now). close() waits for the write buffer to drain, for
-        ever when the peer does not read, and the ConnectionTable has already forgotten
-        the connection: its descriptor would be outside the connection cap. A peer
-        that reads, however slowly, gets the whole of its answers."""
-        transport.close()
-        if not transport.get_write_buffer_size():
-            return
-        if not stall:
-            transport.abort()
-        elif self._linger_timer is None:
-            self._linger_timer = self.loop.call_later(stall, self._drain_check, transport,
-                                                      stall, _unsent(transport))
-
-    def _drain_check(self, transport: Any, stall: float, before: int) -> None:
-        self._linger_timer = None
-        if not transport.get_write_buffer_size():
-            return  # drained: close() finishes by itself
-        now = _unsent(transport)
-        if now >= before:
-            log.debug("HTTP/2 connection from %s reset: its peer took none of %d unsent "
-                      "bytes in %ss", self.peer, now, stall)
-            transport.abort()
-            return
-        self._linger_timer = self.loop.call_later(stall, self._drain_check, transport,
-                                                  stall, now)
+        close_when_drained(transport, self.loop, stall, self.peer)
 
     def fail(self, code: int, why: str) -> None:
         """A connection error: GOAWAY with the code and reason, one log line, close."""

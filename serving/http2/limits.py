@@ -13,6 +13,8 @@ from __future__ import annotations
 import dataclasses
 import time
 
+from baton.serving.connections import DRAIN_TIMEOUT
+
 MiB = 1 << 20
 
 
@@ -97,7 +99,7 @@ class Http2Limits:
     idle_timeout: float = 60.0
     request_timeout: float = 60.0
     linger: float = 1.0
-    drain_timeout: float = 20.0
+    drain_timeout: float = DRAIN_TIMEOUT
 
     def __post_init__(self) -> None:
         checks = {
