@@ -241,6 +241,9 @@ class _Transport:
     def close(self):
         self.closed = True
 
+    def get_write_buffer_size(self):  # asyncio.WriteTransport's: all written at once
+        return 0
+
     def pause_reading(self):
         pass
 
