@@ -10,7 +10,6 @@ connections are closed after a timeout.
 
 from __future__ import annotations
 
-import asyncio
 import errno
 import json
 import logging
@@ -19,18 +18,16 @@ import resource
 import socket
 import subprocess
 import sys
-import threading
 import time
 import urllib.request
 
 import pytest
 from conftest import install
+from rest_loop_server import RestServer
 from test_manager import fake_loader
 
 from baton.serving import http as http_mod
 from baton.serving.config import ModelConfig
-from baton.serving.connections import ConnectionTable, Listener, bind_sockets, sweep_forever
-from baton.serving.http import REFUSAL, HttpProtocol, HttpServerState
 from baton.serving.manager import ModelManager
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -219,44 +216,9 @@ def test_accept_backs_off_when_descriptors_run_out(mlp_base, tmp_path):
 
 # -- REST connections: idle close, slow heads, the cap -----------------------------------
 
-class _Rest:
-    """An HttpServerState answering 200 "ok" on a background loop, with its own table."""
-
-    def __init__(self, max_connections: int = 100, idle_timeout: float = 60.0):
-        def handler(conn, method, target, body):
-            conn.respond(200, b'"ok"')
-
-        self.table = ConnectionTable(max_connections)
-        self.state = HttpServerState(handler, 1 << 20, 0.0, self.table, idle_timeout)
-        self.loop = asyncio.new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        sock = bind_sockets("127.0.0.1", 0)[0]
-        self.port = sock.getsockname()[1]
-
-        async def start():
-            self.listener = Listener(self.loop, sock, lambda: HttpProtocol(self.state),
-                                     self.table, REFUSAL, "REST")
-            self.sweeper = self.loop.create_task(sweep_forever(self.table, self.loop, 0.1))
-
-        asyncio.run_coroutine_threadsafe(start(), self.loop).result(10)
-
-    def close(self) -> None:
-        async def stop():
-            self.sweeper.cancel()
-            self.listener.close()
-            for c in list(self.state.connections):
-                if c.transport is not None:
-                    c.transport.close()
-
-        asyncio.run_coroutine_threadsafe(stop(), self.loop).result(10)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-
-
 @pytest.fixture()
 def rest(request):
-    r = _Rest(**getattr(request, "param", {}))
+    r = RestServer(**getattr(request, "param", {}))
     yield r
     r.close()
 

@@ -10,64 +10,30 @@ is reset; and a close (idle, refused) no longer waits for ever on a peer that ne
 
 from __future__ import annotations
 
-import asyncio
 import socket
-import threading
 import time
 
 import pytest
+from rest_loop_server import RestServer
 
 from baton.serving import http as http_mod
-from baton.serving.connections import ConnectionTable, Listener, bind_sockets
-from baton.serving.http import HttpProtocol, HttpServerState, _refusal
 from baton.serving.server import new_event_loop
 
 ANSWER = b"a" * (16 << 10)
 GET = b"GET /x HTTP/1.1\r\nHost: x\r\n\r\n"
 
 
-class _Rest:
-    """An HttpServerState answering 16 KiB at once, on a loop of its own (uvloop or not)."""
+class _Rest(RestServer):
+    """Answers 16 KiB at once, on uvloop or asyncio (BATON_SERVING_UVLOOP)."""
 
-    def __init__(self, idle_timeout: float = 60.0):
-        def handler(conn, method, target, body):
-            conn.respond(200, ANSWER, b"text/plain")
-
-        self.table = ConnectionTable(100)
-        self.state = HttpServerState(handler, 1 << 20, 0.0, self.table, idle_timeout)
-        self.loop = new_event_loop()
-        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True)
-        self.thread.start()
-        sock = bind_sockets("127.0.0.1", 0)[0]
-        self.port = sock.getsockname()[1]
-
-        async def start():
-            self.listener = Listener(self.loop, sock, lambda: HttpProtocol(self.state),
-                                     self.table, _refusal(), "REST")
-
-        asyncio.run_coroutine_threadsafe(start(), self.loop).result(10)
-
-    def on_loop(self, fn):
-        async def run():
-            return fn()
-        return asyncio.run_coroutine_threadsafe(run(), self.loop).result(10)
+    def __init__(self):
+        super().__init__(answer=ANSWER, new_loop=new_event_loop)
 
     def buffered(self) -> int:
         """Bytes of answers waiting in the server's transports."""
         return self.on_loop(lambda: sum(c.transport.get_write_buffer_size()
                                         for c in self.state.connections
                                         if c.transport is not None))
-
-    def close(self) -> None:
-        def stop():
-            self.listener.close()
-            for c in list(self.state.connections):
-                if c.transport is not None:
-                    c.transport.abort()
-        self.on_loop(stop)
-        self.loop.call_soon_threadsafe(self.loop.stop)
-        self.thread.join(10)
-        self.loop.close()
 
 
 @pytest.fixture(params=["1", "0"], ids=["uvloop", "asyncio"])
