@@ -99,8 +99,13 @@ class ConnectionTable:
         return len(self.connections) + self.pending
 
     def add(self, conn) -> None:
-        """A new connection: idle (no request yet) since the last sweep."""
+        """A new connection: idle (no request yet) since the last sweep. One the Listener
+        accepted stops being pending here, in the same step: counted in both for a while
+        (until the Listener's task resumed), a burst of connections looked like more than
+        the cap and idle ones were evicted below it."""
         self.connections[conn] = [conn.progress, self.now or 1e-9, 0.0]
+        if self.pending > 0:
+            self.pending -= 1
 
     def discard(self, conn) -> None:
         self.connections.pop(conn, None)
@@ -261,11 +266,10 @@ class Listener:
     async def _connect(self, conn: socket.socket) -> None:
         try:
             await self.loop.connect_accepted_socket(self.factory, conn)
-        except OSError as e:
+        except OSError as e:  # before connection_made: still pending
             log.debug("%s connection dropped before it started: %s", self.name, e)
             conn.close()
-        finally:
-            self.table.pending -= 1
+            self.table.pending = max(0, self.table.pending - 1)
 
     def _back_off(self, e: OSError) -> None:
         first = not self._pause
