@@ -48,11 +48,31 @@ def follow(ctx: StageContext, fed: Any, run_id: int, plan_path: Path | str, log:
                 lines = [ln for ln in detail.splitlines()
                          if "Error" in ln or "error" in ln or "raise" in ln][-6:]
                 raise StageError(f"federated: run {run_id} {status}: "
-                                 + ("; ".join(ln.strip() for ln in lines) or detail[-1500:]))
+                                 + ("; ".join(ln.strip() for ln in lines) or detail[-1500:])
+                                 + node_clues(fed))
             for rec in log.read()[seen:]:
                 say(ctx, rec)
             return
         time.sleep(2.0)
+
+
+# what a SuperNode's log says when a message of it went wrong: its host's errors and warnings
+# (a ClientApp that raised, a reply it could not push), Flower's (a reply it failed to send, a
+# connection it gave up on) and the launcher's restarts, which lose the message in hand
+CLUES = ("ERROR", "WARNING", "Failed to send", "Traceback", "starting it again")
+
+
+def node_clues(fed: Any, per_node: int = 4) -> str:
+    """The last lines of each local SuperNode's log that explain a failed run ("" for a
+    federation whose nodes run elsewhere, or whose logs say nothing of the kind)."""
+    parts = []
+    for name, proc in sorted(getattr(fed, "nodes", {}).items()):
+        tail = getattr(proc, "tail", None)
+        lines = [ln.strip() for ln in (tail(200_000) if tail else "").splitlines()
+                 if any(c in ln for c in CLUES)][-per_node:]
+        if lines:
+            parts.append(f"SuperNode {name} ({proc.log}): " + " | ".join(ln[:300] for ln in lines))
+    return ("; " + "; ".join(parts)) if parts else ""
 
 
 def say(ctx: StageContext, rec: dict[str, Any]) -> None:
@@ -71,6 +91,9 @@ def say(ctx: StageContext, rec: dict[str, Any]) -> None:
                 + (f"{rec['bytes_up']:,} B up / {rec['bytes_down']:,} B down"
                    if "bytes_up" in rec else "bytes not measured")
                 + f"{eps}, {rec['seconds']:.1f} s")
+        if rec.get("missing"):
+            ctx.log(f"round {rec['round']}: not counted: " + "; ".join(
+                f"{name} ({why})" for name, why in rec["missing"].items()))
     elif rec.get("event") == "edge":
         for name, r in rec["clients"].items():
             key = "accuracy" if "edge_accuracy" in r else "mse"

@@ -46,6 +46,7 @@ class Recording(Strategy):
         self._grid: Grid | None = None
         self._sent: dict[str, tuple[list[Any], str, dict[str, Any]]] = {}
         self.dtypes: list[Any] = []  # the model's weights' (set by the server app)
+        self._asked: list[Any] = []  # this round's train messages
 
     def _as_model(self, arrays: ArrayRecord | None) -> ArrayRecord | None:
         """`arrays` in the model's dtypes. Flower's FedOpt family computes in float64
@@ -68,6 +69,7 @@ class Recording(Strategy):
             self._global, grid), server_round))
         self.pending["sampled"] = [self.run.names.get(m.metadata.dst_node_id, "?")
                                    for m in msgs]
+        self._asked = msgs  # their message ids are set when the Grid pushes them
         self.run.log.write({"event": "train_start", "round": self._number(server_round),
                             "clients": self.pending["sampled"]})
         return msgs
@@ -220,12 +222,17 @@ class Recording(Strategy):
                                          for m in ok)
         self.pending["failed"] = (len(replies) - len(ok)
                                   + self.pending.pop("errors_before_dp", 0))
+        outcomes = self._outcomes(replies, ok)
+        missing = {name: why for name, why in outcomes.items() if why != "trained"}
+        if missing:  # who did not count, and why (the round's record, `baton inspect`)
+            self.pending["missing"] = missing
         if len(ok) < self.run.plan.settings.min_clients:
             raise RuntimeError(
                 f"round {self._number(server_round)}: {len(ok)} clients trained "
                 f"(of {len(self.pending.get('sampled', []))} asked) within round_timeout_s="
                 f"{self.run.plan.settings.round_timeout_s:g}; min_clients is "
-                f"{self.run.plan.settings.min_clients}")
+                f"{self.run.plan.settings.min_clients}; "
+                + "; ".join(f"{name}: {why}" for name, why in outcomes.items()))
         self._finite(server_round, ok, "train_loss", "training")
         method = self.run.plan.settings.compression
         for m in ok:
@@ -239,6 +246,35 @@ class Recording(Strategy):
         if metrics is not None and "train_loss" in metrics:
             self.pending["train_loss"] = float(cast(float, metrics["train_loss"]))  # a scalar
         return arrays, metrics
+
+    def _outcomes(self, replies: list[Any], ok: list[Any]) -> dict[str, str]:
+        """What became of each client asked this round: trained, its error reply (Flower's
+        code and reason: the node unavailable, the message expired, the ClientApp raised),
+        refused by admission, or no reply at all (a client that never answered, or whose
+        answer was lost on the way). An error the SuperLink made itself (the node went
+        offline, the message expired) comes from the SuperLink's node id: it is matched to its
+        client by the message it replies to."""
+        to_node = {m.metadata.message_id: m.metadata.dst_node_id for m in self._asked}
+
+        def source(m: Any) -> int:
+            return int(to_node.get(m.metadata.reply_to_message_id, m.metadata.src_node_id))
+
+        counted = {source(m) for m in ok}
+        errors = {source(m): m.error for m in replies if m.has_error()}
+        answered = {source(m) for m in replies}
+        out = {}
+        for node in (m.metadata.dst_node_id for m in self._asked):
+            name = self.run.names.get(node, f"node {node}")
+            if node in counted:
+                out[name] = "trained"
+            elif node in errors:
+                err = errors[node]
+                out[name] = f"error {err.code} ({str(err.reason)[:200]})"
+            elif node in answered:
+                out[name] = "refused (admission)"
+            else:
+                out[name] = "no reply"
+        return out
 
     def aggregate_evaluate(self, server_round: int, replies: Any) -> Any:
         replies = self._admitted([m for m in self._answers(list(replies))
