@@ -6,7 +6,9 @@ make the host the only one allowed to take the node's tasks: `--isolation proces
 SuperNode spawns no ClientApp process of its own) and `--superexec-auth-secret-file` (its
 Runtime API admits only a caller with the secret). The SuperNode runs as a child (it dies with
 this process, PR_SET_PDEATHSIG); this process imports TensorFlow and Baton's ClientApp while
-the SuperNode connects, then serves its tasks (pipeline.federated.clientapp_host). A SuperNode
+the SuperNode connects, then serves its tasks (pipeline.federated.clientapp_host). The child is
+Flower's own entry point with one change (pipeline.federated.supernode_child: a heartbeat that
+an unexpected answer does not end, which would leave the node offline for good). A SuperNode
 that ends by itself (it lost or was not yet admitted by the SuperLink: `SuperNode`) is started
 again after RETRY_S, saying so; SIGTERM/SIGINT stop both, and the launcher exits with the
 SuperNode's last code.
@@ -119,7 +121,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     from baton.pipeline.federated.clientapp_host import WarmClientApp
 
     host = WarmClientApp(f"{flags.host}:{flags.port}", secret)
-    node = SuperNode([str(Path(sys.executable).parent / "flower-supernode"), *args], host.stop)
+    # Flower's flower-supernode, its node heartbeat made to survive an unexpected answer
+    node = SuperNode([sys.executable, "-m", "baton.pipeline.federated.supernode_child", *args],
+                     host.stop)
     watcher = threading.Thread(target=node.run, daemon=True)  # the node gone: the host stops
     watcher.start()
 
