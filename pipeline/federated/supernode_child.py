@@ -12,7 +12,8 @@ healthy client out of the federation for good, silently.
 
 Here the heartbeat function never raises: an unexpected answer is logged and treated as a
 failed beat, which Flower's sender already retries with its own backoff (1 s doubling, at most
-20 s). A 401 still stops the node, as in Flower (its function sends SIGINT before it raises).
+20 s). A 401 still ends the heartbeat and stops the node, as in Flower (its function sends
+SIGINT before it raises; beating again would send SIGINT again during the shutdown).
 Everything else is Flower's: `pipeline.federated.supernode` starts this module instead of the
 `flower-supernode` script, with the same flags.
 """
@@ -25,18 +26,28 @@ from logging import WARNING
 
 
 def steady(beat: Callable[[], bool]) -> Callable[[], bool]:
-    """`beat`, with any exception turned into a failed beat (False: retried by the sender)."""
+    """`beat`, with any exception but a 401 turned into a failed beat (False: retried by the
+    sender)."""
+    import httpx
 
     def call() -> bool:
         try:
             return beat()
+        except httpx.HTTPStatusError as exc:
+            if exc.response.status_code == httpx.codes.UNAUTHORIZED:
+                raise  # Flower's function sent SIGINT: the node is stopping, as in Flower
+            return _missed(exc)
         except Exception as exc:  # noqa: BLE001 - every failure is a missed beat, retried
-            from flwr.common.logger import log  # Flower's logger: its format, its output
-
-            log(WARNING, "Node heartbeat failed (%s: %s); retrying", type(exc).__name__, exc)
-            return False
+            return _missed(exc)
 
     return call
+
+
+def _missed(exc: Exception) -> bool:
+    from flwr.common.logger import log  # Flower's logger: its format, its output
+
+    log(WARNING, "Node heartbeat failed (%s: %s); retrying", type(exc).__name__, exc)
+    return False
 
 
 def install() -> None:

@@ -71,3 +71,19 @@ def test_the_child_is_flowers_own_command():
                           "--help"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     assert res.stdout.startswith("usage: flower-supernode") and "--superlink" in res.stdout
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_401_still_ends_the_heartbeat_as_in_flower():
+    """Flower's heartbeat function sends the node SIGINT on a 401 before it raises; beating
+    again would send it again in the middle of the shutdown."""
+    from flwr.supernode import fleet_http_connection
+
+    from baton.pipeline.federated.supernode_child import install
+
+    install()
+    fn, calls, _ = _answers(401)
+    sender = fleet_http_connection.HeartbeatSender(fn)
+    sender.start()
+    sender._thread.join(timeout=30)
+    assert not sender._thread.is_alive() and len(calls) == 1
