@@ -10,7 +10,7 @@ heartbeat, marks the node offline 2 x 30 s later, and from then on answers every
 to it with "Node Unavailable" (error 5), its real replies included. One bad answer takes a
 healthy client out of the federation for good, silently.
 
-Here the heartbeat function never raises: an unexpected answer is logged and treated as a
+Here an unexpected answer no longer raises out of the thread: it is logged and treated as a
 failed beat, which Flower's sender already retries with its own backoff (1 s doubling, at most
 20 s). A 401 still ends the heartbeat and stops the node, as in Flower (its function sends
 SIGINT before it raises; beating again would send SIGINT again during the shutdown).
