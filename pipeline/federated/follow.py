@@ -60,6 +60,8 @@ def follow(ctx: StageContext, fed: Any, run_id: int, plan_path: Path | str, log:
 # (a ClientApp that raised, a reply it could not push), Flower's (a reply it failed to send, a
 # connection it gave up on) and the launcher's restarts, which lose the message in hand
 CLUES = ("ERROR", "WARNING", "Failed to send", "Traceback", "starting it again")
+# warnings every SuperNode prints at its start, which explain nothing
+NOISE = ("before absl::InitializeLog()", "SuperExec authentication is experimental")
 
 
 def node_clues(fed: Any, per_node: int = 4) -> str:
@@ -69,7 +71,7 @@ def node_clues(fed: Any, per_node: int = 4) -> str:
     for name, proc in sorted(getattr(fed, "nodes", {}).items()):
         tail = getattr(proc, "tail", None)
         lines = [ln.strip() for ln in (tail(200_000) if tail else "").splitlines()
-                 if any(c in ln for c in CLUES)][-per_node:]
+                 if any(c in ln for c in CLUES) and not any(n in ln for n in NOISE)][-per_node:]
         if lines:
             parts.append(f"SuperNode {name} ({proc.log}): " + " | ".join(ln[:300] for ln in lines))
     return ("; " + "; ".join(parts)) if parts else ""

@@ -46,7 +46,10 @@ def test_rounds_go_on_without_a_late_and_a_killed_client_and_the_release_takes_t
     assert [r["round"] for r in rounds] == [1, 2]
     assert rounds[0]["clients"] == ["biscoe", "torgersen"], rounds[0]  # dream answered late
     assert rounds[0]["seconds"] >= TIMEOUT_S, rounds[0]  # the server waited the timeout out
-    assert rounds[1]["clients"] == ["biscoe", "dream"], rounds[1]  # dream is back, torgersen dead
+    # dream is back, torgersen dead; when the kill fell while torgersen was uploading its reply
+    # (its training takes about a second), its stuck upload must hold back neither of the
+    # others' replies: on CI it did twice, under Flower's grid (pipeline.federated.grid)
+    assert rounds[1]["clients"] == ["biscoe", "dream"], rounds[1]
     assert all("accuracy" in r for r in rounds), rounds  # dream evaluated round 1 in time
     # dream's late reply was refused because round 1's message expired with the round (Flower's
     # default TTL is 12 hours: without Baton's, the reply would have been stored). Under the

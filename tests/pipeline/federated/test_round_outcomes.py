@@ -96,7 +96,8 @@ def test_a_round_where_everyone_trained_records_nothing_missing(tmp_path):
 
 def test_a_failed_runs_message_carries_each_supernodes_clues(tmp_path):
     """follow.node_clues: the lines of each local SuperNode's log that explain a lost message
-    (its host's errors, Flower's failed sends, the launcher's restarts), the rest left out."""
+    (its host's errors, Flower's failed sends, the launcher's restarts), the rest left out,
+    start-up warnings included."""
     from baton.pipeline.federated.follow import node_clues
 
     class Node:
@@ -111,9 +112,13 @@ def test_a_failed_runs_message_carries_each_supernodes_clues(tmp_path):
         "b": Node("INFO : Received successfully\n"
                   "2026 baton-host ERROR ClientApp raised\nTraceback (most recent call last):\n"
                   "ERROR : Failed to send message m1: timed out\n"),
-        "a": Node("INFO : all well\n")})
+        # the warnings every SuperNode prints at its start explain nothing
+        "a": Node("WARNING: All log messages before absl::InitializeLog() is called are "
+                  "written to STDERR\nWARNING :   EXPERIMENTAL: SuperExec authentication is "
+                  "experimental and may change in future releases.\nINFO : all well\n")})
     clues = node_clues(fed)
     assert clues.startswith("; SuperNode b (")
     assert "baton-host ERROR ClientApp raised | Traceback" in clues
     assert "Failed to send message m1: timed out" in clues and "all well" not in clues
+    assert "SuperNode a" not in clues and "absl" not in clues, clues
     assert node_clues(types.SimpleNamespace()) == ""  # nodes elsewhere (Kubernetes)
