@@ -21,7 +21,8 @@ its objects) keeps that call waiting until the SuperLink drops the upload, 180 s
 (OBJECT_PUSH_SESSION_TTL_SECONDS), past any round timeout. Every reply pulled in the same call
 waited behind it, and the replies that arrived meanwhile were never pulled: a round whose
 healthy clients had answered in seconds ended with "0 clients trained". Pulled one id a call, a
-stuck upload holds only its own thread. When the round ends, a reply still being pulled is
+stuck upload holds only its own thread. The price is one call a second per reply waited for
+(three for three clients, where one did), capped at MAX_PULLS_PER_S in all. When the round ends, a reply still being pulled is
 reported as Flower reports an upload that never completed (MESSAGE_UNAVAILABLE); its thread is a
 daemon and ends when the SuperLink drops the upload.
 """
@@ -122,8 +123,10 @@ class QuickGrid(Grid):
 
         while pending:
             pull_idle()
-            if end is None or time.monotonic() + self._poll_s < end:
-                take(time.monotonic() + self._poll_s)
+            # a pull a second for each reply waited for, at most MAX_PULLS_PER_S in all
+            every = max(self._poll_s, len(pending) / MAX_PULLS_PER_S)
+            if end is None or time.monotonic() + every < end:
+                take(time.monotonic() + every)
                 continue
             # the round ends: what came by now, a last pull at the timeout, then an error
             # reply for each reply still being pulled
@@ -150,6 +153,9 @@ class QuickGrid(Grid):
 # the objects of an upload that has not completed
 STUCK_S = 2.0
 LAST_PULL_S = 2.0  # how long the last pull, at the round's end, may take
+# a round of 3 clients pulls 3 times a second; one of 200 pulls each reply every 10 s rather
+# than make 200 calls a second (the SuperNodes' own polls are one call per 3 s each)
+MAX_PULLS_PER_S = 20
 
 
 def _unfinished(asked: Metadata, waited_s: float) -> Message:

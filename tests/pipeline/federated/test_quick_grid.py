@@ -122,6 +122,20 @@ def test_a_reply_not_there_yet_at_the_timeout_is_no_reply_not_an_error():
     assert [r.metadata.reply_to_message_id for r in replies] == ["m0"]
 
 
+def test_a_large_round_pulls_at_most_twenty_times_a_second():
+    """60 replies waited for: each is pulled every 3 s (60 / MAX_PULLS_PER_S), not every
+    second, so the ServerApp's polls stay below its SuperNodes' own (one call per 3 s each)."""
+    from baton.pipeline.federated.grid import MAX_PULLS_PER_S
+
+    assert MAX_PULLS_PER_S == 20
+    inner = _SlowRepliesGrid([60.0] * 60)
+    replies = list(QuickGrid(inner).send_and_receive([_message(n) for n in range(60)],
+                                                     timeout=3.5))
+    assert replies == []
+    # at 0 and 3 s, and the last pull at the 3.5 s timeout: 3 each (7 at one a second)
+    assert set(inner.pulls.values()) == {3}, inner.pulls
+
+
 def test_a_reply_that_comes_at_the_timeout_is_taken():
     """The polls fall at 0, 1 and 2 s; a last pull at the 2.5 s timeout takes a reply stored
     at 2.2 s (a late client's expiry error, which the SuperLink makes at the TTL, is one)."""
